@@ -1,0 +1,147 @@
+"""Tile/cluster configuration space of the Hopper GEMM, with its validity rules.
+
+Pure Python (no cutlass import) so that Inductor-side code can enumerate and
+filter configs without paying for the DSL import.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+# sm_90 opt-in shared memory per block (227 KiB).
+SMEM_CAPACITY = 232448
+# Pipeline barriers, alignment padding between the 1 KiB aligned buffers.
+SMEM_RESERVED = 2048
+TILE_K_16BIT = 64
+EPI_TILE_N = (32, 64)
+MAX_AB_STAGES = 8
+MIN_AB_STAGES = 2
+
+_TILE_N_CHOICES = (64, 128, 192, 256)
+_TILE_M_CHOICES = ((64, True), (128, True), (128, False), (256, False))
+_CLUSTERS = ((1, 1), (2, 1), (1, 2))
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class GemmConfig:
+    """One point of the kernel's configuration space.
+
+    ``pingpong`` selects the consumer schedule: two warpgroups each own a whole
+    tile (64 or 128 rows) and alternate mainloop/epilogue (one stores while the
+    other multiplies). Otherwise both warpgroups cooperate on one tile, each
+    owning half its rows.
+    """
+
+    tile_m: int = 128
+    tile_n: int = 256
+    cluster_m: int = 1
+    cluster_n: int = 1
+    pingpong: bool = False
+    raster_along_m: bool = True
+    swizzle: int = 1
+    epi_n: int = 32  # columns per epilogue sub-tile (fewer, larger stores when 64)
+
+    @property
+    def tile_k(self) -> int:
+        return TILE_K_16BIT
+
+    @property
+    def cluster_size(self) -> int:
+        return self.cluster_m * self.cluster_n
+
+    @property
+    def mma_rows(self) -> int:
+        """Rows covered by one wgmma across the warpgroups that share a tile."""
+        return 64 if self.pingpong else 128
+
+    @property
+    def epi_tile(self) -> tuple[int, int]:
+        return (self.mma_rows, self.epi_n)
+
+    def name(self) -> str:
+        sched = "pp" if self.pingpong else "coop"
+        raster = "m" if self.raster_along_m else "n"
+        return (
+            f"{self.tile_m}x{self.tile_n}_c{self.cluster_m}x{self.cluster_n}_{sched}"
+            f"_r{raster}{self.swizzle}" + ("" if self.epi_n == 32 else f"_e{self.epi_n}")
+        )
+
+    def epi_stages(self, out_bytes: int) -> int:
+        """Staging buffers for the TMA store: about 16-32 KiB in all."""
+        return 4 if out_bytes * self.epi_n <= 64 else 2
+
+    def ab_stages(self, in_bytes: int = 2, out_bytes: int = 2) -> int:
+        """Mainloop stages that fit beside the epilogue buffers (capped)."""
+        stage = (self.tile_m + self.tile_n) * self.tile_k * in_bytes
+        epi = self.mma_rows * self.epi_n * out_bytes * self.epi_stages(out_bytes)
+        return min(MAX_AB_STAGES, (SMEM_CAPACITY - SMEM_RESERVED - epi) // stage)
+
+    def invalid_reason(self, in_bytes: int = 2, out_bytes: int = 2) -> str | None:
+        """None when the kernel can be built with this config, else why not."""
+        if (self.tile_m, self.pingpong) not in _TILE_M_CHOICES:
+            return "tile_m must be 64 or 128 (pingpong) or 128 or 256 (cooperative)"
+        if self.tile_n not in _TILE_N_CHOICES:
+            return f"tile_n must be one of {_TILE_N_CHOICES}"
+        if self.epi_n not in EPI_TILE_N or self.tile_n % self.epi_n:
+            return f"epi_n must be one of {EPI_TILE_N} and divide tile_n"
+        # Accumulator registers per consumer thread (fp32), under the 232-register cap.
+        acc_regs = self.tile_m * self.tile_n // (128 if self.pingpong else 256)
+        if acc_regs > 192:
+            return f"{acc_regs} accumulator registers per thread would spill"
+        if (self.cluster_m, self.cluster_n) not in _CLUSTERS:
+            return f"cluster must be one of {_CLUSTERS}"
+        if self.swizzle < 1 or self.swizzle & (self.swizzle - 1):
+            return "swizzle must be a power of two"
+        if self.ab_stages(in_bytes, out_bytes) < MIN_AB_STAGES:
+            return "fewer than two mainloop stages fit in shared memory"
+        return None
+
+
+def config_space() -> list[GemmConfig]:
+    """Every valid config (the whole space the device tests compile)."""
+    out = []
+    for tile_m, pingpong in _TILE_M_CHOICES:
+        for tile_n in _TILE_N_CHOICES:
+            for cm, cn in _CLUSTERS:
+                for raster_m in (True, False):
+                    for swizzle in (1, 8):
+                        for epi_n in EPI_TILE_N:
+                            cfg = GemmConfig(
+                                tile_m, tile_n, cm, cn, pingpong, raster_m, swizzle, epi_n
+                            )
+                            if cfg.invalid_reason() is None:
+                                out.append(cfg)
+    return out
+
+
+def shortlist(m: int, n: int, k: int, batch: int = 1, limit: int = 6) -> list[GemmConfig]:
+    """A shape-aware short list of configs worth benchmarking, best guess first.
+
+    Large problems want the widest tiles with a 2-CTA cluster multicasting the
+    operand shared along the cluster; small ones want narrower tiles so that
+    all 132 SMs get work.
+    """
+    sms = 132
+    cands: list[GemmConfig] = []
+    raster_m = m >= n
+    cluster = (2, 1) if raster_m else (1, 2)
+    for cfg in (
+        GemmConfig(128, 256, *cluster, False, raster_m, 1),
+        GemmConfig(128, 128, *cluster, True, raster_m, 1),
+        GemmConfig(256, 128, *cluster, False, raster_m, 1),
+        GemmConfig(64, 256, *cluster, True, raster_m, 1),
+        GemmConfig(128, 256, 1, 1, False, raster_m, 1),
+        GemmConfig(128, 192, *cluster, False, raster_m, 1),
+        GemmConfig(128, 128, *cluster, False, raster_m, 1),
+        GemmConfig(64, 128, *cluster, True, raster_m, 1),
+        GemmConfig(128, 128, 1, 1, False, raster_m, 1),
+        GemmConfig(64, 128, 1, 1, True, raster_m, 1),
+        GemmConfig(128, 64, 1, 1, False, raster_m, 1),
+    ):
+        tiles = math.ceil(m / cfg.tile_m) * math.ceil(n / cfg.tile_n) * batch
+        # Skip configs that leave most SMs idle when a smaller tile would not.
+        if tiles < sms // 2 and cfg.tile_m * cfg.tile_n > 128 * 128:
+            continue
+        if cfg.invalid_reason() is None and cfg not in cands:
+            cands.append(cfg)
+    return cands[:limit]

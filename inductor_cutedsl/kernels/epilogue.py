@@ -1,0 +1,115 @@
+"""The GEMM epilogue hook: what runs on each accumulator element before the store.
+
+An :class:`Epilogue` is data (source text plus operand declarations), so that
+Inductor can generate one, the cache can key on it, and worker processes can
+rebuild it. Its source defines::
+
+    def epilogue(acc, m, n, l, ops):
+        ...
+        return value
+
+called at trace time once per accumulator element with ``acc`` (Float32), the
+element's global coordinates ``m``, ``n``, ``l`` (Int32) and ``ops``: one
+Float32 value per declared operand, already loaded for that element (tensor
+operands are read at ``(m, n, l)`` through their strides, broadcast operands
+through a zero stride). It returns the Float32 value that is cast and stored.
+
+The source sees the names of :data:`EPILOGUE_NAMESPACE_DOC`: ``cute``,
+``cutlass``, ``Float32``, ``Int32`` and the helpers of ``epilogue_math``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import textwrap
+
+OPERAND_KINDS = ("row", "col", "full", "scalar")
+OPERAND_DTYPES = ("bfloat16", "float16", "float32")
+
+
+@dataclasses.dataclass(frozen=True)
+class EpilogueOperand:
+    """An extra input of the epilogue.
+
+    kind: ``row``: one value per output column n (a bias over N, stride 0 along M);
+    ``col``: one value per output row m (stride 0 along N); ``full``: one value per
+    (m, n) (a residual or gate); ``scalar``: a Float32 passed at launch.
+    """
+
+    name: str
+    kind: str
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        if self.kind not in OPERAND_KINDS:
+            raise ValueError(f"operand kind {self.kind!r} not in {OPERAND_KINDS}")
+        if self.dtype not in OPERAND_DTYPES:
+            raise ValueError(f"operand dtype {self.dtype!r} not in {OPERAND_DTYPES}")
+
+    @property
+    def is_tensor(self) -> bool:
+        return self.kind != "scalar"
+
+
+@dataclasses.dataclass(frozen=True)
+class Epilogue:
+    """A compile-time epilogue: ``source`` None means store the accumulator as is."""
+
+    name: str
+    source: str | None = None
+    operands: tuple[EpilogueOperand, ...] = ()
+
+    @property
+    def is_identity(self) -> bool:
+        return self.source is None
+
+    def fingerprint(self) -> str:
+        """Stable digest of everything that changes the generated code."""
+        h = hashlib.sha256()
+        h.update((self.source or "<identity>").encode())
+        for op in self.operands:
+            h.update(f"|{op.kind}:{op.dtype}".encode())
+        return h.hexdigest()[:16]
+
+
+IDENTITY = Epilogue("identity")
+
+
+def bias(kind: str = "row", dtype: str = "bfloat16") -> Epilogue:
+    """acc + bias, the bias broadcast along rows (``row``) or columns (``col``)."""
+    return Epilogue(
+        f"bias_{kind}",
+        "def epilogue(acc, m, n, l, ops):\n    return acc + ops[0]\n",
+        (EpilogueOperand("bias", kind, dtype),),
+    )
+
+
+ACTIVATIONS = ("relu", "gelu_tanh", "gelu_erf", "silu", "sigmoid", "tanh")
+
+
+def bias_activation(activation: str, kind: str = "row", dtype: str = "bfloat16") -> Epilogue:
+    """activation(acc + bias)."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation {activation!r} not in {ACTIVATIONS}")
+    src = textwrap.dedent(
+        f"""\
+        def epilogue(acc, m, n, l, ops):
+            return {activation}(acc + ops[0])
+        """
+    )
+    return Epilogue(f"bias_{kind}_{activation}", src, (EpilogueOperand("bias", kind, dtype),))
+
+
+def addmm(beta_alpha: bool, bias_kind: str, dtype: str = "bfloat16") -> Epilogue:
+    """alpha * acc + beta * C (``torch.addmm``), C a row/col vector or full matrix."""
+    if not beta_alpha:
+        return bias(bias_kind, dtype)
+    return Epilogue(
+        f"addmm_{bias_kind}",
+        "def epilogue(acc, m, n, l, ops):\n    return ops[1] * acc + ops[2] * ops[0]\n",
+        (
+            EpilogueOperand("c", bias_kind, dtype),
+            EpilogueOperand("alpha", "scalar"),
+            EpilogueOperand("beta", "scalar"),
+        ),
+    )

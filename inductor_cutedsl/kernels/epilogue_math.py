@@ -1,0 +1,66 @@
+"""DSL-side helpers that epilogue sources may call, and the source-to-hook step."""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from .. import arch  # noqa: F401  (pins CUTE_DSL_ARCH before cutlass)
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32
+
+from .epilogue import Epilogue
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_INV_SQRT_2 = 1.0 / math.sqrt(2.0)
+
+
+def relu(x):
+    return cute.math.max(x, Float32(0.0))
+
+
+def sigmoid(x):
+    return Float32(1.0) / (Float32(1.0) + cute.math.exp(-x, fastmath=True))
+
+
+def silu(x):
+    return x * sigmoid(x)
+
+
+def tanh(x):
+    return cute.math.tanh(x, fastmath=True)
+
+
+def gelu_tanh(x):
+    inner = Float32(_SQRT_2_OVER_PI) * (x + Float32(0.044715) * x * x * x)
+    return Float32(0.5) * x * (Float32(1.0) + cute.math.tanh(inner, fastmath=True))
+
+
+def gelu_erf(x):
+    return Float32(0.5) * x * (Float32(1.0) + cute.math.erf(x * Float32(_INV_SQRT_2)))
+
+
+NAMESPACE = {
+    "cute": cute,
+    "cutlass": cutlass,
+    "Float32": Float32,
+    "Int32": Int32,
+    "relu": relu,
+    "sigmoid": sigmoid,
+    "silu": silu,
+    "tanh": tanh,
+    "gelu_tanh": gelu_tanh,
+    "gelu_erf": gelu_erf,
+}
+
+
+def materialize(epi: Epilogue) -> Callable | None:
+    """The trace-time hook function of an epilogue (None for identity)."""
+    if epi.is_identity:
+        return None
+    scope = dict(NAMESPACE)
+    exec(compile(epi.source, f"<epilogue {epi.name}>", "exec"), scope)
+    fn = scope.get("epilogue")
+    if not callable(fn):
+        raise ValueError(f"epilogue {epi.name!r} source defines no `epilogue` function")
+    return fn

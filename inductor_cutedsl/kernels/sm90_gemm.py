@@ -1,0 +1,565 @@
+"""Warp-specialized persistent GEMM for Hopper (sm_90a) in CuTe DSL.
+
+    D[m, n, l] = epilogue(sum_k A[m, k, l] * B[n, k, l], m, n, l, operands)
+
+Roles: warpgroup 0 is the producer (one warp issues TMA loads of A/B tiles into
+a multi-stage shared-memory ring, multicast across a 2-CTA cluster); warpgroups
+1 and 2 consume with wgmma. In the cooperative schedule both consumers share one
+128-row tile; in the pingpong schedule each owns a 64-row tile and the two take
+turns, so one warpgroup's epilogue overlaps the other's mainloop. The epilogue
+applies the hook per accumulator element, converts, stages sub-tiles in shared
+memory and stores them with TMA, which also clips rows/columns past M/N (and
+zero-fills loads past M/N/K), so no size needs to be a tile multiple.
+
+The host entry takes raw pointers, sizes and strides (not tensors) so that a
+launch costs a few Python object constructions, and so that one compiled kernel
+serves every M, N, K, L and leading dimension with the alignment it assumes.
+"""
+# No `from __future__ import annotations`: cute.struct reads real annotations.
+
+from typing import Callable
+
+from .. import arch  # noqa: F401  (pins CUTE_DSL_ARCH before cutlass)
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+import cutlass.utils as utils
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass.memory import SmemAllocator
+from cutlass.tensor_utils import LayoutEnum
+from cutlass import Float32, Int32, Int64
+from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
+
+from .config import GemmConfig
+from .epilogue import Epilogue
+from .epilogue_math import materialize
+
+DTYPES = {
+    "bfloat16": cutlass.BFloat16,
+    "float16": cutlass.Float16,
+    "float32": cutlass.Float32,
+}
+# 16-byte TMA alignment, in elements.
+ALIGN_BYTES = 16
+
+_WG_THREADS = 128
+_PRODUCER_REGS = 40
+_CONSUMER_REGS = 232
+# Named barrier ids (0 is __syncthreads).
+_BAR_EPI = 1  # +wg in pingpong
+_BAR_MMA_TURN = 3  # +wg
+_BAR_EPI_TURN = 5  # +wg
+
+
+class Sm90Gemm:
+    """One kernel variant: config x dtypes x operand majors x epilogue."""
+
+    def __init__(
+        self,
+        cfg: GemmConfig,
+        ab_dtype: str,
+        out_dtype: str,
+        a_major: str,
+        b_major: str,
+        epilogue: Epilogue,
+    ) -> None:
+        reason = cfg.invalid_reason(2, DTYPES[out_dtype].width // 8)
+        if reason:
+            raise ValueError(f"invalid config {cfg.name()}: {reason}")
+        if ab_dtype not in ("bfloat16", "float16"):
+            raise ValueError(f"unsupported operand dtype {ab_dtype}")
+        if a_major not in ("k", "m") or b_major not in ("k", "n"):
+            raise ValueError(f"bad majors a={a_major} b={b_major}")
+        self.cfg = cfg
+        self.ab_dtype = DTYPES[ab_dtype]
+        self.out_dtype = DTYPES[out_dtype]
+        self.acc_dtype = Float32
+        self.a_major, self.b_major = a_major, b_major
+        self.epilogue = epilogue
+        self.hook = materialize(epilogue)
+        self.tensor_ops = [op for op in epilogue.operands if op.is_tensor]
+
+        self.pingpong = cfg.pingpong
+        self.tile_shape_mnk = (cfg.tile_m, cfg.tile_n, cfg.tile_k)
+        self.cluster_shape_mn = (cfg.cluster_m, cfg.cluster_n)
+        self.atom_layout_mnk = (1, 1, 1) if cfg.pingpong else (2, 1, 1)
+        self.num_consumer_wg = 2
+        self.threads_per_cta = (1 + self.num_consumer_wg) * _WG_THREADS
+        # Threads that run one tile's epilogue together.
+        self.epi_threads = _WG_THREADS if cfg.pingpong else 2 * _WG_THREADS
+        self.ab_stage = cfg.ab_stages(2, self.out_dtype.width // 8)
+        self.epi_stage = cfg.epi_stages(self.out_dtype.width // 8)
+        self.epi_tile = cfg.epi_tile
+        self.a_mcast = cfg.cluster_n
+        self.b_mcast = cfg.cluster_m
+
+    # ------------------------------------------------------------------ host
+    def make_entry(self) -> Callable:
+        """A ``cute.jit`` host function with a flat signature (pointers + ints).
+
+        Signature: a, b, d, m, n, k, l, lda, ldb, ldd, batch_a, batch_b, batch_d,
+        max_clusters, then per tensor operand (ptr, stride_m, stride_n, stride_l),
+        then per scalar operand a Float32, then the stream.
+        """
+        params = ["a", "b", "d", "m", "n", "k", "l", "lda", "ldb", "ldd", "sa", "sb", "sd", "mc"]
+        ann = {
+            "a": cute.Pointer, "b": cute.Pointer, "d": cute.Pointer,
+            "m": Int32, "n": Int32, "k": Int32, "l": Int32,
+            "lda": Int64, "ldb": Int64, "ldd": Int64, "sa": Int64, "sb": Int64, "sd": Int64,
+            "mc": Int32,
+        }  # fmt: skip
+        tensor_args, scalar_args = [], []
+        for i, op in enumerate(self.epilogue.operands):
+            if op.is_tensor:
+                names = [f"o{i}", f"o{i}_sm", f"o{i}_sn", f"o{i}_sl"]
+                ann.update({names[0]: cute.Pointer, **{x: Int64 for x in names[1:]}})
+                tensor_args.append("(" + ", ".join(names) + ")")
+            else:
+                names = [f"o{i}"]
+                ann[names[0]] = Float32
+                scalar_args.append(names[0])
+            params += names
+        params.append("stream")
+        ann["stream"] = cuda.CUstream
+        src = (
+            f"def entry({', '.join(params)}):\n"
+            f"    launch(a, b, d, m, n, k, l, lda, ldb, ldd, sa, sb, sd, mc,\n"
+            f"           ({''.join(x + ', ' for x in tensor_args)}),"
+            f" ({''.join(x + ', ' for x in scalar_args)}), stream)\n"
+        )
+        scope: dict = {"launch": self._launch}
+        exec(compile(src, "<sm90_gemm entry>", "exec"), scope)
+        entry = scope["entry"]
+        entry.__annotations__ = ann
+        return cute.jit(preprocess=False)(entry)
+
+    def fake_args(self) -> list:
+        """Placeholder arguments to compile the entry against (no GPU needed)."""
+        def ptr(dtype, align):
+            return cute.runtime.make_ptr(dtype, 0, cute.AddressSpace.gmem, assumed_align=align)
+
+        args = [
+            ptr(self.ab_dtype, ALIGN_BYTES), ptr(self.ab_dtype, ALIGN_BYTES),
+            ptr(self.out_dtype, ALIGN_BYTES),
+            *[Int32(1)] * 4, *[Int64(0)] * 6, Int32(1),
+        ]  # fmt: skip
+        for op in self.epilogue.operands:
+            if op.is_tensor:
+                args += [ptr(DTYPES[op.dtype], DTYPES[op.dtype].width // 8), *[Int64(0)] * 3]
+            else:
+                args.append(Float32(0.0))
+        args.append(cute.runtime.make_fake_stream())
+        return args
+
+    def _aligned(self, x, dtype):
+        return cute.assume(x, divby=ALIGN_BYTES * 8 // dtype.width)
+
+    def _launch(self, a, b, d, m, n, k, l, lda, ldb, ldd, sa, sb, sd, mc, tops, scalars, stream):
+        ab, od = self.ab_dtype, self.out_dtype
+        lda, ldb, ldd = self._aligned(lda, ab), self._aligned(ldb, ab), self._aligned(ldd, od)
+        sa, sb, sd = self._aligned(sa, ab), self._aligned(sb, ab), self._aligned(sd, od)
+        a_stride = (lda, 1, sa) if self.a_major == "k" else (1, lda, sa)
+        b_stride = (ldb, 1, sb) if self.b_major == "k" else (1, ldb, sb)
+        mA = cute.make_tensor(a, cute.make_layout((m, k, l), stride=a_stride))
+        mB = cute.make_tensor(b, cute.make_layout((n, k, l), stride=b_stride))
+        mD = cute.make_tensor(d, cute.make_layout((m, n, l), stride=(ldd, 1, sd)))
+        ep_tensors = []
+        for (ptr, s_m, s_n, s_l), op in zip(tops, self.tensor_ops):
+            stride = (
+                0 if op.kind == "row" else s_m,
+                0 if op.kind == "col" else s_n,
+                s_l,
+            )
+            ep_tensors.append(cute.make_tensor(ptr, cute.make_layout((m, n, l), stride=stride)))
+
+        a_layout = LayoutEnum.ROW_MAJOR if self.a_major == "k" else LayoutEnum.COL_MAJOR
+        b_layout = LayoutEnum.ROW_MAJOR if self.b_major == "k" else LayoutEnum.COL_MAJOR
+        d_layout = LayoutEnum.ROW_MAJOR
+        tiled_mma = sm90_utils.make_trivial_tiled_mma(
+            ab, ab,
+            a_layout.sm90_mma_major_mode(), b_layout.sm90_mma_major_mode(),
+            self.acc_dtype, self.atom_layout_mnk,
+            tiler_mn=(64, self.tile_shape_mnk[1]),
+        )  # fmt: skip
+        a_smem, b_smem, d_smem = self._smem_layouts(a_layout, b_layout, d_layout)
+        tma_a, tma_tA = self._tma_load(mA, a_smem, (self.tile_shape_mnk[0], self.tile_shape_mnk[2]), self.a_mcast)
+        tma_b, tma_tB = self._tma_load(mB, b_smem, (self.tile_shape_mnk[1], self.tile_shape_mnk[2]), self.b_mcast)
+        tma_d, tma_tD = cute.nvgpu.cpasync.make_tiled_tma_atom(
+            cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(),
+            mD,
+            cute.slice_(d_smem, (None, None, 0)),
+            self.epi_tile,
+        )
+        ntiles = cute.ceil_div((m, n, l), (self.tile_shape_mnk[0], self.tile_shape_mnk[1], 1))
+        sched = utils.PersistentTileSchedulerParams(
+            ntiles, (*self.cluster_shape_mn, 1), self.cfg.swizzle, self.cfg.raster_along_m
+        )
+        grid = utils.StaticPersistentTileScheduler.get_grid_shape(sched, mc)
+
+        ab_stage = self.ab_stage
+
+        @cute.struct
+        class SharedStorage:
+            ab_barriers: cute.struct.MemRange[cutlass.Int64, ab_stage * 2]
+            sA: cute.struct.Align[cute.struct.MemRange[ab, cute.cosize(a_smem)], 1024]
+            sB: cute.struct.Align[cute.struct.MemRange[ab, cute.cosize(b_smem)], 1024]
+            sD: cute.struct.Align[cute.struct.MemRange[od, cute.cosize(d_smem)], 1024]
+
+        self.shared_storage = SharedStorage
+        self.kernel(
+            tma_a, tma_tA, tma_b, tma_tB, tma_d, tma_tD,
+            tuple(ep_tensors), tuple(scalars),
+            tiled_mma, cute.make_layout((*self.cluster_shape_mn, 1)),
+            a_smem, b_smem, d_smem, sched,
+        ).launch(
+            grid=grid,
+            block=[self.threads_per_cta, 1, 1],
+            cluster=(*self.cluster_shape_mn, 1),
+            min_blocks_per_mp=1,
+            stream=stream,
+        )  # fmt: skip
+
+    def _smem_layouts(self, a_layout, b_layout, d_layout):
+        tm, tn, tk = self.tile_shape_mnk
+        ab = self.ab_dtype
+
+        def staged(layout_enum, rows, major_size, k_major):
+            atom = cute.nvgpu.warpgroup.make_smem_layout_atom(
+                sm90_utils.get_smem_layout_atom(layout_enum, ab, major_size), ab
+            )
+            return cute.tile_to_shape(
+                atom, (rows, tk, self.ab_stage), order=(0, 1, 2) if k_major else (1, 0, 2)
+            )
+
+        a_smem = staged(a_layout, tm, tk if self.a_major == "k" else tm, self.a_major == "k")
+        b_smem = staged(b_layout, tn, tk if self.b_major == "k" else tn, self.b_major == "k")
+        em, en = self.epi_tile
+        d_atom = cute.nvgpu.warpgroup.make_smem_layout_atom(
+            sm90_utils.get_smem_layout_atom(d_layout, self.out_dtype, en), self.out_dtype
+        )
+        d_smem = cute.tile_to_shape(d_atom, (em, en, self.epi_stage), order=(0, 1, 2))
+        return a_smem, b_smem, d_smem
+
+    @staticmethod
+    def _tma_load(tensor, smem_staged, tile, mcast):
+        op = (
+            cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
+            if mcast == 1
+            else cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp()
+        )
+        return cute.nvgpu.cpasync.make_tiled_tma_atom(
+            op, tensor, cute.slice_(smem_staged, (None, None, 0)), tile, num_multicast=mcast
+        )
+
+    # ---------------------------------------------------------------- device
+    @cute.kernel
+    def kernel(
+        self,
+        tma_a: cute.CopyAtom,
+        mA: cute.Tensor,
+        tma_b: cute.CopyAtom,
+        mB: cute.Tensor,
+        tma_d: cute.CopyAtom,
+        mD: cute.Tensor,
+        ep_tensors: tuple,
+        ep_scalars: tuple,
+        tiled_mma: cute.TiledMma,
+        cta_layout: cute.Layout,
+        a_smem: cute.ComposedLayout,
+        b_smem: cute.ComposedLayout,
+        d_smem: cute.ComposedLayout,
+        sched_params: utils.PersistentTileSchedulerParams,
+    ):
+        tidx, _, _ = cute.arch.thread_idx()
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        if warp_idx == 0:
+            cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
+            cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
+            cute.nvgpu.cpasync.prefetch_descriptor(tma_d)
+
+        cta_rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
+        cluster_coord = cta_layout.get_flat_coord(cta_rank)
+        a_mask = cute.make_layout_image_mask(cta_layout, cluster_coord, mode=1)
+        b_mask = cute.make_layout_image_mask(cta_layout, cluster_coord, mode=0)
+        a_mask = a_mask if cutlass.const_expr(self.a_mcast > 1) else 0
+        b_mask = b_mask if cutlass.const_expr(self.b_mcast > 1) else 0
+
+        smem = SmemAllocator()
+        storage = smem.allocate(self.shared_storage)
+        tx_bytes = cute.size_in_bytes(
+            self.ab_dtype, cute.slice_(a_smem, (None, None, 0))
+        ) + cute.size_in_bytes(self.ab_dtype, cute.slice_(b_smem, (None, None, 0)))
+        # Each consumer warp releases a stage to every CTA that multicast into it.
+        # In pingpong one warpgroup consumes a given stage, cooperative both.
+        consumer_warps = 4 if cutlass.const_expr(self.pingpong) else 4 * self.num_consumer_wg
+        ab_pipe = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.ab_barriers.data_ptr(),
+            num_stages=self.ab_stage,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+            consumer_group=pipeline.CooperativeGroup(
+                pipeline.Agent.Thread, consumer_warps * (self.a_mcast + self.b_mcast - 1)
+            ),
+            tx_count=tx_bytes,
+            cta_layout_vmnk=cute.make_layout((1, *cta_layout.shape)),
+            defer_sync=True,
+        )
+        pipeline_init_arrive(cluster_shape_mn=self.cluster_shape_mn, is_relaxed=True)
+
+        sA = storage.sA.get_tensor(a_smem.outer, swizzle=a_smem.inner)
+        sB = storage.sB.get_tensor(b_smem.outer, swizzle=b_smem.inner)
+        sD = storage.sD.get_tensor(d_smem.outer, swizzle=d_smem.inner)
+
+        tile_mk = cute.slice_(self.tile_shape_mnk, (None, 0, None))
+        tile_nk = cute.slice_(self.tile_shape_mnk, (0, None, None))
+        tile_mn = cute.slice_(self.tile_shape_mnk, (None, None, 0))
+        gA = cute.local_tile(mA, tile_mk, (None, None, None))  # (bM, bK, RestM, RestK, L)
+        gB = cute.local_tile(mB, tile_nk, (None, None, None))  # (bN, bK, RestN, RestK, L)
+        gD = cute.local_tile(mD, tile_mn, (None, None, None))  # (bM, bN, RestM, RestN, L)
+        # Global (m, n) coordinates of every output element, tiled the same way.
+        cD = cute.local_tile(
+            cute.make_identity_tensor((mD.shape[0], mD.shape[1])), tile_mn, (None, None)
+        )
+
+        tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
+            tma_a,
+            cluster_coord[1],
+            cute.make_layout(cute.slice_(cta_layout, (0, None, 0)).shape),
+            cute.group_modes(sA, 0, 2),
+            cute.group_modes(gA, 0, 2),
+        )
+        tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
+            tma_b,
+            cluster_coord[0],
+            cute.make_layout(cute.slice_(cta_layout, (None, 0, 0)).shape),
+            cute.group_modes(sB, 0, 2),
+            cute.group_modes(gB, 0, 2),
+        )
+        k_tiles = cute.size(gA, mode=[3])
+        pipeline_init_wait(cluster_shape_mn=self.cluster_shape_mn)
+
+        wg_idx = cute.arch.make_warp_uniform(tidx // _WG_THREADS)
+        if wg_idx == 0:
+            cute.arch.setmaxregister_decrease(_PRODUCER_REGS)
+            if warp_idx == 0:
+                self._produce(ab_pipe, sched_params, tma_a, tAsA, tAgA, a_mask, tma_b, tBsB, tBgB, b_mask, k_tiles)
+        else:
+            cute.arch.setmaxregister_increase(_CONSUMER_REGS)
+            self._consume(
+                ab_pipe, sched_params, tiled_mma, sA, sB, sD, gD, cD, tma_d,
+                ep_tensors, ep_scalars, k_tiles, wg_idx - 1, tidx - _WG_THREADS, warp_idx,
+                mD.shape[0], mD.shape[1],
+            )  # fmt: skip
+
+    @cute.jit
+    def _produce(self, ab_pipe, sched_params, tma_a, tAsA, tAgA, a_mask, tma_b, tBsB, tBgB, b_mask, k_tiles):
+        sched = utils.StaticPersistentTileScheduler.create(
+            sched_params, cute.arch.block_idx(), cute.arch.grid_dim()
+        )
+        work = sched.initial_work_tile_info()
+        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.ab_stage)
+        while work.is_valid_tile:
+            tc = work.tile_idx
+            tAgA_t = tAgA[(None, tc[0], None, tc[2])]
+            tBgB_t = tBgB[(None, tc[1], None, tc[2])]
+            for kt in range(k_tiles):
+                ab_pipe.producer_acquire(state)
+                bar = ab_pipe.producer_get_barrier(state)
+                cute.copy(tma_a, tAgA_t[(None, kt)], tAsA[(None, state.index)], tma_bar_ptr=bar, mcast_mask=a_mask)
+                cute.copy(tma_b, tBgB_t[(None, kt)], tBsB[(None, state.index)], tma_bar_ptr=bar, mcast_mask=b_mask)
+                ab_pipe.producer_commit(state)
+                state.advance()
+            sched.advance_to_next_work()
+            work = sched.get_current_work()
+        ab_pipe.producer_tail(state)
+
+    def _turn_wait(self, base: int, wg):
+        cute.arch.barrier(barrier_id=base + wg, number_of_threads=2 * _WG_THREADS)
+
+    def _turn_pass(self, base: int, wg):
+        cute.arch.barrier_arrive(barrier_id=base + wg, number_of_threads=2 * _WG_THREADS)
+
+    @cute.jit
+    def _consume(
+        self, ab_pipe, sched_params, tiled_mma, sA, sB, sD, gD, cD, tma_d,
+        ep_tensors, ep_scalars, k_tiles, wg, ctidx, warp_idx, size_m, size_n,
+    ):  # fmt: skip
+        pingpong = cutlass.const_expr(self.pingpong)
+        # Thread index within the threads that share a tile.
+        etidx = ctidx - wg * _WG_THREADS if pingpong else ctidx
+        # In pingpong each warpgroup owns the whole (64-row) tile: slice 0.
+        thr_mma = tiled_mma.get_slice(0 if pingpong else wg * _WG_THREADS)
+        tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
+        tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
+        acc = cute.make_rmem_tensor(thr_mma.partition_C(gD).shape[:3], self.acc_dtype)
+        k_blocks = cute.size(tCrA, mode=[2])
+
+        # Epilogue: registers -> smem (stmatrix for 16-bit D) -> gmem (TMA store).
+        # Sub-tiles are carved out of the accumulator with the 16-bit copy's register
+        # layout (``geo``); the real copy (``r2s``) may group values differently (fp32 D)
+        # but walks the same elements in the same flat order.
+        d_layout = LayoutEnum.ROW_MAJOR
+        c_atom = cute.make_tiled_copy_C_atom(
+            cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), cutlass.Float16),
+            tiled_mma,
+        )
+        geo_dtype = self.out_dtype if cutlass.const_expr(self.out_dtype.width == 16) else cutlass.Float16
+
+        def tiled_store(dtype):
+            op = sm90_utils.sm90_get_smem_store_op(d_layout, elem_ty_d=dtype, elem_ty_acc=self.acc_dtype)
+            return cute.make_tiled_copy_S(op, c_atom)
+
+        geo, r2s = tiled_store(geo_dtype), tiled_store(self.out_dtype)
+        thr_r2s = r2s.get_slice(etidx)
+        tRS_sD = thr_r2s.partition_D(sD)
+        tRS_acc = geo.retile(acc)
+        tRS_rD = cute.make_rmem_tensor(
+            geo.get_slice(etidx).partition_S(cute.make_identity_tensor(self.epi_tile)).shape,
+            self.acc_dtype,
+        )
+        tRS_rOut = cute.make_rmem_tensor(cute.shape(thr_r2s.partition_S(sD))[:3], self.out_dtype)
+        if cutlass.const_expr(cute.size(tRS_rOut) != cute.size(tRS_rD)):
+            raise NotImplementedError("store and sub-tile fragments differ in size")
+        epi_m = self.tile_shape_mnk[0] // self.epi_tile[0]
+        epi_n = self.tile_shape_mnk[1] // self.epi_tile[1]
+        rv, rm, rn = self._subtile_geometry(tRS_acc, tRS_rD, epi_m, epi_n)
+        epi_bar = pipeline.NamedBarrier(
+            barrier_id=_BAR_EPI + (wg if pingpong else 0), num_threads=self.epi_threads
+        )
+        store_warp = 4 * (1 + wg) if pingpong else 4
+        store_pipe = pipeline.PipelineTmaStore.create(
+            num_stages=self.epi_stage,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.epi_threads),
+        )
+
+        sched = utils.StaticPersistentTileScheduler.create(
+            sched_params, cute.arch.block_idx(), cute.arch.grid_dim()
+        )
+        work = sched.initial_work_tile_info()
+        read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
+        release = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
+        if cutlass.const_expr(pingpong):
+            if wg == 1:
+                # The second warpgroup starts at the CTA's second tile.
+                read.advance(k_tiles)
+                release.advance(k_tiles)
+                sched.advance_to_next_work()
+                work = sched.get_current_work()
+            else:
+                self._turn_pass(_BAR_MMA_TURN, 0)
+                self._turn_pass(_BAR_EPI_TURN, 0)
+        epi_count = Int32(0)
+
+        while work.is_valid_tile:
+            tc = work.tile_idx
+            if cutlass.const_expr(pingpong):
+                self._turn_wait(_BAR_MMA_TURN, wg)
+            # ---- mainloop: keep one wgmma batch in flight, release the stage behind it.
+            acc.fill(0.0)
+            tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
+            cute.nvgpu.warpgroup.fence()
+            for kt in range(k_tiles):
+                ab_pipe.consumer_wait(read)
+                for kb in cutlass.range_constexpr(k_blocks):
+                    blk = (None, None, kb, read.index)
+                    cute.gemm(tiled_mma, acc, tCrA[blk], tCrB[blk], acc)
+                cute.nvgpu.warpgroup.commit_group()
+                read.advance()
+                if kt > 0:
+                    cute.nvgpu.warpgroup.wait_group(1)
+                    ab_pipe.consumer_release(release)
+                    release.advance()
+            if cutlass.const_expr(pingpong):
+                self._turn_pass(_BAR_MMA_TURN, 1 - wg)
+            cute.nvgpu.warpgroup.wait_group(0)
+            if k_tiles > 0:
+                ab_pipe.consumer_release(release)
+                release.advance()
+
+            # ---- epilogue
+            if cutlass.const_expr(self.hook is not None):
+                # The hook runs on the accumulator in place, element by element, with
+                # coordinates from the MMA's own C partition (so they match by construction).
+                tCcD = tiled_mma.get_slice(etidx).partition_C(cD[(None, None, tc[0], tc[1])])
+                self._apply_hook(acc, tCcD, tc[2], ep_tensors, ep_scalars, size_m, size_n)
+            if cutlass.const_expr(pingpong):
+                self._turn_wait(_BAR_EPI_TURN, wg)
+            gD_epi = cute.zipped_divide(gD[(None, None, *tc)], self.epi_tile)
+            bSG_sD, bSG_gD = cute.nvgpu.cpasync.tma_partition(
+                tma_d, 0, cute.make_layout(1), cute.group_modes(sD, 0, 2), gD_epi
+            )
+            for em in cutlass.range_constexpr(epi_m):
+                for en in cutlass.range_constexpr(epi_n):
+                    # Sub-tile (em, en) of the accumulator, in stmatrix order.
+                    for r in cutlass.range_constexpr(rv):
+                        for i in cutlass.range_constexpr(rm):
+                            for j in cutlass.range_constexpr(rn):
+                                tRS_rD[(r, i, j)] = tRS_acc[((r, en * rn + j), em * rm + i, 0)]
+                    for v in cutlass.range_constexpr(cute.size(tRS_rD)):
+                        tRS_rOut[v] = tRS_rD[v].to(self.out_dtype)
+                    buf = epi_count % self.epi_stage
+                    cute.copy(r2s, tRS_rOut, tRS_sD[(None, None, None, buf)])
+                    cute.arch.fence_proxy("async.shared", space="cta")
+                    epi_bar.arrive_and_wait()
+                    if warp_idx == store_warp:
+                        cute.copy(tma_d, bSG_sD[(None, buf)], bSG_gD[(None, (em, en))])
+                        store_pipe.producer_commit()
+                        store_pipe.producer_acquire()
+                    epi_bar.arrive_and_wait()
+                    epi_count += 1
+
+            if cutlass.const_expr(pingpong):
+                # The two warpgroups share the staging buffers: drain before passing the turn.
+                if warp_idx == store_warp:
+                    store_pipe.producer_tail()
+                self._turn_pass(_BAR_EPI_TURN, 1 - wg)
+                read.advance(k_tiles)
+                release.advance(k_tiles)
+                sched.advance_to_next_work(advance_count=2)
+            else:
+                sched.advance_to_next_work()
+            work = sched.get_current_work()
+
+        if warp_idx == store_warp:
+            store_pipe.producer_tail()
+
+    @staticmethod
+    def _subtile_geometry(tRS_acc, tRS_rD, epi_m, epi_n):
+        """Static sizes relating the retiled accumulator to one epilogue sub-tile.
+
+        The retiled accumulator is ((V, N-blocks), M-blocks, 1) and a sub-tile
+        (V, m-blocks, n-blocks); anything else is refused at trace time rather
+        than indexed wrongly.
+        """
+        acc_shape, sub_shape = tRS_acc.shape, tRS_rD.shape
+        rv, rm, rn = (cute.size(tRS_rD, mode=[i]) for i in range(3))
+        ok = (
+            cute.rank(tRS_acc) == 3
+            and cute.size(tRS_acc, mode=[2]) == 1
+            and isinstance(acc_shape[0], tuple)
+            and len(acc_shape[0]) == 2
+            and cute.size(acc_shape[0][0]) == rv
+            and cute.size(acc_shape[0][1]) == epi_n * rn
+            and cute.size(tRS_acc, mode=[1]) == epi_m * rm
+        )
+        if not ok:
+            raise NotImplementedError(
+                f"unexpected accumulator/sub-tile layouts {acc_shape} / {sub_shape}"
+            )
+        return rv, rm, rn
+
+    def _apply_hook(self, acc, coords, batch, ep_tensors, ep_scalars, size_m, size_n):
+        # Trace-time Python (not preprocessed): every loop here unrolls.
+        last_m = size_m - 1
+        last_n = size_n - 1
+        for v in range(cute.size(acc)):
+            m, n = coords[v]
+            # Clamp so elements past M/N (clipped by the TMA store) read in bounds.
+            mc = cutlass.min(m, last_m)
+            nc = cutlass.min(n, last_n)
+            tensors, scalars = iter(ep_tensors), iter(ep_scalars)
+            vals = tuple(
+                next(tensors)[(mc, nc, batch)].to(Float32) if op.is_tensor else next(scalars)
+                for op in self.epilogue.operands
+            )
+            acc[v] = self.hook(acc[v], m, n, batch, vals)

@@ -1,0 +1,74 @@
+"""What identifies one compiled kernel binary, and the key it is cached under."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import importlib.metadata
+from pathlib import Path
+
+from ..arch import dsl_arch
+from ..kernels.config import GemmConfig
+from ..kernels.epilogue import Epilogue
+
+# Bytes every TMA base pointer and leading stride is compiled to assume.
+ALIGNMENT = 16
+KERNEL_DIR = Path(__file__).resolve().parent.parent / "kernels"
+
+
+@functools.lru_cache(maxsize=1)
+def kernel_source_digest() -> str:
+    """Digest of our kernel sources: editing the kernel invalidates the cache."""
+    h = hashlib.sha256()
+    for path in sorted(KERNEL_DIR.glob("*.py")):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def dsl_version() -> str:
+    try:
+        return importlib.metadata.version("nvidia-cutlass-dsl")
+    except importlib.metadata.PackageNotFoundError:
+        # The GPU machine carries the DSL unpacked on PYTHONPATH, without metadata.
+        import cutlass
+
+        return getattr(cutlass, "__version__", "unknown")
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelSpec:
+    """Everything that changes the generated binary."""
+
+    config: GemmConfig
+    ab_dtype: str
+    out_dtype: str
+    a_major: str  # "k" (row-major A) or "m"
+    b_major: str  # "k" (B is K x N column-major) or "n" (row-major B)
+    epilogue: Epilogue
+
+    def key(self) -> str:
+        parts = (
+            kernel_source_digest(),
+            self.config.name(),
+            self.ab_dtype,
+            self.out_dtype,
+            self.a_major,
+            self.b_major,
+            str(ALIGNMENT),
+            self.epilogue.fingerprint(),
+            dsl_arch(),
+            dsl_version(),
+        )
+        return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
+
+    def symbol(self) -> str:
+        """C symbol prefix of the exported entry (unique per key)."""
+        return f"icd_{self.key()}"
+
+    def describe(self) -> str:
+        return (
+            f"{self.config.name()} {self.ab_dtype}->{self.out_dtype} "
+            f"A{self.a_major.upper()} B{self.b_major.upper()} epi={self.epilogue.name}"
+        )

@@ -1,0 +1,127 @@
+"""Which inputs the kernel can take: every refusal comes with its reason.
+
+A GEMM the kernel cannot compute exactly as asked is refused here (and then
+offered no CuteDSL candidate); it is never run on a guess.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..arch import SM_MAJOR, SM_MINOR
+from ..kernels.epilogue import Epilogue
+from .spec import ALIGNMENT
+
+AB_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
+OUT_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
+
+
+def _aligned(nbytes: int) -> bool:
+    return nbytes % ALIGNMENT == 0
+
+
+def a_major(a: torch.Tensor) -> str | None:
+    """'k' if A (..., M, K) is row-major, 'm' if column-major, None if neither."""
+    if a.stride(-1) == 1 and (a.size(-2) == 1 or a.stride(-2) >= a.size(-1)):
+        return "k"
+    if a.stride(-2) == 1 and (a.size(-1) == 1 or a.stride(-1) >= a.size(-2)):
+        return "m"
+    return None
+
+
+def b_major(b: torch.Tensor) -> str | None:
+    """'n' if B (..., K, N) is row-major, 'k' if column-major, None if neither."""
+    if b.stride(-1) == 1 and (b.size(-2) == 1 or b.stride(-2) >= b.size(-1)):
+        return "n"
+    if b.stride(-2) == 1 and (b.size(-1) == 1 or b.stride(-1) >= b.size(-2)):
+        return "k"
+    return None
+
+
+def leading_stride(t: torch.Tensor, major_is_last: bool) -> int:
+    """Stride of the non-contiguous matrix mode."""
+    return t.stride(-2) if major_is_last else t.stride(-1)
+
+
+def device_reason(device: torch.device) -> str | None:
+    if device.type != "cuda":
+        return f"tensor on {device.type}, not a CUDA device"
+    cap = torch.cuda.get_device_capability(device)
+    if cap != (SM_MAJOR, SM_MINOR):
+        return f"device is sm_{cap[0]}{cap[1]}, kernel is built for sm_90a only"
+    return None
+
+
+def _alignment_reason(name: str, t: torch.Tensor, ld: int) -> str | None:
+    """TMA needs 16-byte aligned base, leading stride and batch stride."""
+    es = t.element_size()
+    if not _aligned(t.data_ptr()):
+        return f"{name} base pointer {t.data_ptr():#x} is not {ALIGNMENT}-byte aligned"
+    if not _aligned(ld * es):
+        return f"{name} leading stride {ld} is not a multiple of {ALIGNMENT} bytes"
+    if t.dim() == 3 and t.size(0) > 1:
+        if t.stride(0) == 0:
+            return f"{name} has a broadcast batch (batch stride 0)"
+        if not _aligned(t.stride(0) * es):
+            return f"{name} batch stride {t.stride(0)} is not a multiple of {ALIGNMENT} bytes"
+    return None
+
+
+def gemm_reason(
+    a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, out_dtype=None
+) -> str | None:
+    """None if ``out = a @ b`` (2-D, or 3-D batched) can run, else why not."""
+    if a.dim() != b.dim() or a.dim() not in (2, 3):
+        return f"unsupported ranks A{a.dim()}D B{b.dim()}D (want 2-D or 3-D each)"
+    if a.dim() == 3 and a.size(0) != b.size(0):
+        return f"batch sizes differ ({a.size(0)} vs {b.size(0)})"
+    if a.size(-1) != b.size(-2):
+        return f"inner sizes differ ({a.size(-1)} vs {b.size(-2)})"
+    if min(a.size(-2), a.size(-1), b.size(-1)) == 0:
+        return "empty GEMM (a zero size)"
+    if a.dtype not in AB_DTYPES or b.dtype != a.dtype:
+        return f"operand dtypes {a.dtype}/{b.dtype} unsupported (bf16 or fp16, equal)"
+    out_dtype = out.dtype if out is not None else (out_dtype or a.dtype)
+    if out_dtype not in OUT_DTYPES:
+        return f"output dtype {out_dtype} unsupported"
+    for t in (a, b) + ((out,) if out is not None else ()):
+        reason = device_reason(t.device)
+        if reason:
+            return reason
+    am, bm = a_major(a), b_major(b)
+    if am is None:
+        return f"A has no unit-stride matrix mode (strides {tuple(a.stride())})"
+    if bm is None:
+        return f"B has no unit-stride matrix mode (strides {tuple(b.stride())})"
+    reason = _alignment_reason("A", a, leading_stride(a, am == "k")) or _alignment_reason(
+        "B", b, leading_stride(b, bm == "n")
+    )
+    if reason:
+        return reason
+    if out is not None:
+        if out.stride(-1) != 1:
+            return "output is not row-major (the kernel stores row-major D)"
+        return _alignment_reason("D", out, out.stride(-2))
+    return None
+
+
+def operands_reason(epilogue: Epilogue, operands, batch: int, m: int, n: int) -> str | None:
+    """Epilogue operands must match their declared kind once broadcast to (L, M, N)."""
+    if len(operands) != len(epilogue.operands):
+        return f"epilogue {epilogue.name} takes {len(epilogue.operands)} operands"
+    for decl, value in zip(epilogue.operands, operands):
+        if not decl.is_tensor:
+            if isinstance(value, torch.Tensor):
+                return f"operand {decl.name} is a scalar, got a tensor"
+            continue
+        if not isinstance(value, torch.Tensor) or OUT_DTYPES.get(value.dtype) != decl.dtype:
+            return f"operand {decl.name} must be a {decl.dtype} tensor"
+        try:
+            view = value.expand(batch, m, n)
+        except RuntimeError:
+            return f"operand {decl.name} of shape {tuple(value.shape)} does not broadcast to {(batch, m, n)}"
+        if (decl.kind == "row" and m > 1 and view.stride(1) != 0) or (
+            decl.kind == "col" and n > 1 and view.stride(2) != 0
+        ):
+            return f"operand {decl.name} is not a {decl.kind} vector"
+    tensors = [v for d, v in zip(epilogue.operands, operands) if d.is_tensor]
+    return next(filter(None, (device_reason(v.device) for v in tensors)), None)

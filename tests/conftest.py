@@ -1,0 +1,37 @@
+import os
+import tempfile
+
+import pytest
+
+# One cache shared by every xdist worker of a run (workers race on keys by design).
+os.environ.setdefault(
+    "INDUCTOR_CUTEDSL_CACHE_DIR",
+    os.path.join(tempfile.gettempdir(), f"inductor_cutedsl_test_cache_{os.getuid()}"),
+)
+
+
+def _hopper_gpu() -> str | None:
+    """None when a Hopper GPU and the DSL are here, else why GPU tests skip."""
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return "no CUDA GPU"
+    if torch.cuda.get_device_capability() != (9, 0):
+        return "GPU is not sm_90"
+    try:
+        import cutlass  # noqa: F401
+    except ImportError:
+        return "nvidia-cutlass-dsl is not installed"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    reason = _hopper_gpu()
+    if reason is None:
+        return
+    skip = pytest.mark.skip(reason=f"GPU test: {reason}")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

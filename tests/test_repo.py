@@ -1,0 +1,21 @@
+"""The repository's own promises: CI runs exactly the README's test command."""
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def readme_commands() -> list[str]:
+    lines = (ROOT / "README.md").read_text().splitlines()
+    return [ln.strip() for ln in lines if ln.startswith("    python3 -m venv")]
+
+
+def test_readme_has_main_job_and_test_commands():
+    cmds = readme_commands()
+    assert len(cmds) == 2
+    assert cmds[0].endswith("-m inductor_cutedsl")
+    assert "pytest -n auto" in cmds[1]
+
+
+def test_ci_runs_the_readme_test_command():
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert readme_commands()[1] in [ln.strip() for ln in ci]

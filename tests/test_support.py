@@ -1,0 +1,93 @@
+"""Refusal logic that needs no GPU, and the epilogue hook definitions."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from inductor_cutedsl.kernels import epilogue as E
+from inductor_cutedsl.runtime import gemm_reason, operands_reason
+from inductor_cutedsl.runtime import support
+
+
+def cpu(*shape, dtype=torch.bfloat16):
+    return torch.randn(*shape).to(dtype)
+
+
+@pytest.mark.parametrize(
+    "a,b,needle",
+    [
+        (cpu(64, 64), cpu(64, 64), "not a CUDA device"),
+        (cpu(64, 64, dtype=torch.float32), cpu(64, 64, dtype=torch.float32), "dtypes"),
+        (cpu(64, 64, dtype=torch.float64), cpu(64, 64, dtype=torch.float64), "dtypes"),
+        (cpu(64, 64), cpu(64, 64, dtype=torch.float16), "dtypes"),
+        (cpu(64, 32), cpu(64, 64), "inner sizes"),
+        (cpu(2, 64, 64), cpu(3, 64, 64), "batch sizes"),
+        (cpu(64), cpu(64, 64), "ranks"),
+        (cpu(0, 64), cpu(64, 64), "empty"),
+    ],
+)
+def test_refusals_without_gpu(a, b, needle):
+    reason = gemm_reason(a, b)
+    assert reason is not None and needle in reason
+
+
+def test_non_hopper_gpu_is_refused(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    reason = support.device_reason(torch.device("cuda", 0))
+    assert reason and "sm_80" in reason
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (10, 0))
+    assert "sm_100" in support.device_reason(torch.device("cuda", 0))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    assert support.device_reason(torch.device("cuda", 0)) is None
+
+
+@pytest.mark.parametrize(
+    "t,major",
+    [
+        (cpu(64, 32), "k"),
+        (cpu(32, 64).t(), "m"),
+        (cpu(64, 64)[:, ::2], None),
+        (cpu(1, 32), "k"),
+    ],
+)
+def test_a_major(t, major):
+    assert support.a_major(t) == major
+
+
+def test_b_major():
+    assert support.b_major(cpu(64, 32)) == "n"
+    assert support.b_major(cpu(32, 64).t()) == "k"
+    assert support.b_major(cpu(64, 64)[::2, ::2]) is None
+
+
+def test_operands_reason():
+    epi = E.bias("row")
+    assert operands_reason(epi, [cpu(128)], 1, 64, 128) and "CUDA" in operands_reason(
+        epi, [cpu(128)], 1, 64, 128
+    )
+    assert "not a row vector" in operands_reason(epi, [cpu(64, 128)], 1, 64, 128)
+    assert "does not broadcast" in operands_reason(epi, [cpu(100)], 1, 64, 128)
+    assert "must be a bfloat16" in operands_reason(epi, [cpu(128, dtype=torch.float16)], 1, 64, 128)
+    assert "takes 1 operands" in operands_reason(epi, [], 1, 64, 128)
+    assert "not a col vector" in operands_reason(E.bias("col"), [cpu(128)], 1, 64, 128)
+    assert "is a scalar" in operands_reason(E.addmm(True, "full"), [cpu(64, 128)] * 3, 1, 64, 128)
+
+
+def test_epilogue_definitions():
+    assert E.IDENTITY.is_identity
+    with pytest.raises(ValueError):
+        E.EpilogueOperand("x", "diagonal")
+    with pytest.raises(ValueError):
+        E.bias_activation("softplus")
+    fps = {e.fingerprint() for e in (E.IDENTITY, E.bias("row"), E.bias("col"), E.addmm(True, "row"))}
+    assert len(fps) == 4
+
+
+def test_epilogue_sources_materialize():
+    from inductor_cutedsl.kernels.epilogue_math import materialize
+
+    assert materialize(E.IDENTITY) is None
+    for act in E.ACTIVATIONS:
+        assert callable(materialize(E.bias_activation(act)))
+    with pytest.raises(ValueError, match="no `epilogue`"):
+        materialize(E.Epilogue("bad", "def other(acc, m, n, l, ops):\n    return acc\n"))
