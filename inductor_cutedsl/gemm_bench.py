@@ -33,13 +33,18 @@ SHAPES = [
 
 def search_space(m: int, n: int, k: int) -> list[GemmConfig]:
     """The shortlist plus raster/swizzle variants of its leaders."""
-    base = shortlist(m, n, k, limit=6)
+    base = shortlist(m, n, k, limit=4)
     extra = [
         dataclasses.replace(cfg, raster_along_m=raster_m, swizzle=swizzle, epi_n=epi_n)
         for cfg in base[:3]
         for raster_m in (True, False)
-        for swizzle in (1, 4, 8)
+        for swizzle in (1, 8)
         for epi_n in (32, 64)
+    ] + [
+        # 2x2 clusters multicast both operands: a quarter less L2 -> SM traffic.
+        dataclasses.replace(cfg, cluster_m=2, cluster_n=2, swizzle=swizzle, epi_n=64)
+        for cfg in base[:2]
+        for swizzle in (1, 8)
     ]
     return [c for c in dict.fromkeys(base + extra) if c.invalid_reason() is None]
 
@@ -118,10 +123,13 @@ def main(argv: list[str] | None = None) -> dict:
             if not err < 1e-2:
                 print(f"  {spec.config.name()}: WRONG (rel err {err})")
                 continue
+            # Rank by the ratio to an adjacent cuBLAS timing: the GPU's clock drifts
+            # (power, heat) over a search far more than the candidates differ.
             ms = bench(lambda: kern(a, b, out))
-            tried.append({"config": spec.config.name(), "ms": round(ms, 4)})
-            if best is None or ms < best[0]:
-                best = (ms, spec)
+            ratio = bench(lambda: torch.mm(a, b, out=out)) / ms
+            tried.append({"config": spec.config.name(), "ms": round(ms, 4), "vs_cublas": round(ratio, 4)})
+            if best is None or ratio > best[0]:
+                best = (ratio, spec)
         spec = best[1]
         kern = get_gemm(spec, cache)
         final = side_by_side({"ours": lambda: kern(a, b, out), "cublas": lambda: torch.mm(a, b, out=out)})
@@ -136,7 +144,7 @@ def main(argv: list[str] | None = None) -> dict:
             "tflops": round(flops / ms / 1e9, 1),
             "cublas_tflops": round(flops / cublas_ms / 1e9, 1),
             "compile_s": round(built[spec][2], 2),
-            "candidates": sorted(tried, key=lambda t: t["ms"]),
+            "candidates": sorted(tried, key=lambda t: -t["vs_cublas"]),
         }
         rows.append(row)
         print(f"{m}x{n}x{k}: ours {ms:.4f} ms ({row['tflops']} TFLOP/s, {row['config']}) "

@@ -15,7 +15,7 @@ from inductor_cutedsl.runtime.compiler import build, build_many
 REPRESENTATIVE = [
     (GemmConfig(128, 256, 2, 1), "bfloat16", "bfloat16", "k", "k", E.IDENTITY),
     (GemmConfig(128, 128, 1, 2, True, False, 8), "float16", "float32", "m", "n", E.bias("col")),
-    (GemmConfig(256, 128, 1, 1, epi_n=64), "bfloat16", "float16", "m", "k",
+    (GemmConfig(256, 128, 2, 2, epi_n=64), "bfloat16", "float16", "m", "k",
      E.bias_activation("gelu_tanh")),
     (GemmConfig(64, 256, 2, 1, True), "float16", "float16", "k", "n", E.addmm(True, "full")),
 ]  # fmt: skip
@@ -43,7 +43,7 @@ def test_config_space_is_valid_and_shortlist_in_it():
     [
         (GemmConfig(96, 128), "tile_m"),
         (GemmConfig(128, 96), "tile_n"),
-        (GemmConfig(128, 256, 2, 2), "cluster"),
+        (GemmConfig(128, 256, 4, 1), "cluster"),
         (GemmConfig(128, 256, swizzle=3), "swizzle"),
         (GemmConfig(128, 256, pingpong=True), "accumulator registers"),
         (GemmConfig(128, 192, epi_n=128), "epi_n"),

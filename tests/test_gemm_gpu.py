@@ -16,7 +16,7 @@ TOL = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 2e-3}
 CONFIGS = [
     GemmConfig(128, 256, 2, 1, False, True, 1),
     GemmConfig(128, 128, 1, 2, True, False, 1),
-    GemmConfig(256, 128, 1, 1, False, False, 8),
+    GemmConfig(256, 128, 2, 2, False, False, 8, 64),
     GemmConfig(64, 256, 2, 1, True, True, 8),
 ]
 SHAPES = [  # (M, N, K): odd, tiny, non-multiples and multiples of 4096

@@ -19,7 +19,7 @@ MIN_AB_STAGES = 2
 
 _TILE_N_CHOICES = (64, 128, 192, 256)
 _TILE_M_CHOICES = ((64, True), (128, True), (128, False), (256, False))
-_CLUSTERS = ((1, 1), (2, 1), (1, 2))
+_CLUSTERS = ((1, 1), (2, 1), (1, 2), (2, 2))
 
 
 @dataclasses.dataclass(frozen=True, order=True)

@@ -427,8 +427,11 @@ class Sm90Gemm:
             barrier_id=_BAR_EPI + (wg if pingpong else 0), num_threads=self.epi_threads
         )
         store_warp = 4 * (1 + wg) if pingpong else 4
+        # One barrier per sub-tile: before it, the store warp waits until at most
+        # epi_stage - 2 stores still read shared memory, so the buffer written after it
+        # (used epi_stage sub-tiles ago) is free. Hence epi_stage - 1 pipeline stages.
         store_pipe = pipeline.PipelineTmaStore.create(
-            num_stages=self.epi_stage,
+            num_stages=self.epi_stage - 1,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.epi_threads),
         )
 
@@ -500,12 +503,12 @@ class Sm90Gemm:
                     buf = epi_count % self.epi_stage
                     cute.copy(r2s, tRS_rOut, tRS_sD[(None, None, None, buf)])
                     cute.arch.fence_proxy("async.shared", space="cta")
+                    if warp_idx == store_warp:
+                        store_pipe.producer_acquire()
                     epi_bar.arrive_and_wait()
                     if warp_idx == store_warp:
                         cute.copy(tma_d, bSG_sD[(None, buf)], bSG_gD[(None, (em, en))])
                         store_pipe.producer_commit()
-                        store_pipe.producer_acquire()
-                    epi_bar.arrive_and_wait()
                     epi_count += 1
 
             if cutlass.const_expr(pingpong):
