@@ -19,22 +19,24 @@ def _aligned(nbytes: int) -> bool:
     return nbytes % ALIGNMENT == 0
 
 
+def _contiguous_mode(t: torch.Tensor) -> str | None:
+    """'last' if the matrix (..., R, C) is row-major, 'first' if column-major, else None."""
+    rows, cols = t.size(-2), t.size(-1)
+    if t.stride(-1) == 1 and (rows == 1 or t.stride(-2) >= cols):
+        return "last"
+    if t.stride(-2) == 1 and (cols == 1 or t.stride(-1) >= rows):
+        return "first"
+    return None
+
+
 def a_major(a: torch.Tensor) -> str | None:
     """'k' if A (..., M, K) is row-major, 'm' if column-major, None if neither."""
-    if a.stride(-1) == 1 and (a.size(-2) == 1 or a.stride(-2) >= a.size(-1)):
-        return "k"
-    if a.stride(-2) == 1 and (a.size(-1) == 1 or a.stride(-1) >= a.size(-2)):
-        return "m"
-    return None
+    return {"last": "k", "first": "m"}.get(_contiguous_mode(a))
 
 
 def b_major(b: torch.Tensor) -> str | None:
     """'n' if B (..., K, N) is row-major, 'k' if column-major, None if neither."""
-    if b.stride(-1) == 1 and (b.size(-2) == 1 or b.stride(-2) >= b.size(-1)):
-        return "n"
-    if b.stride(-2) == 1 and (b.size(-1) == 1 or b.stride(-1) >= b.size(-2)):
-        return "k"
-    return None
+    return {"last": "n", "first": "k"}.get(_contiguous_mode(b))
 
 
 def leading_stride(t: torch.Tensor, major_is_last: bool) -> int:
