@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import functools
 import threading
+from pathlib import Path
 
 import torch
 
+from .. import config
 from ..kernels.config import GemmConfig, shortlist
 from ..kernels.epilogue import IDENTITY, Epilogue
 from .cache import KernelCache
@@ -32,9 +34,11 @@ _default_cache: KernelCache | None = None
 
 
 def default_cache() -> KernelCache:
+    """The process's cache, at ``inductor_cutedsl.config.cache_dir`` (re-read if it changes)."""
     global _default_cache
-    if _default_cache is None:
-        _default_cache = KernelCache()
+    want = config.cache_dir
+    if _default_cache is None or (want is not None and Path(want) != _default_cache.root):
+        _default_cache = KernelCache(want)
     return _default_cache
 
 
@@ -92,7 +96,10 @@ class CompiledGemm:
 
         self._call = FastCaller(getattr(self._module, spec.symbol()), kinds, to_dsl_args)
 
-    def __call__(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *operands) -> torch.Tensor:
+    def __call__(
+        self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *operands, stream: int | None = None
+    ) -> torch.Tensor:
+        """Launch on ``stream`` (a raw CUDA stream handle), by default torch's current one."""
         spec = self.spec
         m, k = a.shape[-2], a.shape[-1]
         n = b.shape[-1]
@@ -115,7 +122,7 @@ class CompiledGemm:
                 args += [value.data_ptr(), view.stride(1), view.stride(2), view.stride(0)]
             else:
                 args.append(float(value))
-        args.append(torch.cuda.current_stream(a.device).cuda_stream)
+        args.append(stream if stream is not None else torch.cuda.current_stream(a.device).cuda_stream)
         self._call(*args)
         return out
 

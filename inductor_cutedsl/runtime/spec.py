@@ -5,11 +5,12 @@ import dataclasses
 import functools
 import hashlib
 import importlib.metadata
+import json
 from pathlib import Path
 
 from ..arch import dsl_arch
 from ..kernels.config import GemmConfig
-from ..kernels.epilogue import Epilogue
+from ..kernels.epilogue import Epilogue, EpilogueOperand
 
 # Bytes every TMA base pointer and leading stride is compiled to assume.
 ALIGNMENT = 16
@@ -71,4 +72,35 @@ class KernelSpec:
         return (
             f"{self.config.name()} {self.ab_dtype}->{self.out_dtype} "
             f"A{self.a_major.upper()} B{self.b_major.upper()} epi={self.epilogue.name}"
+        )
+
+    def to_json(self) -> str:
+        """A self-contained description, for generated code to rebuild the spec."""
+        return json.dumps(
+            {
+                "config": dataclasses.asdict(self.config),
+                "ab_dtype": self.ab_dtype,
+                "out_dtype": self.out_dtype,
+                "a_major": self.a_major,
+                "b_major": self.b_major,
+                "epilogue": {
+                    "name": self.epilogue.name,
+                    "source": self.epilogue.source,
+                    "operands": [dataclasses.asdict(op) for op in self.epilogue.operands],
+                },
+            },
+            sort_keys=True,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> "KernelSpec":
+        d = json.loads(text)
+        epi = d["epilogue"]
+        return cls(
+            GemmConfig(**d["config"]),
+            d["ab_dtype"],
+            d["out_dtype"],
+            d["a_major"],
+            d["b_major"],
+            Epilogue(epi["name"], epi["source"], tuple(EpilogueOperand(**o) for o in epi["operands"])),
         )

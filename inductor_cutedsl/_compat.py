@@ -1,0 +1,110 @@
+"""Every use of torch-private (``torch._inductor``) API, for torch 2.11.
+
+Keeping them here makes a torch upgrade a one-file review.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import sympy
+import torch
+from torch._inductor import config as inductor_config
+from torch._inductor import ir
+from torch._inductor.choices import InductorChoices
+from torch._inductor.codegen.cutedsl.cutedsl_template import CuteDSLTemplate, CuteDSLTemplateCaller
+from torch._inductor.virtualized import V
+
+__all__ = [
+    "CuteDSLTemplate",
+    "CuteDSLTemplateCaller",
+    "InductorChoices",
+    "aten_choice",
+    "autotune_backends",
+    "choices_class",
+    "codegen_blocked",
+    "freeze_layout",
+    "max_autotune_on",
+    "multiple_of",
+    "offset_of",
+    "set_autotune_backends",
+    "set_choices_class",
+    "size_hint",
+]
+
+
+def autotune_backends() -> str:
+    return inductor_config.max_autotune_gemm_backends
+
+
+def set_autotune_backends(value: str) -> None:
+    inductor_config.max_autotune_gemm_backends = value
+
+
+def backend_enabled(token: str) -> bool:
+    """Whether ``token`` is in ``max_autotune_gemm_backends`` (Inductor's own parsing)."""
+    return token.upper() in [x.strip() for x in autotune_backends().upper().split(",")]
+
+
+def max_autotune_on() -> bool:
+    return bool(inductor_config.max_autotune or inductor_config.max_autotune_gemm)
+
+
+def codegen_blocked() -> str | None:
+    """Why the current graph cannot take a CuteDSL kernel call, if it cannot."""
+    if V.aot_compilation:
+        return "AOT compilation (no Python wrapper to call the kernel from)"
+    if V.graph.cpp_wrapper:
+        return "cpp_wrapper is on (CuteDSL kernels are called from the Python wrapper)"
+    return None
+
+
+def choices_class() -> Any:
+    return inductor_config.inductor_choices_class
+
+
+def set_choices_class(cls: Any) -> None:
+    """Install ``cls`` for new threads (config) and for this thread (the live handler)."""
+    inductor_config.inductor_choices_class = cls
+    V.set_choices_handler(cls() if cls is not None else InductorChoices())
+
+
+def size_hint(expr: Any) -> int:
+    return int(V.graph.sizevars.size_hint(expr, fallback=inductor_config.unbacked_symint_fallback))
+
+
+def multiple_of(expr: Any, n: int) -> bool:
+    """True only when ``expr`` is provably a multiple of ``n`` (adds no guard)."""
+    return bool(V.graph.sizevars.statically_known_multiple_of(sympy.sympify(expr), n))
+
+
+def is_one(expr: Any) -> bool:
+    return bool(V.graph.sizevars.statically_known_equals(expr, 1))
+
+
+def offset_of(node: Any) -> Any:
+    """Storage offset (elements) of an input node's layout."""
+    return node.get_layout().offset
+
+
+def freeze_layout(node: Any) -> None:
+    """Fix a flexible input layout so that the strides our kernel was picked for hold."""
+    ir.ExternKernel.realize_input(node)
+    layout = node.get_layout()
+    if isinstance(layout, ir.FlexibleLayout):
+        node.freeze_layout()
+
+
+def device_of(node: Any) -> torch.device:
+    return node.get_device()
+
+
+def aten_choice(op_name: str) -> Any:
+    """Inductor's ATen (cuBLAS) ExternKernelChoice for a GEMM op."""
+    from torch._inductor.kernel import bmm, mm
+
+    return {
+        "mm": mm.aten_mm,
+        "addmm": mm.aten_addmm,
+        "bmm": bmm.aten_bmm,
+        "baddbmm": bmm.aten_baddbmm,
+    }[op_name]

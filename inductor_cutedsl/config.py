@@ -1,0 +1,60 @@
+"""Settings of the backend, each overridable by an environment variable.
+
+    import inductor_cutedsl
+    inductor_cutedsl.config.max_configs = 2
+    with inductor_cutedsl.config.patch(enabled=False):
+        ...
+
+Environment variables are read when this module is imported.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from typing import Any, Iterator
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() not in ("0", "false", "no", "off", "")
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return int(value) if value else default
+
+
+#: Offer CuteDSL candidates at all (``INDUCTOR_CUTEDSL_ENABLED``).
+enabled: bool = _env_bool("INDUCTOR_CUTEDSL_ENABLED", True)
+#: Kernel cache directory (``INDUCTOR_CUTEDSL_CACHE_DIR``); None means the per-user default.
+cache_dir: str | None = os.environ.get("INDUCTOR_CUTEDSL_CACHE_DIR") or None
+#: Most CuteDSL configs offered to the autotuner per GEMM (``INDUCTOR_CUTEDSL_MAX_CONFIGS``).
+max_configs: int = _env_int("INDUCTOR_CUTEDSL_MAX_CONFIGS", 4)
+#: Processes that compile candidates in parallel (``INDUCTOR_CUTEDSL_COMPILE_WORKERS``).
+compile_workers: int = _env_int("INDUCTOR_CUTEDSL_COMPILE_WORKERS", min(8, os.cpu_count() or 1))
+
+_FIELDS = ("enabled", "cache_dir", "max_configs", "compile_workers")
+
+
+def as_dict() -> dict[str, Any]:
+    return {name: getattr(sys.modules[__name__], name) for name in _FIELDS}
+
+
+@contextlib.contextmanager
+def patch(**changes: Any) -> Iterator[None]:
+    """Set some settings for the duration of a ``with`` block."""
+    module = sys.modules[__name__]
+    unknown = set(changes) - set(_FIELDS)
+    if unknown:
+        raise AttributeError(f"unknown inductor_cutedsl settings: {sorted(unknown)}")
+    saved = as_dict()
+    for name, value in changes.items():
+        setattr(module, name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(module, name, value)

@@ -1,0 +1,156 @@
+"""CuteDSL candidates for Inductor's mm / addmm / bmm / baddbmm autotuning.
+
+Each GEMM is first checked against what the kernel can take, on the IR (static
+sizes, strides and offsets, proven without adding guards). A GEMM that fails a
+check gets no CuteDSL candidate, and the reason goes to the
+``inductor_cutedsl.lowering`` logger (``TORCH_LOGS="+inductor_cutedsl"``).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+import torch
+
+from .. import _compat, config
+from ..arch import SM_MAJOR, SM_MINOR
+from ..kernels import epilogue as E
+from ..kernels.config import shortlist
+from ..runtime import compiler
+from ..runtime.launch import default_cache
+from ..runtime.spec import KernelSpec
+from ..runtime.support import AB_DTYPES, OUT_DTYPES
+from .template import gemm_template
+
+log = logging.getLogger("inductor_cutedsl.lowering")
+
+BACKEND_TOKEN = "CUTEDSL"
+GEMM_OPS = ("mm", "addmm", "bmm", "baddbmm")
+_ALIGN_ELEMS = {2: 8, 4: 4}  # 16 bytes, in elements of that size
+
+
+class Refusal(Exception):
+    """This GEMM gets no CuteDSL candidate; the message says why."""
+
+
+def _contiguous_mode(name: str, node: Any) -> str:
+    """'last' or 'first': which mode of a (.., R, C) operand is contiguous (16-byte rules checked)."""
+    size, stride = node.get_size(), node.get_stride()
+    itemsize = node.get_dtype().itemsize
+    align = _ALIGN_ELEMS[itemsize]
+    if _compat.is_one(stride[-1]):
+        major, lead = "last", stride[-2]
+    elif _compat.is_one(stride[-2]):
+        major, lead = "first", stride[-1]
+    else:
+        raise Refusal(f"{name} has no unit-stride matrix mode (strides {list(stride)})")
+    if not _compat.multiple_of(lead, align):
+        raise Refusal(f"{name} leading stride {lead} is not a multiple of 16 bytes")
+    if len(size) == 3 and not _compat.is_one(size[0]) and not _compat.multiple_of(stride[0], align):
+        raise Refusal(f"{name} batch stride {stride[0]} is not a multiple of 16 bytes")
+    if len(size) == 3 and _compat.size_hint(size[0]) > 1 and _compat.size_hint(stride[0]) == 0:
+        raise Refusal(f"{name} has a broadcast batch")
+    if not _compat.multiple_of(_compat.offset_of(node), align):
+        raise Refusal(f"{name} storage offset is not a multiple of 16 bytes")
+    return major
+
+
+def _device_reason(node: Any) -> str | None:
+    device = _compat.device_of(node)
+    if device is None or device.type != "cuda":
+        return f"tensor on {getattr(device, 'type', None)}, not CUDA"
+    cap = torch.cuda.get_device_capability(device)
+    if cap != (SM_MAJOR, SM_MINOR):
+        return f"device is sm_{cap[0]}{cap[1]}; the kernel is built for sm_90a only"
+    return None
+
+
+def gemm_specs(kernel_inputs: Any, op_name: str) -> tuple[list[KernelSpec], dict]:
+    """Candidate specs for this GEMM and the template arguments they share.
+
+    Raises Refusal when the GEMM must not get a CuteDSL candidate.
+    """
+    if not _compat.backend_enabled(BACKEND_TOKEN):
+        raise Refusal(f"{BACKEND_TOKEN} is not in max_autotune_gemm_backends")
+    if not _compat.max_autotune_on():
+        raise Refusal("max-autotune is off")
+    blocked = _compat.codegen_blocked()
+    if blocked:
+        raise Refusal(blocked)
+    nodes = kernel_inputs.nodes()
+    has_c = op_name in ("addmm", "baddbmm")
+    c, a, b = nodes if has_c else (None, *nodes)
+    reason = _device_reason(a)
+    if reason:
+        raise Refusal(reason)
+    ab_dtype, out_dtype = a.get_dtype(), kernel_inputs.out_dtype()
+    if ab_dtype not in AB_DTYPES or b.get_dtype() != ab_dtype:
+        raise Refusal(f"operand dtypes {ab_dtype}/{b.get_dtype()} (CuteDSL takes bf16 or fp16)")
+    if out_dtype not in OUT_DTYPES:
+        raise Refusal(f"output dtype {out_dtype}")
+    for node in (a, b):
+        _compat.freeze_layout(node)
+    a_major = {"last": "k", "first": "m"}[_contiguous_mode("A", a)]
+    b_major = {"last": "n", "first": "k"}[_contiguous_mode("B", b)]
+    layout = kernel_inputs.output_layout(flexible=False)
+    out_stride = layout.stride
+    if not _compat.is_one(out_stride[-1]) or not _compat.multiple_of(
+        out_stride[-2], _ALIGN_ELEMS[out_dtype.itemsize]
+    ):
+        raise Refusal(f"output layout {list(out_stride)} is not row-major with 16-byte rows")
+
+    epilogue, scalars = E.IDENTITY, ()
+    if has_c:
+        if c.get_dtype() not in OUT_DTYPES:
+            raise Refusal(f"bias dtype {c.get_dtype()}")
+        alpha = float(kernel_inputs.get_scalar("alpha"))
+        beta = float(kernel_inputs.get_scalar("beta"))
+        bias_dtype = OUT_DTYPES[c.get_dtype()]
+        if beta == 0.0:
+            raise Refusal("beta == 0 (the bias must be ignored, even NaN): plain mm fits better")
+        if alpha == 1.0 and beta == 1.0:
+            epilogue = E.bias("full", bias_dtype)
+        else:
+            epilogue, scalars = E.addmm(True, "full", bias_dtype), (alpha, beta)
+
+    m, n, k = (_compat.size_hint(x) for x in kernel_inputs.mnk_symbolic())
+    batch = _compat.size_hint(a.get_size()[0]) if len(a.get_size()) == 3 else 1
+    ab_name, out_name = AB_DTYPES[ab_dtype], OUT_DTYPES[out_dtype]
+    specs = [
+        KernelSpec(cfg, ab_name, out_name, a_major, b_major, epilogue)
+        for cfg in shortlist(m, n, k, batch, limit=config.max_configs)
+        if cfg.invalid_reason(2, out_dtype.itemsize) is None
+    ]
+    shared = {"has_c": has_c, "scalars_literal": repr(tuple(scalars)), "layout": layout}
+    return specs, shared
+
+
+def gemm_choices(kernel_inputs: Any, op_name: str) -> list[Any]:
+    """ChoiceCallers for this GEMM (compiled in parallel up front); [] when refused."""
+    if not config.enabled or op_name not in GEMM_OPS:
+        return []
+    try:
+        specs, shared = gemm_specs(kernel_inputs, op_name)
+    except Refusal as why:
+        log.info("no CuteDSL candidate for %s: %s", op_name, why)
+        return []
+    cache = default_cache()
+    compiler.build_many(specs, cache, config.compile_workers)
+    return list(_callers(specs, shared, kernel_inputs.nodes(), op_name))
+
+
+def _callers(specs: Sequence[KernelSpec], shared: dict, nodes: list, op_name: str):
+    template = gemm_template()
+    for spec in specs:
+        try:
+            yield template.generate(
+                input_nodes=nodes,
+                layout=shared["layout"],
+                has_c=shared["has_c"],
+                scalars_literal=shared["scalars_literal"],
+                spec_literal=repr(spec.to_json()),
+            )
+        except Exception as exc:  # one bad candidate must not sink the others
+            log.warning("CuteDSL candidate %s for %s not offered: %s", spec.describe(), op_name, exc)
+        else:
+            log.debug("offering CuteDSL %s for %s", spec.describe(), op_name)

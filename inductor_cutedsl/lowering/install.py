@@ -1,0 +1,62 @@
+"""Installing the backend into Inductor, and taking it out again.
+
+The hook is Inductor's choices handler: our subclass adds CuteDSL candidates to
+the mm/addmm/bmm/baddbmm template choices, beside Triton and ATen, so the
+autotuner picks the fastest per shape. Enabling also adds the ``CUTEDSL`` token
+to ``max_autotune_gemm_backends``; ``disable()`` restores both settings exactly.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from .. import _compat
+from .gemm_choices import BACKEND_TOKEN, GEMM_OPS, gemm_choices
+
+log = logging.getLogger("inductor_cutedsl.lowering")
+
+
+class CuteDSLChoices(_compat.InductorChoices):
+    """Inductor's default heuristics, plus CuteDSL GEMM candidates."""
+
+    def get_template_configs(self, kernel_inputs, templates, op_name, kwarg_overrides=None):
+        choices = super().get_template_configs(kernel_inputs, templates, op_name, kwarg_overrides)
+        ours = gemm_choices(kernel_inputs, op_name)
+        if not choices and not ours and op_name in GEMM_OPS:
+            # CUTEDSL is the only backend and this GEMM was refused: compile it with ATen
+            # rather than leave Inductor with no choice at all.
+            log.info("%s falls back to ATen (the only other backend is off)", op_name)
+            fallback = [_compat.aten_choice(op_name)]
+            choices = super().get_template_configs(kernel_inputs, fallback, op_name)
+        return [*choices, *ours]
+
+
+_saved: dict[str, Any] | None = None
+
+
+def is_enabled() -> bool:
+    return _saved is not None
+
+
+def enable() -> None:
+    """Install the backend (idempotent)."""
+    global _saved
+    if _saved is not None:
+        return
+    prior_cls = _compat.choices_class()
+    if prior_cls not in (None, CuteDSLChoices):
+        log.warning("replacing inductor_choices_class %r with CuteDSLChoices", prior_cls)
+    _saved = {"backends": _compat.autotune_backends(), "choices_class": prior_cls}
+    if not _compat.backend_enabled(BACKEND_TOKEN):
+        _compat.set_autotune_backends(f"{_saved['backends']},{BACKEND_TOKEN}")
+    _compat.set_choices_class(CuteDSLChoices)
+
+
+def disable() -> None:
+    """Restore Inductor's settings as they were before ``enable()`` (idempotent)."""
+    global _saved
+    if _saved is None:
+        return
+    _compat.set_autotune_backends(_saved["backends"])
+    _compat.set_choices_class(_saved["choices_class"])
+    _saved = None

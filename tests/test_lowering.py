@@ -1,0 +1,151 @@
+"""Enable/disable, settings and refusal logic of the Inductor integration (no GPU)."""
+from __future__ import annotations
+
+import logging
+import types
+
+import pytest
+import sympy
+import torch
+from torch._inductor import config as inductor_config
+from torch._inductor.sizevars import SizeVarAllocator
+from torch._inductor.virtualized import V
+
+import inductor_cutedsl
+from inductor_cutedsl import config
+from inductor_cutedsl.lowering import gemm_choices as gc
+from inductor_cutedsl.lowering.install import CuteDSLChoices
+
+
+def test_import_enables_and_disable_restores_exactly():
+    assert inductor_cutedsl.is_enabled()
+    enabled_backends = inductor_config.max_autotune_gemm_backends
+    assert "CUTEDSL" in enabled_backends.upper().split(",")
+    assert inductor_config.inductor_choices_class is CuteDSLChoices
+    assert isinstance(V.choices, CuteDSLChoices)
+    inductor_cutedsl.disable()
+    inductor_cutedsl.disable()  # idempotent
+    try:
+        assert not inductor_cutedsl.is_enabled()
+        assert "CUTEDSL" not in inductor_config.max_autotune_gemm_backends.upper()
+        assert inductor_config.inductor_choices_class is None
+        assert type(V.choices) is not CuteDSLChoices
+    finally:
+        inductor_cutedsl.enable()
+        inductor_cutedsl.enable()  # idempotent
+    assert inductor_config.max_autotune_gemm_backends == enabled_backends
+    assert isinstance(V.choices, CuteDSLChoices)
+
+
+def test_enable_keeps_a_user_token_and_restores_user_value():
+    inductor_cutedsl.disable()
+    try:
+        with inductor_config.patch(max_autotune_gemm_backends="CUTEDSL"):
+            inductor_cutedsl.enable()
+            assert inductor_config.max_autotune_gemm_backends == "CUTEDSL"
+            inductor_cutedsl.disable()
+            assert inductor_config.max_autotune_gemm_backends == "CUTEDSL"
+    finally:
+        inductor_cutedsl.enable()
+
+
+def test_config_patch_and_env(monkeypatch):
+    before = config.as_dict()
+    with config.patch(max_configs=1, enabled=False):
+        assert config.max_configs == 1 and config.enabled is False
+    assert config.as_dict() == before
+    with pytest.raises(AttributeError):
+        with config.patch(no_such_setting=1):
+            pass
+    assert config._env_bool("X_UNSET_VAR", True) is True
+    monkeypatch.setenv("X_CUTEDSL_FLAG", "off")
+    assert config._env_bool("X_CUTEDSL_FLAG", True) is False
+    monkeypatch.setenv("X_CUTEDSL_INT", "3")
+    assert config._env_int("X_CUTEDSL_INT", 9) == 3
+
+
+class FakeNode:
+    """Duck-typed IR node: just what the refusal checks read."""
+
+    def __init__(self, size, stride, dtype=torch.bfloat16, offset=0):
+        self._size, self._stride, self._dtype = list(size), list(stride), dtype
+        self._layout = types.SimpleNamespace(offset=offset)
+
+    def get_size(self):
+        return self._size
+
+    def get_stride(self):
+        return self._stride
+
+    def get_dtype(self):
+        return self._dtype
+
+    def get_layout(self):
+        return self._layout
+
+
+@pytest.fixture
+def graph():
+    fake = types.SimpleNamespace(sizevars=SizeVarAllocator(), cpp_wrapper=False)
+    with V.set_graph_handler(fake):
+        yield fake
+
+
+s0 = sympy.Symbol("s0", integer=True, positive=True)
+
+
+@pytest.mark.parametrize(
+    "node,mode",
+    [
+        (FakeNode((128, 64), (64, 1)), "last"),
+        (FakeNode((128, 64), (1, 128)), "first"),
+        (FakeNode((s0, 64), (64, 1)), "last"),  # dynamic M, static K
+        (FakeNode((128, 64), (8 * s0, 1)), "last"),  # symbolic, provably aligned
+        (FakeNode((3, 128, 64), (8192, 64, 1)), "last"),
+    ],
+)
+def test_contiguous_mode_accepts(graph, node, mode):
+    assert gc._contiguous_mode("A", node) == mode
+
+
+@pytest.mark.parametrize(
+    "node,needle",
+    [
+        (FakeNode((128, 17), (17, 1)), "leading stride"),
+        (FakeNode((128, 64), (s0, 1)), "leading stride"),  # not provably aligned
+        (FakeNode((128, 64), (128, 2)), "unit-stride"),
+        (FakeNode((128, 64), (64, 1), offset=3), "storage offset"),
+        (FakeNode((3, 128, 64), (8195, 64, 1)), "batch stride"),
+        (FakeNode((3, 128, 64), (0, 64, 1)), "broadcast batch"),
+    ],
+)
+def test_contiguous_mode_refuses(graph, node, needle):
+    with pytest.raises(gc.Refusal, match=needle):
+        gc._contiguous_mode("A", node)
+
+
+def test_gate_refusals_are_logged(caplog):
+    inputs = types.SimpleNamespace(nodes=lambda: [])
+    with caplog.at_level(logging.INFO, logger="inductor_cutedsl.lowering"):
+        with inductor_config.patch(max_autotune_gemm_backends="ATEN,TRITON", max_autotune=True):
+            assert gc.gemm_choices(inputs, "mm") == []
+        with inductor_config.patch(
+            max_autotune_gemm_backends="ATEN,CUTEDSL", max_autotune=False, max_autotune_gemm=False
+        ):
+            assert gc.gemm_choices(inputs, "mm") == []
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("CUTEDSL is not in max_autotune_gemm_backends" in m for m in messages)
+    assert any("max-autotune is off" in m for m in messages)
+    assert gc.gemm_choices(inputs, "mm_plus_mm") == []  # not one of ours: silent
+
+
+def test_disabled_setting_offers_nothing():
+    with config.patch(enabled=False):
+        assert gc.gemm_choices(types.SimpleNamespace(), "mm") == []
+
+
+def test_template_renders_our_launcher():
+    from inductor_cutedsl.lowering.template import SOURCE, gemm_template
+
+    assert gemm_template() is gemm_template()
+    assert "inductor_cutedsl.runtime.generated import launcher" in SOURCE
