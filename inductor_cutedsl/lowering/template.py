@@ -30,16 +30,17 @@ _launch = launcher({{spec_literal}}, {{scalars_literal}})
 
 
 class GemmCaller(CuteDSLTemplateCaller):
-    """A CuteDSL GEMM candidate; benchmarks on its own inputs when Inductor shares one.
+    """A CuteDSL GEMM candidate, benchmarked on inputs shaped like its own operands.
 
-    Inductor passes each distinct input buffer once (``mm(x, x.t())`` gives one
-    tensor for two operands) and aborts compilation on exceptions other than
-    RuntimeError, so both are handled here.
+    Inductor's shared benchmark inputs are per buffer: one tensor for ``mm(x, x.t())``,
+    and the base buffer rather than the view for a transposed weight or an expanded
+    bias. So inputs are made from this choice's tensor metadata (sizes, strides,
+    offsets of the views themselves). Inductor also aborts compilation on exceptions
+    other than RuntimeError, so DSL errors are converted.
     """
 
     def benchmark(self, *args: torch.Tensor, out: torch.Tensor) -> float:
-        if len(args) != len(self.input_nodes):
-            args = tuple(meta.to_tensor() for meta in self.bmreq.input_tensor_meta)
+        args = tuple(meta.to_tensor() for meta in self.bmreq.input_tensor_meta)
         try:
             return self.bmreq.benchmark(*args, out=out)
         except RuntimeError:
