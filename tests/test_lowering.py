@@ -144,8 +144,24 @@ def test_disabled_setting_offers_nothing():
         assert gc.gemm_choices(types.SimpleNamespace(), "mm") == []
 
 
-def test_template_renders_our_launcher():
+@pytest.mark.parametrize("has_c", [False, True])
+def test_template_renders_valid_python_calling_our_launcher(has_c):
+    import jinja2
+
     from inductor_cutedsl.lowering.template import SOURCE, gemm_template
 
     assert gemm_template() is gemm_template()
-    assert "inductor_cutedsl.runtime.generated import launcher" in SOURCE
+
+    def def_kernel(*names):  # what Inductor's hook emits: signature plus renames
+        params = ", ".join(f"arg_{n}" for n in names)
+        renames = "".join(f"\n    {n} = arg_{n}" for n in names)
+        return f"def k_main({params}, out_ptr0, stream):{renames}"
+
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    code = env.from_string(SOURCE).render(
+        kernel_key="k" * 32, spec_literal=repr("{}"), scalars_literal="(0.5, 2.0)",
+        has_c=has_c, def_kernel=def_kernel, get_output=lambda: "out_ptr0",
+    )  # fmt: skip
+    compile(code, "<rendered>", "exec")
+    assert "from inductor_cutedsl.runtime.generated import launcher" in code
+    assert ("_launch(a, b, out_ptr0, c, stream=stream)" in code) == has_c

@@ -149,6 +149,7 @@ def _callers(specs: Sequence[KernelSpec], shared: dict, nodes: list, op_name: st
                 has_c=shared["has_c"],
                 scalars_literal=shared["scalars_literal"],
                 spec_literal=repr(spec.to_json()),
+                kernel_key=spec.key(),
             )
         except Exception as exc:  # one bad candidate must not sink the others
             log.warning("CuteDSL candidate %s for %s not offered: %s", spec.describe(), op_name, exc)

@@ -18,7 +18,10 @@ log = logging.getLogger("inductor_cutedsl.lowering")
 
 TEMPLATE_NAME = "inductor_cutedsl_gemm"
 
+# The kernel key (sources, DSL version, ...) is in the text so that Inductor's own
+# caches of this module and of its autotuning timings change when our kernel does.
 SOURCE = r"""
+# inductor_cutedsl kernel {{kernel_key}}
 from inductor_cutedsl.runtime.generated import launcher
 _launch = launcher({{spec_literal}}, {{scalars_literal}})
 {% if has_c %}{{def_kernel("c", "a", "b")}}
