@@ -12,6 +12,7 @@ setup(
         "nvidia-cutlass-dsl[cu13]==4.8.1",
         "sympy",
         "filelock",
+        "matplotlib",  # the main job's plot
     ],
     extras_require={"test": ["pytest", "pytest-xdist"]},
     entry_points={"console_scripts": ["inductor-cutedsl=inductor_cutedsl.__main__:main"]},

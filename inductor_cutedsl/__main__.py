@@ -1,10 +1,11 @@
 """``python -m inductor_cutedsl``: the main job.
 
-Compiles the default GEMM kernels for sm_90a into the kernel cache (ahead of time,
-in parallel workers; a warm cache compiles nothing), then, on a Hopper GPU,
-benchmarks them against cuBLAS and writes the table as JSON. Without a GPU it
-says so and stops after the ahead-of-time build, so a GPU box sharing the cache
-starts warm.
+On a Hopper GPU: compiles the embedded LLaMA-style block with stock max-autotune
+and with inductor_cutedsl, checks both against eager, and reports the per-GEMM
+autotuning table, the block time ratio and cold/warm compile times (JSON + PNG).
+Without a GPU: says so, then compiles the block's CuteDSL kernels for sm_90a into
+the kernel cache ahead of time, so a GPU box sharing the cache starts warm.
+``--gemm-bench`` runs the plain-GEMM benchmark against cuBLAS instead.
 """
 from __future__ import annotations
 
@@ -14,7 +15,10 @@ import time
 
 import torch
 
-from . import gemm_bench
+from . import config
+from .kernels import IDENTITY
+from .job.model import BlockSize
+from .lowering.gemm_choices import candidate_specs
 from .runtime import compiler
 from .runtime.launch import default_cache
 
@@ -27,28 +31,49 @@ def gpu_reason() -> str | None:
     return None
 
 
+def precompile_block(size: BlockSize, workers: int) -> None:
+    """Build the CuteDSL candidates of the block's GEMMs into the kernel cache."""
+    specs = list(dict.fromkeys(
+        spec
+        for _, m, n, k in size.gemms()
+        for spec in candidate_specs((m, n, k, 1), "bfloat16", "bfloat16", "k", "k", IDENTITY)
+    ))  # fmt: skip
+    cache = default_cache()
+    t0 = time.perf_counter()
+    built = compiler.build_many(specs, cache, workers)
+    fresh = sorted((s.describe(), secs) for s, (_, now, secs) in built.items() if now)
+    print(f"kernel cache {cache.root}{'' if cache.persistent else ' (memory only)'}: "
+          f"{len(specs)} kernels for the block's GEMMs, {len(fresh)} compiled now, "
+          f"{len(specs) - len(fresh)} already cached, {time.perf_counter() - t0:.1f}s with "
+          f"{workers} workers")  # fmt: skip
+    for name, secs in fresh:
+        print(f"  built {name:60s} {secs:5.2f}s")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m inductor_cutedsl", description=__doc__)
-    ap.add_argument("--json", default="inductor_cutedsl-gemm.json", help="benchmark output")
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--json", default="inductor_cutedsl-model.json")
+    ap.add_argument("--png", default="inductor_cutedsl-model.png")
+    ap.add_argument("--tokens", type=int, default=None, help="batch*seq (default 8192)")
+    ap.add_argument("--workers", type=int, default=config.compile_workers)
+    ap.add_argument("--gemm-bench", action="store_true", help="plain GEMMs vs cuBLAS instead")
     args = ap.parse_args(argv)
+    size = BlockSize() if args.tokens is None else BlockSize(batch=1, seq=args.tokens)
 
     reason = gpu_reason()
     if reason:
-        print(f"{reason}: kernels are compiled for sm_90a ahead of time, nothing is run.")
-    cache = default_cache()
-    specs = list(dict.fromkeys(s for v in gemm_bench.plan_specs().values() for s in v))
-    t0 = time.perf_counter()
-    built = compiler.build_many(specs, cache, args.workers)
-    wall = time.perf_counter() - t0
-    fresh = [(s, secs) for s, (_, now, secs) in built.items() if now]
-    print(f"kernel cache {cache.root}{'' if cache.persistent else ' (memory only)'}: "
-          f"{len(specs)} kernels, {len(fresh)} compiled now, {len(specs) - len(fresh)} cached, "
-          f"{wall:.1f}s wall with {args.workers} workers")  # fmt: skip
-    for spec, secs in sorted(fresh, key=lambda x: x[0].describe()):
-        print(f"  built {spec.describe():60s} {secs:5.2f}s")
-    if reason is None:
+        print(f"{reason}: nothing can run here. Compiling the default block's CuteDSL "
+              f"kernels for sm_90a ahead of time instead.")  # fmt: skip
+        precompile_block(size, args.workers)
+        return
+    if args.gemm_bench:
+        from . import gemm_bench
+
         gemm_bench.main(["--json", args.json, "--workers", str(args.workers)])
+        return
+    from .job.run import run
+
+    run(size, os.path.abspath(args.json), os.path.abspath(args.png))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ Keeping them here makes a torch upgrade a one-file review.
 """
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, Callable, Iterator
 
 import sympy
 import torch
@@ -22,6 +23,7 @@ __all__ = [
     "autotune_backends",
     "choices_class",
     "codegen_blocked",
+    "feedback_saver",
     "freeze_layout",
     "max_autotune_on",
     "multiple_of",
@@ -108,3 +110,17 @@ def aten_choice(op_name: str) -> Any:
         "bmm": bmm.aten_bmm,
         "baddbmm": bmm.aten_baddbmm,
     }[op_name]
+
+
+@contextlib.contextmanager
+def feedback_saver(fn: Callable[..., None]) -> Iterator[None]:
+    """Call ``fn(timings, name, input_nodes, choices, profile_fn, precompile_times)``
+    after every autotuning benchmark inside the block."""
+    from torch._inductor import select_algorithm
+
+    cache = select_algorithm.get_algorithm_selector_cache()
+    cache.add_feedback_saver(fn)
+    try:
+        yield
+    finally:
+        cache.feedback_saver_fns.remove(fn)

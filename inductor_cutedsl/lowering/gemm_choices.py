@@ -65,6 +65,23 @@ def _device_reason(node: Any) -> str | None:
     return None
 
 
+def candidate_specs(
+    mnkl: tuple[int, int, int, int],
+    ab_dtype: str,
+    out_dtype: str,
+    a_major: str,
+    b_major: str,
+    epilogue: E.Epilogue,
+) -> list[KernelSpec]:
+    """The short list of kernels offered for one GEMM (``config.max_configs`` at most)."""
+    out_bytes = {"float32": 4}.get(out_dtype, 2)
+    return [
+        KernelSpec(cfg, ab_dtype, out_dtype, a_major, b_major, epilogue)
+        for cfg in shortlist(*mnkl, limit=config.max_configs)
+        if cfg.invalid_reason(2, out_bytes) is None
+    ]
+
+
 def gemm_specs(kernel_inputs: Any, op_name: str) -> tuple[list[KernelSpec], dict]:
     """Candidate specs for this GEMM and the template arguments they share.
 
@@ -115,12 +132,9 @@ def gemm_specs(kernel_inputs: Any, op_name: str) -> tuple[list[KernelSpec], dict
 
     m, n, k = (_compat.size_hint(x) for x in kernel_inputs.mnk_symbolic())
     batch = _compat.size_hint(a.get_size()[0]) if len(a.get_size()) == 3 else 1
-    ab_name, out_name = AB_DTYPES[ab_dtype], OUT_DTYPES[out_dtype]
-    specs = [
-        KernelSpec(cfg, ab_name, out_name, a_major, b_major, epilogue)
-        for cfg in shortlist(m, n, k, batch, limit=config.max_configs)
-        if cfg.invalid_reason(2, out_dtype.itemsize) is None
-    ]
+    specs = candidate_specs(
+        (m, n, k, batch), AB_DTYPES[ab_dtype], OUT_DTYPES[out_dtype], a_major, b_major, epilogue
+    )
     shared = {"has_c": has_c, "scalars_literal": repr(tuple(scalars)), "layout": layout}
     return specs, shared
 

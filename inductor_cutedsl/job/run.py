@@ -1,0 +1,156 @@
+"""Compile the default block with stock max-autotune and with inductor_cutedsl, side by side.
+
+Both compiles start cold (Inductor's caches off, our kernel cache empty); a second
+process then compiles again with our cache warm and counts CuteDSL compiles.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import torch
+
+from .. import config, disable, enable
+from ..gemm_bench import side_by_side
+from .autotune_report import GemmTuning, record_gemm_tuning
+from .model import BlockSize, make_block
+
+MODE = "max-autotune-no-cudagraphs"
+TOLERANCE = 2e-2  # bf16 block vs eager, relative Frobenius norm
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out64, ref64 = out.double(), ref.double()
+    if not torch.isfinite(out64).all():
+        return float("inf")
+    return ((out64 - ref64).norm() / ref64.norm()).item()
+
+
+def compile_cold(block, x) -> tuple[Any, torch.Tensor, float, list[GemmTuning]]:
+    """torch.compile the block with every Inductor cache off; time the first call."""
+    from torch._inductor import config as inductor_config
+
+    torch._dynamo.reset()
+    with inductor_config.patch(force_disable_caches=True), record_gemm_tuning() as rows:
+        compiled = torch.compile(block, mode=MODE)
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            out = compiled(x)
+        torch.cuda.synchronize()
+        seconds = time.perf_counter() - t0
+    return compiled, out, seconds, rows
+
+
+def warm_process(size: BlockSize, cache_dir: str) -> dict:
+    """Compile once more in a fresh process with our cache warm."""
+    env = {**os.environ, "INDUCTOR_CUTEDSL_CACHE_DIR": cache_dir}
+    arg = json.dumps(dataclasses.asdict(size))
+    done = subprocess.run(
+        [sys.executable, "-m", "inductor_cutedsl.job.warm", arg],
+        env=env, capture_output=True, text=True, timeout=3600,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"warm compile process failed:\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def gemm_table(stock: list[GemmTuning], ours: list[GemmTuning]) -> list[dict]:
+    rows = []
+    for s, o in zip(stock, ours):
+        shapes = o.shapes[-2:]  # (.., M, K), (.., K, N): addmm/baddbmm put C first
+        m, k, n = shapes[0][-2], shapes[0][-1], shapes[1][-1]
+        rows.append({
+            "op": o.op, "shape": [m, n, k], "candidates": o.candidates,
+            "winner": o.winner, "winner_ms": round(o.winner_ms, 4),
+            "best_ms": {b: round(t, 4) for b, t in o.best_ms.items()},
+            "stock_winner": s.winner, "stock_ms": round(s.winner_ms, 4),
+        })  # fmt: skip
+    return rows
+
+
+def print_report(result: dict) -> None:
+    print(f"\n{'op':>8} {'M x N x K':>18} {'candidates':>28} {'winner':>8} {'ms':>8} {'stock':>14}")
+    for r in result["gemms"]:
+        cands = " ".join(f"{b}:{n}" for b, n in sorted(r["candidates"].items()))
+        shape = "x".join(map(str, r["shape"]))
+        print(f"{r['op']:>8} {shape:>18} {cands:>28} {r['winner']:>8} {r['winner_ms']:>8.4f} "
+              f"{r['stock_winner']:>6} {r['stock_ms']:.4f}")  # fmt: skip
+    t = result["model_ms"]
+    print(f"\nblock time: eager {t['eager']:.3f} ms, stock max-autotune {t['stock']:.3f} ms, "
+          f"inductor_cutedsl {t['ours']:.3f} ms -> {result['model_speedup_vs_max_autotune']:.3f}x")
+    c = result["compile_s"]
+    print(f"cold compile: stock {c['stock_cold']:.1f} s, ours {c['ours_cold']:.1f} s "
+          f"({result['compile_ratio_vs_max_autotune']:.2f}x); warm (second process) {c['ours_warm']:.1f} s "
+          f"with {result['warm_cutedsl_compiles']} CuteDSL compiles")  # fmt: skip
+
+
+def plot(result: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    gemms = result["gemms"]
+    labels = [f"{g['op']}\n{'x'.join(map(str, g['shape']))}" for g in gemms] + ["block"]
+    stock = [g["stock_ms"] for g in gemms] + [result["model_ms"]["stock"]]
+    ours = [g["winner_ms"] for g in gemms] + [result["model_ms"]["ours"]]
+    xs = range(len(labels))
+    fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(labels)), 4))
+    ax.bar([x - 0.2 for x in xs], stock, 0.4, label="stock max-autotune")
+    ax.bar([x + 0.2 for x in xs], ours, 0.4, label="with inductor_cutedsl")
+    ax.set_xticks(list(xs), labels, fontsize=7)
+    ax.set_ylabel("ms (lower is better)")
+    ax.set_title(f"LLaMA block, {result['device']}: {result['model_speedup_vs_max_autotune']:.3f}x")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def run(size: BlockSize, json_path: str, png_path: str) -> dict:
+    block, x = make_block(size)
+    with torch.no_grad():
+        ref = block(x)
+
+    disable()
+    try:
+        stock_fn, stock_out, stock_s, stock_rows = compile_cold(block, x)
+    finally:
+        enable()
+    cache_dir = tempfile.mkdtemp(prefix="inductor_cutedsl_job_")
+    with config.patch(cache_dir=cache_dir):
+        ours_fn, ours_out, ours_s, ours_rows = compile_cold(block, x)
+    errors = {"stock": rel_err(stock_out, ref), "ours": rel_err(ours_out, ref)}
+    for name, err in errors.items():
+        if not err < TOLERANCE:
+            raise AssertionError(f"{name} output differs from eager: rel err {err:.3e}")
+
+    with torch.no_grad():
+        times = side_by_side({"eager": lambda: block(x), "stock": lambda: stock_fn(x), "ours": lambda: ours_fn(x)})
+    warm = warm_process(size, cache_dir)
+    result = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "model": dataclasses.asdict(size),
+        "rel_err_vs_eager": errors,
+        "model_ms": times,
+        "model_speedup_vs_max_autotune": round(times["stock"] / times["ours"], 4),
+        "compile_s": {"stock_cold": round(stock_s, 1), "ours_cold": round(ours_s, 1),
+                      "ours_warm": round(warm["compile_s"], 1)},  # fmt: skip
+        "compile_ratio_vs_max_autotune": round(ours_s / stock_s, 3),
+        "warm_cutedsl_compiles": warm["cutedsl_compiles"],
+        "gemms": gemm_table(stock_rows, ours_rows),
+    }
+    print_report(result)
+    with open(json_path, "w") as f:
+        json.dump(result, f, indent=2)
+    plot(result, png_path)
+    print(f"wrote {json_path} and {png_path}")
+    assert math.isfinite(result["model_speedup_vs_max_autotune"])
+    return result

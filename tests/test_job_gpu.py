@@ -1,0 +1,24 @@
+"""The main job end to end on the GPU, on a small block."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from inductor_cutedsl.job.model import BlockSize
+
+pytestmark = pytest.mark.gpu
+
+
+def test_main_job_small_block(tmp_path):
+    from inductor_cutedsl.job.run import run
+
+    size = BlockSize(batch=2, seq=512, hidden=1024, heads=8, mlp=2816)
+    result = run(size, str(tmp_path / "m.json"), str(tmp_path / "m.png"))
+    saved = json.loads((tmp_path / "m.json").read_text())
+    for key in ("model_speedup_vs_max_autotune", "compile_ratio_vs_max_autotune", "warm_cutedsl_compiles"):
+        assert key in saved
+    assert saved["warm_cutedsl_compiles"] == 0
+    assert max(result["rel_err_vs_eager"].values()) < 2e-2
+    assert any(g["candidates"].get("cutedsl") for g in result["gemms"])
+    assert (tmp_path / "m.png").read_bytes()[:4] == b"\x89PNG"
