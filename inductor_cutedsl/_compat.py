@@ -12,6 +12,7 @@ import torch
 from torch._inductor import config as inductor_config
 from torch._inductor import ir
 from torch._inductor.choices import InductorChoices
+from torch._inductor.ops_handler import DefaultHandler as OpsHandlerBase
 from torch._inductor.codegen.cutedsl.cutedsl_template import CuteDSLTemplate, CuteDSLTemplateCaller
 from torch._inductor.virtualized import V
 
@@ -19,6 +20,8 @@ __all__ = [
     "CuteDSLTemplate",
     "CuteDSLTemplateCaller",
     "InductorChoices",
+    "OpsHandlerBase",
+    "caches_disabled",
     "aten_choice",
     "autotune_backends",
     "choices_class",
@@ -124,3 +127,8 @@ def feedback_saver(fn: Callable[..., None]) -> Iterator[None]:
         yield
     finally:
         cache.feedback_saver_fns.remove(fn)
+
+
+def caches_disabled() -> contextlib.AbstractContextManager:
+    """Inductor with every cache off (FX graph, autotuning): a truly cold compile."""
+    return inductor_config.patch(force_disable_caches=True)

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from .. import config, disable, enable
+from .. import _compat, config, disable, enable
 from ..gemm_bench import side_by_side
 from .autotune_report import GemmTuning, record_gemm_tuning
 from .model import BlockSize, make_block
@@ -35,10 +35,8 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 def compile_cold(block, x) -> tuple[Any, torch.Tensor, float, list[GemmTuning]]:
     """torch.compile the block with every Inductor cache off; time the first call."""
-    from torch._inductor import config as inductor_config
-
-    torch._dynamo.reset()
-    with inductor_config.patch(force_disable_caches=True), record_gemm_tuning() as rows:
+    torch.compiler.reset()
+    with _compat.caches_disabled(), record_gemm_tuning() as rows:
         compiled = torch.compile(block, mode=MODE)
         t0 = time.perf_counter()
         with torch.no_grad():

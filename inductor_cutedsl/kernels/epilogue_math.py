@@ -40,6 +40,19 @@ def gelu_erf(x):
     return Float32(0.5) * x * (Float32(1.0) + cute.math.erf(x * Float32(_INV_SQRT_2)))
 
 
+def select(cond, if_value, else_value):
+    """Element-wise ``cond ? if_value : else_value`` on scalars."""
+    if isinstance(cond, bool):
+        return if_value if cond else else_value
+    return Float32(cutlass.select_(cond, Float32(if_value), Float32(else_value)))
+
+
+def round_to(x, dtype: str):
+    """Round an fp32 value through a narrower float type (an explicit cast in the graph)."""
+    narrow = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}[dtype]
+    return Float32(x).to(narrow).to(Float32)
+
+
 NAMESPACE = {
     "cute": cute,
     "cutlass": cutlass,
@@ -51,6 +64,8 @@ NAMESPACE = {
     "tanh": tanh,
     "gelu_tanh": gelu_tanh,
     "gelu_erf": gelu_erf,
+    "select": select,
+    "round_to": round_to,
 }
 
 

@@ -1,0 +1,1 @@
+"""Scheduling: fusing pointwise consumers of a CuteDSL GEMM into its epilogue."""

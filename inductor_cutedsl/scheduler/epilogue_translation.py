@@ -1,0 +1,237 @@
+"""Translate Inductor pointwise IR into our GEMM epilogue source.
+
+The translator is an Inductor ops handler: replaying a pointwise node's body
+under it turns every ``ops.*`` call into one line of epilogue source. An op or
+an index it cannot translate raises ``NotImplementedError``, and the caller then
+leaves the node to Triton: the fusion rule and the code generator are this one
+replay, so they cannot disagree.
+
+Values carry their dtype. Arithmetic runs in fp32 (as Inductor's Triton code
+does after upcasting); an explicit cast to bf16/fp16 rounds through that type.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import sympy
+import torch
+
+from .._compat import OpsHandlerBase
+from ..kernels.epilogue import Epilogue, EpilogueOperand
+
+_FLOAT_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+
+_UNARY = {
+    "exp": "cute.math.exp({})",
+    "exp2": "cute.math.exp2({})",
+    "expm1": "cute.math.expm1({})",
+    "log": "cute.math.log({})",
+    "log1p": "cute.math.log1p({})",
+    "log2": "cute.math.log2({})",
+    "tanh": "tanh({})",
+    "sigmoid": "sigmoid({})",
+    "erf": "cute.math.erf({})",
+    "rsqrt": "cute.math.rsqrt({})",
+    "sqrt": "cute.math.sqrt({})",
+    "abs": "cute.math.abs({})",
+    "neg": "(-{})",
+    "reciprocal": "(Float32(1.0) / {})",
+    "relu": "relu({})",
+    "square": "({0} * {0})",
+    "sin": "cute.math.sin({})",
+    "cos": "cute.math.cos({})",
+}
+_BINARY = {
+    "add": "({} + {})",
+    "sub": "({} - {})",
+    "mul": "({} * {})",
+    "truediv": "({} / {})",
+    "maximum": "cute.math.max({}, {})",
+    "minimum": "cute.math.min({}, {})",
+}
+_COMPARE = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+
+
+@dataclasses.dataclass(frozen=True)
+class Value:
+    """One SSA value of the epilogue: its name in the source and its dtype."""
+
+    name: str
+    dtype: torch.dtype | None  # None for booleans
+
+
+@dataclasses.dataclass(frozen=True)
+class OperandRef:
+    """A tensor the epilogue reads: element (m, n, l) is at offset + strides . (m, n, l)."""
+
+    buffer: str
+    strides: tuple[int, int, int]
+    offset: int
+    dtype: torch.dtype
+
+
+@dataclasses.dataclass(frozen=True)
+class Translation:
+    epilogue: Epilogue
+    operands: tuple[OperandRef, ...]
+    outputs: tuple[str, ...]  # buffers the epilogue's stores would write, in order
+
+
+class EpilogueTranslator(OpsHandlerBase):
+    """Ops handler that records an epilogue while Inductor bodies are replayed.
+
+    ``acc_buffer``: the GEMM's output buffer; ``mnl``: the symbols of the output
+    coordinates (m, n, l) used by the replayed index expressions; ``sizes``:
+    (M, N, L) ints; ``dtype_of``: the dtype of a buffer by name.
+    """
+
+    def __init__(
+        self,
+        acc_buffer: str,
+        mnl: tuple[sympy.Symbol, sympy.Symbol, sympy.Symbol],
+        sizes: tuple[int, int, int],
+        dtype_of: Callable[[str], torch.dtype],
+    ) -> None:
+        self.acc_buffer = acc_buffer
+        self.mnl = mnl
+        self.sizes = sizes
+        self.dtype_of = dtype_of
+        self.lines: list[str] = []
+        self.operands: list[OperandRef] = []
+        self.stored: dict[str, Value] = {}  # buffer -> value (later loads reuse it)
+        self.outputs: list[str] = []
+
+    # -- bookkeeping
+    def _emit(self, expr: str, dtype: torch.dtype | None) -> Value:
+        name = f"t{len(self.lines)}"
+        self.lines.append(f"    {name} = {expr}")
+        return Value(name, dtype)
+
+    def _default(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        raise NotImplementedError(f"op {name!r} has no CuteDSL epilogue translation")
+
+    def _linear(self, index: sympy.Expr) -> tuple[tuple[int, int, int], int]:
+        """(strides, offset) of an index that is provably linear in (m, n, l)."""
+        index = sympy.expand(sympy.sympify(index))
+        m, n, l = self.mnl
+        extra = index.free_symbols - {m, n, l}
+        if extra:
+            raise NotImplementedError(f"index {index} depends on {sorted(map(str, extra))}")
+        try:
+            poly = sympy.Poly(index, m, n, l)
+        except sympy.PolynomialError as exc:
+            raise NotImplementedError(f"index {index} is not polynomial") from exc
+        if poly.total_degree() > 1:
+            raise NotImplementedError(f"index {index} is not linear in (m, n, l)")
+        coeffs = [index.coeff(v, 1) for v in (m, n, l)]
+        offset = index.subs({m: 0, n: 0, l: 0})
+        if not all(c.is_Integer for c in coeffs) or not offset.is_Integer:
+            raise NotImplementedError(f"index {index} has non-integer coefficients")
+        return tuple(int(c) for c in coeffs), int(offset)
+
+    def _acc_index(self) -> tuple[tuple[int, int, int], int]:
+        big_m, big_n, _ = self.sizes
+        return (big_n, 1, big_m * big_n), 0
+
+    def _check_own_index(self, name: str, index: sympy.Expr) -> None:
+        strides, offset = self._linear(index)
+        want_strides, want_offset = self._acc_index()
+        same = offset == want_offset and strides[:2] == want_strides[:2]
+        if self.sizes[2] > 1:
+            same = same and strides[2] == want_strides[2]
+        if not same:
+            raise NotImplementedError(
+                f"{name} is accessed at {index}, not element-for-element with the GEMM output"
+            )
+
+    # -- memory
+    def load(self, name: str, index: sympy.Expr) -> Value:
+        if name == self.acc_buffer or name in self.stored:
+            self._check_own_index(name, index)
+            if name == self.acc_buffer:
+                return Value("acc", torch.float32)
+            return self.stored[name]
+        dtype = self.dtype_of(name)
+        if dtype not in _FLOAT_DTYPES:
+            raise NotImplementedError(f"load of {name} with dtype {dtype}")
+        strides, offset = self._linear(index)
+        if self.sizes[2] == 1:
+            strides = (strides[0], strides[1], 0)
+        if min(strides) < 0 or offset < 0:
+            raise NotImplementedError(f"{name} is read with a negative stride or offset")
+        ref = OperandRef(name, strides, offset, dtype)
+        if ref not in self.operands:
+            self.operands.append(ref)
+        return Value(f"ops[{self.operands.index(ref)}]", torch.float32)
+
+    def store(self, name: str, index: sympy.Expr, value: Value, mode: Any = None) -> None:
+        if mode is not None:
+            raise NotImplementedError(f"store mode {mode!r}")
+        self._check_own_index(name, index)
+        self.stored[name] = value
+        self.outputs.append(name)
+
+    # -- values
+    def constant(self, value: Any, dtype: torch.dtype) -> Value:
+        if dtype == torch.bool:
+            return Value(repr(bool(value)), None)
+        return Value(f"Float32({float(value)!r})", torch.float32)
+
+    def to_dtype(self, x: Value, dtype: torch.dtype, src_dtype=None, use_compute_types=True) -> Value:
+        if dtype == torch.float32:
+            return Value(x.name, torch.float32)
+        if dtype in (torch.bfloat16, torch.float16):
+            return self._emit(f"round_to({x.name}, {_FLOAT_DTYPES[dtype]!r})", dtype)
+        raise NotImplementedError(f"cast to {dtype}")
+
+    def where(self, cond: Value, a: Value, b: Value) -> Value:
+        return self._emit(f"select({cond.name}, {a.name}, {b.name})", torch.float32)
+
+    def pow(self, x: Value, y: Value) -> Value:
+        if y.name.startswith("Float32("):
+            exponent = float(y.name[len("Float32(") : -1])
+            if exponent.is_integer() and 0 <= exponent <= 8:
+                terms = " * ".join([x.name] * int(exponent)) or "Float32(1.0)"
+                return self._emit(f"({terms})", torch.float32)
+        return self._emit(f"cute.math.pow({x.name}, {y.name})", torch.float32)
+
+    def fma(self, x: Value, y: Value, z: Value) -> Value:
+        return self._emit(f"({x.name} * {y.name} + {z.name})", torch.float32)
+
+
+def _install_table_ops() -> None:
+    """One method per table entry (the handler protocol looks ops up by name)."""
+
+    def unary(template):
+        return lambda self, x: self._emit(template.format(x.name), torch.float32)
+
+    def binary(template):
+        return lambda self, x, y: self._emit(template.format(x.name, y.name), torch.float32)
+
+    def compare(op):
+        return lambda self, x, y: self._emit(f"({x.name} {op} {y.name})", None)
+
+    for name, template in _UNARY.items():
+        setattr(EpilogueTranslator, name, unary(template))
+    for name, template in _BINARY.items():
+        setattr(EpilogueTranslator, name, binary(template))
+    for name, op in _COMPARE.items():
+        setattr(EpilogueTranslator, name, compare(op))
+
+
+_install_table_ops()
+
+
+def finish(tr: EpilogueTranslator, name: str) -> Translation:
+    """The epilogue computing the last stored value, with the operands it reads."""
+    if not tr.outputs:
+        raise NotImplementedError("the epilogue stores nothing")
+    result = tr.stored[tr.outputs[-1]]
+    source = "\n".join(
+        ["def epilogue(acc, m, n, l, ops):", *tr.lines, f"    return {result.name}", ""]
+    )
+    operands = tuple(
+        EpilogueOperand(f"in{i}", "full", _FLOAT_DTYPES[op.dtype]) for i, op in enumerate(tr.operands)
+    )
+    return Translation(Epilogue(name, source, operands), tuple(tr.operands), tuple(tr.outputs))
