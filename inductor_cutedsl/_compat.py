@@ -132,3 +132,19 @@ def feedback_saver(fn: Callable[..., None]) -> Iterator[None]:
 def caches_disabled() -> contextlib.AbstractContextManager:
     """Inductor with every cache off (FX graph, autotuning): a truly cold compile."""
     return inductor_config.patch(force_disable_caches=True)
+
+
+def node_ranges(node: Any) -> tuple[list[Any], list[Any]]:
+    """(loop sizes, reduction sizes) of a scheduler node."""
+    var_sizes, reduce_sizes = node.get_ranges()
+    return list(var_sizes), list(reduce_sizes)
+
+
+def replay_node(node: Any, index_vars: list[Any], handler: Any) -> None:
+    """Run a scheduler node's loop body once under ``handler`` (an ops handler)."""
+    with V.set_ops_handler(handler):
+        node._body(index_vars, [])
+
+
+def simplify_with_ranges(expr: Any, ranges: dict) -> Any:
+    return V.graph.sizevars.simplify_with_ranges(expr, ranges)

@@ -83,7 +83,8 @@ class EpilogueTranslator(OpsHandlerBase):
 
     ``acc_buffer``: the GEMM's output buffer; ``mnl``: the symbols of the output
     coordinates (m, n, l) used by the replayed index expressions; ``sizes``:
-    (M, N, L) ints; ``dtype_of``: the dtype of a buffer by name.
+    (M, N, L) ints; ``dtype_of``: the dtype of a buffer by name; ``simplify``:
+    index simplification under the coordinates' ranges (ModularIndexing etc.).
     """
 
     def __init__(
@@ -92,8 +93,10 @@ class EpilogueTranslator(OpsHandlerBase):
         mnl: tuple[sympy.Symbol, sympy.Symbol, sympy.Symbol],
         sizes: tuple[int, int, int],
         dtype_of: Callable[[str], torch.dtype],
+        simplify: Callable[[sympy.Expr], sympy.Expr] = lambda e: e,
     ) -> None:
         self.acc_buffer = acc_buffer
+        self.simplify = simplify
         self.mnl = mnl
         self.sizes = sizes
         self.dtype_of = dtype_of
@@ -113,7 +116,7 @@ class EpilogueTranslator(OpsHandlerBase):
 
     def _linear(self, index: sympy.Expr) -> tuple[tuple[int, int, int], int]:
         """(strides, offset) of an index that is provably linear in (m, n, l)."""
-        index = sympy.expand(sympy.sympify(index))
+        index = sympy.expand(self.simplify(sympy.sympify(index)))
         m, n, l = self.mnl
         extra = index.free_symbols - {m, n, l}
         if extra:

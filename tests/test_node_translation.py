@@ -1,0 +1,90 @@
+"""Translation of real Inductor scheduler nodes (compiled for the CPU, no GPU needed).
+
+The input ``x`` plays the GEMM output: a pointwise chain over it is translated
+exactly as a fused epilogue would be, from Inductor's own loop bodies.
+"""
+from __future__ import annotations
+
+import re
+from unittest import mock
+
+import pytest
+import sympy
+import torch
+import torch.nn.functional as F
+from torch._inductor import config as inductor_config
+from torch._inductor import scheduler as inductor_scheduler
+from torch._inductor.virtualized import V
+
+from inductor_cutedsl.scheduler.node_translation import L_SYM, M_SYM, N_SYM, loop_coordinates, translate_nodes
+
+M, N = 64, 128
+
+
+def translate_compiled(fn, *args):
+    """Compile ``fn`` on the CPU and translate its scheduler nodes with x as the GEMM output."""
+    out = {}
+    original = inductor_scheduler.Scheduler.codegen
+
+    def codegen(self):
+        try:
+            out["t"] = translate_nodes("arg0_1", (M, N, 1), list(self.nodes), V.graph.get_dtype)
+        except NotImplementedError as exc:
+            out["refused"] = str(exc)
+        return original(self)
+
+    torch.compiler.reset()
+    with mock.patch.object(inductor_scheduler.Scheduler, "codegen", codegen), inductor_config.patch(
+        force_disable_caches=True
+    ):
+        torch.compile(fn)(*args)
+    assert out, "Inductor did not schedule the graph"
+    return out
+
+
+def bf16(*shape):
+    return torch.randn(*shape).to(torch.bfloat16)
+
+
+@pytest.mark.parametrize(
+    "fn,args,operands",
+    [
+        (lambda x, b: F.gelu(x + b, approximate="tanh"), (bf16(M, N), bf16(N)), [((0, 1, 0), 0)]),
+        (lambda x, r: torch.relu(x) + r, (bf16(M, N), bf16(M, N)), [((N, 1, 0), 0)]),
+        (lambda x, g: F.silu(x) * g, (bf16(M, N), bf16(M, N)), [((N, 1, 0), 0)]),
+        (lambda x: (x * 0.125).to(torch.float16), (bf16(M, N),), []),
+        (lambda x, c: x + c, (bf16(M, N), bf16(M, 1)), [((1, 0, 0), 0)]),
+    ],
+    ids=["bias_gelu_tanh", "relu_residual", "silu_gate", "scale_cast", "col_bias"],
+)
+def test_real_inductor_chains_translate(fn, args, operands):
+    res = translate_compiled(fn, *args)
+    assert "t" in res, res.get("refused")
+    assert [(o.strides, o.offset) for o in res["t"].operands] == operands
+
+
+@pytest.mark.parametrize(
+    "fn,args,needle",
+    [
+        (lambda x: x.sum(dim=1), (bf16(M, N),), "reduction|cover less|do not tile"),
+        # Inductor lays this output out column-major (like y): not the GEMM's layout.
+        (lambda x, y: x + y.t(), (bf16(M, N), bf16(N, M)), "element-for-element"),
+        (lambda x: x[:, ::2] * 2, (bf16(M, N),), "element-for-element|cover less|do not tile"),
+    ],
+    ids=["reduction", "transposed_read", "strided_read"],
+)
+def test_real_inductor_refusals(fn, args, needle):
+    res = translate_compiled(fn, *args)
+    assert "refused" in res, "must not translate"
+    assert re.search(needle, res["refused"]), res["refused"]
+
+
+def test_loop_coordinates():
+    assert loop_coordinates([M, N], (M, N, 1)) == [M_SYM, N_SYM]
+    assert loop_coordinates([M * N], (M, N, 1)) == [N * M_SYM + N_SYM]
+    assert loop_coordinates([3 * M, N], (M, N, 3)) == [M * L_SYM + M_SYM, N_SYM]
+    with pytest.raises(NotImplementedError):
+        loop_coordinates([N, M], (M, N, 1))
+    with pytest.raises(NotImplementedError):
+        loop_coordinates([M], (M, N, 1))
+    assert isinstance(loop_coordinates([M, N], (M, N, 1))[0], sympy.Symbol)
