@@ -128,7 +128,7 @@ def operand_for(decl, m, n, batch):
 
 
 @pytest.mark.parametrize("name,epi,ref_fn", EPILOGUES, ids=[e[0] for e in EPILOGUES])
-@pytest.mark.parametrize("cfg", CONFIGS[:2], ids=lambda c: c.name())
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.name())
 @pytest.mark.parametrize("m,n,k", [(1000, 4095 + 1, 1000), (4095, 1000, 4096)], ids=str)
 def test_epilogues(name, epi, ref_fn, cfg, m, n, k):
     from inductor_cutedsl.runtime import gemm
