@@ -7,10 +7,12 @@ and later runs share one build per key.
 """
 from __future__ import annotations
 
+import atexit
 import concurrent.futures
 import logging
 import multiprocessing
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Iterable
@@ -43,6 +45,34 @@ def build(spec: KernelSpec, cache: KernelCache) -> tuple[Path, bool]:
     return cache.get_or_build(spec.key(), lambda d, n: export_object(spec, d, n))
 
 
+_pool: concurrent.futures.ProcessPoolExecutor | None = None
+_pool_size = 0
+_pool_lock = threading.Lock()
+
+
+def _worker_pool(workers: int) -> concurrent.futures.ProcessPoolExecutor:
+    """One pool for the process's lifetime: spawning workers (each imports torch and the
+    DSL) costs seconds, so every GEMM a model lowers shares them."""
+    global _pool, _pool_size
+    with _pool_lock:
+        if _pool is None or _pool_size < workers:
+            if _pool is not None:
+                _pool.shutdown(wait=True)
+            _pool = concurrent.futures.ProcessPoolExecutor(
+                max_workers=workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_worker_init,
+            )
+            _pool_size = workers
+        return _pool
+
+
+@atexit.register
+def _shutdown_pool() -> None:
+    if _pool is not None:
+        _pool.shutdown(wait=False, cancel_futures=True)
+
+
 def _worker_init() -> None:
     os.environ["CUTE_DSL_ARCH"] = os.environ.get("CUTE_DSL_ARCH", ARCH)
 
@@ -71,13 +101,10 @@ def build_many(
             path, built = build(s, cache)
             out[s] = (path, built, time.perf_counter() - t0)
         return out
-    ctx = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(
-        max_workers=min(workers, len(misses)), mp_context=ctx, initializer=_worker_init
-    ) as pool:
-        futures = {pool.submit(_worker_build, s, str(cache.root)): s for s in misses}
-        for fut in concurrent.futures.as_completed(futures):
-            path, built, secs = fut.result()
-            out[futures[fut]] = (Path(path), built, secs)
-            cache.builds += int(built)
+    pool = _worker_pool(workers)
+    futures = {pool.submit(_worker_build, s, str(cache.root)): s for s in misses}
+    for fut in concurrent.futures.as_completed(futures):
+        path, built, secs = fut.result()
+        out[futures[fut]] = (Path(path), built, secs)
+        cache.builds += int(built)
     return out
