@@ -148,3 +148,63 @@ def replay_node(node: Any, index_vars: list[Any], handler: Any) -> None:
 
 def simplify_with_ranges(expr: Any, ranges: dict) -> Any:
     return V.graph.sizevars.simplify_with_ranges(expr, ranges)
+
+
+def install_cuda_scheduling(scheduling_cls: Any) -> Any:
+    """Make ``scheduling_cls`` Inductor's "cuda" scheduling (from the next graph on).
+
+    Returns the previous registration, for ``restore_cuda_scheduling``.
+    """
+    from torch._inductor.codegen import common
+
+    common.init_backend_registration()
+    prior = common.device_codegens["cuda"]
+    common.register_backend_for_device(
+        "cuda",
+        scheduling_cls,
+        prior.wrapper_codegen,
+        prior.cpp_wrapper_codegen,
+        prior.fx_wrapper_codegen,
+    )
+    return prior
+
+
+def restore_cuda_scheduling(prior: Any) -> None:
+    from torch._inductor.codegen import common
+
+    common.device_codegens["cuda"] = prior
+
+
+def cuda_combined_scheduling() -> Any:
+    from torch._inductor.codegen.cuda_combined_scheduling import CUDACombinedScheduling
+
+    return CUDACombinedScheduling
+
+
+def template_kernel(input_nodes: list, output_node: Any) -> Any:
+    """A CuteDSL template kernel to render with (the name is filled in at define time)."""
+    from torch._inductor.codegen.cutedsl.cutedsl_kernel import CuteDSLTemplateKernel
+    from torch._inductor.utils import Placeholder
+
+    return CuteDSLTemplateKernel(
+        kernel_name=str(Placeholder.KERNEL_NAME), input_nodes=input_nodes, output_node=output_node
+    )
+
+
+def is_cutedsl_template_buffer(node: Any) -> bool:
+    return isinstance(node, ir.CuteDSLTemplateBuffer)
+
+
+def buffer_users_outside(scheduler: Any, name: str, inside: set) -> bool:
+    """Whether anything but the nodes named in ``inside`` (or the graph output) reads ``name``."""
+    if name in V.graph.get_output_names():
+        return True
+    buf = scheduler.name_to_buf.get(name)
+    users = buf.users if buf is not None else []
+    return any(getattr(u.node, "get_name", lambda: None)() not in inside for u in users)
+
+
+def set_benchmark_epilogue_fusion(value: bool) -> bool:
+    prior = inductor_config.benchmark_epilogue_fusion
+    inductor_config.benchmark_epilogue_fusion = value
+    return prior

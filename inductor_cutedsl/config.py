@@ -36,7 +36,11 @@ max_configs: int = _env_int("INDUCTOR_CUTEDSL_MAX_CONFIGS", 4)
 #: Processes that compile candidates in parallel (``INDUCTOR_CUTEDSL_COMPILE_WORKERS``).
 compile_workers: int = _env_int("INDUCTOR_CUTEDSL_COMPILE_WORKERS", min(8, os.cpu_count() or 1))
 
-_FIELDS = ("enabled", "cache_dir", "max_configs", "compile_workers")
+#: Fuse pointwise consumers into CuteDSL GEMM epilogues (``INDUCTOR_CUTEDSL_EPILOGUE_FUSION``).
+#: Read by ``enable()``. Off by default until the fused path has passed on the GPU.
+epilogue_fusion: bool = _env_bool("INDUCTOR_CUTEDSL_EPILOGUE_FUSION", False)
+
+_FIELDS = ("enabled", "cache_dir", "max_configs", "compile_workers", "epilogue_fusion")
 
 
 def as_dict() -> dict[str, Any]:

@@ -148,7 +148,7 @@ def test_disabled_setting_offers_nothing():
 def test_template_renders_valid_python_calling_our_launcher(has_c):
     import jinja2
 
-    from inductor_cutedsl.lowering.template import SOURCE, gemm_template
+    from inductor_cutedsl.lowering.template import SOURCE, gemm_template, render_args
 
     assert gemm_template() is gemm_template()
 
@@ -158,10 +158,46 @@ def test_template_renders_valid_python_calling_our_launcher(has_c):
         return f"def k_main({params}, out_ptr0, stream):{renames}"
 
     env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    names = ["c", "a", "b"] if has_c else ["a", "b"]
     code = env.from_string(SOURCE).render(
         kernel_key="k" * 32, spec_literal=repr("{}"), scalars_literal="(0.5, 2.0)",
-        has_c=has_c, def_kernel=def_kernel, get_output=lambda: "out_ptr0",
+        def_kernel=def_kernel, get_output=lambda: "out_ptr0",
+        **render_args(names, ["c"] if has_c else [], [None] if has_c else []),
     )  # fmt: skip
     compile(code, "<rendered>", "exec")
     assert "from inductor_cutedsl.runtime.generated import launcher" in code
     assert ("_launch(a, b, out_ptr0, c, stream=stream)" in code) == has_c
+
+
+def test_operand_view_reads_translated_strides():
+    from inductor_cutedsl.runtime.generated import operand_view
+
+    base = torch.arange(100.0)
+    assert operand_view(base, None, 1, 4, 5) is base
+    v = operand_view(base, ((5, 1, 0), 3), 1, 4, 5)  # row-major 4x5 starting at element 3
+    assert v.shape == (1, 4, 5) and v[0, 2, 1].item() == 3 + 2 * 5 + 1
+    col = operand_view(base, ((1, 0, 0), 0), 2, 4, 5)  # one value per row, shared by batches
+    assert torch.equal(col[1, :, 3], base[:4])
+
+
+def test_epilogue_fusion_setting_installs_and_restores_the_scheduling():
+    from torch._inductor.codegen import common
+
+    from inductor_cutedsl.scheduler.scheduling import CuteDSLFusionScheduling
+
+    inductor_cutedsl.disable()
+    prior = common.device_codegens.get("cuda")
+    prior_bef = inductor_config.benchmark_epilogue_fusion
+    try:
+        with config.patch(epilogue_fusion=True):
+            inductor_cutedsl.enable()
+            assert common.device_codegens["cuda"].scheduling is CuteDSLFusionScheduling
+            assert inductor_config.benchmark_epilogue_fusion is False
+            inductor_cutedsl.disable()
+        restored = common.device_codegens.get("cuda")
+        assert restored is not None and restored.scheduling is not CuteDSLFusionScheduling
+        if prior is not None:
+            assert restored is prior
+        assert inductor_config.benchmark_epilogue_fusion == prior_bef
+    finally:
+        inductor_cutedsl.enable()

@@ -16,6 +16,7 @@ from torch._inductor import config as inductor_config
 from torch._inductor import scheduler as inductor_scheduler
 from torch._inductor.virtualized import V
 
+from epilogue_interpreter import evaluate
 from inductor_cutedsl.scheduler.node_translation import L_SYM, M_SYM, N_SYM, loop_coordinates, translate_nodes
 
 M, N = 64, 128
@@ -60,7 +61,18 @@ def bf16(*shape):
 def test_real_inductor_chains_translate(fn, args, operands):
     res = translate_compiled(fn, *args)
     assert "t" in res, res.get("refused")
-    assert [(o.strides, o.offset) for o in res["t"].operands] == operands
+    t = res["t"]
+    assert [(o.strides, o.offset) for o in t.operands] == operands
+    # The translated arithmetic gives eager's values (interpreted on the CPU).
+    expected = fn(*args).float()
+    flat = {f"arg{i}_1": a.float().flatten() for i, a in enumerate(args)}
+    for mi, ni in [(0, 0), (3, 77), (M - 1, N - 1), (17, 5)]:
+        ops_vals = tuple(
+            flat[o.buffer][o.offset + o.strides[0] * mi + o.strides[1] * ni].item() for o in t.operands
+        )
+        got = evaluate(t.epilogue.source, args[0][mi, ni].float().item(), ops_vals, mi, ni)
+        want = expected[mi, ni].item()
+        assert abs(got - want) <= 1e-2 * max(1.0, abs(want)), (mi, ni, got, want)
 
 
 @pytest.mark.parametrize(

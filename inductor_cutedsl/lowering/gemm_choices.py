@@ -20,7 +20,7 @@ from ..runtime import compiler
 from ..runtime.launch import default_cache
 from ..runtime.spec import KernelSpec
 from ..runtime.support import AB_DTYPES, OUT_DTYPES
-from .template import gemm_template
+from .template import gemm_template, render_args
 
 log = logging.getLogger("inductor_cutedsl.lowering")
 
@@ -135,7 +135,12 @@ def gemm_specs(kernel_inputs: Any, op_name: str) -> tuple[list[KernelSpec], dict
     specs = candidate_specs(
         (m, n, k, batch), AB_DTYPES[ab_dtype], OUT_DTYPES[out_dtype], a_major, b_major, epilogue
     )
-    shared = {"has_c": has_c, "scalars_literal": repr(tuple(scalars)), "layout": layout}
+    names = ["c", "a", "b"] if has_c else ["a", "b"]
+    shared = {
+        "layout": layout,
+        "scalars_literal": repr(tuple(scalars)),
+        **render_args(names, ["c"] if has_c else []),
+    }
     return specs, shared
 
 
@@ -159,11 +164,9 @@ def _callers(specs: Sequence[KernelSpec], shared: dict, nodes: list, op_name: st
         try:
             yield template.generate(
                 input_nodes=nodes,
-                layout=shared["layout"],
-                has_c=shared["has_c"],
-                scalars_literal=shared["scalars_literal"],
                 spec_literal=repr(spec.to_json()),
                 kernel_key=spec.key(),
+                **shared,
             )
         except Exception as exc:  # one bad candidate must not sink the others
             log.warning("CuteDSL candidate %s for %s not offered: %s", spec.describe(), op_name, exc)

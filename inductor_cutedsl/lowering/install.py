@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .. import _compat
+from .. import _compat, config
 from .gemm_choices import BACKEND_TOKEN, GEMM_OPS, gemm_choices
 
 log = logging.getLogger("inductor_cutedsl.lowering")
@@ -50,6 +50,13 @@ def enable() -> None:
     if not _compat.backend_enabled(BACKEND_TOKEN):
         _compat.set_autotune_backends(f"{_saved['backends']},{BACKEND_TOKEN}")
     _compat.set_choices_class(CuteDSLChoices)
+    if config.epilogue_fusion:
+        from ..scheduler.scheduling import CuteDSLFusionScheduling
+
+        # Fusion decisions are made on the chosen GEMM: autotuning returns it directly
+        # rather than a MultiTemplateBuffer (whose non-Triton winner would lose its epilogue).
+        _saved["scheduling"] = _compat.install_cuda_scheduling(CuteDSLFusionScheduling)
+        _saved["benchmark_epilogue_fusion"] = _compat.set_benchmark_epilogue_fusion(False)
 
 
 def disable() -> None:
@@ -59,4 +66,7 @@ def disable() -> None:
         return
     _compat.set_autotune_backends(_saved["backends"])
     _compat.set_choices_class(_saved["choices_class"])
+    if "scheduling" in _saved:
+        _compat.restore_cuda_scheduling(_saved["scheduling"])
+        _compat.set_benchmark_epilogue_fusion(_saved["benchmark_epilogue_fusion"])
     _saved = None

@@ -23,13 +23,20 @@ TEMPLATE_NAME = "inductor_cutedsl_gemm"
 SOURCE = r"""
 # inductor_cutedsl kernel {{kernel_key}}
 from inductor_cutedsl.runtime.generated import launcher
-_launch = launcher({{spec_literal}}, {{scalars_literal}})
-{% if has_c %}{{def_kernel("c", "a", "b")}}
-    _launch(a, b, {{get_output()}}, c, stream=stream)
-{% else %}{{def_kernel("a", "b")}}
-    _launch(a, b, {{get_output()}}, stream=stream)
-{% endif %}
+_launch = launcher({{spec_literal}}, {{scalars_literal}}, {{views_literal}})
+{{def_kernel(*argnames)}}
+    _launch(a, b, {{get_output()}}{% for op in operand_args %}, {{op}}{% endfor %}, stream=stream)
 """
+
+
+def render_args(input_names: list[str], operand_names: list[str], views: tuple = ()) -> dict:
+    """Template arguments naming the kernel inputs (in input-node order) and the
+    epilogue's tensor operands (in operand order), with their strided views."""
+    return {
+        "argnames": input_names,
+        "operand_args": operand_names,
+        "views_literal": repr(tuple(views)),
+    }
 
 
 class GemmCaller(CuteDSLTemplateCaller):
@@ -51,14 +58,21 @@ class GemmCaller(CuteDSLTemplateCaller):
         except Exception as exc:  # a DSL or driver error must not abort compilation
             raise RuntimeError(f"CuteDSL candidate {self.name} failed: {exc}") from exc
 
+    render_kwargs: dict[str, Any] = {}
+
     def info_dict(self) -> dict[str, Any]:
         return {**super().info_dict(), "backend": "inductor_cutedsl"}
+
+    def output_node(self):
+        box = super().output_node()
+        box.data.data.cutedsl_render_kwargs = self.render_kwargs
+        return box
 
 
 class GemmTemplate(CuteDSLTemplate):
     def generate(self, **kwargs: Any) -> GemmCaller:
         base = super().generate(**kwargs)
-        return GemmCaller(
+        caller = GemmCaller(
             name=base.name,
             input_nodes=base.input_nodes,
             layout=base.layout,
@@ -67,6 +81,9 @@ class GemmTemplate(CuteDSLTemplate):
             template=self,
             mutated_inputs=base.mutated_inputs,
         )
+        # What the epilogue-fusion codegen needs to render this GEMM again.
+        caller.render_kwargs = {k: v for k, v in kwargs.items() if k not in ("input_nodes", "layout")}
+        return caller
 
 
 @functools.cache

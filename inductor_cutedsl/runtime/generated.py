@@ -18,17 +18,33 @@ from .launch import get_gemm
 from .spec import KernelSpec
 
 
-def launcher(spec_json: str, scalars: Sequence[float] = ()) -> Callable[..., None]:
-    """``scalars`` are the values of the epilogue's scalar operands, in declaration order."""
+def operand_view(t: torch.Tensor, view, batch: int, m: int, n: int) -> torch.Tensor:
+    """The (L, M, N) view an epilogue reads: ``view`` is None (broadcast ``t`` as it
+    is) or ((stride_m, stride_n, stride_l), offset) from the translated indexing."""
+    if view is None:
+        return t
+    (s_m, s_n, s_l), offset = view
+    return t.as_strided((batch, m, n), (s_l, s_m, s_n), t.storage_offset() + offset)
+
+
+def launcher(
+    spec_json: str, scalars: Sequence[float] = (), views: Sequence = ()
+) -> Callable[..., None]:
+    """``scalars``: values of the epilogue's scalar operands, in declaration order;
+    ``views``: per tensor operand, how to read it (see ``operand_view``)."""
     spec = KernelSpec.from_json(spec_json)
     kernel = get_gemm(spec)
     kinds = [op.is_tensor for op in spec.epilogue.operands]
     scalars = tuple(float(s) for s in scalars)
+    views = tuple(views) or (None,) * sum(kinds)
 
     def launch(
         a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *tensors: torch.Tensor, stream: int
     ) -> None:
-        t, s = iter(tensors), iter(scalars)
+        batch = a.shape[0] if a.dim() == 3 else 1
+        m, n = a.shape[-2], b.shape[-1]
+        t = iter(operand_view(x, v, batch, m, n) for x, v in zip(tensors, views))
+        s = iter(scalars)
         kernel(a, b, out, *(next(t) if is_tensor else next(s) for is_tensor in kinds), stream=stream)
 
     return launch

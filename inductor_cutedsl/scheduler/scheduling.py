@@ -1,0 +1,125 @@
+"""Inductor's CUDA scheduling, plus epilogue fusion into CuteDSL GEMMs.
+
+``can_fuse_vertical`` accepts a pointwise consumer of one of our GEMMs when the
+whole chain translates (``node_translation``) and no fused-away buffer is read
+elsewhere; every refusal is logged with its reason. ``codegen_template`` then
+renders the GEMM once more, with the composed epilogue, the chain's operands as
+extra inputs and the chain's last buffer as output. Everything else is the stock
+behaviour.
+
+Not yet verified on a GPU: enabled only with ``config.epilogue_fusion``.
+"""
+from __future__ import annotations
+
+import ast
+import logging
+from typing import Any, Sequence
+
+from .. import _compat
+from ..lowering.template import gemm_template, render_args
+from ..runtime.spec import KernelSpec
+from ..runtime.support import OUT_DTYPES
+from .epilogue_translation import Translation
+from .fusion import compose
+from .node_translation import translate_nodes
+
+log = logging.getLogger("inductor_cutedsl.scheduler")
+
+
+def gemm_template_node(node: Any) -> Any | None:
+    """The SchedulerNode of our GEMM template heading ``node``, if there is one."""
+    template = node.get_template_node() if node.is_template() else None
+    if template is None or not _compat.is_cutedsl_template_buffer(template.node):
+        return None
+    return template if template.node.template is gemm_template() else None
+
+
+def _mnl(template_node: Any) -> tuple[int, int, int]:
+    size = [_compat.size_hint(s) for s in template_node.node.get_size()]
+    return (size[-2], size[-1], size[0] if len(size) == 3 else 1)
+
+
+def _epilogue_chain(node1: Any, node2: Any = None) -> list[Any]:
+    chain = [n for n in node1.get_nodes() if not n.is_template()]
+    return chain + (list(node2.get_nodes()) if node2 is not None else [])
+
+
+class FusionRefused(Exception):
+    pass
+
+
+def translate_chain(scheduler: Any, template_node: Any, chain: Sequence[Any]) -> Translation:
+    """The translated chain, or FusionRefused with the reason."""
+    for node in chain:
+        if node.is_template() or node.is_reduction() or node.has_aliasing_or_mutation():
+            raise FusionRefused(f"{node.get_name()} is not a plain pointwise node")
+    try:
+        tr = translate_nodes(
+            template_node.node.get_name(), _mnl(template_node), chain, _compat.V.graph.get_dtype
+        )
+    except NotImplementedError as exc:
+        raise FusionRefused(str(exc)) from exc
+    inside = {n.get_name() for n in chain} | {template_node.get_name()}
+    for name in [template_node.node.get_name(), *tr.outputs[:-1]]:
+        if _compat.buffer_users_outside(scheduler, name, inside):
+            raise FusionRefused(f"{name} is also read outside the epilogue (one output per kernel)")
+    out = _compat.V.graph.get_buffer(tr.outputs[-1])
+    if out.get_dtype() not in OUT_DTYPES:
+        raise FusionRefused(f"output dtype {out.get_dtype()}")
+    stride = out.get_layout().stride
+    if not _compat.is_one(stride[-1]) or not _compat.multiple_of(stride[-2], 8):
+        raise FusionRefused(f"output layout {list(stride)} is not row-major with 16-byte rows")
+    return tr
+
+
+class CuteDSLFusionScheduling(_compat.cuda_combined_scheduling()):
+    def can_fuse_vertical(self, node1: Any, node2: Any) -> bool:
+        template = gemm_template_node(node1)
+        if template is None:
+            return super().can_fuse_vertical(node1, node2)
+        try:
+            translate_chain(self.scheduler, template, _epilogue_chain(node1, node2))
+        except FusionRefused as why:
+            log.info("not fusing %s into CuteDSL GEMM %s: %s", node2.get_name(), template.get_name(), why)
+            return False
+        log.debug("fusing %s into CuteDSL GEMM %s", node2.get_name(), template.get_name())
+        return True
+
+    def codegen_template(self, template_node: Any, epilogue_nodes: Sequence[Any], prologue_nodes: Sequence[Any]):
+        template = gemm_template_node(template_node)
+        if template is None or not epilogue_nodes:
+            return super().codegen_template(template_node, epilogue_nodes, prologue_nodes)
+        assert not prologue_nodes, "CuteDSL GEMMs take no prologue"
+        tr = translate_chain(self.scheduler, template, list(epilogue_nodes))
+        buffer = template.node
+        kwargs = dict(buffer.cutedsl_render_kwargs)
+        base = KernelSpec.from_json(ast.literal_eval(kwargs["spec_literal"]))
+        out = _compat.V.graph.get_buffer(tr.outputs[-1])
+        spec = KernelSpec(
+            base.config, base.ab_dtype, OUT_DTYPES[out.get_dtype()], base.a_major, base.b_major,
+            compose(base.epilogue, base.out_dtype, tr.epilogue, f"{base.epilogue.name}+{tr.epilogue.name}"),
+        )  # fmt: skip
+        extra = [f"e{i}" for i in range(len(tr.operands))]
+        kwargs.update(
+            spec_literal=repr(spec.to_json()),
+            kernel_key=spec.key(),
+            **render_args(
+                kwargs["argnames"] + extra,
+                kwargs["operand_args"] + extra,
+                ast.literal_eval(kwargs["views_literal"])
+                + tuple((op.strides, op.offset) for op in tr.operands),
+            ),
+        )
+        inputs = list(buffer.inputs) + [_compat.V.graph.get_buffer(op.buffer) for op in tr.operands]
+        kernel = _compat.template_kernel(inputs, out)
+        src = kernel.render(gemm_template().template, **kwargs).finalize_all()
+        template.mark_run()
+        for node in epilogue_nodes:
+            node.mark_run()
+        node_schedule = [template, *epilogue_nodes]
+        with _compat.V.set_kernel_handler(kernel):
+            kernel_name = self._cutedsl_scheduling.define_kernel(src, node_schedule)
+        self.codegen_comment(node_schedule, kernel_name)
+        kernel.call_kernel(kernel_name, buffer)
+        _compat.V.graph.removed_buffers |= {buffer.get_name(), *tr.outputs[:-1]}
+        self.free_buffers_in_scheduler()
