@@ -117,19 +117,23 @@ def config_space() -> list[GemmConfig]:
 def shortlist(m: int, n: int, k: int, batch: int = 1, limit: int = 6) -> list[GemmConfig]:
     """A shape-aware short list of configs worth benchmarking, best guess first.
 
-    Large problems want the widest tiles with a 2-CTA cluster multicasting the
-    operand shared along the cluster; small ones want narrower tiles so that
-    all 132 SMs get work.
+    Ordered by what won on the H200 (benchmarks/results/h200-gemm.json): large
+    problems want 128x256 cooperative tiles with a 2-CTA cluster along the longer
+    dimension, 64-column epilogue stores and a rasterization swizzle once there are
+    several waves of tiles; small ones want narrower tiles so all 132 SMs get work.
     """
     sms = 132
-    cands: list[GemmConfig] = []
     raster_m = m >= n
     cluster = (2, 1) if raster_m else (1, 2)
+    waves = math.ceil(m / 128) * math.ceil(n / 256) * batch / sms
+    swz = 8 if waves >= 2 else 1
+    cands: list[GemmConfig] = []
     for cfg in (
-        GemmConfig(128, 256, *cluster, False, raster_m, 1),
-        GemmConfig(128, 128, *cluster, True, raster_m, 1),
-        GemmConfig(256, 128, *cluster, False, raster_m, 1),
-        GemmConfig(64, 256, *cluster, True, raster_m, 1),
+        GemmConfig(128, 256, *cluster, False, raster_m, swz, 64),
+        # The better raster order was not predictable from the shape: try both.
+        GemmConfig(128, 256, *cluster, False, not raster_m, swz, 64),
+        GemmConfig(128, 128, *cluster, True, raster_m, swz),
+        GemmConfig(256, 128, *cluster, False, raster_m, swz),
         GemmConfig(128, 256, 1, 1, False, raster_m, 1),
         GemmConfig(128, 192, *cluster, False, raster_m, 1),
         GemmConfig(128, 128, *cluster, False, raster_m, 1),
