@@ -146,3 +146,19 @@ def test_build_many_compiles_in_worker_processes(tmp_path):
     assert all(built for _, built, _ in out.values()) and cache.builds == 2
     again = build_many(specs, KernelCache(tmp_path), workers=2)
     assert not any(built for _, built, _ in again.values())
+
+
+def test_default_cache_follows_config_and_opens_once(tmp_path, caplog):
+    from inductor_cutedsl import config
+    from inductor_cutedsl.runtime.launch import default_cache
+
+    with config.patch(cache_dir=str(tmp_path / "a")):
+        first = default_cache()
+        assert first is default_cache() and first.root == tmp_path / "a"
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with caplog.at_level(logging.WARNING, logger="inductor_cutedsl.cache"):
+        with config.patch(cache_dir=str(blocker / "c")):
+            memory_only = default_cache()
+            assert not memory_only.persistent and default_cache() is memory_only
+    assert sum("not writable" in r.getMessage() for r in caplog.records) == 1

@@ -59,12 +59,9 @@ def test_rel_err():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="exercises the no-GPU path")
-def test_main_without_gpu_precompiles_the_block(tmp_path, capsys, monkeypatch):
+def test_main_without_gpu_precompiles_the_block(tmp_path, capsys):
     from inductor_cutedsl import __main__ as entry
     from inductor_cutedsl import config
-    from inductor_cutedsl.runtime import launch
-
-    monkeypatch.setattr(launch, "_default_cache", None)
     with config.patch(cache_dir=str(tmp_path), max_configs=1):
         entry.main(["--workers", "2"])
         out = capsys.readouterr().out

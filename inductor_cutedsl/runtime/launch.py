@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import threading
-from pathlib import Path
 
 import torch
 
@@ -31,14 +30,15 @@ from .support import (
 _memo: dict[str, "CompiledGemm"] = {}
 _memo_lock = threading.Lock()
 _default_cache: KernelCache | None = None
+_default_cache_for: str | None = None  # the config.cache_dir it was opened for
 
 
 def default_cache() -> KernelCache:
-    """The process's cache, at ``inductor_cutedsl.config.cache_dir`` (re-read if it changes)."""
-    global _default_cache
-    want = config.cache_dir
-    if _default_cache is None or (want is not None and Path(want) != _default_cache.root):
-        _default_cache = KernelCache(want)
+    """The process's cache, at ``inductor_cutedsl.config.cache_dir`` (reopened if that changes)."""
+    global _default_cache, _default_cache_for
+    if _default_cache is None or config.cache_dir != _default_cache_for:
+        _default_cache = KernelCache(config.cache_dir)
+        _default_cache_for = config.cache_dir
     return _default_cache
 
 
