@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import math
 import os
 import time
 
@@ -21,6 +19,7 @@ import torch
 from .kernels.config import GemmConfig, shortlist
 from .runtime import compiler, gemm_reason, get_gemm, spec_for
 from .runtime.launch import default_cache
+from .timing import bench, geomean, run_info, side_by_side, write_json
 
 SHAPES = [
     (8192, 4096, 4096),
@@ -57,21 +56,6 @@ def plan_specs() -> dict:
         w_t = torch.empty(n, k, device="meta", dtype=torch.bfloat16).t()
         plan[(m, n, k)] = [spec_for(a, w_t, torch.bfloat16, c) for c in search_space(m, n, k)]
     return plan
-
-
-def bench(fn, rep: int = 100) -> float:
-    import triton.testing
-
-    return triton.testing.do_bench(fn, warmup=25, rep=rep, return_mode="median")
-
-
-def side_by_side(fns: dict, rounds: int = 5) -> dict:
-    """Median over interleaved rounds, so clock and thermal drift hit every contender alike."""
-    times = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            times[name].append(bench(fn, rep=200))
-    return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
 
 
 def launch_overhead_us(fn, n: int = 2000) -> float:
@@ -159,9 +143,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     ratios = [r["vs_cublas"] for r in rows]
     result = {
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "geomean_vs_cublas": round(math.exp(sum(map(math.log, ratios)) / len(ratios)), 4),
+        **run_info(),
+        "geomean_vs_cublas": round(geomean(ratios), 4),
         "min_vs_cublas": min(ratios),
         "launch_overhead_us": {"ours": round(ours_us, 1), "torch_mm": round(mm_us, 1)},
         "compile_wall_s": round(compile_wall, 1),
@@ -175,8 +158,5 @@ def main(argv: list[str] | None = None) -> dict:
               f"{r['vs_cublas']:>6.3f} {r['tflops']:>8.1f}")  # fmt: skip
     print(f"geomean vs cuBLAS {result['geomean_vs_cublas']:.3f}, min {result['min_vs_cublas']:.3f}; "
           f"launch overhead ours {ours_us:.1f} us, torch.mm {mm_us:.1f} us")  # fmt: skip
-    if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
+    write_json(result, args.json)
     return result

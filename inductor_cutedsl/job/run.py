@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from .. import _compat, config, disable, enable
-from ..gemm_bench import side_by_side
+from ..timing import run_info, side_by_side, write_json
 from .autotune_report import GemmTuning, record_gemm_tuning
 from .model import BlockSize, make_block
 
@@ -133,8 +133,7 @@ def run(size: BlockSize, json_path: str, png_path: str) -> dict:
         times = side_by_side({"eager": lambda: block(x), "stock": lambda: stock_fn(x), "ours": lambda: ours_fn(x)})
     warm = warm_process(size, cache_dir)
     result = {
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
+        **run_info(),
         "model": dataclasses.asdict(size),
         "rel_err_vs_eager": errors,
         "model_ms": times,
@@ -146,8 +145,7 @@ def run(size: BlockSize, json_path: str, png_path: str) -> dict:
         "gemms": gemm_table(stock_rows, ours_rows),
     }
     print_report(result)
-    with open(json_path, "w") as f:
-        json.dump(result, f, indent=2)
+    write_json(result, json_path)
     plot(result, png_path)
     print(f"wrote {json_path} and {png_path}")
     assert math.isfinite(result["model_speedup_vs_max_autotune"])

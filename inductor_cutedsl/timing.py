@@ -1,0 +1,41 @@
+"""Timing and result files shared by the benchmarks and the main job."""
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Callable, Iterable
+
+import torch
+
+
+def bench(fn: Callable[[], object], rep: int = 100) -> float:
+    """Median milliseconds of ``fn`` (triton.testing.do_bench)."""
+    import triton.testing
+
+    return triton.testing.do_bench(fn, warmup=25, rep=rep, return_mode="median")
+
+
+def side_by_side(fns: dict, rounds: int = 5) -> dict:
+    """Median over interleaved rounds, so clock and thermal drift hit every contender alike."""
+    times = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            times[name].append(bench(fn, rep=200))
+    return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
+
+
+def geomean(values: Iterable[float]) -> float:
+    values = list(values)
+    return math.exp(sum(map(math.log, values)) / len(values))
+
+
+def run_info() -> dict:
+    return {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+
+
+def write_json(result: dict, path: str | None) -> None:
+    if path:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(result, f, indent=2)
