@@ -153,8 +153,11 @@ def gemm_choices(kernel_inputs: Any, op_name: str) -> list[Any]:
     except Refusal as why:
         log.info("no CuteDSL candidate for %s: %s", op_name, why)
         return []
-    cache = default_cache()
-    compiler.build_many(specs, cache, config.compile_workers)
+    try:
+        compiler.build_many(specs, default_cache(), config.compile_workers)
+    except Exception as exc:  # a kernel that did not build is simply not offered
+        log.warning("CuteDSL candidates for %s not offered: compile failed: %s", op_name, exc)
+        return []
     return list(_callers(specs, shared, kernel_inputs.nodes(), op_name))
 
 
