@@ -201,3 +201,20 @@ def test_epilogue_fusion_setting_installs_and_restores_the_scheduling():
         assert inductor_config.benchmark_epilogue_fusion == prior_bef
     finally:
         inductor_cutedsl.enable()
+
+
+def test_failed_compile_offers_no_candidate(monkeypatch, caplog):
+    from inductor_cutedsl.kernels import GemmConfig
+    from inductor_cutedsl.kernels import epilogue as E
+    from inductor_cutedsl.runtime import KernelSpec
+
+    spec = KernelSpec(GemmConfig(), "bfloat16", "bfloat16", "k", "k", E.IDENTITY)
+    monkeypatch.setattr(gc, "gemm_specs", lambda inputs, op: ([spec], {}))
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(gc.compiler, "build_many", broken)
+    with caplog.at_level(logging.WARNING, logger="inductor_cutedsl.lowering"):
+        assert gc.gemm_choices(types.SimpleNamespace(nodes=lambda: []), "mm") == []
+    assert any("compile failed: disk full" in r.getMessage() for r in caplog.records)
