@@ -10,23 +10,20 @@ from __future__ import annotations
 import logging
 from typing import Any, Sequence
 
-import torch
-
 from .. import _compat, config
-from ..arch import SM_MAJOR, SM_MINOR
 from ..kernels import epilogue as E
 from ..kernels.config import shortlist
 from ..runtime import compiler
 from ..runtime.launch import default_cache
 from ..runtime.spec import KernelSpec
-from ..runtime.support import AB_DTYPES, OUT_DTYPES
+from ..runtime.spec import ALIGNMENT
+from ..runtime.support import A_MAJOR, AB_DTYPES, B_MAJOR, OUT_DTYPES, device_reason
 from .template import gemm_template, render_args
 
 log = logging.getLogger("inductor_cutedsl.lowering")
 
 BACKEND_TOKEN = "CUTEDSL"
 GEMM_OPS = ("mm", "addmm", "bmm", "baddbmm")
-_ALIGN_ELEMS = {2: 8, 4: 4}  # 16 bytes, in elements of that size
 
 
 class Refusal(Exception):
@@ -36,8 +33,7 @@ class Refusal(Exception):
 def _contiguous_mode(name: str, node: Any) -> str:
     """'last' or 'first': which mode of a (.., R, C) operand is contiguous (16-byte rules checked)."""
     size, stride = node.get_size(), node.get_stride()
-    itemsize = node.get_dtype().itemsize
-    align = _ALIGN_ELEMS[itemsize]
+    align = ALIGNMENT // node.get_dtype().itemsize
     if _compat.is_one(stride[-1]):
         major, lead = "last", stride[-2]
     elif _compat.is_one(stride[-2]):
@@ -57,12 +53,7 @@ def _contiguous_mode(name: str, node: Any) -> str:
 
 def _device_reason(node: Any) -> str | None:
     device = _compat.device_of(node)
-    if device is None or device.type != "cuda":
-        return f"tensor on {getattr(device, 'type', None)}, not CUDA"
-    cap = torch.cuda.get_device_capability(device)
-    if cap != (SM_MAJOR, SM_MINOR):
-        return f"device is sm_{cap[0]}{cap[1]}; the kernel is built for sm_90a only"
-    return None
+    return "tensor has no device" if device is None else device_reason(device)
 
 
 def candidate_specs(
@@ -107,12 +98,12 @@ def gemm_specs(kernel_inputs: Any, op_name: str) -> tuple[list[KernelSpec], dict
         raise Refusal(f"output dtype {out_dtype}")
     for node in (a, b):
         _compat.freeze_layout(node)
-    a_major = {"last": "k", "first": "m"}[_contiguous_mode("A", a)]
-    b_major = {"last": "n", "first": "k"}[_contiguous_mode("B", b)]
+    a_major = A_MAJOR[_contiguous_mode("A", a)]
+    b_major = B_MAJOR[_contiguous_mode("B", b)]
     layout = kernel_inputs.output_layout(flexible=False)
     out_stride = layout.stride
     if not _compat.is_one(out_stride[-1]) or not _compat.multiple_of(
-        out_stride[-2], _ALIGN_ELEMS[out_dtype.itemsize]
+        out_stride[-2], ALIGNMENT // out_dtype.itemsize
     ):
         raise Refusal(f"output layout {list(out_stride)} is not row-major with 16-byte rows")
 

@@ -7,14 +7,11 @@ import (a cache hit when the candidates were precompiled), and defines the
 from __future__ import annotations
 
 import functools
-import logging
 from typing import Any
 
 import torch
 
 from .._compat import CuteDSLTemplate, CuteDSLTemplateCaller
-
-log = logging.getLogger("inductor_cutedsl.lowering")
 
 TEMPLATE_NAME = "inductor_cutedsl_gemm"
 
@@ -49,6 +46,8 @@ class GemmCaller(CuteDSLTemplateCaller):
     other than RuntimeError, so DSL errors are converted.
     """
 
+    render_kwargs: dict[str, Any] = {}
+
     def benchmark(self, *args: torch.Tensor, out: torch.Tensor) -> float:
         args = tuple(meta.to_tensor() for meta in self.bmreq.input_tensor_meta)
         try:
@@ -57,8 +56,6 @@ class GemmCaller(CuteDSLTemplateCaller):
             raise
         except Exception as exc:  # a DSL or driver error must not abort compilation
             raise RuntimeError(f"CuteDSL candidate {self.name} failed: {exc}") from exc
-
-    render_kwargs: dict[str, Any] = {}
 
     def info_dict(self) -> dict[str, Any]:
         return {**super().info_dict(), "backend": "inductor_cutedsl"}

@@ -29,14 +29,19 @@ def _contiguous_mode(t: torch.Tensor) -> str | None:
     return None
 
 
+# Kernel operand majors by which matrix mode is contiguous.
+A_MAJOR = {"last": "k", "first": "m"}  # A is (..., M, K)
+B_MAJOR = {"last": "n", "first": "k"}  # B is (..., K, N)
+
+
 def a_major(a: torch.Tensor) -> str | None:
     """'k' if A (..., M, K) is row-major, 'm' if column-major, None if neither."""
-    return {"last": "k", "first": "m"}.get(_contiguous_mode(a))
+    return A_MAJOR.get(_contiguous_mode(a))
 
 
 def b_major(b: torch.Tensor) -> str | None:
     """'n' if B (..., K, N) is row-major, 'k' if column-major, None if neither."""
-    return {"last": "n", "first": "k"}.get(_contiguous_mode(b))
+    return B_MAJOR.get(_contiguous_mode(b))
 
 
 def leading_stride(t: torch.Tensor, major_is_last: bool) -> int:

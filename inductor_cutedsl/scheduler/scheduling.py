@@ -12,6 +12,7 @@ Not yet verified on a GPU: enabled only with ``config.epilogue_fusion``.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import logging
 from typing import Any, Sequence
 
@@ -95,10 +96,13 @@ class CuteDSLFusionScheduling(_compat.cuda_combined_scheduling()):
         kwargs = dict(buffer.cutedsl_render_kwargs)
         base = KernelSpec.from_json(ast.literal_eval(kwargs["spec_literal"]))
         out = _compat.V.graph.get_buffer(tr.outputs[-1])
-        spec = KernelSpec(
-            base.config, base.ab_dtype, OUT_DTYPES[out.get_dtype()], base.a_major, base.b_major,
-            compose(base.epilogue, base.out_dtype, tr.epilogue, f"{base.epilogue.name}+{tr.epilogue.name}"),
-        )  # fmt: skip
+        spec = dataclasses.replace(
+            base,
+            out_dtype=OUT_DTYPES[out.get_dtype()],
+            epilogue=compose(
+                base.epilogue, base.out_dtype, tr.epilogue, f"{base.epilogue.name}+{tr.epilogue.name}"
+            ),
+        )
         extra = [f"e{i}" for i in range(len(tr.operands))]
         kwargs.update(
             spec_literal=repr(spec.to_json()),
