@@ -4,10 +4,15 @@
 ``inductor_cutedsl.disable()`` restores Inductor as it was. Settings live in
 ``inductor_cutedsl.config``.
 """
+import os
+
 from . import config
-from .lowering import disable, enable, is_enabled
 
 __version__ = "0.1.0"
-__all__ = ["config", "disable", "enable", "is_enabled"]
 
-enable()
+# Compile workers (runtime/compile_worker.py) only build kernels: no Inductor, no torch.
+if os.environ.get("INDUCTOR_CUTEDSL_WORKER") != "1":
+    from .lowering import disable, enable, is_enabled
+
+    __all__ = ["config", "disable", "enable", "is_enabled"]
+    enable()

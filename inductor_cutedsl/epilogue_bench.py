@@ -38,18 +38,20 @@ def _bf16(*shape: int, scale: float = 1.0) -> torch.Tensor:
     return (torch.randn(*shape, device="cuda") * scale).to(torch.bfloat16)
 
 
-def _compile(fn, ours: bool):
-    """A compiled ``fn``: stock max-autotune, or with our backend and epilogue fusion."""
+def _compile_and_run(fn, args, ours: bool):
+    """``fn`` compiled (stock max-autotune, or with our backend and epilogue fusion)
+    and its first output. The first call compiles, so it runs in that state."""
     torch.compiler.reset()
     disable()
-    if ours:
-        with config.patch(epilogue_fusion=True):
-            enable()
     try:
-        return torch.compile(fn, mode=MODE)
+        if ours:
+            with config.patch(epilogue_fusion=True):
+                enable()
+        compiled = torch.compile(fn, mode=MODE)
+        return compiled, compiled(*args)
     finally:
-        if not ours:
-            enable()
+        disable()
+        enable()  # the backend on, fusion as configured: as import left it
 
 
 def run_case(name: str, m: int, n: int, k: int) -> dict:
@@ -59,19 +61,15 @@ def run_case(name: str, m: int, n: int, k: int) -> dict:
         ref = fn(*args)
         compiled = {}
         for label, ours in (("stock", False), ("ours", True)):
-            f = _compile(fn, ours)
-            err = rel_err(f(*args), ref)  # first call compiles (and autotunes)
+            compiled[label], out = _compile_and_run(fn, args, ours)
+            err = rel_err(out, ref)
             if not err < TOLERANCE:
                 raise AssertionError(f"{name} {m}x{n}x{k} {label}: rel err {err:.3e} vs eager")
-            compiled[label] = f
         times = side_by_side({
             "eager": lambda: fn(*args),
             "stock": lambda: compiled["stock"](*args),
             "ours": lambda: compiled["ours"](*args),
         })  # fmt: skip
-    # Leave the process as import left it: backend on, fusion as configured.
-    disable()
-    enable()
     return {
         "pattern": name, "shape": [m, n, k],
         "eager_ms": round(times["eager"], 4), "stock_ms": round(times["stock"], 4),

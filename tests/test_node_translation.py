@@ -82,8 +82,11 @@ def test_real_inductor_chains_translate(fn, args, operands):
         # Inductor lays this output out column-major (like y): not the GEMM's layout.
         (lambda x, y: x + y.t(), (bf16(M, N), bf16(N, M)), "element-for-element"),
         (lambda x: x[:, ::2] * 2, (bf16(M, N),), "element-for-element|cover less|do not tile"),
+        (lambda x, y: torch.relu(x) + y.t(), (bf16(M, N), bf16(N, M)), "read transposed"),
+        (lambda x, t, i: x + t[i], (bf16(M, N), bf16(16, N), torch.randint(0, 16, (M,))), "indirect"),
+        (lambda x: torch.atan(x), (bf16(M, N),), "no CuteDSL epilogue translation"),
     ],
-    ids=["reduction", "transposed_read", "strided_read"],
+    ids=["reduction", "transposed_output", "strided_read", "transposed_operand", "indirect_read", "unsupported_op"],
 )
 def test_real_inductor_refusals(fn, args, needle):
     res = translate_compiled(fn, *args)

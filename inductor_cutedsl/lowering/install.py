@@ -10,7 +10,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import torch
+
 from .. import _compat, config
+from ..runtime import workers
 from .gemm_choices import BACKEND_TOKEN, GEMM_OPS, gemm_choices
 
 log = logging.getLogger("inductor_cutedsl.lowering")
@@ -50,6 +53,9 @@ def enable() -> None:
     if not _compat.backend_enabled(BACKEND_TOKEN):
         _compat.set_autotune_backends(f"{_saved['backends']},{BACKEND_TOKEN}")
     _compat.set_choices_class(CuteDSLChoices)
+    if torch.cuda.is_available():
+        # Compile workers import the DSL in the background, before the first GEMM needs them.
+        workers.start(config.compile_workers)
     if config.epilogue_fusion:
         from ..scheduler.scheduling import CuteDSLFusionScheduling
 

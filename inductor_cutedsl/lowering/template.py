@@ -7,6 +7,7 @@ import (a cache hit when the candidates were precompiled), and defines the
 from __future__ import annotations
 
 import functools
+import time
 from typing import Any
 
 import torch
@@ -14,6 +15,9 @@ import torch
 from .._compat import CuteDSLTemplate, CuteDSLTemplateCaller
 
 TEMPLATE_NAME = "inductor_cutedsl_gemm"
+
+#: Wall seconds this process spent benchmarking CuteDSL candidates (load + first run + timing).
+stats = {"benchmark_s": 0.0}
 
 # The kernel key (sources, DSL version, ...) is in the text so that Inductor's own
 # caches of this module and of its autotuning timings change when our kernel does.
@@ -28,11 +32,15 @@ _launch = launcher({{spec_literal}}, {{scalars_literal}}, {{views_literal}})
 
 def render_args(input_names: list[str], operand_names: list[str], views: tuple = ()) -> dict:
     """Template arguments naming the kernel inputs (in input-node order) and the
-    epilogue's tensor operands (in operand order), with their strided views."""
+    epilogue's tensor operands (in operand order), with their strided views
+    (None: the operand is passed as Inductor's view of it)."""
+    views = tuple(views) or (None,) * len(operand_names)
+    if len(views) != len(operand_names):
+        raise ValueError(f"{len(operand_names)} tensor operands but {len(views)} views")
     return {
         "argnames": input_names,
         "operand_args": operand_names,
-        "views_literal": repr(tuple(views)),
+        "views_literal": repr(views),
     }
 
 
@@ -49,6 +57,7 @@ class GemmCaller(CuteDSLTemplateCaller):
     render_kwargs: dict[str, Any] = {}
 
     def benchmark(self, *args: torch.Tensor, out: torch.Tensor) -> float:
+        t0 = time.perf_counter()
         args = tuple(meta.to_tensor() for meta in self.bmreq.input_tensor_meta)
         try:
             return self.bmreq.benchmark(*args, out=out)
@@ -56,6 +65,8 @@ class GemmCaller(CuteDSLTemplateCaller):
             raise
         except Exception as exc:  # a DSL or driver error must not abort compilation
             raise RuntimeError(f"CuteDSL candidate {self.name} failed: {exc}") from exc
+        finally:
+            stats["benchmark_s"] += time.perf_counter() - t0
 
     def info_dict(self) -> dict[str, Any]:
         return {**super().info_dict(), "backend": "inductor_cutedsl"}

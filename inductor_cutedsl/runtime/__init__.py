@@ -1,17 +1,27 @@
-"""Compile, cache and launch CuTe DSL kernels."""
-from .cache import KernelCache, default_cache_dir
-from .launch import CompiledGemm, gemm, get_gemm, spec_for
-from .spec import KernelSpec
-from .support import gemm_reason, operands_reason
+"""Compile, cache and launch CuTe DSL kernels.
 
-__all__ = [
-    "CompiledGemm",
-    "KernelCache",
-    "KernelSpec",
-    "default_cache_dir",
-    "gemm",
-    "gemm_reason",
-    "get_gemm",
-    "operands_reason",
-    "spec_for",
-]
+Names load lazily, so that compile workers (which never launch) do not import torch.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "CompiledGemm": "launch",
+    "KernelCache": "cache",
+    "KernelSpec": "spec",
+    "default_cache_dir": "cache",
+    "gemm": "launch",
+    "gemm_reason": "support",
+    "get_gemm": "launch",
+    "operands_reason": "support",
+    "spec_for": "launch",
+}
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)

@@ -1,27 +1,25 @@
 """Compile kernel specs to exported objects, in this process or in GPU-blind workers.
 
-``cute.compile`` is not thread-safe, so parallel compilation uses processes
-(spawned, with ``CUTE_DSL_ARCH`` pinned so they never look for a GPU). Each
-worker goes through the same :class:`KernelCache`, so workers, xdist processes
-and later runs share one build per key.
+``cute.compile`` is not thread-safe, so parallel compilation uses worker
+processes (``workers``). Each worker goes through the same :class:`KernelCache`,
+so workers, xdist processes and later runs share one build per key.
 """
 from __future__ import annotations
 
-import atexit
 import concurrent.futures
 import logging
-import multiprocessing
-import os
-import threading
 import time
 from pathlib import Path
 from typing import Iterable
 
-from ..arch import ARCH
+from . import workers as workers_mod
 from .cache import KernelCache
 from .spec import KernelSpec
 
 log = logging.getLogger("inductor_cutedsl.compile")
+
+#: Wall seconds this process spent waiting in ``build_many`` and kernels it compiled.
+stats = {"wait_s": 0.0, "compiled": 0}
 
 
 def export_object(spec: KernelSpec, out_dir: Path, name: str) -> None:
@@ -45,66 +43,36 @@ def build(spec: KernelSpec, cache: KernelCache) -> tuple[Path, bool]:
     return cache.get_or_build(spec.key(), lambda d, n: export_object(spec, d, n))
 
 
-_pool: concurrent.futures.ProcessPoolExecutor | None = None
-_pool_size = 0
-_pool_lock = threading.Lock()
-
-
-def _worker_pool(workers: int) -> concurrent.futures.ProcessPoolExecutor:
-    """One pool for the process's lifetime: spawning workers (each imports torch and the
-    DSL) costs seconds, so every GEMM a model lowers shares them."""
-    global _pool, _pool_size
-    with _pool_lock:
-        if _pool is None or _pool_size < workers:
-            if _pool is not None:
-                _pool.shutdown(wait=True)
-            _pool = concurrent.futures.ProcessPoolExecutor(
-                max_workers=workers,
-                mp_context=multiprocessing.get_context("spawn"),
-                initializer=_worker_init,
-            )
-            _pool_size = workers
-        return _pool
-
-
-@atexit.register
-def _shutdown_pool() -> None:
-    if _pool is not None:
-        _pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _worker_init() -> None:
-    os.environ["CUTE_DSL_ARCH"] = os.environ.get("CUTE_DSL_ARCH", ARCH)
-
-
-def _worker_build(spec: KernelSpec, root: str) -> tuple[str, bool, float]:
-    t0 = time.perf_counter()
-    path, built = build(spec, KernelCache(root))
-    return str(path), built, time.perf_counter() - t0
-
-
 def build_many(
     specs: Iterable[KernelSpec], cache: KernelCache, workers: int
 ) -> dict[KernelSpec, tuple[Path, bool, float]]:
-    """Build every spec (cache hits are free); ``workers`` > 1 compiles in processes.
+    """Build every spec (cache hits are free); ``workers`` > 1 compiles in worker processes.
 
-    Returns spec -> (object path, compiled now, seconds).
+    Returns spec -> (object path, compiled now, seconds). Raises if any spec failed.
     """
     specs = list(dict.fromkeys(specs))
     misses = [s for s in specs if cache.lookup(s.key()) is None]
     out: dict[KernelSpec, tuple[Path, bool, float]] = {
         s: (cache.object_path(s.key()), False, 0.0) for s in specs if s not in misses
     }
-    if workers <= 1 or len(misses) <= 1 or not cache.persistent:
-        for s in misses:
-            t0 = time.perf_counter()
-            path, built = build(s, cache)
-            out[s] = (path, built, time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    try:
+        if workers <= 1 or len(misses) <= 1 or not cache.persistent:
+            for s in misses:
+                t1 = time.perf_counter()
+                path, built = build(s, cache)
+                out[s] = (path, built, time.perf_counter() - t1)
+            return out
+        pool = workers_mod.pool(workers)
+        with concurrent.futures.ThreadPoolExecutor(min(workers, len(misses))) as threads:
+            futures = {threads.submit(pool.build, s.to_json(), str(cache.root)): s for s in misses}
+            for fut in concurrent.futures.as_completed(futures):
+                path, built, secs = fut.result()
+                out[futures[fut]] = (path, built, secs)
+                cache.builds += int(built)
         return out
-    pool = _worker_pool(workers)
-    futures = {pool.submit(_worker_build, s, str(cache.root)): s for s in misses}
-    for fut in concurrent.futures.as_completed(futures):
-        path, built, secs = fut.result()
-        out[futures[fut]] = (Path(path), built, secs)
-        cache.builds += int(built)
-    return out
+    finally:
+        if misses:
+            stats["wait_s"] += time.perf_counter() - t0
+            stats["compiled"] += sum(1 for s in misses if s in out and out[s][1])
+            log.info("built %d CuteDSL kernels in %.2fs", len(misses), time.perf_counter() - t0)

@@ -114,6 +114,9 @@ class EpilogueTranslator(OpsHandlerBase):
     def _default(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         raise NotImplementedError(f"op {name!r} has no CuteDSL epilogue translation")
 
+    def indirect_indexing(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("indirect indexing")
+
     def _linear(self, index: sympy.Expr) -> tuple[tuple[int, int, int], int]:
         """(strides, offset) of an index that is provably linear in (m, n, l)."""
         index = sympy.expand(self.simplify(sympy.sympify(index)))
@@ -157,12 +160,15 @@ class EpilogueTranslator(OpsHandlerBase):
             return self.stored[name]
         dtype = self.dtype_of(name)
         if dtype not in _FLOAT_DTYPES:
-            raise NotImplementedError(f"load of {name} with dtype {dtype}")
+            raise NotImplementedError(f"load of {name} with dtype {dtype} (integer data or indirect indexing)")
         strides, offset = self._linear(index)
         if self.sizes[2] == 1:
             strides = (strides[0], strides[1], 0)
         if min(strides) < 0 or offset < 0:
             raise NotImplementedError(f"{name} is read with a negative stride or offset")
+        if strides[1] > 1 and strides[0] < strides[1] and self.sizes[1] > 1:
+            # Column-major reads are uncoalesced in our epilogue: Triton does them better.
+            raise NotImplementedError(f"{name} is read transposed (stride {strides[1]} along n)")
         ref = OperandRef(name, strides, offset, dtype)
         if ref not in self.operands:
             self.operands.append(ref)

@@ -7,7 +7,8 @@ renders the GEMM once more, with the composed epilogue, the chain's operands as
 extra inputs and the chain's last buffer as output. Everything else is the stock
 behaviour.
 
-Not yet verified on a GPU: enabled only with ``config.epilogue_fusion``.
+Installed by ``enable()`` when ``config.epilogue_fusion`` is on (off by default until the
+autotuner compares fused candidates fairly: see NOTES.md).
 """
 from __future__ import annotations
 
@@ -29,10 +30,13 @@ log = logging.getLogger("inductor_cutedsl.scheduler")
 
 def gemm_template_node(node: Any) -> Any | None:
     """The SchedulerNode of our GEMM template heading ``node``, if there is one."""
-    template = node.get_template_node() if node.is_template() else None
-    if template is None or not _compat.is_cutedsl_template_buffer(template.node):
+    if not node.is_template():
         return None
-    return template if template.node.template is gemm_template() else None
+    template = next(n for n in node.get_nodes() if n.is_template())
+    buffer = template.node
+    if not _compat.is_cutedsl_template_buffer(buffer) or buffer.template is not gemm_template():
+        return None
+    return template
 
 
 def _mnl(template_node: Any) -> tuple[int, int, int]:
@@ -52,7 +56,9 @@ class FusionRefused(Exception):
 def translate_chain(scheduler: Any, template_node: Any, chain: Sequence[Any]) -> Translation:
     """The translated chain, or FusionRefused with the reason."""
     for node in chain:
-        if node.is_template() or node.is_reduction() or node.has_aliasing_or_mutation():
+        if node.is_reduction():
+            raise FusionRefused(f"{node.get_name()} is a reduction")
+        if node.is_template() or node.is_extern() or node.has_aliasing_or_mutation():
             raise FusionRefused(f"{node.get_name()} is not a plain pointwise node")
     try:
         tr = translate_nodes(
@@ -81,13 +87,34 @@ class CuteDSLFusionScheduling(_compat.cuda_combined_scheduling()):
         try:
             translate_chain(self.scheduler, template, _epilogue_chain(node1, node2))
         except FusionRefused as why:
-            log.info("not fusing %s into CuteDSL GEMM %s: %s", node2.get_name(), template.get_name(), why)
+            # Asked often per pair; the one INFO line per consumer comes at codegen.
+            log.debug("cannot fuse %s into CuteDSL GEMM %s: %s", node2.get_name(), template.get_name(), why)
             return False
-        log.debug("fusing %s into CuteDSL GEMM %s", node2.get_name(), template.get_name())
         return True
+
+    def _log_unfused_consumers(self, template: Any, epilogue_nodes: Sequence[Any]) -> None:
+        """One line per consumer of the GEMM left outside its epilogue, with the reason."""
+        fused = {n.get_name() for n in epilogue_nodes}
+        consumers = {
+            user.node.get_name(): user.node
+            for buf in template.get_outputs()
+            for user in buf.users
+            if hasattr(user.node, "is_template") and user.node.get_name() not in fused
+        }
+        for name, consumer in consumers.items():
+            try:
+                translate_chain(self.scheduler, template, [*epilogue_nodes, consumer])
+                why = "the scheduler did not pair them (size, order or memory rule)"
+            except FusionRefused as exc:
+                why = str(exc)
+            log.info("not fusing %s into CuteDSL GEMM %s: %s", name, template.get_name(), why)
+        if fused:
+            log.info("fused %s into CuteDSL GEMM %s", ", ".join(sorted(fused)), template.get_name())
 
     def codegen_template(self, template_node: Any, epilogue_nodes: Sequence[Any], prologue_nodes: Sequence[Any]):
         template = gemm_template_node(template_node)
+        if template is not None:
+            self._log_unfused_consumers(template, epilogue_nodes)
         if template is None or not epilogue_nodes:
             return super().codegen_template(template_node, epilogue_nodes, prologue_nodes)
         assert not prologue_nodes, "CuteDSL GEMMs take no prologue"
@@ -117,6 +144,8 @@ class CuteDSLFusionScheduling(_compat.cuda_combined_scheduling()):
         inputs = list(buffer.inputs) + [_compat.V.graph.get_buffer(op.buffer) for op in tr.operands]
         kernel = _compat.template_kernel(inputs, out)
         src = kernel.render(gemm_template().template, **kwargs).finalize_all()
+        # Never allocated: the GEMM's own output and the chain's intermediates.
+        _compat.V.graph.removed_buffers |= {buffer.get_name(), *tr.outputs[:-1]}
         template.mark_run()
         for node in epilogue_nodes:
             node.mark_run()
@@ -125,5 +154,4 @@ class CuteDSLFusionScheduling(_compat.cuda_combined_scheduling()):
             kernel_name = self._cutedsl_scheduling.define_kernel(src, node_schedule)
         self.codegen_comment(node_schedule, kernel_name)
         kernel.call_kernel(kernel_name, buffer)
-        _compat.V.graph.removed_buffers |= {buffer.get_name(), *tr.outputs[:-1]}
         self.free_buffers_in_scheduler()
