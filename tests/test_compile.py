@@ -18,6 +18,9 @@ REPRESENTATIVE = [
     (GemmConfig(256, 128, 2, 2, epi_n=64), "bfloat16", "float16", "m", "k",
      E.bias_activation("gelu_tanh")),
     (GemmConfig(64, 256, 2, 1, True), "float16", "float16", "k", "n", E.addmm(True, "full")),
+    (GemmConfig(128, 256, 1, 2), "bfloat16", "bfloat16", "k", "k", E.Epilogue(
+        "keep_pre", "def epilogue(acc, m, n, l, ops):\n    return relu(acc), acc\n",
+        (E.EpilogueOperand("pre", "out", "float32"),))),
 ]  # fmt: skip
 
 

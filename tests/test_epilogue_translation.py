@@ -20,11 +20,11 @@ DTYPES = {"acc": torch.bfloat16, "bias": torch.bfloat16, "colb": torch.float32,
 OWN = N * m + n
 
 
-def translate(body, sizes=(M, N, 1)):
+def translate(body, sizes=(M, N, 1), keep=()):
     tr = EpilogueTranslator("acc", (m, n, l), sizes, DTYPES.__getitem__)
     with V.set_ops_handler(tr):
         body()
-    return finish(tr, "test")
+    return finish(tr, "test", keep)
 
 
 def f32(x):
@@ -58,6 +58,28 @@ def test_operand_index_analysis():
         ("colb", (1, 0, 0), 0), ("res", (N, 1, 0), 7), ("gate", (2 * N, 2, 0), 0)
     ]  # fmt: skip
     assert [op.dtype for op in t.epilogue.operands] == ["float32", "bfloat16", "float16"]
+
+
+def test_kept_buffers_become_out_operands(tmp_path):
+    """The GEMM output and an intermediate read elsewhere are written as extra outputs."""
+
+    def body():
+        ops.store("buf1", OWN, ops.to_dtype(ops.relu(f32(ops.load("acc", OWN))), torch.bfloat16))
+        ops.store("out", OWN, ops.mul(f32(ops.load("buf1", OWN)), f32(ops.load("res", OWN))))
+
+    dtypes = {**DTYPES, "buf1": torch.bfloat16}
+    tr = EpilogueTranslator("acc", (m, n, l), (M, N, 1), dtypes.__getitem__)
+    with V.set_ops_handler(tr):
+        body()
+    t = finish(tr, "keep", ("acc", "buf1"))
+    assert t.kept == ("acc", "buf1")
+    assert [(o.buffer, o.strides) for o in t.operands] == [("res", (N, 1, 0)), ("acc", (N, 1, 0)), ("buf1", (N, 1, 0))]
+    assert [op.kind for op in t.epilogue.operands] == ["full", "out", "out"]
+    last = t.epilogue.source.strip().splitlines()[-1].strip()
+    assert last.startswith("return ") and last.count(",") == 2 and ", acc, " in last
+    spec = KernelSpec(GemmConfig(128, 256, 2, 1), "bfloat16", "bfloat16", "k", "k", t.epilogue)
+    path, built = build(spec, KernelCache(tmp_path))
+    assert built and path.stat().st_size > 10_000
 
 
 def test_batched_acc_index_and_reused_intermediate():

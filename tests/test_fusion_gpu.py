@@ -147,6 +147,24 @@ def test_chain_is_one_kernel(name):
     check(out, ref)
 
 
+MULTI_OUTPUT = {
+    # The GEMM output itself is needed too (e.g. the pre-activation for backward).
+    "keep_gemm_output": lambda x, w, b: (lambda y: (y, F.gelu(y, approximate="tanh")))(F.linear(x, w, b)),
+    # An intermediate of the chain is needed too.
+    "keep_intermediate": lambda x, w, b: (lambda h: (h, h * b))(torch.relu(x @ w.t())),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", MULTI_OUTPUT)
+def test_multi_output_epilogue_is_one_kernel(name):
+    fn = MULTI_OUTPUT[name]
+    x, w = x_w()
+    args = (x, w, bf16(N))
+    out, codes = compiled_code(fn, *args)
+    assert_one_fused_kernel("\n".join(codes))
+    check(out, reference(fn, args))
+
+
 def test_training_step_with_fused_epilogues():
     """fwd+bwd of Linear -> GELU -> Linear (+ residual); gradients match eager."""
     torch.manual_seed(0)

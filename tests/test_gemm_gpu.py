@@ -163,6 +163,37 @@ def test_epilogue_batched_full_operand():
     assert rel_err(out, reference(a, b) + r.double()) < 1e-2
 
 
+KEEP_PRE = E.Epilogue(
+    "bias_gelu_keep_pre",
+    "def epilogue(acc, m, n, l, ops):\n"
+    "    pre = round_to(acc + ops[0], 'bfloat16')\n"
+    "    return gelu_tanh(pre), pre\n",
+    (E.EpilogueOperand("bias", "row", "bfloat16"), E.EpilogueOperand("pre", "out", "bfloat16")),
+)
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.name())
+@pytest.mark.parametrize("batch", [None, 3], ids=["2d", "batched"])
+def test_extra_output_operand(cfg, batch):
+    """An ``out`` operand receives its value everywhere in (L, M, N), and nowhere else."""
+    from inductor_cutedsl.runtime import gemm
+
+    m, n, k = 1000, 1032, 520
+    a = matrix(m, k, True, torch.bfloat16, batch=batch)
+    b = matrix(k, n, False, torch.bfloat16, batch=batch)
+    bias = torch.randn(n, device="cuda").to(torch.bfloat16)
+    lead = () if batch is None else (batch,)
+    out = poisoned((*lead, m, n), torch.bfloat16)
+    pre_full = poisoned((*lead, m, n + 8), torch.bfloat16)  # a strided view: pad columns untouched
+    pre = pre_full[..., :n]
+    gemm(a, b, bias, pre, out=out, config=cfg, epilogue=KEEP_PRE)
+    torch.cuda.synchronize()
+    ref_pre = reference(a, b) + bias.double()
+    assert rel_err(pre, ref_pre) < 1e-2
+    assert rel_err(out, torch.nn.functional.gelu(ref_pre, approximate="tanh")) < 1e-2
+    assert pre_full[..., n:].isnan().all(), "wrote outside the output view"
+
+
 def test_refusals_on_gpu():
     from inductor_cutedsl.runtime import gemm_reason
 

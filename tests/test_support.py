@@ -71,6 +71,11 @@ def test_operands_reason():
     assert "takes 1 operands" in operands_reason(epi, [], 1, 64, 128)
     assert "not a col vector" in operands_reason(E.bias("col"), [cpu(128)], 1, 64, 128)
     assert "is a scalar" in operands_reason(E.addmm(True, "full"), [cpu(64, 128)] * 3, 1, 64, 128)
+    keep = E.Epilogue("keep", "def epilogue(acc, m, n, l, ops):\n    return acc, acc\n",
+                      (E.EpilogueOperand("pre", "out", "bfloat16"),))  # fmt: skip
+    assert "is broadcast" in operands_reason(keep, [cpu(128)], 1, 64, 128)
+    assert "is broadcast" in operands_reason(keep, [cpu(64, 128)], 2, 64, 128)
+    assert "CUDA" in operands_reason(keep, [cpu(64, 128)], 1, 64, 128)
 
 
 def test_epilogue_definitions():

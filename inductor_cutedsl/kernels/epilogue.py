@@ -23,7 +23,7 @@ import dataclasses
 import hashlib
 import textwrap
 
-OPERAND_KINDS = ("row", "col", "full", "scalar")
+OPERAND_KINDS = ("row", "col", "full", "scalar", "out")
 OPERAND_DTYPES = ("bfloat16", "float16", "float32")
 
 
@@ -33,7 +33,9 @@ class EpilogueOperand:
 
     kind: ``row``: one value per output column n (a bias over N, stride 0 along M);
     ``col``: one value per output row m (stride 0 along N); ``full``: one value per
-    (m, n) (a residual or gate); ``scalar``: a Float32 passed at launch.
+    (m, n) (a residual or gate); ``scalar``: a Float32 passed at launch; ``out``: an
+    extra (L, M, N) output. An epilogue with ``out`` operands returns a tuple: the
+    value for D, then one value per ``out`` operand in declaration order.
     """
 
     name: str
@@ -49,6 +51,10 @@ class EpilogueOperand:
     @property
     def is_tensor(self) -> bool:
         return self.kind != "scalar"
+
+    @property
+    def is_output(self) -> bool:
+        return self.kind == "out"
 
 
 @dataclasses.dataclass(frozen=True)

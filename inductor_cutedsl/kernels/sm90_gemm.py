@@ -52,6 +52,13 @@ _BAR_MMA_TURN = 3  # +wg
 _BAR_EPI_TURN = 5  # +wg
 
 
+@cute.jit
+def _store_in_bounds(t: cute.Tensor, m, n, batch, value, size_m, size_n):
+    if m < size_m:
+        if n < size_n:
+            t[(m, n, batch)] = value
+
+
 class Sm90Gemm:
     """One kernel variant: config x dtypes x operand majors x epilogue."""
 
@@ -555,14 +562,25 @@ class Sm90Gemm:
         # Trace-time Python (not preprocessed): every loop here unrolls.
         last_m = size_m - 1
         last_n = size_n - 1
+        ops = self.epilogue.operands
+        inputs = [t for t, op in zip(ep_tensors, self.tensor_ops) if not op.is_output]
+        outputs = [t for t, op in zip(ep_tensors, self.tensor_ops) if op.is_output]
         for v in range(cute.size(acc)):
             m, n = coords[v]
             # Clamp so elements past M/N (clipped by the TMA store) read in bounds.
             mc = cutlass.min(m, last_m)
             nc = cutlass.min(n, last_n)
-            tensors, scalars = iter(ep_tensors), iter(ep_scalars)
+            tensors, scalars = iter(inputs), iter(ep_scalars)
             vals = tuple(
-                next(tensors)[(mc, nc, batch)].to(Float32) if op.is_tensor else next(scalars)
-                for op in self.epilogue.operands
-            )
-            acc[v] = self.hook(acc[v], m, n, batch, vals)
+                None if op.is_output
+                else next(tensors)[(mc, nc, batch)].to(Float32) if op.is_tensor
+                else next(scalars)
+                for op in ops
+            )  # fmt: skip
+            result = self.hook(acc[v], m, n, batch, vals)
+            if outputs:
+                # Extra outputs leave straight from registers (D goes through TMA).
+                for t, value in zip(outputs, result[1:]):
+                    _store_in_bounds(t, m, n, batch, value.to(t.element_type), size_m, size_n)
+                result = result[0]
+            acc[v] = result

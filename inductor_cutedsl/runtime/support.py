@@ -130,5 +130,7 @@ def operands_reason(epilogue: Epilogue, operands, batch: int, m: int, n: int) ->
             decl.kind == "col" and n > 1 and view.stride(2) != 0
         ):
             return f"operand {decl.name} is not a {decl.kind} vector"
+        if decl.is_output and any(view.stride(i) == 0 and view.shape[i] > 1 for i in range(3)):
+            return f"output operand {decl.name} is broadcast (each element must be written once)"
     tensors = [v for d, v in zip(epilogue.operands, operands) if d.is_tensor]
     return next(filter(None, (device_reason(v.device) for v in tensors)), None)

@@ -74,8 +74,9 @@ class OperandRef:
 @dataclasses.dataclass(frozen=True)
 class Translation:
     epilogue: Epilogue
-    operands: tuple[OperandRef, ...]
+    operands: tuple[OperandRef, ...]  # inputs, then the kept outputs (``out`` operands)
     outputs: tuple[str, ...]  # buffers the epilogue's stores would write, in order
+    kept: tuple[str, ...] = ()  # buffers written besides the last output
 
 
 class EpilogueTranslator(OpsHandlerBase):
@@ -232,15 +233,34 @@ def _install_table_ops() -> None:
 _install_table_ops()
 
 
-def finish(tr: EpilogueTranslator, name: str) -> Translation:
-    """The epilogue computing the last stored value, with the operands it reads."""
+def finish(tr: EpilogueTranslator, name: str, keep: tuple[str, ...] = ()) -> Translation:
+    """The epilogue computing the last stored value, with the operands it reads.
+
+    ``keep``: buffers that must be written too (read outside the epilogue): the GEMM's
+    own output (the accumulator as the GEMM stores it) or an intermediate of the
+    chain. Each becomes an ``out`` operand, after the inputs, in ``keep`` order.
+    """
     if not tr.outputs:
         raise NotImplementedError("the epilogue stores nothing")
     result = tr.stored[tr.outputs[-1]]
+    operands = list(tr.operands)
+    values = [result.name]
+    for buf in keep:
+        dtype = tr.dtype_of(buf)
+        if dtype not in _FLOAT_DTYPES:
+            raise NotImplementedError(f"{buf} has dtype {dtype}")
+        values.append("acc" if buf == tr.acc_buffer else tr.stored[buf].name)
+        strides, offset = tr._acc_index()
+        if tr.sizes[2] == 1:
+            strides = (strides[0], strides[1], 0)
+        operands.append(OperandRef(buf, strides, offset, dtype))
     source = "\n".join(
-        ["def epilogue(acc, m, n, l, ops):", *tr.lines, f"    return {result.name}", ""]
+        ["def epilogue(acc, m, n, l, ops):", *tr.lines, f"    return {', '.join(values)}", ""]
     )
-    operands = tuple(
-        EpilogueOperand(f"in{i}", "full", _FLOAT_DTYPES[op.dtype]) for i, op in enumerate(tr.operands)
-    )
-    return Translation(Epilogue(name, source, operands), tuple(tr.operands), tuple(tr.outputs))
+    n_in = len(tr.operands)
+    decls = tuple(
+        EpilogueOperand(f"in{i}" if i < n_in else f"out{i - n_in}", "full" if i < n_in else "out",
+                        _FLOAT_DTYPES[op.dtype])
+        for i, op in enumerate(operands)
+    )  # fmt: skip
+    return Translation(Epilogue(name, source, decls), tuple(operands), tuple(tr.outputs), tuple(keep))

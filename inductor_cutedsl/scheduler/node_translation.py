@@ -49,8 +49,13 @@ def translate_nodes(
     nodes: Sequence[Any],
     dtype_of: Callable[[str], torch.dtype],
     name: str = "fused",
+    keep_if: Callable[[str], bool] = lambda buffer: False,
 ) -> Translation:
-    """Translate a chain of pointwise scheduler nodes consuming ``acc_buffer``."""
+    """Translate a chain of pointwise scheduler nodes consuming ``acc_buffer``.
+
+    ``keep_if(buffer)``: whether the GEMM's output or an intermediate of the chain
+    must still be written (something outside the chain reads it).
+    """
     big_m, big_n, big_l = mnl_sizes
     ranges = {M_SYM: big_m, N_SYM: big_n, L_SYM: big_l}
     tr = EpilogueTranslator(
@@ -66,4 +71,5 @@ def translate_nodes(
             raise NotImplementedError(f"{node.get_name()} is a reduction")
         sizes = [_compat.size_hint(s) for s in var_sizes]
         _compat.replay_node(node, loop_coordinates(sizes, mnl_sizes), tr)
-    return finish(tr, name)
+    keep = tuple(b for b in (acc_buffer, *tr.outputs[:-1]) if keep_if(b))
+    return finish(tr, name, keep)

@@ -53,6 +53,11 @@ class FusionRefused(Exception):
     pass
 
 
+# Kept outputs leave by plain stores, not TMA: worth it for one or two (e.g. the
+# pre-activation a backward pass needs), not as a general multi-output GEMM.
+MAX_KEPT_OUTPUTS = 2
+
+
 def translate_chain(scheduler: Any, template_node: Any, chain: Sequence[Any]) -> Translation:
     """The translated chain, or FusionRefused with the reason."""
     for node in chain:
@@ -60,16 +65,22 @@ def translate_chain(scheduler: Any, template_node: Any, chain: Sequence[Any]) ->
             raise FusionRefused(f"{node.get_name()} is a reduction")
         if node.is_template() or node.is_extern() or node.has_aliasing_or_mutation():
             raise FusionRefused(f"{node.get_name()} is not a plain pointwise node")
+    inside = {n.get_name() for n in chain} | {template_node.get_name()}
     try:
         tr = translate_nodes(
-            template_node.node.get_name(), _mnl(template_node), chain, _compat.V.graph.get_dtype
+            template_node.node.get_name(),
+            _mnl(template_node),
+            chain,
+            _compat.V.graph.get_dtype,
+            keep_if=lambda name: _compat.buffer_users_outside(scheduler, name, inside),
         )
     except NotImplementedError as exc:
         raise FusionRefused(str(exc)) from exc
-    inside = {n.get_name() for n in chain} | {template_node.get_name()}
-    for name in [template_node.node.get_name(), *tr.outputs[:-1]]:
-        if _compat.buffer_users_outside(scheduler, name, inside):
-            raise FusionRefused(f"{name} is also read outside the epilogue (one output per kernel)")
+    if len(tr.kept) > MAX_KEPT_OUTPUTS:
+        raise FusionRefused(
+            f"{len(tr.kept)} of its buffers are read elsewhere ({', '.join(tr.kept)}); "
+            f"an epilogue writes at most {MAX_KEPT_OUTPUTS} besides its result"
+        )
     out = _compat.V.graph.get_buffer(tr.outputs[-1])
     if out.get_dtype() not in OUT_DTYPES:
         raise FusionRefused(f"output dtype {out.get_dtype()}")
@@ -144,8 +155,8 @@ class CuteDSLFusionScheduling(_compat.cuda_combined_scheduling()):
         inputs = list(buffer.inputs) + [_compat.V.graph.get_buffer(op.buffer) for op in tr.operands]
         kernel = _compat.template_kernel(inputs, out)
         src = kernel.render(gemm_template().template, **kwargs).finalize_all()
-        # Never allocated: the GEMM's own output and the chain's intermediates.
-        _compat.V.graph.removed_buffers |= {buffer.get_name(), *tr.outputs[:-1]}
+        # Never allocated: the GEMM's own output and the chain's intermediates, unless kept.
+        _compat.V.graph.removed_buffers |= {buffer.get_name(), *tr.outputs[:-1]} - set(tr.kept)
         template.mark_run()
         for node in epilogue_nodes:
             node.mark_run()
