@@ -5,7 +5,7 @@ Keeping them here makes a torch upgrade a one-file review.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import sympy
 import torch
@@ -204,7 +204,44 @@ def buffer_users_outside(scheduler: Any, name: str, inside: set) -> bool:
     return any(getattr(u.node, "get_name", lambda: None)() not in inside for u in users)
 
 
-def set_benchmark_epilogue_fusion(value: bool) -> bool:
-    prior = inductor_config.benchmark_epilogue_fusion
-    inductor_config.benchmark_epilogue_fusion = value
-    return prior
+def is_multi_template_buffer(node: Any) -> bool:
+    return isinstance(node, ir.MultiTemplateBuffer)
+
+
+def is_triton_template_caller(choice: Any) -> bool:
+    return isinstance(choice, ir.TritonTemplateCallerBase)
+
+
+def benchmark_gpu(fn: Callable[[], Any]) -> float:
+    """Milliseconds of ``fn`` on Inductor's own GPU benchmarker (as its candidates are timed)."""
+    from torch._inductor.runtime.benchmarking import benchmarker
+
+    return benchmarker.benchmark_gpu(fn)
+
+
+def benchmark_nodes(scheduler: Any, nodes: Sequence[Any]) -> float:
+    """Milliseconds of ``nodes`` compiled as one Inductor (Triton) kernel."""
+    return scheduler.benchmark_fused_nodes(list(nodes))[0]
+
+
+def install_fusion_speedup_hook(takes_fusion: Callable[[Any, Any], bool]) -> Any:
+    """Make ``Scheduler.speedup_by_fusion`` answer "fuse" at once for pairs where
+    ``takes_fusion(node1, node2)``: there our backend has already measured the fused
+    kernel against the alternatives. Returns what ``restore_fusion_speedup_hook`` needs."""
+    from torch._inductor.scheduler import FusionResult, Scheduler
+
+    original = Scheduler.speedup_by_fusion
+
+    def speedup_by_fusion(self, node1, node2):
+        if takes_fusion(node1, node2):
+            return FusionResult.fuse(True)
+        return original(self, node1, node2)
+
+    Scheduler.speedup_by_fusion = speedup_by_fusion
+    return original
+
+
+def restore_fusion_speedup_hook(original: Any) -> None:
+    from torch._inductor.scheduler import Scheduler
+
+    Scheduler.speedup_by_fusion = original

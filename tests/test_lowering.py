@@ -185,20 +185,25 @@ def test_epilogue_fusion_setting_installs_and_restores_the_scheduling():
 
     from inductor_cutedsl.scheduler.scheduling import CuteDSLFusionScheduling
 
+    from torch._inductor.scheduler import Scheduler
+
     inductor_cutedsl.disable()
     prior = common.device_codegens.get("cuda")
+    prior_speedup = Scheduler.speedup_by_fusion
     prior_bef = inductor_config.benchmark_epilogue_fusion
     try:
         with config.patch(epilogue_fusion=True):
             inductor_cutedsl.enable()
             assert common.device_codegens["cuda"].scheduling is CuteDSLFusionScheduling
-            assert inductor_config.benchmark_epilogue_fusion is False
+            assert Scheduler.speedup_by_fusion is not prior_speedup
+            # Inductor's epilogue benchmarking stays on: our candidates join it.
+            assert inductor_config.benchmark_epilogue_fusion == prior_bef
             inductor_cutedsl.disable()
         restored = common.device_codegens.get("cuda")
         assert restored is not None and restored.scheduling is not CuteDSLFusionScheduling
         if prior is not None:
             assert restored is prior
-        assert inductor_config.benchmark_epilogue_fusion == prior_bef
+        assert Scheduler.speedup_by_fusion is prior_speedup
     finally:
         inductor_cutedsl.enable()
 

@@ -57,12 +57,12 @@ def enable() -> None:
         # Compile workers import the DSL in the background, before the first GEMM needs them.
         workers.start(config.compile_workers)
     if config.epilogue_fusion:
-        from ..scheduler.scheduling import CuteDSLFusionScheduling
+        from ..scheduler.scheduling import CuteDSLFusionScheduling, takes_fusion
 
-        # Fusion decisions are made on the chosen GEMM: autotuning returns it directly
-        # rather than a MultiTemplateBuffer (whose non-Triton winner would lose its epilogue).
         _saved["scheduling"] = _compat.install_cuda_scheduling(CuteDSLFusionScheduling)
-        _saved["benchmark_epilogue_fusion"] = _compat.set_benchmark_epilogue_fusion(False)
+        # A GEMM our fused candidate won was measured already: Inductor's own
+        # benchmark of the fusion (Triton candidates only) must not overrule it.
+        _saved["speedup_hook"] = _compat.install_fusion_speedup_hook(takes_fusion)
 
 
 def disable() -> None:
@@ -74,5 +74,5 @@ def disable() -> None:
     _compat.set_choices_class(_saved["choices_class"])
     if "scheduling" in _saved:
         _compat.restore_cuda_scheduling(_saved["scheduling"])
-        _compat.set_benchmark_epilogue_fusion(_saved["benchmark_epilogue_fusion"])
+        _compat.restore_fusion_speedup_hook(_saved["speedup_hook"])
     _saved = None

@@ -105,6 +105,7 @@ class EpilogueTranslator(OpsHandlerBase):
         self.operands: list[OperandRef] = []
         self.stored: dict[str, Value] = {}  # buffer -> value (later loads reuse it)
         self.outputs: list[str] = []
+        self.reads_acc = False
 
     # -- bookkeeping
     def _emit(self, expr: str, dtype: torch.dtype | None) -> Value:
@@ -157,6 +158,7 @@ class EpilogueTranslator(OpsHandlerBase):
         if name == self.acc_buffer or name in self.stored:
             self._check_own_index(name, index)
             if name == self.acc_buffer:
+                self.reads_acc = True
                 return Value("acc", torch.float32)
             return self.stored[name]
         dtype = self.dtype_of(name)
@@ -242,6 +244,8 @@ def finish(tr: EpilogueTranslator, name: str, keep: tuple[str, ...] = ()) -> Tra
     """
     if not tr.outputs:
         raise NotImplementedError("the epilogue stores nothing")
+    if not tr.reads_acc:
+        raise NotImplementedError("the chain does not read the GEMM output")
     result = tr.stored[tr.outputs[-1]]
     operands = list(tr.operands)
     values = [result.name]

@@ -1,7 +1,14 @@
-"""Composing a GEMM's own epilogue (bias, alpha/beta) with a translated pointwise chain."""
+"""Composing a GEMM's own epilogue (bias, alpha/beta) with a translated pointwise chain,
+and the template arguments of the fused kernel."""
 from __future__ import annotations
 
+import ast
+import dataclasses
+
 from ..kernels.epilogue import Epilogue
+from ..lowering.template import render_args
+from ..runtime.spec import KernelSpec
+from .epilogue_translation import Translation
 
 _HEADER = "def epilogue("
 
@@ -29,3 +36,27 @@ def compose(base: Epilogue, gemm_out_dtype: str, fused: Epilogue, name: str) -> 
         lines.append(f"    acc = round_to(acc, {gemm_out_dtype!r})")
     lines.append(f"    return _fused_epilogue(acc, m, n, l, ops[{k}:])")
     return Epilogue(name, "\n".join(lines) + "\n", base.operands + fused.operands)
+
+
+def fused_render_kwargs(render_kwargs: dict, tr: Translation, out_dtype: str) -> tuple[KernelSpec, dict]:
+    """The spec and template arguments of a GEMM (rendered with ``render_kwargs``) with
+    the translated chain ``tr`` fused in: its operands become extra kernel inputs
+    ``e0, e1, ...`` and its result, of ``out_dtype``, the kernel's output."""
+    kwargs = dict(render_kwargs)
+    base = KernelSpec.from_json(ast.literal_eval(kwargs["spec_literal"]))
+    spec = dataclasses.replace(
+        base,
+        out_dtype=out_dtype,
+        epilogue=compose(base.epilogue, base.out_dtype, tr.epilogue, f"{base.epilogue.name}+{tr.epilogue.name}"),
+    )
+    extra = [f"e{i}" for i in range(len(tr.operands))]
+    kwargs.update(
+        spec_literal=repr(spec.to_json()),
+        kernel_key=spec.key(),
+        **render_args(
+            kwargs["argnames"] + extra,
+            kwargs["operand_args"] + extra,
+            ast.literal_eval(kwargs["views_literal"]) + tuple((op.strides, op.offset) for op in tr.operands),
+        ),
+    )
+    return spec, kwargs

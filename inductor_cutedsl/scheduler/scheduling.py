@@ -1,31 +1,40 @@
 """Inductor's CUDA scheduling, plus epilogue fusion into CuteDSL GEMMs.
 
 ``can_fuse_vertical`` accepts a pointwise consumer of one of our GEMMs when the
-whole chain translates (``node_translation``) and no fused-away buffer is read
-elsewhere; every refusal is logged with its reason. ``codegen_template`` then
-renders the GEMM once more, with the composed epilogue, the chain's operands as
-extra inputs and the chain's last buffer as output. Everything else is the stock
-behaviour.
+whole chain translates (``node_translation``); buffers of the chain that are read
+elsewhere are kept as extra outputs (two at most). A GEMM still undecided after
+autotuning (a MultiTemplateBuffer) is decided on its first fusable epilogue: our
+best candidate takes it, fused, when that measures fastest (``selection``);
+otherwise Inductor's own comparison runs. ``codegen_template`` then renders the
+GEMM with the composed epilogue, the chain's operands as extra inputs and the
+chain's last buffer as output, and logs every consumer left outside with the
+reason. Everything else is the stock behaviour.
 
-Installed by ``enable()`` when ``config.epilogue_fusion`` is on (off by default until the
-autotuner compares fused candidates fairly: see NOTES.md).
+Installed by ``enable()`` when ``config.epilogue_fusion`` is on.
 """
 from __future__ import annotations
 
-import ast
-import dataclasses
 import logging
 from typing import Any, Sequence
 
 from .. import _compat
-from ..lowering.template import gemm_template, render_args
-from ..runtime.spec import KernelSpec
+from ..lowering.template import gemm_template
 from ..runtime.support import OUT_DTYPES
+from . import selection
 from .epilogue_translation import Translation
-from .fusion import compose
+from .fusion import fused_render_kwargs
 from .node_translation import translate_nodes
 
 log = logging.getLogger("inductor_cutedsl.scheduler")
+
+
+def render_source(buffer: Any) -> tuple[dict, list] | None:
+    """(template arguments, input nodes) to render ``buffer`` as our GEMM: our template
+    buffer, or a MultiTemplateBuffer whose epilogue one of our candidates won."""
+    if _compat.is_cutedsl_template_buffer(buffer) and buffer.template is gemm_template():
+        return buffer.cutedsl_render_kwargs, list(buffer.inputs)
+    caller = getattr(buffer, selection.CHOSEN_ATTR, None)
+    return (caller.render_kwargs, list(caller.input_nodes)) if caller is not None else None
 
 
 def gemm_template_node(node: Any) -> Any | None:
@@ -33,10 +42,12 @@ def gemm_template_node(node: Any) -> Any | None:
     if not node.is_template():
         return None
     template = next(n for n in node.get_nodes() if n.is_template())
-    buffer = template.node
-    if not _compat.is_cutedsl_template_buffer(buffer) or buffer.template is not gemm_template():
-        return None
-    return template
+    return template if render_source(template.node) is not None else None
+
+
+def takes_fusion(node1: Any, node2: Any) -> bool:
+    """Whether a fusion of ``node2`` into ``node1`` was already decided (and measured) by us."""
+    return gemm_template_node(node1) is not None
 
 
 def _mnl(template_node: Any) -> tuple[int, int, int]:
@@ -94,6 +105,9 @@ class CuteDSLFusionScheduling(_compat.cuda_combined_scheduling()):
     def can_fuse_vertical(self, node1: Any, node2: Any) -> bool:
         template = gemm_template_node(node1)
         if template is None:
+            undecided = selection.undecided_multi_template(node1)
+            if undecided is not None and self._fused_candidate_wins(undecided, node1, node2):
+                return True
             return super().can_fuse_vertical(node1, node2)
         try:
             translate_chain(self.scheduler, template, _epilogue_chain(node1, node2))
@@ -102,6 +116,19 @@ class CuteDSLFusionScheduling(_compat.cuda_combined_scheduling()):
             log.debug("cannot fuse %s into CuteDSL GEMM %s: %s", node2.get_name(), template.get_name(), why)
             return False
         return True
+
+    def _fused_candidate_wins(self, template: Any, node1: Any, node2: Any) -> bool:
+        """Decide an autotuned GEMM (MultiTemplateBuffer) on its first fusable epilogue:
+        our best candidate takes it, fused, when that measures fastest (``selection``)."""
+        chain = _epilogue_chain(node1, node2)
+        try:
+            tr = translate_chain(self.scheduler, template, chain)
+        except FusionRefused as why:
+            log.debug("cannot fuse %s into CuteDSL GEMM %s: %s", node2.get_name(), template.get_name(), why)
+            return False
+        caller = selection.fused_winner(self.scheduler, template, tr, chain)
+        setattr(template.node, selection.CHOSEN_ATTR, caller)
+        return caller is not None
 
     def _log_unfused_consumers(self, template: Any, epilogue_nodes: Sequence[Any]) -> None:
         """One line per consumer of the GEMM left outside its epilogue, with the reason."""
@@ -131,28 +158,10 @@ class CuteDSLFusionScheduling(_compat.cuda_combined_scheduling()):
         assert not prologue_nodes, "CuteDSL GEMMs take no prologue"
         tr = translate_chain(self.scheduler, template, list(epilogue_nodes))
         buffer = template.node
-        kwargs = dict(buffer.cutedsl_render_kwargs)
-        base = KernelSpec.from_json(ast.literal_eval(kwargs["spec_literal"]))
+        render_kwargs, inputs = render_source(buffer)
         out = _compat.V.graph.get_buffer(tr.outputs[-1])
-        spec = dataclasses.replace(
-            base,
-            out_dtype=OUT_DTYPES[out.get_dtype()],
-            epilogue=compose(
-                base.epilogue, base.out_dtype, tr.epilogue, f"{base.epilogue.name}+{tr.epilogue.name}"
-            ),
-        )
-        extra = [f"e{i}" for i in range(len(tr.operands))]
-        kwargs.update(
-            spec_literal=repr(spec.to_json()),
-            kernel_key=spec.key(),
-            **render_args(
-                kwargs["argnames"] + extra,
-                kwargs["operand_args"] + extra,
-                ast.literal_eval(kwargs["views_literal"])
-                + tuple((op.strides, op.offset) for op in tr.operands),
-            ),
-        )
-        inputs = list(buffer.inputs) + [_compat.V.graph.get_buffer(op.buffer) for op in tr.operands]
+        _, kwargs = fused_render_kwargs(render_kwargs, tr, OUT_DTYPES[out.get_dtype()])
+        inputs += [_compat.V.graph.get_buffer(op.buffer) for op in tr.operands]
         kernel = _compat.template_kernel(inputs, out)
         src = kernel.render(gemm_template().template, **kwargs).finalize_all()
         # Never allocated: the GEMM's own output and the chain's intermediates, unless kept.

@@ -1,0 +1,130 @@
+"""Which implementation of a GEMM + epilogue wins, when the GEMM is still undecided.
+
+Under max-autotune Inductor keeps a GEMM's candidates in a MultiTemplateBuffer
+until fusion, and then benchmarks only Triton candidates with the epilogue fused:
+a CuteDSL winner would be swapped in without its epilogue. Here our best candidate
+is timed *with* the epilogue fused, on the same benchmarker Inductor uses, and it
+takes the GEMM only when it beats both alternatives:
+
+* the fastest candidate unfused plus the epilogue as its own kernel (cuBLAS + Triton);
+* every Triton candidate with the epilogue fused. A fused Triton kernel does all its
+  unfused work and more, so its unfused time bounds it from below: beating the fastest
+  unfused Triton time beats them all without compiling each one.
+
+When ours does not clearly win, Inductor's own comparison runs as it would without us.
+"""
+from __future__ import annotations
+
+import ast
+import logging
+import math
+from typing import Any, Callable, Sequence
+
+import torch
+
+from .. import _compat
+from ..lowering.template import GemmCaller
+from ..runtime.generated import launcher
+from ..runtime.support import OUT_DTYPES
+from .epilogue_translation import Translation
+from .fusion import fused_render_kwargs
+
+log = logging.getLogger("inductor_cutedsl.scheduler")
+
+#: Set on a MultiTemplateBuffer once decided: the GemmCaller that takes it with its epilogue, or None.
+CHOSEN_ATTR = "_cutedsl_fused_choice"
+
+
+def undecided_multi_template(node: Any) -> Any | None:
+    """The template SchedulerNode heading ``node`` if it is a MultiTemplateBuffer with
+    CuteDSL candidates that has not been decided yet."""
+    if not node.is_template():
+        return None
+    template = next(n for n in node.get_nodes() if n.is_template())
+    buffer = template.node
+    if not _compat.is_multi_template_buffer(buffer) or hasattr(buffer, CHOSEN_ATTR):
+        return None
+    return template if any(isinstance(c, GemmCaller) for c in buffer.choices) else None
+
+
+def _random_tensor(buffer: Any, fill: bool) -> torch.Tensor:
+    """A tensor laid out like an IR buffer (random normal when ``fill``)."""
+    layout = buffer.get_layout()
+    size = [_compat.size_hint(s) for s in layout.size]
+    stride = [_compat.size_hint(s) for s in layout.stride]
+    offset = _compat.size_hint(layout.offset)
+    needed = offset + 1 + sum((s - 1) * st for s, st in zip(size, stride))
+    storage = torch.empty(needed, dtype=buffer.get_dtype(), device=buffer.get_device())
+    if fill:
+        storage.normal_()
+    return storage.as_strided(size, stride, offset)
+
+
+def fused_ms(caller: GemmCaller, tr: Translation) -> float:
+    """Milliseconds of ``caller``'s kernel with ``tr`` fused (compiled now if needed)."""
+    out = _compat.V.graph.get_buffer(tr.outputs[-1])
+    spec, kwargs = fused_render_kwargs(caller.render_kwargs, tr, OUT_DTYPES[out.get_dtype()])
+    launch = launcher(
+        spec.to_json(), ast.literal_eval(kwargs["scalars_literal"]), ast.literal_eval(kwargs["views_literal"])
+    )
+    named = dict(zip(kwargs["argnames"], (m.to_tensor() for m in caller.bmreq.input_tensor_meta)))
+    kept = set(tr.kept)
+    for name, op in zip(kwargs["argnames"][len(caller.bmreq.input_tensor_meta) :], tr.operands):
+        named[name] = _random_tensor(_compat.V.graph.get_buffer(op.buffer), fill=op.buffer not in kept)
+    result = _random_tensor(out, fill=False)
+    operands = [named[name] for name in kwargs["operand_args"]]
+    stream = torch.cuda.current_stream(result.device).cuda_stream
+    return _compat.benchmark_gpu(lambda: launch(named["a"], named["b"], result, *operands, stream=stream))
+
+
+def ours_fused_wins(
+    ours_unfused: float,
+    best_unfused: float,
+    triton_floor: float,
+    epilogue_ms: Callable[[], float],
+    ours_fused_ms: Callable[[], float],
+) -> tuple[bool, dict[str, float]]:
+    """The decision rule, measuring only what it needs (a fused compile is the dear part).
+
+    ``ours_unfused``: our best candidate alone; ``best_unfused``: the best of all
+    candidates alone; ``triton_floor``: the best Triton candidate alone (inf if none).
+    Returns (ours wins, the times measured).
+    """
+    times = {"ours_unfused": ours_unfused, "best_unfused": best_unfused, "triton_floor": triton_floor}
+    if ours_unfused >= triton_floor:
+        return False, times  # fusing cannot make ours faster than its unfused self
+    times["epilogue"] = epilogue_ms()
+    separate = best_unfused + times["epilogue"]
+    if ours_unfused >= separate:
+        return False, times
+    times["ours_fused"] = ours_fused_ms()
+    return times["ours_fused"] < min(separate, triton_floor), times
+
+
+def fused_winner(scheduler: Any, template: Any, tr: Translation, chain: Sequence[Any]) -> GemmCaller | None:
+    """Our candidate that should take the GEMM with the epilogue ``chain``, or None."""
+    buffer = template.node
+    timings = {c: t for c, t in buffer.choice_timings().items() if math.isfinite(t)}
+    ours = {c: t for c, t in timings.items() if isinstance(c, GemmCaller)}
+    if not ours:
+        return None
+    caller = min(ours, key=ours.get)
+    triton = [t for c, t in timings.items() if _compat.is_triton_template_caller(c)]
+
+    def ours_fused() -> float:
+        try:
+            return fused_ms(caller, tr)
+        except Exception as exc:  # a fused variant that fails is simply not chosen
+            log.warning("CuteDSL fused candidate for %s failed: %s", buffer.get_name(), exc)
+            return math.inf
+
+    won, times = ours_fused_wins(
+        ours[caller], min(timings.values()), min(triton, default=math.inf),
+        lambda: _compat.benchmark_nodes(scheduler, chain), ours_fused,
+    )  # fmt: skip
+    log.info(
+        "%s + [%s]: %s (%s)", buffer.get_name(), ", ".join(n.get_name() for n in chain),
+        "CuteDSL takes it, fused" if won else "left to Inductor",
+        ", ".join(f"{k} {v:.4f} ms" for k, v in times.items()),
+    )  # fmt: skip
+    return caller if won else None
