@@ -1,6 +1,7 @@
 """Enable/disable, settings and refusal logic of the Inductor integration (no GPU)."""
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import types
 
@@ -217,9 +218,11 @@ def test_failed_compile_offers_no_candidate(monkeypatch, caplog):
     monkeypatch.setattr(gc, "gemm_specs", lambda inputs, op: ([spec], {}))
 
     def broken(*args, **kwargs):
-        raise OSError("disk full")
+        failed = concurrent.futures.Future()
+        failed.set_exception(OSError("disk full"))
+        return failed
 
-    monkeypatch.setattr(gc.compiler, "build_many", broken)
+    monkeypatch.setattr(gc.compiler, "build_async", broken)
     with caplog.at_level(logging.WARNING, logger="inductor_cutedsl.lowering"):
         assert gc.gemm_choices(types.SimpleNamespace(nodes=lambda: []), "mm") == []
     assert any("compile failed: disk full" in r.getMessage() for r in caplog.records)

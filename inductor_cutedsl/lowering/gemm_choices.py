@@ -8,7 +8,7 @@ check gets no CuteDSL candidate, and the reason goes to the
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+from typing import Any
 
 from .. import _compat, config
 from ..kernels import epilogue as E
@@ -144,19 +144,27 @@ def gemm_choices(kernel_inputs: Any, op_name: str) -> list[Any]:
     except Refusal as why:
         log.info("no CuteDSL candidate for %s: %s", op_name, why)
         return []
-    try:
-        compiler.build_many(specs, default_cache(), config.compile_workers)
-    except Exception as exc:  # a kernel that did not build is simply not offered
-        log.warning("CuteDSL candidates for %s not offered: compile failed: %s", op_name, exc)
-        return []
-    return list(_callers(specs, shared, kernel_inputs.nodes(), op_name))
-
-
-def _callers(specs: Sequence[KernelSpec], shared: dict, nodes: list, op_name: str):
-    template = gemm_template()
+    # Builds start now, in worker processes, and overlap the rest of lowering; each
+    # candidate waits for its own when Inductor precompiles or benchmarks it.
+    # A build that fails later makes Inductor drop that candidate at precompile.
+    builds = {}
     for spec in specs:
         try:
-            yield template.generate(
+            build = compiler.build_async(spec, default_cache(), config.compile_workers)
+            if build.done() and build.exception() is not None:
+                raise build.exception()
+        except Exception as exc:  # a kernel that did not build is simply not offered
+            log.warning("CuteDSL candidate %s for %s not offered: compile failed: %s", spec.describe(), op_name, exc)
+        else:
+            builds[spec] = build
+    return list(_callers(builds, shared, kernel_inputs.nodes(), op_name))
+
+
+def _callers(builds: dict, shared: dict, nodes: list, op_name: str):
+    template = gemm_template()
+    for spec, build in builds.items():
+        try:
+            caller = template.generate(
                 input_nodes=nodes,
                 spec_literal=repr(spec.to_json()),
                 kernel_key=spec.key(),
@@ -165,4 +173,6 @@ def _callers(specs: Sequence[KernelSpec], shared: dict, nodes: list, op_name: st
         except Exception as exc:  # one bad candidate must not sink the others
             log.warning("CuteDSL candidate %s for %s not offered: %s", spec.describe(), op_name, exc)
         else:
+            caller.build = build
             log.debug("offering CuteDSL %s for %s", spec.describe(), op_name)
+            yield caller

@@ -6,6 +6,7 @@ import (a cache hit when the candidates were precompiled), and defines the
 """
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import time
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import torch
 
 from .._compat import CuteDSLTemplate, CuteDSLTemplateCaller
+from ..runtime import compiler
 
 TEMPLATE_NAME = "inductor_cutedsl_gemm"
 
@@ -55,8 +57,18 @@ class GemmCaller(CuteDSLTemplateCaller):
     """
 
     render_kwargs: dict[str, Any] = {}
+    build: concurrent.futures.Future | None = None  # this candidate's kernel build
+
+    def precompile(self) -> None:
+        """Wait for this candidate's kernel (Inductor drops it if the build failed)."""
+        if self.build is not None:
+            compiler.wait([self.build])
 
     def benchmark(self, *args: torch.Tensor, out: torch.Tensor) -> float:
+        try:
+            self.precompile()
+        except Exception as exc:
+            raise RuntimeError(f"CuteDSL candidate {self.name} did not compile: {exc}") from exc
         t0 = time.perf_counter()
         args = tuple(meta.to_tensor() for meta in self.bmreq.input_tensor_meta)
         try:

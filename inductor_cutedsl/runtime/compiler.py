@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import threading
 import time
 from pathlib import Path
 from typing import Iterable
@@ -18,8 +19,11 @@ from .spec import KernelSpec
 
 log = logging.getLogger("inductor_cutedsl.compile")
 
-#: Wall seconds this process spent waiting in ``build_many`` and kernels it compiled.
+#: Wall seconds this process waited for kernel builds (``wait``) and kernels it compiled.
 stats = {"wait_s": 0.0, "compiled": 0}
+_stats_lock = threading.Lock()
+
+Built = tuple[Path, bool, float]  # (object path, compiled now, seconds)
 
 
 def export_object(spec: KernelSpec, out_dir: Path, name: str) -> None:
@@ -43,36 +47,83 @@ def build(spec: KernelSpec, cache: KernelCache) -> tuple[Path, bool]:
     return cache.get_or_build(spec.key(), lambda d, n: export_object(spec, d, n))
 
 
-def build_many(
-    specs: Iterable[KernelSpec], cache: KernelCache, workers: int
-) -> dict[KernelSpec, tuple[Path, bool, float]]:
-    """Build every spec (cache hits are free); ``workers`` > 1 compiles in worker processes.
+_inflight: dict[tuple[str, str], concurrent.futures.Future] = {}
+_inflight_lock = threading.Lock()
+_dispatcher: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _dispatch(workers: int) -> concurrent.futures.ThreadPoolExecutor:
+    """Threads that hand specs to worker processes (one per worker: each blocks on one)."""
+    global _dispatcher
+    if _dispatcher is None or _dispatcher._max_workers < workers:
+        _dispatcher = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="inductor_cutedsl_build")
+    return _dispatcher
+
+
+def _build_in_worker(spec: KernelSpec, cache: KernelCache, workers: int) -> Built:
+    path, built, secs = workers_mod.pool(workers).build(spec.to_json(), str(cache.root))
+    with _stats_lock:
+        cache.builds += int(built)
+        stats["compiled"] += int(built)
+    return path, built, secs
+
+
+def build_async(spec: KernelSpec, cache: KernelCache, workers: int) -> concurrent.futures.Future:
+    """A future of ``spec``'s build (a ``Built``), started now.
+
+    With ``workers`` > 1 and a persistent cache, the build runs in a worker process
+    and one spec in flight is shared by every caller. Otherwise it runs here, before
+    returning: ``cute.compile`` is not thread-safe, so it never runs in a thread.
+    """
+    key = spec.key()
+    hit = cache.lookup(key)
+    if hit is not None or workers <= 1 or not cache.persistent:
+        done: concurrent.futures.Future = concurrent.futures.Future()
+        if hit is not None:
+            done.set_result((hit, False, 0.0))
+            return done
+        t0 = time.perf_counter()
+        try:
+            path, built = build(spec, cache)
+            with _stats_lock:
+                stats["compiled"] += int(built)
+            done.set_result((path, built, time.perf_counter() - t0))
+        except Exception as exc:
+            done.set_exception(exc)
+        return done
+    slot = (str(cache.root), key)
+    with _inflight_lock:
+        fut = _inflight.get(slot)
+        if fut is None:
+            fut = _dispatch(workers).submit(_build_in_worker, spec, cache, workers)
+            _inflight[slot] = fut
+            fut.add_done_callback(lambda _: _forget(slot))
+        return fut
+
+
+def _forget(slot: tuple[str, str]) -> None:
+    with _inflight_lock:
+        _inflight.pop(slot, None)
+
+
+def wait(futures: Iterable[concurrent.futures.Future]) -> list[Built]:
+    """The builds' results (raising the first failure), counting the time spent waiting."""
+    t0 = time.perf_counter()
+    try:
+        return [f.result() for f in futures]
+    finally:
+        with _stats_lock:
+            stats["wait_s"] += time.perf_counter() - t0
+
+
+def build_many(specs: Iterable[KernelSpec], cache: KernelCache, workers: int) -> dict[KernelSpec, Built]:
+    """Build every spec (cache hits are free), ``workers`` at a time in worker processes.
 
     Returns spec -> (object path, compiled now, seconds). Raises if any spec failed.
     """
     specs = list(dict.fromkeys(specs))
-    misses = [s for s in specs if cache.lookup(s.key()) is None]
-    out: dict[KernelSpec, tuple[Path, bool, float]] = {
-        s: (cache.object_path(s.key()), False, 0.0) for s in specs if s not in misses
-    }
-    t0 = time.perf_counter()
-    try:
-        if workers <= 1 or len(misses) <= 1 or not cache.persistent:
-            for s in misses:
-                t1 = time.perf_counter()
-                path, built = build(s, cache)
-                out[s] = (path, built, time.perf_counter() - t1)
-            return out
-        pool = workers_mod.pool(workers)
-        with concurrent.futures.ThreadPoolExecutor(min(workers, len(misses))) as threads:
-            futures = {threads.submit(pool.build, s.to_json(), str(cache.root)): s for s in misses}
-            for fut in concurrent.futures.as_completed(futures):
-                path, built, secs = fut.result()
-                out[futures[fut]] = (path, built, secs)
-                cache.builds += int(built)
-        return out
-    finally:
-        if misses:
-            stats["wait_s"] += time.perf_counter() - t0
-            stats["compiled"] += sum(1 for s in misses if s in out and out[s][1])
-            log.info("built %d CuteDSL kernels in %.2fs", len(misses), time.perf_counter() - t0)
+    futures = [build_async(s, cache, workers) for s in specs]
+    out = dict(zip(specs, wait(futures)))
+    if any(built for _, built, _ in out.values()):
+        log.info("built %d CuteDSL kernels", sum(built for _, built, _ in out.values()))
+    return out
