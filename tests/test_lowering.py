@@ -226,3 +226,19 @@ def test_failed_compile_offers_no_candidate(monkeypatch, caplog):
     with caplog.at_level(logging.WARNING, logger="inductor_cutedsl.lowering"):
         assert gc.gemm_choices(types.SimpleNamespace(nodes=lambda: []), "mm") == []
     assert any("compile failed: disk full" in r.getMessage() for r in caplog.records)
+
+
+def test_candidate_hash_key_is_stable_per_kernel():
+    """Inductor's autotuning cache keys choices by hash_key: a repeated GEMM (same kernel,
+    same inputs) must map to the same key, another kernel to another key."""
+    from inductor_cutedsl.lowering.template import GemmCaller
+
+    def caller(kernel_key, name):
+        c = GemmCaller.__new__(GemmCaller)
+        c.name = name
+        c.render_kwargs = {"kernel_key": kernel_key, "scalars_literal": "()", "views_literal": "()",
+                           "argnames": ["a", "b"]}  # fmt: skip
+        return c
+
+    assert caller("k1", "cutedsl_gemm_3").hash_key() == caller("k1", "cutedsl_gemm_17").hash_key()
+    assert caller("k1", "x").hash_key() != caller("k2", "x").hash_key()
