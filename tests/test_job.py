@@ -37,6 +37,8 @@ def synthetic_result():
         "compile_s": {"stock_cold": 60.0, "ours_cold": 66.0, "ours_warm": 50.0,
                       "ours_cold_waiting_for_kernel_builds": 4.0, "ours_cold_benchmarking_cutedsl": 2.0},
         "compile_ratio_vs_max_autotune": 1.1, "cold_cutedsl_compiles": 16, "warm_cutedsl_compiles": 0,
+        "epilogue_fusion": True,
+        "fused_epilogues": [{"gemm": "buf3", "size": [8192, 14336], "ops": ["mul", "silu"], "kept": []}],
     }  # fmt: skip
 
 
@@ -48,6 +50,7 @@ def test_gemm_table_report_and_plot(tmp_path, capsys):
     job.print_report(result)
     out = capsys.readouterr().out
     assert "8192x14336x4096" in out and "1.067x" in out and "0 CuteDSL compiles" in out
+    assert "buf3" in out and "mul, silu" in out
     job.plot(result, str(tmp_path / "p.png"))
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
     json.dumps(result)

@@ -22,3 +22,26 @@ def test_main_job_small_block(tmp_path):
     assert max(result["rel_err_vs_eager"].values()) < 2e-2
     assert any(g["candidates"].get("cutedsl") for g in result["gemms"])
     assert (tmp_path / "m.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_main_job_with_epilogue_fusion(tmp_path, monkeypatch):
+    """With fusion on, the block's MLP epilogues (SiLU * gate, residual adds) can join
+    CuteDSL GEMMs; whatever fused is reported, and the block still matches eager."""
+    import inductor_cutedsl
+    from inductor_cutedsl import config
+    from inductor_cutedsl.job.run import run
+
+    monkeypatch.setenv("INDUCTOR_CUTEDSL_EPILOGUE_FUSION", "1")  # the compile processes
+    inductor_cutedsl.disable()
+    try:
+        with config.patch(epilogue_fusion=True):
+            inductor_cutedsl.enable()
+            size = BlockSize(batch=2, seq=512, hidden=1024, heads=8, mlp=2816)
+            result = run(size, str(tmp_path / "m.json"), str(tmp_path / "m.png"))
+    finally:
+        inductor_cutedsl.disable()
+        inductor_cutedsl.enable()
+    assert result["epilogue_fusion"] is True
+    assert max(result["rel_err_vs_eager"].values()) < 2e-2
+    for record in result["fused_epilogues"]:
+        assert record["ops"], record

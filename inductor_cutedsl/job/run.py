@@ -21,6 +21,7 @@ import torch
 
 from .. import _compat, config, disable, enable
 from ..timing import run_info, side_by_side, write_json
+from ..scheduler import scheduling
 from .autotune_report import GemmTuning, record_gemm_tuning
 from .model import BlockSize, make_block
 
@@ -82,6 +83,13 @@ def print_report(result: dict) -> None:
         shape = "x".join(map(str, r["shape"]))
         print(f"{r['op']:>8} {shape:>18} {cands:>28} {r['winner']:>8} {r['winner_ms']:>8.4f} "
               f"{r['stock_winner']:>6} {r['stock_ms']:.4f}")  # fmt: skip
+    if result.get("epilogue_fusion"):
+        print("\nepilogue fusion (INDUCTOR_CUTEDSL_EPILOGUE_FUSION=1): fused into CuteDSL GEMMs")
+        for f in result["fused_epilogues"]:
+            kept = f" (also writes {', '.join(f['kept'])})" if f["kept"] else ""
+            print(f"  {f['gemm']:>8} {'x'.join(map(str, f['size'])):>12}: {', '.join(f['ops'])}{kept}")
+        if not result["fused_epilogues"]:
+            print("  none")
     t = result["model_ms"]
     print(f"\nblock time: eager {t['eager']:.3f} ms, stock max-autotune {t['stock']:.3f} ms, "
           f"inductor_cutedsl {t['ours']:.3f} ms -> {result['model_speedup_vs_max_autotune']:.3f}x")
@@ -132,8 +140,10 @@ def run(size: BlockSize, json_path: str, png_path: str) -> dict:
         stock_fn, stock_out, _, stock_rows = compile_cold(block, x)
     finally:
         enable()
+    fused_before = len(scheduling.fused_epilogues)
     with config.patch(cache_dir=cache_dir):
         ours_fn, ours_out, _, ours_rows = compile_cold(block, x)
+    fused = scheduling.fused_epilogues[fused_before:]
     errors = {"stock": rel_err(stock_out, ref), "ours": rel_err(ours_out, ref)}
     for name, err in errors.items():
         if not err < TOLERANCE:
@@ -156,6 +166,8 @@ def run(size: BlockSize, json_path: str, png_path: str) -> dict:
         "cold_cutedsl_compiles": ours_cold["cutedsl_compiles"],
         "warm_cutedsl_compiles": ours_warm["cutedsl_compiles"],
         "gemms": gemm_table(stock_rows, ours_rows),
+        "epilogue_fusion": config.epilogue_fusion,
+        "fused_epilogues": fused,
     }
     print_report(result)
     write_json(result, json_path)

@@ -64,6 +64,21 @@ class FusionRefused(Exception):
     pass
 
 
+#: One record per GEMM generated with a fused epilogue in this process:
+#: {"gemm": buffer, "size": [M, N], "ops": aten ops fused, "kept": extra outputs}.
+fused_epilogues: list[dict] = []
+
+
+def _aten_ops(nodes: Sequence[Any]) -> list[str]:
+    ops = {
+        str(getattr(o.target, "__name__", o.target)).split(".")[0]
+        for n in nodes
+        for o in n.node.get_origins()
+        if o.op == "call_function"
+    }
+    return sorted(ops)
+
+
 # Kept outputs leave by plain stores, not TMA: worth it for one or two (e.g. the
 # pre-activation a backward pass needs), not as a general multi-output GEMM.
 MAX_KEPT_OUTPUTS = 2
@@ -175,3 +190,7 @@ class CuteDSLFusionScheduling(_compat.cuda_combined_scheduling()):
         self.codegen_comment(node_schedule, kernel_name)
         kernel.call_kernel(kernel_name, buffer)
         self.free_buffers_in_scheduler()
+        m, n, _ = _mnl(template)
+        fused_epilogues.append(
+            {"gemm": buffer.get_name(), "size": [m, n], "ops": _aten_ops(epilogue_nodes), "kept": list(tr.kept)}
+        )
