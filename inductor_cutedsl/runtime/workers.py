@@ -68,11 +68,18 @@ class _Worker:
 
 class WorkerPool:
     def __init__(self, size: int) -> None:
-        self.size = size
+        self.size = 0
         self._idle: queue.Queue[_Worker] = queue.Queue()
-        self._all = [_Worker() for _ in range(size)]
-        for w in self._all:
-            self._idle.put(w)
+        self._all: list[_Worker] = []
+        self.grow(size)
+
+    def grow(self, size: int) -> None:
+        """Add workers up to ``size`` (the running ones keep their jobs)."""
+        for _ in range(size - self.size):
+            worker = _Worker()
+            self._all.append(worker)
+            self._idle.put(worker)
+        self.size = max(self.size, size)
 
     def build(self, spec_json: str, root: str) -> tuple[Path, bool, float]:
         """Build one spec in a free worker; a worker that dies is replaced."""
@@ -105,10 +112,10 @@ def pool(size: int) -> WorkerPool:
     """The process's pool, with at least ``size`` workers (started on first use)."""
     global _pool
     with _lock:
-        if _pool is None or _pool.size < size:
-            if _pool is not None:
-                _pool.close()
+        if _pool is None:
             _pool = WorkerPool(size)
+        elif _pool.size < size:
+            _pool.grow(size)
         return _pool
 
 

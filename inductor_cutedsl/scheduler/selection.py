@@ -36,11 +36,11 @@ CHOSEN_ATTR = "_cutedsl_fused_choice"
 
 
 def undecided_multi_template(node: Any) -> Any | None:
-    """The template SchedulerNode heading ``node`` if it is a MultiTemplateBuffer with
-    CuteDSL candidates that has not been decided yet."""
-    if not node.is_template():
+    """``node`` if it is a bare MultiTemplateBuffer node (nothing fused into it yet)
+    with CuteDSL candidates, not decided yet."""
+    if not node.is_template() or len(node.get_nodes()) != 1:
         return None
-    template = next(n for n in node.get_nodes() if n.is_template())
+    template = node.get_nodes()[0]
     buffer = template.node
     if not _compat.is_multi_template_buffer(buffer) or hasattr(buffer, CHOSEN_ATTR):
         return None

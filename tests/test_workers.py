@@ -1,0 +1,62 @@
+"""The compile worker processes (real compiles for sm_90a, no GPU needed)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from inductor_cutedsl.kernels import GemmConfig
+from inductor_cutedsl.kernels import epilogue as E
+from inductor_cutedsl.runtime import KernelCache, KernelSpec
+from inductor_cutedsl.runtime.compiler import build_async, build_many, wait
+
+SPEC = KernelSpec(GemmConfig(128, 64, 1, 1), "bfloat16", "bfloat16", "k", "k", E.IDENTITY)
+BROKEN = KernelSpec(
+    GemmConfig(128, 64, 1, 1), "bfloat16", "bfloat16", "k", "k",
+    E.Epilogue("broken", "def epilogue(acc, m, n, l, ops):\n    return no_such_name(acc)\n"),
+)  # fmt: skip
+
+
+def test_a_failed_build_is_reported_and_the_pool_keeps_working(tmp_path):
+    cache = KernelCache(tmp_path)
+    bad, good = build_async(BROKEN, cache, 2), build_async(SPEC, cache, 2)
+    with pytest.raises(RuntimeError, match="no_such_name"):
+        wait([bad])
+    (path, built, _), = wait([good])
+    assert built and path.exists() and cache.builds == 1
+    assert build_async(SPEC, cache, 2).result()[1] is False, "a cache hit builds nothing"
+
+
+def test_one_spec_in_flight_is_shared(tmp_path):
+    cache = KernelCache(tmp_path)
+    first, second = build_async(SPEC, cache, 2), build_async(SPEC, cache, 2)
+    assert first is second
+    wait([first])
+    assert cache.builds == 1
+
+
+def test_workers_never_rerun_the_main_script(tmp_path):
+    """Spawned multiprocessing workers re-import __main__; ours must not run the
+    caller's unguarded script again."""
+    script = tmp_path / "unguarded.py"
+    script.write_text(textwrap.dedent(f"""
+        from inductor_cutedsl.runtime import KernelCache, KernelSpec
+        from inductor_cutedsl.runtime.compiler import build_many
+        from inductor_cutedsl.kernels import GemmConfig, IDENTITY
+        print("MAIN-RAN", flush=True)
+        specs = [KernelSpec(GemmConfig(128, 64, 1, 1), "bfloat16", "bfloat16", m, "k", IDENTITY)
+                 for m in ("k", "m")]
+        out = build_many(specs, KernelCache({str(tmp_path / 'cache')!r}), 2)
+        print("BUILT", sum(b for _, b, _ in out.values()), flush=True)
+    """))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("MAIN-RAN") == 1 and "BUILT 2" in done.stdout
+
+
+def test_build_many_reports_every_spec(tmp_path):
+    specs = [SPEC, SPEC]  # duplicates collapse
+    out = build_many(specs, KernelCache(tmp_path), workers=2)
+    assert list(out) == [SPEC]
