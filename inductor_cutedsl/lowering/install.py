@@ -53,7 +53,7 @@ def enable() -> None:
     if not _compat.backend_enabled(BACKEND_TOKEN):
         _compat.set_autotune_backends(f"{_saved['backends']},{BACKEND_TOKEN}")
     _compat.set_choices_class(CuteDSLChoices)
-    if torch.cuda.is_available():
+    if config.enabled and torch.cuda.is_available():
         # Compile workers import the DSL in the background, before the first GEMM needs them.
         workers.start(config.compile_workers)
     if config.epilogue_fusion:
