@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from . import config, disable, enable
 from .gemm_bench import SHAPES
 from .job.run import MODE, rel_err
+from .scheduler import scheduling
 from .timing import geomean, run_info, side_by_side, write_json
 
 PATTERNS = {
@@ -60,6 +61,7 @@ def run_case(name: str, m: int, n: int, k: int) -> dict:
     with torch.no_grad():
         ref = fn(*args)
         compiled = {}
+        fused_before = len(scheduling.fused_epilogues)
         for label, ours in (("stock", False), ("ours", True)):
             compiled[label], out = _compile_and_run(fn, args, ours)
             err = rel_err(out, ref)
@@ -75,6 +77,8 @@ def run_case(name: str, m: int, n: int, k: int) -> dict:
         "eager_ms": round(times["eager"], 4), "stock_ms": round(times["stock"], 4),
         "ours_ms": round(times["ours"], 4),
         "vs_max_autotune": round(times["stock"] / times["ours"], 4),
+        # What our compile fused into CuteDSL GEMMs (empty: Inductor's choice won).
+        "fused_into_cutedsl": [f["ops"] for f in scheduling.fused_epilogues[fused_before:]],
     }  # fmt: skip
 
 
@@ -90,8 +94,10 @@ def main(argv: list[str] | None = None) -> dict:
         for m, n, k in shapes:
             row = run_case(name, m, n, k)
             rows.append(row)
+            fused = "; ".join(",".join(ops) for ops in row["fused_into_cutedsl"]) or "-"
             print(f"{name:>18} {m}x{n}x{k}: eager {row['eager_ms']:.4f} stock {row['stock_ms']:.4f} "
-                  f"ours {row['ours_ms']:.4f} -> {row['vs_max_autotune']:.3f}x", flush=True)  # fmt: skip
+                  f"ours {row['ours_ms']:.4f} -> {row['vs_max_autotune']:.3f}x  fused: {fused}",
+                  flush=True)  # fmt: skip
     ratios = [r["vs_max_autotune"] for r in rows]
     result = {
         **run_info(),
