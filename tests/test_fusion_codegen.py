@@ -5,7 +5,10 @@ generation are ours and real; only device queries and timings are made up.
 """
 from __future__ import annotations
 
+import ast
+import json
 import logging
+import re
 
 import pytest
 import torch
@@ -31,8 +34,10 @@ def fusion(request):
 
 
 def kernels(code: str) -> tuple[int, int]:
-    """(CuteDSL kernels, Triton kernels) defined in the wrapper code."""
-    return code.count(f"from {MARK} import launcher"), code.count("@triton.jit")
+    """(CuteDSL kernel launches, Triton kernel launches) in the wrapper's ``call``."""
+    calls = re.findall(r"^\s+(cutedsl|triton)_\w+\.run\(", code, flags=re.M)
+    assert code.count(f"from {MARK} import launcher") >= (1 if "cutedsl" in calls else 0)
+    return calls.count("cutedsl"), calls.count("triton")
 
 
 def test_mm_relu(fusion):
@@ -99,3 +104,30 @@ def test_refused_consumer_is_logged_with_its_reason(caplog):
     assert kernels(code)[0] == 1 and kernels(code)[1] >= 1
     messages = [r.getMessage() for r in caplog.records]
     assert any("not fusing" in m and "reduction" in m for m in messages), messages
+
+
+def test_bias_gemm_with_fused_residual_passes_every_operand_view(fusion):
+    """addmm's own bias operand and the fused residual each get their view, in order."""
+    fn = lambda x, w, b, r: (F.linear(x, w, b) * 0.5 + r).float()  # noqa: E731
+    code = generated_code(fn, (M, K), (N, K), (N,), (M, N))
+    if not fusion:
+        assert kernels(code) == (1, 1)
+        return
+    assert kernels(code) == (1, 0)
+    launch = next(line for line in code.splitlines() if line.strip().startswith("_launch = launcher("))
+    spec, scalars, views = (ast.literal_eval(a) for a in ast.parse(launch.strip()).body[0].value.args)
+    assert scalars == ()
+    assert views == (None, ((N, 1, 0), 0)), views
+    assert json.loads(spec)["out_dtype"] == "float32"
+
+
+def test_batched_gemm_epilogue(fusion):
+    code = generated_code(lambda x, w: 30 * torch.tanh(torch.bmm(x, w) / 30), (4, 296, 128), (4, 128, 520))
+    assert kernels(code) == ((1, 0) if fusion else (1, 1))
+
+
+def test_gated_mlp_fuses_silu_times_gate_into_one_gemm(fusion):
+    """silu(x W1ᵀ) * (x W3ᵀ): the product reads the other GEMM's output as an operand."""
+    fn = lambda x, w1, w3: F.silu(x @ w1.t()) * (x @ w3.t())  # noqa: E731
+    code = generated_code(fn, (M, K), (N, K), (N, K))
+    assert kernels(code) == ((2, 0) if fusion else (2, 1))
