@@ -63,8 +63,14 @@ def fake_hopper(
     candidate_ms: Callable[[object], float] = _timing,
     epilogue_ms: float = 0.05,
     fused_ms: float = 0.11,
+    backends: str = "CUTEDSL",
+    triton_fused_ms: float = 0.2,
 ) -> Iterator[dict]:
-    """Inside: compiling for "cuda" works and yields ``{"code": wrapper source}``."""
+    """Inside: compiling for "cuda" works and yields ``{"code": wrapper source}``.
+
+    Times in ms: ``candidate_ms(choice)`` unfused candidates, ``epilogue_ms`` any
+    epilogue as its own kernel, ``fused_ms`` our fused candidate, ``triton_fused_ms``
+    a Triton candidate with the epilogue fused."""
     from triton.runtime.driver import driver as triton_driver
 
     import inductor_cutedsl.scheduler.selection as selection
@@ -72,7 +78,7 @@ def fake_hopper(
     out: dict = {}
 
     def autotune(self, name, input_nodes, layout, input_gen_fns, choices, *args, **kwargs):
-        return {c: candidate_ms(c) + 0.001 * i for i, c in enumerate(choices)}
+        return {c: candidate_ms(c) + 1e-5 * i for i, c in enumerate(choices)}  # distinct, in order
 
     def compile_to_module(self):
         out["code"] = self.codegen()[0].value
@@ -95,6 +101,10 @@ def fake_hopper(
         mock.patch("torch._inductor.fx_passes.post_grad.lazy_init", lambda *a, **k: None),
         mock.patch("torch._inductor.select_algorithm.AlgorithmSelectorCache.autotune", autotune),
         mock.patch("torch._inductor.scheduler.Scheduler.benchmark_fused_nodes", lambda s, n: (epilogue_ms, "")),
+        mock.patch(
+            "torch._inductor.scheduler.Scheduler.benchmark_codegened_module",
+            lambda s, module, device: (triton_fused_ms, ""),
+        ),
         mock.patch("torch._inductor.graph.GraphLowering.compile_to_module", compile_to_module),
         mock.patch.object(selection, "fused_ms", lambda caller, tr: fused_ms),
     ]
@@ -104,7 +114,7 @@ def fake_hopper(
         stack.enter_context(mock.patch.object(triton_driver, "_active", _TritonDriver()))
         stack.enter_context(
             inductor_config.patch(
-                max_autotune=True, max_autotune_gemm_backends="CUTEDSL", force_disable_caches=True,
+                max_autotune=True, max_autotune_gemm_backends=backends, force_disable_caches=True,
                 pattern_matcher=False,
             )
         )  # fmt: skip

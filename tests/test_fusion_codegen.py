@@ -131,3 +131,46 @@ def test_gated_mlp_fuses_silu_times_gate_into_one_gemm(fusion):
     fn = lambda x, w1, w3: F.silu(x @ w1.t()) * (x @ w3.t())  # noqa: E731
     code = generated_code(fn, (M, K), (N, K), (N, K))
     assert kernels(code) == ((2, 0) if fusion else (2, 1))
+
+
+def test_fused_candidate_beats_triton_and_cublas_alternatives():
+    """Full backends: our fused GEMM is taken when it beats the Triton floor and
+    cuBLAS + a separate epilogue."""
+
+    def timing(choice):
+        name = type(choice).__name__
+        return {"GemmCaller": 0.10, "ExternKernelCaller": 0.105}.get(name, 0.12)
+
+    inductor_cutedsl.disable()
+    with config.patch(epilogue_fusion=True, max_configs=2):
+        inductor_cutedsl.enable()
+        code = generated_code(
+            lambda x, w: torch.relu(x @ w.t()), (M, K), (N, K),
+            candidate_ms=timing, fused_ms=0.11, backends="ATEN,TRITON,CUTEDSL",
+        )  # fmt: skip
+    inductor_cutedsl.disable()
+    inductor_cutedsl.enable()
+    assert kernels(code) == (1, 0)
+    assert "extern_kernels.mm" not in code
+
+
+def test_faster_triton_fused_epilogue_is_left_to_inductor(caplog):
+    """Triton's unfused time is already below our fused one: Inductor's own fused Triton
+    benchmark decides, and its faster fused Triton kernel wins."""
+
+    def timing(choice):
+        name = type(choice).__name__
+        return {"GemmCaller": 0.10, "ExternKernelCaller": 0.105}.get(name, 0.102)
+
+    inductor_cutedsl.disable()
+    with config.patch(epilogue_fusion=True, max_configs=2):
+        inductor_cutedsl.enable()
+        with caplog.at_level(logging.INFO, logger="inductor_cutedsl.scheduler"):
+            code = generated_code(
+                lambda x, w: torch.relu(x @ w.t()), (M, K), (N, K),
+                candidate_ms=timing, fused_ms=0.11, triton_fused_ms=0.103, backends="ATEN,TRITON,CUTEDSL",
+            )  # fmt: skip
+    inductor_cutedsl.disable()
+    inductor_cutedsl.enable()
+    assert any("left to Inductor" in r.getMessage() for r in caplog.records)
+    assert kernels(code) == (0, 1), "one Triton template kernel with the epilogue fused"
