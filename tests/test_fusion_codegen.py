@@ -174,3 +174,21 @@ def test_faster_triton_fused_epilogue_is_left_to_inductor(caplog):
     inductor_cutedsl.enable()
     assert any("left to Inductor" in r.getMessage() for r in caplog.records)
     assert kernels(code) == (0, 1), "one Triton template kernel with the epilogue fused"
+
+
+def test_a_failing_measurement_leaves_the_choice_to_inductor(monkeypatch, caplog):
+    import inductor_cutedsl.scheduler.selection as selection
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("benchmark crashed")
+
+    monkeypatch.setattr(selection, "ours_fused_wins", broken)
+    inductor_cutedsl.disable()
+    with config.patch(epilogue_fusion=True, max_configs=2):
+        inductor_cutedsl.enable()
+        with caplog.at_level(logging.WARNING, logger="inductor_cutedsl.scheduler"):
+            code = generated_code(lambda x, w: torch.relu(x @ w.t()), (M, K), (N, K))
+    inductor_cutedsl.disable()
+    inductor_cutedsl.enable()
+    assert kernels(code) == (1, 1), "compiled anyway: our GEMM unfused, the epilogue in Triton"
+    assert any("benchmark crashed" in r.getMessage() for r in caplog.records)

@@ -141,7 +141,11 @@ class CuteDSLFusionScheduling(_compat.cuda_combined_scheduling()):
         except FusionRefused as why:
             log.debug("cannot fuse %s into CuteDSL GEMM %s: %s", node2.get_name(), template.get_name(), why)
             return False
-        caller = selection.fused_winner(self.scheduler, template, tr, chain)
+        try:
+            caller = selection.fused_winner(self.scheduler, template, tr, chain)
+        except Exception as exc:  # measuring failed: Inductor decides as it would without us
+            log.warning("fused CuteDSL candidate for %s not considered: %s", template.get_name(), exc)
+            caller = None
         setattr(template.node, selection.CHOSEN_ATTR, caller)
         return caller is not None
 
