@@ -12,7 +12,8 @@ called at trace time once per accumulator element with ``acc`` (Float32), the
 element's global coordinates ``m``, ``n``, ``l`` (Int32) and ``ops``: one
 Float32 value per declared operand, already loaded for that element (tensor
 operands are read at ``(m, n, l)`` through their strides, broadcast operands
-through a zero stride). It returns the Float32 value that is cast and stored.
+through a zero stride). It returns the Float32 value that is cast and stored, or,
+with ``out`` operands, a tuple of it and one value per ``out`` operand.
 
 The source sees the names of :data:`EPILOGUE_NAMESPACE_DOC`: ``cute``,
 ``cutlass``, ``Float32``, ``Int32`` and the helpers of ``epilogue_math``.
