@@ -19,6 +19,7 @@ from typing import Any, Sequence
 
 from .. import _compat
 from ..lowering.template import gemm_template
+from ..runtime.spec import ALIGNMENT
 from ..runtime.support import OUT_DTYPES
 from . import selection
 from .epilogue_translation import Translation
@@ -111,7 +112,7 @@ def translate_chain(scheduler: Any, template_node: Any, chain: Sequence[Any]) ->
     if out.get_dtype() not in OUT_DTYPES:
         raise FusionRefused(f"output dtype {out.get_dtype()}")
     stride = out.get_layout().stride
-    if not _compat.is_one(stride[-1]) or not _compat.multiple_of(stride[-2], 8):
+    if not _compat.is_one(stride[-1]) or not _compat.multiple_of(stride[-2], ALIGNMENT // out.get_dtype().itemsize):
         raise FusionRefused(f"output layout {list(stride)} is not row-major with 16-byte rows")
     return tr
 
