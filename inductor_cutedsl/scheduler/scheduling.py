@@ -112,7 +112,8 @@ def translate_chain(scheduler: Any, template_node: Any, chain: Sequence[Any]) ->
     if out.get_dtype() not in OUT_DTYPES:
         raise FusionRefused(f"output dtype {out.get_dtype()}")
     stride = out.get_layout().stride
-    if not _compat.is_one(stride[-1]) or not _compat.multiple_of(stride[-2], ALIGNMENT // out.get_dtype().itemsize):
+    step = ALIGNMENT // out.get_dtype().itemsize  # TMA stores: 16-byte rows and batches
+    if not _compat.is_one(stride[-1]) or not all(_compat.multiple_of(s, step) for s in stride[:-1]):
         raise FusionRefused(f"output layout {list(stride)} is not row-major with 16-byte rows")
     return tr
 
