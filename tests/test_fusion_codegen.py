@@ -6,6 +6,7 @@ generation are ours and real; only device queries and timings are made up.
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import logging
 import re
@@ -22,15 +23,24 @@ M, N, K = 1000, 2048, 1024
 MARK = "inductor_cutedsl.runtime.generated"
 
 
+@contextlib.contextmanager
+def backend(fusion: bool = True, max_configs: int = 2):
+    """Our backend re-enabled with these settings (two candidates: autotuning leaves the
+    GEMM undecided until fusion, the selection path), restored afterwards."""
+    inductor_cutedsl.disable()
+    try:
+        with config.patch(epilogue_fusion=fusion, max_configs=max_configs):
+            inductor_cutedsl.enable()
+            yield
+    finally:
+        inductor_cutedsl.disable()
+        inductor_cutedsl.enable()
+
+
 @pytest.fixture(params=[True, False], ids=["fusion", "no_fusion"])
 def fusion(request):
-    inductor_cutedsl.disable()
-    # Two candidates: autotuning leaves the GEMM undecided until fusion (the selection path).
-    with config.patch(epilogue_fusion=request.param, max_configs=2):
-        inductor_cutedsl.enable()
+    with backend(fusion=request.param):
         yield request.param
-    inductor_cutedsl.disable()
-    inductor_cutedsl.enable()
 
 
 def kernels(code: str) -> tuple[int, int]:
@@ -60,47 +70,31 @@ def test_addmm_bias_gelu_composes_the_bias_epilogue(fusion):
 
 
 def test_kept_gemm_output_is_an_extra_output():
-    inductor_cutedsl.disable()
-    with config.patch(epilogue_fusion=True, max_configs=2):
-        inductor_cutedsl.enable()
+    with backend():
         code = generated_code(lambda x, w: (lambda y: (y, torch.sigmoid(y)))(x @ w.t()), (M, K), (N, K))
-    inductor_cutedsl.disable()
-    inductor_cutedsl.enable()
     assert kernels(code) == (1, 0)
     assert '"kind": "out"' in code
     assert code.count("empty_strided_cuda((1000, 2048)") == 2, "both outputs are allocated"
 
 
 def test_single_candidate_fuses_without_autotuning():
-    inductor_cutedsl.disable()
-    with config.patch(epilogue_fusion=True, max_configs=1):
-        inductor_cutedsl.enable()
+    with backend(max_configs=1):
         code = generated_code(lambda x, w: torch.relu(x @ w.t()) * 2, (M, K), (N, K), fused_ms=9.9)
-    inductor_cutedsl.disable()
-    inductor_cutedsl.enable()
     assert kernels(code) == (1, 0), "our GEMM is the only implementation: fusing saves a kernel"
 
 
 def test_fused_candidate_that_measures_slower_is_not_taken(caplog):
-    inductor_cutedsl.disable()
-    with config.patch(epilogue_fusion=True, max_configs=2):
-        inductor_cutedsl.enable()
+    with backend():
         with caplog.at_level(logging.INFO, logger="inductor_cutedsl.scheduler"):
             code = generated_code(lambda x, w: torch.relu(x @ w.t()), (M, K), (N, K), fused_ms=0.2)
-    inductor_cutedsl.disable()
-    inductor_cutedsl.enable()
     assert kernels(code) == (1, 1), "our GEMM unfused, the epilogue in Triton"
     assert any("left to Inductor" in r.getMessage() for r in caplog.records)
 
 
 def test_refused_consumer_is_logged_with_its_reason(caplog):
-    inductor_cutedsl.disable()
-    with config.patch(epilogue_fusion=True, max_configs=2):
-        inductor_cutedsl.enable()
+    with backend():
         with caplog.at_level(logging.INFO, logger="inductor_cutedsl.scheduler"):
             code = generated_code(lambda x, w: torch.softmax(x @ w.t(), dim=-1), (M, K), (N, K))
-    inductor_cutedsl.disable()
-    inductor_cutedsl.enable()
     assert kernels(code)[0] == 1 and kernels(code)[1] >= 1
     messages = [r.getMessage() for r in caplog.records]
     assert any("not fusing" in m and "reduction" in m for m in messages), messages
@@ -141,15 +135,11 @@ def test_fused_candidate_beats_triton_and_cublas_alternatives():
         name = type(choice).__name__
         return {"GemmCaller": 0.10, "ExternKernelCaller": 0.105}.get(name, 0.12)
 
-    inductor_cutedsl.disable()
-    with config.patch(epilogue_fusion=True, max_configs=2):
-        inductor_cutedsl.enable()
+    with backend():
         code = generated_code(
             lambda x, w: torch.relu(x @ w.t()), (M, K), (N, K),
             candidate_ms=timing, fused_ms=0.11, backends="ATEN,TRITON,CUTEDSL",
         )  # fmt: skip
-    inductor_cutedsl.disable()
-    inductor_cutedsl.enable()
     assert kernels(code) == (1, 0)
     assert "extern_kernels.mm" not in code
 
@@ -162,16 +152,12 @@ def test_faster_triton_fused_epilogue_is_left_to_inductor(caplog):
         name = type(choice).__name__
         return {"GemmCaller": 0.10, "ExternKernelCaller": 0.105}.get(name, 0.102)
 
-    inductor_cutedsl.disable()
-    with config.patch(epilogue_fusion=True, max_configs=2):
-        inductor_cutedsl.enable()
+    with backend():
         with caplog.at_level(logging.INFO, logger="inductor_cutedsl.scheduler"):
             code = generated_code(
                 lambda x, w: torch.relu(x @ w.t()), (M, K), (N, K),
                 candidate_ms=timing, fused_ms=0.11, triton_fused_ms=0.103, backends="ATEN,TRITON,CUTEDSL",
             )  # fmt: skip
-    inductor_cutedsl.disable()
-    inductor_cutedsl.enable()
     assert any("left to Inductor" in r.getMessage() for r in caplog.records)
     assert kernels(code) == (0, 1), "one Triton template kernel with the epilogue fused"
 
@@ -183,12 +169,8 @@ def test_a_failing_measurement_leaves_the_choice_to_inductor(monkeypatch, caplog
         raise RuntimeError("benchmark crashed")
 
     monkeypatch.setattr(selection, "ours_fused_wins", broken)
-    inductor_cutedsl.disable()
-    with config.patch(epilogue_fusion=True, max_configs=2):
-        inductor_cutedsl.enable()
+    with backend():
         with caplog.at_level(logging.WARNING, logger="inductor_cutedsl.scheduler"):
             code = generated_code(lambda x, w: torch.relu(x @ w.t()), (M, K), (N, K))
-    inductor_cutedsl.disable()
-    inductor_cutedsl.enable()
     assert kernels(code) == (1, 1), "compiled anyway: our GEMM unfused, the epilogue in Triton"
     assert any("benchmark crashed" in r.getMessage() for r in caplog.records)
