@@ -17,8 +17,10 @@ from __future__ import annotations
 import logging
 from typing import Any, Sequence
 
-from .. import _compat
+from .. import _compat, config
 from ..lowering.template import gemm_template
+from ..runtime import compiler
+from ..runtime.launch import default_cache
 from ..runtime.spec import ALIGNMENT
 from ..runtime.support import OUT_DTYPES
 from . import selection
@@ -181,7 +183,10 @@ class CuteDSLFusionScheduling(_compat.cuda_combined_scheduling()):
         buffer = template.node
         render_kwargs, inputs = render_source(buffer)
         out = _compat.V.graph.get_buffer(tr.outputs[-1])
-        _, kwargs = fused_render_kwargs(render_kwargs, tr, OUT_DTYPES[out.get_dtype()])
+        spec, kwargs = fused_render_kwargs(render_kwargs, tr, OUT_DTYPES[out.get_dtype()])
+        # Build now, in a worker: the generated module loads the kernel only after every
+        # kernel of the graph is generated, so fused kernels compile in parallel meanwhile.
+        compiler.build_async(spec, default_cache(), config.compile_workers)
         inputs += [_compat.V.graph.get_buffer(op.buffer) for op in tr.operands]
         kernel = _compat.template_kernel(inputs, out)
         src = kernel.render(gemm_template().template, **kwargs).finalize_all()
