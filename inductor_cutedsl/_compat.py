@@ -245,3 +245,17 @@ def restore_fusion_speedup_hook(original: Any) -> None:
     from torch._inductor.scheduler import Scheduler
 
     Scheduler.speedup_by_fusion = original
+
+
+def on_compile_start(fn: Callable[[], None]) -> Any:
+    """Call ``fn()`` whenever a torch.compile compilation starts; returns the handle
+    for ``remove_compile_start_hook``."""
+    from torch._dynamo.callback import callback_handler
+
+    return callback_handler.register_start_callback(lambda args: fn())
+
+
+def remove_compile_start_hook(handle: Any) -> None:
+    from torch._dynamo.callback import callback_handler
+
+    callback_handler.remove_start_callback(handle)

@@ -242,3 +242,28 @@ def test_candidate_hash_key_is_stable_per_kernel():
 
     assert caller("k1", "cutedsl_gemm_3").hash_key() == caller("k1", "cutedsl_gemm_17").hash_key()
     assert caller("k1", "x").hash_key() != caller("k2", "x").hash_key()
+
+
+def test_compile_workers_start_with_the_first_compilation(monkeypatch):
+    """Not at import: a start callback of torch.compile starts them (GPU visible only)."""
+    from torch._dynamo.callback import CallbackArgs, CallbackTrigger, callback_handler
+
+    from inductor_cutedsl.lowering import install
+
+    started = []
+    monkeypatch.setattr(install.workers, "start", started.append)
+    inductor_cutedsl.disable()
+    before = list(callback_handler.start_callbacks)
+    inductor_cutedsl.enable()
+    added = [cb for cb in callback_handler.start_callbacks if cb not in before]
+    assert len(added) == 1
+    args = CallbackArgs(CallbackTrigger.DYNAMO, "0/0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    added[0](args)
+    assert started == []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    added[0](args)
+    assert started == [config.compile_workers]
+    inductor_cutedsl.disable()
+    assert callback_handler.start_callbacks == before
+    inductor_cutedsl.enable()

@@ -41,6 +41,11 @@ def is_enabled() -> bool:
     return _saved is not None
 
 
+def _start_workers() -> None:
+    if config.enabled and torch.cuda.is_available():
+        workers.start(config.compile_workers)
+
+
 def enable() -> None:
     """Install the backend (idempotent)."""
     global _saved
@@ -53,9 +58,9 @@ def enable() -> None:
     if not _compat.backend_enabled(BACKEND_TOKEN):
         _compat.set_autotune_backends(f"{_saved['backends']},{BACKEND_TOKEN}")
     _compat.set_choices_class(CuteDSLChoices)
-    if config.enabled and torch.cuda.is_available():
-        # Compile workers import the DSL in the background, before the first GEMM needs them.
-        workers.start(config.compile_workers)
+    # Compile workers start with the first compilation (not at import): their DSL
+    # import then overlaps tracing and lowering, before the first GEMM needs them.
+    _saved["compile_start_hook"] = _compat.on_compile_start(_start_workers)
     if config.epilogue_fusion:
         from ..scheduler.scheduling import CuteDSLFusionScheduling, takes_fusion
 
@@ -72,6 +77,7 @@ def disable() -> None:
         return
     _compat.set_autotune_backends(_saved["backends"])
     _compat.set_choices_class(_saved["choices_class"])
+    _compat.remove_compile_start_hook(_saved["compile_start_hook"])
     if "scheduling" in _saved:
         _compat.restore_cuda_scheduling(_saved["scheduling"])
         _compat.restore_fusion_speedup_hook(_saved["speedup_hook"])
