@@ -19,8 +19,8 @@ from .spec import KernelSpec
 
 log = logging.getLogger("inductor_cutedsl.compile")
 
-#: Wall seconds this process waited for kernel builds (``wait``) and kernels it compiled.
-stats = {"wait_s": 0.0, "compiled": 0}
+#: Wall seconds this process waited for kernel builds (``wait``).
+stats = {"wait_s": 0.0}
 _stats_lock = threading.Lock()
 
 Built = tuple[Path, bool, float]  # (object path, compiled now, seconds)
@@ -50,13 +50,15 @@ def build(spec: KernelSpec, cache: KernelCache) -> tuple[Path, bool]:
 _inflight: dict[tuple[str, str], concurrent.futures.Future] = {}
 _inflight_lock = threading.Lock()
 _dispatcher: concurrent.futures.ThreadPoolExecutor | None = None
+_dispatcher_size = 0
 
 
 def _dispatch(workers: int) -> concurrent.futures.ThreadPoolExecutor:
     """Threads that hand specs to worker processes (one per worker: each blocks on one)."""
-    global _dispatcher
-    if _dispatcher is None or _dispatcher._max_workers < workers:
+    global _dispatcher, _dispatcher_size
+    if _dispatcher_size < workers:
         _dispatcher = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="inductor_cutedsl_build")
+        _dispatcher_size = workers
     return _dispatcher
 
 
@@ -64,7 +66,6 @@ def _build_in_worker(spec: KernelSpec, cache: KernelCache, workers: int) -> Buil
     path, built, secs = workers_mod.pool(workers).build(spec.to_json(), str(cache.root))
     with _stats_lock:
         cache.builds += int(built)
-        stats["compiled"] += int(built)
     return path, built, secs
 
 
@@ -85,8 +86,6 @@ def build_async(spec: KernelSpec, cache: KernelCache, workers: int) -> concurren
         t0 = time.perf_counter()
         try:
             path, built = build(spec, cache)
-            with _stats_lock:
-                stats["compiled"] += int(built)
             done.set_result((path, built, time.perf_counter() - t0))
         except Exception as exc:
             done.set_exception(exc)
