@@ -22,7 +22,7 @@ from .run import compile_cold
 def main() -> None:
     job = json.loads(sys.argv[1])
     if job["backend"] == "stock":
-        disable()
+        disable()  # also before any compile starts our workers: none run beside stock
     block, x = make_block(BlockSize(**job["size"]))
     _, _, seconds, _ = compile_cold(block, x)
     print(json.dumps({

@@ -52,8 +52,6 @@ def compile_cold(block, x) -> tuple[Any, torch.Tensor, float, list[GemmTuning]]:
 def compile_in_fresh_process(size: BlockSize, backend: str, cache_dir: str) -> dict:
     """Cold-compile the block in a new process (``compile_once``) and return its report."""
     env = {**os.environ, "INDUCTOR_CUTEDSL_CACHE_DIR": cache_dir}
-    if backend == "stock":
-        env["INDUCTOR_CUTEDSL_ENABLED"] = "0"  # no compile workers busy beside stock
     arg = json.dumps({"size": dataclasses.asdict(size), "backend": backend})
     done = subprocess.run(
         [sys.executable, "-m", "inductor_cutedsl.job.compile_once", arg],

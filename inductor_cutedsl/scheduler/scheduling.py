@@ -128,23 +128,24 @@ class CuteDSLFusionScheduling(_compat.cuda_combined_scheduling()):
             if undecided is not None and self._fused_candidate_wins(undecided, node1, node2):
                 return True
             return super().can_fuse_vertical(node1, node2)
+        return self._translate_pair(template, node1, node2) is not None
+
+    def _translate_pair(self, template: Any, node1: Any, node2: Any) -> Translation | None:
+        """The chain of ``node1`` extended by ``node2``, translated; None if refused."""
         try:
-            translate_chain(self.scheduler, template, _epilogue_chain(node1, node2))
+            return translate_chain(self.scheduler, template, _epilogue_chain(node1, node2))
         except FusionRefused as why:
             # Asked often per pair; the one INFO line per consumer comes at codegen.
             log.debug("cannot fuse %s into CuteDSL GEMM %s: %s", node2.get_name(), template.get_name(), why)
-            return False
-        return True
+            return None
 
     def _fused_candidate_wins(self, template: Any, node1: Any, node2: Any) -> bool:
         """Decide an autotuned GEMM (MultiTemplateBuffer) on its first fusable epilogue:
         our best candidate takes it, fused, when that measures fastest (``selection``)."""
-        chain = _epilogue_chain(node1, node2)
-        try:
-            tr = translate_chain(self.scheduler, template, chain)
-        except FusionRefused as why:
-            log.debug("cannot fuse %s into CuteDSL GEMM %s: %s", node2.get_name(), template.get_name(), why)
+        tr = self._translate_pair(template, node1, node2)
+        if tr is None:
             return False
+        chain = _epilogue_chain(node1, node2)
         try:
             caller = selection.fused_winner(self.scheduler, template, tr, chain)
         except Exception as exc:  # measuring failed: Inductor decides as it would without us
