@@ -15,8 +15,7 @@ from ..kernels import epilogue as E
 from ..kernels.config import shortlist
 from ..runtime import compiler
 from ..runtime.launch import default_cache
-from ..runtime.spec import KernelSpec
-from ..runtime.spec import ALIGNMENT
+from ..runtime.spec import ALIGNMENT, KernelSpec
 from ..runtime.support import A_MAJOR, AB_DTYPES, B_MAJOR, OUT_DTYPES, device_reason
 from .template import gemm_template, render_args
 
@@ -136,7 +135,7 @@ def gemm_specs(kernel_inputs: Any, op_name: str) -> tuple[list[KernelSpec], dict
 
 
 def gemm_choices(kernel_inputs: Any, op_name: str) -> list[Any]:
-    """ChoiceCallers for this GEMM (compiled in parallel up front); [] when refused."""
+    """ChoiceCallers for this GEMM (their kernels building in the background); [] when refused."""
     if not config.enabled or op_name not in GEMM_OPS:
         return []
     try:
