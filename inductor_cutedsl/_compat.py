@@ -258,4 +258,6 @@ def on_compile_start(fn: Callable[[], None]) -> Any:
 def remove_compile_start_hook(handle: Any) -> None:
     from torch._dynamo.callback import callback_handler
 
-    callback_handler.remove_start_callback(handle)
+    # torch.compiler.reset() clears every callback: the hook may be gone already.
+    if handle in callback_handler.start_callbacks:
+        callback_handler.remove_start_callback(handle)

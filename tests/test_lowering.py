@@ -267,3 +267,13 @@ def test_compile_workers_start_with_the_first_compilation(monkeypatch):
     inductor_cutedsl.disable()
     assert callback_handler.start_callbacks == before
     inductor_cutedsl.enable()
+
+
+def test_disable_after_a_dynamo_reset():
+    """torch.compiler.reset() drops dynamo's callbacks, our compile-start hook too."""
+    inductor_cutedsl.disable()
+    inductor_cutedsl.enable()
+    torch.compiler.reset()
+    inductor_cutedsl.disable()
+    assert not inductor_cutedsl.is_enabled()
+    inductor_cutedsl.enable()
