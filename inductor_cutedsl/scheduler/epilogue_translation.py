@@ -19,8 +19,7 @@ import torch
 
 from .._compat import OpsHandlerBase
 from ..kernels.epilogue import Epilogue, EpilogueOperand
-
-_FLOAT_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+from ..runtime.support import OUT_DTYPES  # also the dtypes epilogue values take
 
 _UNARY = {
     "exp": "cute.math.exp({})",
@@ -142,6 +141,15 @@ class EpilogueTranslator(OpsHandlerBase):
         big_m, big_n, _ = self.sizes
         return (big_n, 1, big_m * big_n), 0
 
+    def _batched(self, strides: tuple[int, int, int]) -> tuple[int, int, int]:
+        """Strides as an operand view takes them: no L stride when there is one batch."""
+        return strides if self.sizes[2] > 1 else (strides[0], strides[1], 0)
+
+    def acc_view(self) -> tuple[tuple[int, int, int], int]:
+        """(strides, offset) of a buffer laid out like the GEMM output, as an operand view."""
+        strides, offset = self._acc_index()
+        return self._batched(strides), offset
+
     def _check_own_index(self, name: str, index: sympy.Expr) -> None:
         strides, offset = self._linear(index)
         want_strides, want_offset = self._acc_index()
@@ -162,11 +170,10 @@ class EpilogueTranslator(OpsHandlerBase):
                 return Value("acc", torch.float32)
             return self.stored[name]
         dtype = self.dtype_of(name)
-        if dtype not in _FLOAT_DTYPES:
+        if dtype not in OUT_DTYPES:
             raise NotImplementedError(f"load of {name} with dtype {dtype} (integer data or indirect indexing)")
         strides, offset = self._linear(index)
-        if self.sizes[2] == 1:
-            strides = (strides[0], strides[1], 0)
+        strides = self._batched(strides)
         if min(strides) < 0 or offset < 0:
             raise NotImplementedError(f"{name} is read with a negative stride or offset")
         if strides[1] > 1 and strides[0] < strides[1] and self.sizes[1] > 1:
@@ -194,7 +201,7 @@ class EpilogueTranslator(OpsHandlerBase):
         if dtype == torch.float32:
             return Value(x.name, torch.float32)
         if dtype in (torch.bfloat16, torch.float16):
-            return self._emit(f"round_to({x.name}, {_FLOAT_DTYPES[dtype]!r})", dtype)
+            return self._emit(f"round_to({x.name}, {OUT_DTYPES[dtype]!r})", dtype)
         raise NotImplementedError(f"cast to {dtype}")
 
     def where(self, cond: Value, a: Value, b: Value) -> Value:
@@ -251,20 +258,17 @@ def finish(tr: EpilogueTranslator, name: str, keep: tuple[str, ...] = ()) -> Tra
     values = [result.name]
     for buf in keep:
         dtype = tr.dtype_of(buf)
-        if dtype not in _FLOAT_DTYPES:
+        if dtype not in OUT_DTYPES:
             raise NotImplementedError(f"{buf} has dtype {dtype}")
         values.append("acc" if buf == tr.acc_buffer else tr.stored[buf].name)
-        strides, offset = tr._acc_index()
-        if tr.sizes[2] == 1:
-            strides = (strides[0], strides[1], 0)
-        operands.append(OperandRef(buf, strides, offset, dtype))
+        operands.append(OperandRef(buf, *tr.acc_view(), dtype))
     source = "\n".join(
         ["def epilogue(acc, m, n, l, ops):", *tr.lines, f"    return {', '.join(values)}", ""]
     )
-    n_in = len(tr.operands)
     decls = tuple(
-        EpilogueOperand(f"in{i}" if i < n_in else f"out{i - n_in}", "full" if i < n_in else "out",
-                        _FLOAT_DTYPES[op.dtype])
-        for i, op in enumerate(operands)
-    )  # fmt: skip
+        EpilogueOperand(f"in{i}", "full", OUT_DTYPES[op.dtype]) for i, op in enumerate(tr.operands)
+    ) + tuple(
+        EpilogueOperand(f"out{i}", "out", OUT_DTYPES[op.dtype])
+        for i, op in enumerate(operands[len(tr.operands) :])
+    )
     return Translation(Epilogue(name, source, decls), tuple(operands), tuple(tr.outputs), tuple(keep))
