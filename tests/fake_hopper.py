@@ -108,7 +108,13 @@ def fake_hopper(
         mock.patch("torch._inductor.graph.GraphLowering.compile_to_module", compile_to_module),
         mock.patch.object(selection, "fused_ms", lambda caller, tr: fused_ms),
     ]
+    from torch.utils._triton import has_triton
+
     with contextlib.ExitStack() as stack:
+        # Cached per process: whichever of a CPU compile or this fake GPU asked first
+        # would otherwise answer for the other.
+        has_triton.cache_clear()
+        stack.callback(has_triton.cache_clear)
         for p in patches:
             stack.enter_context(p)
         stack.enter_context(mock.patch.object(triton_driver, "_active", _TritonDriver()))
