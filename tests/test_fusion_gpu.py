@@ -36,11 +36,20 @@ def fusion_enabled():
     torch.compiler.reset()
 
 
-def compiled_code(fn, *args):
+def compiled_code(fn, *args, backends="CUTEDSL", measure_epilogues=False):
+    """Compiled ``fn``'s output and generated code.
+
+    By default the GEMM is autotuned at lowering (``benchmark_epilogue_fusion`` off),
+    so with CuteDSL the only backend our template is chosen and the fusion decision
+    is made by translation alone: deterministic, whatever else loads the GPU. With
+    ``measure_epilogues`` the choice is timed (``scheduler/selection.py``)."""
     from torch._inductor import config as ic
     from torch._inductor.utils import run_and_get_code
 
-    with ic.patch(max_autotune_gemm_backends="CUTEDSL", force_disable_caches=True):
+    with ic.patch(
+        max_autotune_gemm_backends=backends, force_disable_caches=True,
+        benchmark_epilogue_fusion=measure_epilogues,
+    ):  # fmt: skip
         return run_and_get_code(torch.compile(fn, mode="max-autotune-no-cudagraphs"), *args)
 
 
@@ -220,4 +229,24 @@ def test_refused_fusion_stays_triton_with_reason(name, caplog):
     assert "@triton.jit" in code, "the refused consumer is a Triton kernel"
     messages = [r.getMessage() for r in caplog.records if r.name == "inductor_cutedsl.scheduler"]
     assert any("not fusing" in m and re.search(reason, m) for m in messages), messages
+    check(out, reference(fn, args))
+
+
+@pytest.mark.parametrize("backends", ["CUTEDSL", "ATEN,CUTEDSL"])
+def test_measured_epilogue_choice_matches_generated_code(backends, caplog):
+    """Under epilogue benchmarking the choice is timed, so either outcome is legal;
+    what must hold is that the logged decision is what the code does, and the result."""
+    fn = CHAINS["relu_residual"][0]
+    x, w = x_w()
+    args = (x, w, bf16(N), bf16(M, N))
+    with caplog.at_level(logging.INFO, logger="inductor_cutedsl.scheduler"):
+        out, codes = compiled_code(fn, *args, backends=backends, measure_epilogues=True)
+    code = "\n".join(codes)
+    decisions = [r.getMessage() for r in caplog.records if "CuteDSL takes it" in r.getMessage()
+                 or "left to Inductor" in r.getMessage()]  # fmt: skip
+    assert len(decisions) == 1, decisions
+    if "CuteDSL takes it" in decisions[0]:
+        assert_one_fused_kernel(code)
+    else:
+        assert "@triton.jit" in code, f"epilogue left unfused must be a Triton kernel: {decisions[0]}"
     check(out, reference(fn, args))

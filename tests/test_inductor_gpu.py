@@ -110,13 +110,14 @@ def test_dynamic_m_one_kernel_serves_all():
 
     from torch._inductor import config as ic
 
+    counters = torch._dynamo.utils.counters
+    counters.clear()  # the xdist worker may have compiled other tests before
     with ic.patch(max_autotune_gemm_backends="CUTEDSL"):
         compiled = torch.compile(f, mode="max-autotune-no-cudagraphs", dynamic=True)
         for m in (256, 1000, 3000, 4096):
             x = bf16(m, 1024)
             assert rel_err(compiled(x), (x.double() @ w.double())) < 2e-2
-    counters = torch._dynamo.utils.counters
-    assert counters["stats"]["unique_graphs"] <= 2
+    assert counters["stats"]["unique_graphs"] == 1
 
 
 def test_refused_gemm_falls_back_to_aten():

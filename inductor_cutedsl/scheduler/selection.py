@@ -22,9 +22,11 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from .. import _compat
+from .. import _compat, config
 from ..lowering.template import GemmCaller
+from ..runtime import compiler
 from ..runtime.generated import launcher
+from ..runtime.launch import default_cache
 from ..runtime.support import OUT_DTYPES
 from .epilogue_translation import Translation
 from .fusion import fused_render_kwargs
@@ -64,6 +66,8 @@ def fused_ms(caller: GemmCaller, tr: Translation) -> float:
     """Milliseconds of ``caller``'s kernel with ``tr`` fused (compiled now if needed)."""
     out = _compat.V.graph.get_buffer(tr.outputs[-1])
     spec, kwargs = fused_render_kwargs(caller.render_kwargs, tr, OUT_DTYPES[out.get_dtype()])
+    # Through the worker pool: a build prefetched for this chain is waited for, not redone.
+    compiler.wait([compiler.build_async(spec, default_cache(), config.compile_workers)])
     launch = launcher(
         spec.to_json(), ast.literal_eval(kwargs["scalars_literal"]), ast.literal_eval(kwargs["views_literal"])
     )
