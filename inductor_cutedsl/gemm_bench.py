@@ -4,8 +4,9 @@
 
 Same randn tensors, same timer (median of triton.testing.do_bench), bf16,
 C = A @ W^T with A (M, K) and W (N, K) row-major (the nn.Linear layout). Each
-candidate is timed once to pick the best; the winner and cuBLAS are then timed in
-interleaved rounds and the medians compared.
+candidate is timed once; the leaders are re-timed in interleaved rounds and the
+fastest kept; it and cuBLAS are then timed in fresh interleaved rounds and the
+medians compared.
 """
 from __future__ import annotations
 
@@ -28,6 +29,10 @@ SHAPES = [
     (1024, 4096, 4096),
     (8192, 8192, 8192),
 ]
+
+
+#: Configs re-timed side by side before the final choice.
+FINALISTS = 3
 
 
 def search_space(m: int, n: int, k: int) -> list[GemmConfig]:
@@ -96,7 +101,7 @@ def main(argv: list[str] | None = None) -> dict:
         out = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
         ref = torch.mm(a, b)
         bench(lambda: torch.mm(a, b, out=out), rep=1000)  # bring the GPU to its steady clock
-        best = None
+        ranked = []
         tried = []
         for spec in specs:
             kern = get_gemm(spec, cache)
@@ -112,9 +117,16 @@ def main(argv: list[str] | None = None) -> dict:
             ms = bench(lambda: kern(a, b, out))
             ratio = bench(lambda: torch.mm(a, b, out=out)) / ms
             tried.append({"config": spec.config.name(), "ms": round(ms, 4), "vs_cublas": round(ratio, 4)})
-            if best is None or ratio > best[0]:
-                best = (ratio, spec)
-        spec = best[1]
+            ranked.append((ratio, spec))
+        # One timing each is noisy and the best of ~30 noisy ratios flatters its
+        # config: the leaders are re-timed interleaved with cuBLAS before one is chosen.
+        leaders = [spec for _, spec in sorted(ranked, key=lambda r: -r[0])[:FINALISTS]]
+        runs = side_by_side(
+            {"cublas": lambda: torch.mm(a, b, out=out)}
+            | {s: (lambda k=get_gemm(s, cache): k(a, b, out)) for s in leaders},
+            rounds=3,
+        )
+        spec = min(leaders, key=runs.get)
         kern = get_gemm(spec, cache)
         final = side_by_side({"ours": lambda: kern(a, b, out), "cublas": lambda: torch.mm(a, b, out=out)})
         ms, cublas_ms = final["ours"], final["cublas"]

@@ -106,7 +106,7 @@ def fake_hopper(
             lambda s, module, device: (triton_fused_ms, ""),
         ),
         mock.patch("torch._inductor.graph.GraphLowering.compile_to_module", compile_to_module),
-        mock.patch.object(selection, "fused_ms", lambda caller, tr: fused_ms),
+        mock.patch.object(selection, "fused_ms", lambda caller, tr, unfused_ms: fused_ms),
     ]
     from torch.utils._triton import has_triton
 

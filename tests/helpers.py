@@ -1,6 +1,8 @@
 """Input builders and checks shared by the tests."""
 from __future__ import annotations
 
+import re
+
 import torch
 
 
@@ -23,3 +25,9 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     if not torch.isfinite(out64).all():
         return float("inf")
     return ((out64 - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def cutedsl_launches(code: str) -> int:
+    """CuteDSL kernel launches in Inductor's generated wrapper code. Counted at the
+    call sites: GEMMs that share a config render the same source, defined once."""
+    return len(re.findall(r"^\s+cutedsl_\w+\.run\(", code, flags=re.M))

@@ -39,6 +39,11 @@ def synthetic_result():
         "compile_ratio_vs_max_autotune": 1.1, "cold_cutedsl_compiles": 16, "warm_cutedsl_compiles": 0,
         "epilogue_fusion": True,
         "fused_epilogues": [{"gemm": "buf3", "size": [8192, 14336], "ops": ["mul", "silu"], "kept": []}],
+        "kernels_ms_per_block": {
+            "stock": [{"kernel": "triton_tem_fused_mm_0", "launches": 2.0, "ms": 2.9}],
+            "ours": [{"kernel": "kernel_cutlass_gemm", "launches": 2.0, "ms": 2.6},
+                     {"kernel": "triton_poi_fused_mul_silu_1", "launches": 1.0, "ms": 0.16}],
+        },
     }  # fmt: skip
 
 
@@ -51,6 +56,7 @@ def test_gemm_table_report_and_plot(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "8192x14336x4096" in out and "1.067x" in out and "0 CuteDSL compiles" in out
     assert "buf3" in out and "mul, silu" in out
+    assert "triton_tem_fused_mm_0" in out and "triton_poi_fused_mul_silu_1" in out
     job.plot(result, str(tmp_path / "p.png"))
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
     json.dumps(result)

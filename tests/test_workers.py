@@ -1,6 +1,7 @@
 """The compile worker processes (real compiles for sm_90a, no GPU needed)."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -51,7 +52,9 @@ def test_workers_never_rerun_the_main_script(tmp_path):
         out = build_many(specs, KernelCache({str(tmp_path / 'cache')!r}), 2)
         print("BUILT", sum(b for _, b, _ in out.values()), flush=True)
     """))
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # installed or not
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.count("MAIN-RAN") == 1 and "BUILT 2" in done.stdout
 

@@ -23,6 +23,7 @@ from .. import _compat, config, disable, enable
 from ..timing import run_info, side_by_side, write_json
 from ..scheduler import scheduling
 from .autotune_report import GemmTuning, record_gemm_tuning
+from .kernel_profile import kernel_times
 from .model import BlockSize, make_block
 
 MODE = "max-autotune-no-cudagraphs"
@@ -90,6 +91,12 @@ def print_report(result: dict) -> None:
             print(f"  {f['gemm']:>8} {'x'.join(map(str, f['size'])):>12}: {', '.join(f['ops'])}{kept}")
         if not result["fused_epilogues"]:
             print("  none")
+    print("\nGPU time per block by kernel (torch.profiler), stock | ours:")
+    k = result["kernels_ms_per_block"]
+    for i in range(max(len(k["stock"]), len(k["ours"]))):
+        cells = [f"{r['ms']:8.4f} x{r['launches']:<4g} {r['kernel'][:44]:<44}" if r else " " * 59
+                 for r in (k[side][i] if i < len(k[side]) else None for side in ("stock", "ours"))]  # fmt: skip
+        print(" | ".join(cells))
     t = result["model_ms"]
     print(f"\nblock time: eager {t['eager']:.3f} ms, stock max-autotune {t['stock']:.3f} ms, "
           f"inductor_cutedsl {t['ours']:.3f} ms -> {result['model_speedup_vs_max_autotune']:.3f}x")
@@ -150,6 +157,7 @@ def run(size: BlockSize, json_path: str, png_path: str) -> dict:
             raise AssertionError(f"{name} output differs from eager: rel err {err:.3e}")
     with torch.no_grad():
         times = side_by_side({"eager": lambda: block(x), "stock": lambda: stock_fn(x), "ours": lambda: ours_fn(x)})
+        kernels = {"stock": kernel_times(lambda: stock_fn(x)), "ours": kernel_times(lambda: ours_fn(x))}
 
     result = {
         **run_info(),
@@ -168,6 +176,7 @@ def run(size: BlockSize, json_path: str, png_path: str) -> dict:
         "gemms": gemm_table(stock_rows, ours_rows),
         "epilogue_fusion": config.epilogue_fusion,
         "fused_epilogues": fused,
+        "kernels_ms_per_block": kernels,
     }
     print_report(result)
     write_json(result, json_path)

@@ -1,0 +1,29 @@
+"""Where a compiled block's GPU time goes: device time per kernel under torch.profiler.
+
+Diagnostic only (the job's figures come from ``side_by_side``): it shows which
+kernels differ between the stock and our compiled block.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
+
+
+def kernel_times(fn: Callable[[], object], calls: int = 10, top: int = 12) -> list[dict]:
+    """The ``top`` GPU kernels of one call of ``fn``, longest first: name, launches
+    per call and device milliseconds per call."""
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    rows = [
+        {"kernel": e.key[:90], "launches": e.count / calls, "ms": round(e.self_device_time_total / calls / 1e3, 4)}
+        for e in prof.key_averages()
+        if e.device_type == DeviceType.CUDA and e.self_device_time_total > 0
+    ]
+    return sorted(rows, key=lambda r: -r["ms"])[:top]
