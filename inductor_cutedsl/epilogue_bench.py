@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from . import config, disable, enable
 from .gemm_bench import SHAPES
-from .job.run import MODE, rel_err
+from .job.run import compile_options, rel_err
 from .scheduler import scheduling
 from .timing import geomean, run_info, side_by_side, write_json
 
@@ -42,13 +42,12 @@ def _bf16(*shape: int, scale: float = 1.0) -> torch.Tensor:
 def _compile_and_run(fn, args, ours: bool):
     """``fn`` compiled (stock max-autotune, or with our backend and epilogue fusion)
     and its first output. The first call compiles, so it runs in that state."""
-    torch.compiler.reset()
     disable()
     try:
         if ours:
             with config.patch(epilogue_fusion=True):
                 enable()
-        compiled = torch.compile(fn, mode=MODE)
+        compiled = torch.compile(fn, options=compile_options())
         return compiled, compiled(*args)
     finally:
         disable()
@@ -58,6 +57,7 @@ def _compile_and_run(fn, args, ours: bool):
 def run_case(name: str, m: int, n: int, k: int) -> dict:
     fn, make = PATTERNS[name]
     args = make(m, n, k)
+    torch.compiler.reset()  # the previous case's graphs; never between stock and ours (compile_options)
     with torch.no_grad():
         ref = fn(*args)
         compiled = {}

@@ -79,3 +79,26 @@ def test_main_without_gpu_precompiles_the_block(tmp_path, capsys):
         entry.main(["--workers", "2"])  # second run: everything cached
         assert " 0 compiled now" in capsys.readouterr().out
     assert list(tmp_path.glob("*.o"))
+
+
+def test_stock_and_our_compiles_of_one_block_stay_two(monkeypatch):
+    """The job times both compiled blocks after compiling both: the stock one must not
+    be shared with ours, nor recompile later under our settings."""
+    import inductor_cutedsl
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)  # CPU tensors here
+    m, x = torch.nn.Linear(8, 8), torch.randn(4, 8)
+    counters.clear()
+    inductor_cutedsl.disable()
+    try:
+        stock, _, _, _ = job.compile_cold(m, x)
+        assert "CUTEDSL" not in job.compile_options()["max_autotune_gemm_backends"]
+    finally:
+        inductor_cutedsl.enable()
+    assert "CUTEDSL" in job.compile_options()["max_autotune_gemm_backends"]
+    ours, _, _, _ = job.compile_cold(m, x)
+    assert counters["stats"]["unique_graphs"] == 2
+    with torch.no_grad():
+        stock(x), ours(x), stock(x)
+    assert counters["stats"]["unique_graphs"] == 2, "a compiled block recompiled"
