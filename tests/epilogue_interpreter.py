@@ -28,6 +28,8 @@ def namespace() -> dict:
         "Float32": float,
         "Int32": int,
         "relu": lambda x: max(x, 0.0),
+        "reciprocal": lambda x: 1.0 / x,
+        "fdiv": lambda a, b: a / b,
         "sigmoid": sigmoid,
         "silu": lambda x: x * sigmoid(x),
         "tanh": math.tanh,

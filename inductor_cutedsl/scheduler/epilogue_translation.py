@@ -35,7 +35,7 @@ _UNARY = {
     "sqrt": "cute.math.sqrt({})",
     "abs": "cute.math.abs({})",
     "neg": "(-{})",
-    "reciprocal": "(Float32(1.0) / {})",
+    "reciprocal": "reciprocal({})",
     "relu": "relu({})",
     "square": "({0} * {0})",
     "sin": "cute.math.sin({})",
@@ -45,7 +45,7 @@ _BINARY = {
     "add": "({} + {})",
     "sub": "({} - {})",
     "mul": "({} * {})",
-    "truediv": "({} / {})",
+    "truediv": "fdiv({}, {})",
     "maximum": "cute.math.max({}, {})",
     "minimum": "cute.math.min({}, {})",
 }
