@@ -38,7 +38,7 @@ max_configs: int = _env_int("INDUCTOR_CUTEDSL_MAX_CONFIGS", 3)
 compile_workers: int = _env_int("INDUCTOR_CUTEDSL_COMPILE_WORKERS", min(8, os.cpu_count() or 1))
 
 #: Fuse pointwise consumers into CuteDSL GEMM epilogues (``INDUCTOR_CUTEDSL_EPILOGUE_FUSION``).
-#: Read by ``enable()``. Off by default until the fused path has passed on the GPU.
+#: Read by ``enable()``. Off by default until a valid benchmark shows it pays (NOTES.md).
 epilogue_fusion: bool = _env_bool("INDUCTOR_CUTEDSL_EPILOGUE_FUSION", False)
 
 _FIELDS = ("enabled", "cache_dir", "max_configs", "compile_workers", "epilogue_fusion")
