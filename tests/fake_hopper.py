@@ -65,15 +65,19 @@ def fake_hopper(
     fused_ms: float = 0.11,
     backends: str = "CUTEDSL",
     triton_fused_ms: float = 0.2,
+    build_epilogue_kernel: bool = False,
 ) -> Iterator[dict]:
     """Inside: compiling for "cuda" works and yields ``{"code": wrapper source}``.
 
     Times in ms: ``candidate_ms(choice)`` unfused candidates, ``epilogue_ms`` any
     epilogue as its own kernel, ``fused_ms`` our fused candidate, ``triton_fused_ms``
-    a Triton candidate with the epilogue fused."""
+    a Triton candidate with the epilogue fused. With ``build_epilogue_kernel`` our
+    selection really generates the epilogue's own benchmark module (its source lands
+    in ``out["epilogue_modules"]``); loading it (a Triton compile) and timing it are faked."""
     from triton.runtime.driver import driver as triton_driver
 
     import inductor_cutedsl.scheduler.selection as selection
+    from inductor_cutedsl import _compat
 
     out: dict = {}
 
@@ -108,6 +112,19 @@ def fake_hopper(
         mock.patch("torch._inductor.graph.GraphLowering.compile_to_module", compile_to_module),
         mock.patch.object(selection, "fused_ms", lambda caller, tr, unfused_ms: fused_ms),
     ]
+    if build_epilogue_kernel:
+        out["epilogue_modules"] = []
+
+        def load(source: str, *args, **kwargs):
+            out["epilogue_modules"].append(source)
+            return types.SimpleNamespace(get_args=lambda: [], call=lambda args: None)
+
+        patches += [
+            mock.patch.object(_compat, "benchmark_gpu", lambda fn: (fn(), epilogue_ms)[1]),
+            mock.patch("torch._inductor.codecache.PyCodeCache.load", load),
+        ]
+    else:
+        patches.append(mock.patch.object(_compat, "benchmark_nodes", lambda scheduler, nodes: epilogue_ms))
     from torch.utils._triton import has_triton
 
     with contextlib.ExitStack() as stack:

@@ -174,3 +174,24 @@ def test_a_failing_measurement_leaves_the_choice_to_inductor(monkeypatch, caplog
             code = generated_code(lambda x, w: torch.relu(x @ w.t()), (M, K), (N, K))
     assert kernels(code) == (1, 1), "compiled anyway: our GEMM unfused, the epilogue in Triton"
     assert any("benchmark crashed" in r.getMessage() for r in caplog.records)
+
+
+def test_the_epilogue_kernel_timed_alone_is_built_from_the_chain(caplog):
+    """The selection's "GEMM + epilogue as its own kernel" side: the chain's own
+    Triton benchmark module is generated (loading and timing it are faked)."""
+    from fake_hopper import fake_hopper
+    from torch._inductor.compile_fx import compile_fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    fn = lambda x, w: torch.relu(x @ w.t()) * 2  # noqa: E731
+    with backend(), caplog.at_level(logging.INFO, logger="inductor_cutedsl.scheduler"):
+        with fake_hopper(build_epilogue_kernel=True, epilogue_ms=0.0421) as out:
+            with FakeTensorMode():
+                args = [torch.empty(s, device="cuda", dtype=torch.bfloat16) for s in ((M, K), (N, K))]
+            with contextlib.suppress(Exception):  # the harness stops at the wrapper code
+                compile_fx(torch.fx.symbolic_trace(fn), args)
+    decisions = [r.getMessage() for r in caplog.records if "CuteDSL takes it" in r.getMessage()]
+    assert len(decisions) == 1 and "epilogue 0.0421 ms" in decisions[0], decisions
+    (module,) = out["epilogue_modules"]
+    assert "def get_args" in module and "def call" in module and "maximum" in module  # relu
+    assert kernels(out["code"]) == (1, 0)

@@ -141,10 +141,11 @@ def fused_winner(scheduler: Any, template: Any, tr: Translation, chain: Sequence
             log.warning("CuteDSL fused candidate for %s failed: %s", buffer.get_name(), exc)
             return math.inf
 
-    won, times = ours_fused_wins(
-        ours[caller], min(timings.values()), min(triton, default=math.inf),
-        lambda: _compat.benchmark_nodes(scheduler, chain), ours_fused,
-    )  # fmt: skip
+    with _compat.preserve_rng_state():
+        won, times = ours_fused_wins(
+            ours[caller], min(timings.values()), min(triton, default=math.inf),
+            lambda: _compat.benchmark_nodes(scheduler, chain), ours_fused,
+        )  # fmt: skip
     log.info(
         "%s + [%s]: %s (%s)", buffer.get_name(), ", ".join(n.get_name() for n in chain),
         "CuteDSL takes it, fused" if won else "left to Inductor",
