@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# What one call of the GPU machine runs; logs and JSON land in $OUT.
+#
+#   run(command="bash benchmarks/device_session.sh tests", carry=[".device"], timeout_s=600)
+#
+# tests:    every GPU test (about 6 minutes with -n 8)
+# model:    the main job (stock vs ours on the default block), then the plain-GEMM benchmark
+# epilogue: the GEMM + epilogue benchmark with fusion on (selection decisions logged)
+# Needs .device/ (see ../shared/device/README.md). Each step has its own time limit, so a
+# slow step cannot eat the next one's, and a summary is printed for each.
+set -u
+. .device/dsl-env
+export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-$$ PYTHONPATH=$PWD:${PYTHONPATH:-}
+
+step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log
+    local name=$1 limit=$2 t0=$SECONDS
+    shift 2
+    timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+    echo "== $name: rc=$? in $((SECONDS - t0)) s"
+}
+
+case "${1:?tests, model or epilogue}" in
+tests)
+    step gpu-tests 480 python3 -m pytest tests -m gpu -n 8 -q -rfE -p no:cacheprovider --durations=15
+    grep -E "passed|failed|^FAILED|^ERROR" "$OUT/gpu-tests.log" | tail -25 ;;
+model)
+    step job 300 python3 -m inductor_cutedsl --json "$OUT/h200-model.json" --png "$OUT/h200-model.png"
+    tail -30 "$OUT/job.log" | cut -c1-200
+    step gemm 200 python3 benchmarks/gemm.py --json "$OUT/h200-gemm.json"
+    tail -9 "$OUT/gemm.log" ;;
+epilogue)
+    INDUCTOR_CUTEDSL_EPILOGUE_FUSION=1 TORCH_LOGS=inductor_cutedsl \
+        step epilogue 540 python3 benchmarks/epilogue.py --json "$OUT/h200-epilogue.json"
+    grep -E " -> |geomean|takes it|left to|Error" "$OUT/epilogue.log" | cut -c1-260 | tail -40 ;;
+esac
