@@ -47,6 +47,9 @@ _WG_THREADS = 128
 _PRODUCER_REGS = 40
 _CONSUMER_REGS = 232
 # Named barrier ids (0 is __syncthreads).
+# k-tiles before a tile's end at which its full epilogue inputs are prefetched to L2:
+# ~4 us at 128x256 (a DRAM round trip plus every SM's 64 KiB at once).
+_PREFETCH_LEAD_K_TILES = 8
 _BAR_EPI = 1  # +wg in pingpong
 _BAR_MMA_TURN = 3  # +wg
 _BAR_EPI_TURN = 5  # +wg
@@ -460,8 +463,15 @@ class Sm90Gemm:
                 self._turn_pass(_BAR_EPI_TURN, 0)
         epi_count = Int32(0)
 
+        # Full (M x N) epilogue inputs are pulled toward L2 a few k-tiles before the
+        # epilogue reads them (see _prefetch_full_operands).
+        full_inputs = [t for t, op in zip(ep_tensors, self.tensor_ops) if op.kind == "full"]
+        prefetch_kt = cutlass.max(k_tiles - _PREFETCH_LEAD_K_TILES, 0)
+
         while work.is_valid_tile:
             tc = work.tile_idx
+            # Global (m, n) of each accumulator element, from the MMA's own C partition.
+            tCcD = tiled_mma.get_slice(etidx).partition_C(cD[(None, None, tc[0], tc[1])])
             if cutlass.const_expr(pingpong):
                 self._turn_wait(_BAR_MMA_TURN, wg)
             # ---- mainloop: keep one wgmma batch in flight, release the stage behind it.
@@ -469,6 +479,9 @@ class Sm90Gemm:
             tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
             cute.nvgpu.warpgroup.fence()
             for kt in range(k_tiles):
+                if cutlass.const_expr(len(full_inputs) > 0):
+                    if kt == prefetch_kt:
+                        self._prefetch_full_operands(tCcD, tc[2], full_inputs, size_m, size_n)
                 ab_pipe.consumer_wait(read)
                 for kb in cutlass.range_constexpr(k_blocks):
                     blk = (None, None, kb, read.index)
@@ -490,7 +503,6 @@ class Sm90Gemm:
             if cutlass.const_expr(self.hook is not None):
                 # The hook runs on the accumulator in place, element by element, with
                 # coordinates from the MMA's own C partition (so they match by construction).
-                tCcD = tiled_mma.get_slice(etidx).partition_C(cD[(None, None, tc[0], tc[1])])
                 self._apply_hook(acc, tCcD, tc[2], ep_tensors, ep_scalars, size_m, size_n)
             if cutlass.const_expr(pingpong):
                 self._turn_wait(_BAR_EPI_TURN, wg)
@@ -557,6 +569,35 @@ class Sm90Gemm:
                 f"unexpected accumulator/sub-tile layouts {acc_shape} / {sub_shape}"
             )
         return rv, rm, rn
+
+    @staticmethod
+    def _prefetch_full_operands(coords, batch, tensors, size_m, size_n):
+        """Prefetch into L2 the lines of ``tensors`` that this thread's epilogue reads.
+
+        Without it every SM fetches its tile of a residual or gate from DRAM in the same
+        moment, at the tile's end (64 KiB per 128x256 bf16 tile). Issued a few k-tiles
+        ahead: issued at the tile's start, the lines would be evicted by the operands
+        streamed in meanwhile. A hint only, to clamped in-bounds addresses.
+
+        The wgmma accumulator fragment is ((2, 2, X), M, N): pairs of adjacent columns,
+        two rows eight apart, X column blocks eight apart. One address per 128-byte line
+        per row: every (128 / element bytes / 8)-th column block.
+        """
+        # Trace-time Python (not preprocessed): every loop here unrolls.
+        frag = coords.shape[0]
+        if not (isinstance(frag, tuple) and len(frag) == 3 and frag[0] == 2 and frag[1] == 2):
+            raise NotImplementedError(f"unexpected accumulator fragment {coords.shape}")
+        last_m = size_m - 1
+        last_n = size_n - 1
+        for t in tensors:
+            step = max(1, 128 // (t.element_type.width // 8) // 8)
+            for i in range(cute.size(coords, mode=[1])):
+                for j in range(cute.size(coords, mode=[2])):
+                    for h in range(2):
+                        for c in range(0, frag[2], step):
+                            m, n = coords[((0, h, c), i, j)]
+                            at = cute.crd2idx((cutlass.min(m, last_m), cutlass.min(n, last_n), batch), t.layout)
+                            cute.arch.prefetch((t.iterator + at).llvm_ptr, cache_level="L2")
 
     def _apply_hook(self, acc, coords, batch, ep_tensors, ep_scalars, size_m, size_n):
         # Trace-time Python (not preprocessed): every loop here unrolls.
