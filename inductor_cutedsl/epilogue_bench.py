@@ -14,7 +14,8 @@ import torch.nn.functional as F
 
 from . import config, disable, enable
 from .gemm_bench import SHAPES
-from .job.run import compile_options, rel_err
+from .job.kernel_profile import kernel_times
+from .job.run import CUTEDSL_KERNEL, compile_options, rel_err
 from .scheduler import scheduling
 from .timing import geomean, run_info, side_by_side, write_json
 
@@ -72,6 +73,8 @@ def run_case(name: str, m: int, n: int, k: int) -> dict:
             "stock": lambda: compiled["stock"](*args),
             "ours": lambda: compiled["ours"](*args),
         })  # fmt: skip
+        if any(CUTEDSL_KERNEL in kern["kernel"] for kern in kernel_times(lambda: compiled["stock"](*args))):
+            raise AssertionError(f"{name} {m}x{n}x{k}: the stock variant ran CuteDSL kernels")
     return {
         "pattern": name, "shape": [m, n, k],
         "eager_ms": round(times["eager"], 4), "stock_ms": round(times["stock"], 4),
