@@ -146,16 +146,18 @@ def test_epilogues(name, epi, ref_fn, cfg, m, n, k):
     assert rel_err(out, ref) < 1e-2
 
 
-def test_epilogue_batched_full_operand():
-    """A full (L, M, N) residual indexes the batch correctly."""
+@pytest.mark.parametrize("k", [64, 512, 1000], ids=lambda k: f"k{k}")
+def test_epilogue_batched_full_operand(k):
+    """A full (L, M, N) residual indexes the batch correctly, whether its L2 prefetch
+    is issued at the first k-tile (K of one or eight k-tiles) or later."""
     from inductor_cutedsl.runtime import gemm
 
     epi = E.Epilogue(
         "residual", "def epilogue(acc, m, n, l, ops):\n    return acc + ops[0]\n",
         (E.EpilogueOperand("r", "full", "bfloat16"),),
     )  # fmt: skip
-    a = matrix(1000, 512, True, torch.bfloat16, batch=3)
-    b = matrix(512, 1024, True, torch.bfloat16, batch=3)
+    a = matrix(1000, k, True, torch.bfloat16, batch=3)
+    b = matrix(k, 1024, True, torch.bfloat16, batch=3)
     r = torch.randn(3, 1000, 1024, device="cuda").to(torch.bfloat16)
     out = poisoned((3, 1000, 1024), torch.bfloat16)
     gemm(a, b, r, out=out, config=CONFIGS[1], epilogue=epi)

@@ -17,11 +17,19 @@ MARK = "inductor_cutedsl.runtime.generated"
 
 
 @pytest.fixture(autouse=True)
-def fresh_dynamo():
-    import inductor_cutedsl  # noqa: F401  (enables the backend)
+def backend_without_fusion():
+    """The lowering alone, whatever ``epilogue_fusion`` defaults to (test_fusion_gpu
+    covers fusion): a GEMM's pointwise consumers stay Triton kernels here."""
+    import inductor_cutedsl
+    from inductor_cutedsl import config
 
+    inductor_cutedsl.disable()
+    with config.patch(epilogue_fusion=False):
+        inductor_cutedsl.enable()
     torch._dynamo.reset()
     yield
+    inductor_cutedsl.disable()
+    inductor_cutedsl.enable()
     torch._dynamo.reset()
 
 
