@@ -195,3 +195,32 @@ def test_the_epilogue_kernel_timed_alone_is_built_from_the_chain(caplog):
     (module,) = out["epilogue_modules"]
     assert "def get_args" in module and "def call" in module and "maximum" in module  # relu
     assert kernels(out["code"]) == (1, 0)
+
+
+def test_fused_builds_start_before_the_first_decision(monkeypatch):
+    """The selection's fused kernel is already building when the decision needs it, so
+    several GEMMs' fused builds overlap instead of queueing."""
+    import concurrent.futures
+
+    import inductor_cutedsl.scheduler.selection as selection
+    from inductor_cutedsl.runtime.spec import KernelSpec
+
+    events = []
+
+    def build_async(spec, cache, workers):
+        events.append(("build", spec.key()))
+        done = concurrent.futures.Future()
+        done.set_result((None, False, 0.0))
+        return done
+
+    decide = selection.fused_winner
+    monkeypatch.setattr(selection.compiler, "build_async", build_async)
+    monkeypatch.setattr(selection, "fused_winner", lambda *a: (events.append(("decide", None)), decide(*a))[1])
+    with backend():
+        code = generated_code(lambda x, w: torch.relu(x @ w.t()) * 2, (M, K), (N, K))
+    assert kernels(code) == (1, 0)
+    launch = next(line for line in code.splitlines() if line.strip().startswith("_launch = launcher("))
+    fused_key = KernelSpec.from_json(ast.literal_eval(ast.parse(launch.strip()).body[0].value.args[0])).key()
+    # Candidate builds at lowering, then the fused one before the decision (and again,
+    # a cache hit, when the fused kernel is generated).
+    assert events.index(("build", fused_key)) < events.index(("decide", None)), events

@@ -15,6 +15,7 @@ Installed by ``enable()`` when ``config.epilogue_fusion`` is on.
 from __future__ import annotations
 
 import logging
+import weakref
 from typing import Any, Sequence
 
 from .. import _compat, config
@@ -120,8 +121,23 @@ def translate_chain(scheduler: Any, template_node: Any, chain: Sequence[Any]) ->
     return tr
 
 
+def _consumers(template: Any) -> dict[str, Any]:
+    """The scheduler nodes that read ``template``'s output, by name."""
+    return {
+        user.node.get_name(): user.node
+        for buf in template.get_outputs()
+        for user in buf.users
+        if hasattr(user.node, "is_template")
+    }
+
+
+#: Graphs whose fused candidate builds were started (``_start_fused_builds``).
+_builds_started: weakref.WeakSet = weakref.WeakSet()
+
+
 class CuteDSLFusionScheduling(_compat.cuda_combined_scheduling()):
     def can_fuse_vertical(self, node1: Any, node2: Any) -> bool:
+        self._start_fused_builds()
         template = gemm_template_node(node1)
         if template is None:
             undecided = selection.undecided_multi_template(node1)
@@ -129,6 +145,26 @@ class CuteDSLFusionScheduling(_compat.cuda_combined_scheduling()):
                 return True
             return super().can_fuse_vertical(node1, node2)
         return self._translate_pair(template, node1, node2) is not None
+
+    def _start_fused_builds(self) -> None:
+        """Once per graph, before its first fusion decision: for each undecided GEMM and
+        each pointwise consumer whose chain translates, start building the fused kernel
+        the selection would time (the first fusion a GEMM is offered is usually one of
+        these), so that those builds overlap instead of queueing behind each decision."""
+        graph = _compat.V.graph
+        if graph in _builds_started:
+            return
+        _builds_started.add(graph)
+        for node in self.scheduler.nodes:
+            template = selection.undecided_multi_template(node)
+            if template is None:
+                continue
+            for consumer in _consumers(template).values():
+                try:
+                    tr = translate_chain(self.scheduler, template, list(consumer.get_nodes()))
+                    selection.start_fused_build(template, tr)
+                except Exception as exc:  # only a head start: the decision builds what it needs
+                    log.debug("no early build for %s + %s: %s", template.get_name(), consumer.get_name(), exc)
 
     def _translate_pair(self, template: Any, node1: Any, node2: Any) -> Translation | None:
         """The chain of ``node1`` extended by ``node2``, translated; None if refused."""
@@ -157,12 +193,7 @@ class CuteDSLFusionScheduling(_compat.cuda_combined_scheduling()):
     def _log_unfused_consumers(self, template: Any, epilogue_nodes: Sequence[Any]) -> None:
         """One line per consumer of the GEMM left outside its epilogue, with the reason."""
         fused = {n.get_name() for n in epilogue_nodes}
-        consumers = {
-            user.node.get_name(): user.node
-            for buf in template.get_outputs()
-            for user in buf.users
-            if hasattr(user.node, "is_template") and user.node.get_name() not in fused
-        }
+        consumers = {name: node for name, node in _consumers(template).items() if name not in fused}
         for name, consumer in consumers.items():
             try:
                 translate_chain(self.scheduler, template, [*epilogue_nodes, consumer])

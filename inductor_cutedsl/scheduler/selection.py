@@ -28,6 +28,7 @@ from ..lowering.template import GemmCaller
 from ..runtime import compiler
 from ..runtime.generated import launcher
 from ..runtime.launch import default_cache
+from ..runtime.spec import KernelSpec
 from ..runtime.support import OUT_DTYPES
 from .epilogue_translation import Translation
 from .fusion import fused_render_kwargs
@@ -62,6 +63,32 @@ def _random_tensor(layout: Any, fill: bool) -> torch.Tensor:
     return storage.as_strided(size, stride, offset)
 
 
+def _fused(caller: GemmCaller, tr: Translation) -> tuple[Any, KernelSpec, dict]:
+    """(output buffer, kernel spec, template arguments) of ``caller`` with ``tr`` fused."""
+    out = _compat.V.graph.get_buffer(tr.outputs[-1])
+    spec, kwargs = fused_render_kwargs(caller.render_kwargs, tr, OUT_DTYPES[out.get_dtype()])
+    return out, spec, kwargs
+
+
+def _candidates(buffer: Any) -> tuple[GemmCaller | None, dict, dict, float]:
+    """(our fastest candidate or None, all finite timings, ours, the Triton floor)."""
+    timings = {c: t for c, t in buffer.choice_timings().items() if math.isfinite(t)}
+    ours = {c: t for c, t in timings.items() if isinstance(c, GemmCaller)}
+    triton = [t for c, t in timings.items() if _compat.is_triton_template_caller(c)]
+    caller = min(ours, key=ours.get) if ours else None
+    return caller, timings, ours, min(triton, default=math.inf)
+
+
+def start_fused_build(template: Any, tr: Translation) -> None:
+    """Start building (in a compile worker) what ``fused_winner`` would time for this
+    GEMM and chain, unless the rule would not get that far: the selection's builds
+    then run side by side instead of one after another."""
+    caller, _, ours, triton_floor = _candidates(template.node)
+    if caller is not None and ours[caller] < triton_floor:
+        _, spec, _ = _fused(caller, tr)
+        compiler.build_async(spec, default_cache(), config.compile_workers)
+
+
 #: Interleaved rounds of (unfused, fused) timings in ``fused_ms``.
 ROUNDS = 3
 
@@ -74,9 +101,9 @@ def fused_ms(caller: GemmCaller, tr: Translation, unfused_ms: float) -> float:
     fused and unfused kernels are timed here in interleaved rounds and their ratio
     scales ``unfused_ms``: the result compares fairly with the other autotuning times.
     """
-    out = _compat.V.graph.get_buffer(tr.outputs[-1])
-    spec, kwargs = fused_render_kwargs(caller.render_kwargs, tr, OUT_DTYPES[out.get_dtype()])
-    # Through the worker pool: a build prefetched for this chain is waited for, not redone.
+    out, spec, kwargs = _fused(caller, tr)
+    # Through the worker pool: a build started early for this chain (start_fused_build)
+    # is waited for, not redone.
     compiler.wait([compiler.build_async(spec, default_cache(), config.compile_workers)])
     named = dict(zip(kwargs["argnames"], (m.to_tensor() for m in caller.bmreq.input_tensor_meta)))
     kept = set(tr.kept)
@@ -127,12 +154,9 @@ def ours_fused_wins(
 def fused_winner(scheduler: Any, template: Any, tr: Translation, chain: Sequence[Any]) -> GemmCaller | None:
     """Our candidate that should take the GEMM with the epilogue ``chain``, or None."""
     buffer = template.node
-    timings = {c: t for c, t in buffer.choice_timings().items() if math.isfinite(t)}
-    ours = {c: t for c, t in timings.items() if isinstance(c, GemmCaller)}
-    if not ours:
+    caller, timings, ours, triton_floor = _candidates(buffer)
+    if caller is None:
         return None
-    caller = min(ours, key=ours.get)
-    triton = [t for c, t in timings.items() if _compat.is_triton_template_caller(c)]
 
     def ours_fused() -> float:
         try:
@@ -143,7 +167,7 @@ def fused_winner(scheduler: Any, template: Any, tr: Translation, chain: Sequence
 
     with _compat.preserve_rng_state():
         won, times = ours_fused_wins(
-            ours[caller], min(timings.values()), min(triton, default=math.inf),
+            ours[caller], min(timings.values()), triton_floor,
             lambda: _compat.benchmark_nodes(scheduler, chain), ours_fused,
         )  # fmt: skip
     log.info(
