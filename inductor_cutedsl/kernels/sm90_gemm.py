@@ -46,10 +46,10 @@ ALIGN_BYTES = 16
 _WG_THREADS = 128
 _PRODUCER_REGS = 40
 _CONSUMER_REGS = 232
-# Named barrier ids (0 is __syncthreads).
 # k-tiles before a tile's end at which its full epilogue inputs are prefetched to L2:
 # ~4 us at 128x256 (a DRAM round trip plus every SM's 64 KiB at once).
 _PREFETCH_LEAD_K_TILES = 8
+# Named barrier ids (0 is __syncthreads).
 _BAR_EPI = 1  # +wg in pingpong
 _BAR_MMA_TURN = 3  # +wg
 _BAR_EPI_TURN = 5  # +wg
