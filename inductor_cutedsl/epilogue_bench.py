@@ -12,10 +12,11 @@ import argparse
 import torch
 import torch.nn.functional as F
 
-from . import config, disable, enable
+from . import disable
 from .gemm_bench import SHAPES
-from .job.kernel_profile import kernel_times
-from .job.run import CUTEDSL_KERNEL, compile_options, rel_err
+from .job.kernel_profile import kernel_times, ran_cutedsl
+from .job.run import compile_options, rel_err
+from .lowering import reenabled
 from .scheduler import scheduling
 from .timing import geomean, run_info, side_by_side, write_json
 
@@ -43,16 +44,11 @@ def _bf16(*shape: int, scale: float = 1.0) -> torch.Tensor:
 def _compile_and_run(fn, args, ours: bool):
     """``fn`` compiled (stock max-autotune, or with our backend and epilogue fusion)
     and its first output. The first call compiles, so it runs in that state."""
-    disable()
-    try:
-        if ours:
-            with config.patch(epilogue_fusion=True):
-                enable()
+    with reenabled(epilogue_fusion=True):
+        if not ours:
+            disable()
         compiled = torch.compile(fn, options=compile_options())
         return compiled, compiled(*args)
-    finally:
-        disable()
-        enable()  # the backend on, fusion as configured: as import left it
 
 
 def run_case(name: str, m: int, n: int, k: int) -> dict:
@@ -73,7 +69,7 @@ def run_case(name: str, m: int, n: int, k: int) -> dict:
             "stock": lambda: compiled["stock"](*args),
             "ours": lambda: compiled["ours"](*args),
         })  # fmt: skip
-        if any(CUTEDSL_KERNEL in kern["kernel"] for kern in kernel_times(lambda: compiled["stock"](*args))):
+        if ran_cutedsl(kernel_times(lambda: compiled["stock"](*args))):
             raise AssertionError(f"{name} {m}x{n}x{k}: the stock variant ran CuteDSL kernels")
     return {
         "pattern": name, "shape": [m, n, k],

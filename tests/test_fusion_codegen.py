@@ -15,9 +15,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import inductor_cutedsl
 from fake_hopper import generated_code
-from inductor_cutedsl import config
+from inductor_cutedsl.lowering import reenabled
 
 M, N, K = 1000, 2048, 1024
 MARK = "inductor_cutedsl.runtime.generated"
@@ -27,14 +26,8 @@ MARK = "inductor_cutedsl.runtime.generated"
 def backend(fusion: bool = True, max_configs: int = 2):
     """Our backend re-enabled with these settings (two candidates: autotuning leaves the
     GEMM undecided until fusion, the selection path), restored afterwards."""
-    inductor_cutedsl.disable()
-    try:
-        with config.patch(epilogue_fusion=fusion, max_configs=max_configs):
-            inductor_cutedsl.enable()
-            yield
-    finally:
-        inductor_cutedsl.disable()
-        inductor_cutedsl.enable()
+    with reenabled(epilogue_fusion=fusion, max_configs=max_configs):
+        yield
 
 
 @pytest.fixture(params=[True, False], ids=["fusion", "no_fusion"])

@@ -17,22 +17,16 @@ import torch.nn.functional as F
 from helpers import cutedsl_launches, rel_err
 
 pytestmark = pytest.mark.gpu
-MARK = "inductor_cutedsl.runtime.generated"
 M, N, K = 1000, 2048, 1024  # M is no tile multiple
 
 
 @pytest.fixture(autouse=True)
 def fusion_enabled():
-    import inductor_cutedsl
-    from inductor_cutedsl import config
+    from inductor_cutedsl.lowering import reenabled
 
-    inductor_cutedsl.disable()
-    with config.patch(epilogue_fusion=True):
-        inductor_cutedsl.enable()
-    torch.compiler.reset()
-    yield
-    inductor_cutedsl.disable()
-    inductor_cutedsl.enable()
+    with reenabled(epilogue_fusion=True):
+        torch.compiler.reset()
+        yield
     torch.compiler.reset()
 
 

@@ -20,16 +20,11 @@ MARK = "inductor_cutedsl.runtime.generated"
 def backend_without_fusion():
     """The lowering alone, whatever ``epilogue_fusion`` defaults to (test_fusion_gpu
     covers fusion): a GEMM's pointwise consumers stay Triton kernels here."""
-    import inductor_cutedsl
-    from inductor_cutedsl import config
+    from inductor_cutedsl.lowering import reenabled
 
-    inductor_cutedsl.disable()
-    with config.patch(epilogue_fusion=False):
-        inductor_cutedsl.enable()
-    torch._dynamo.reset()
-    yield
-    inductor_cutedsl.disable()
-    inductor_cutedsl.enable()
+    with reenabled(epilogue_fusion=False):
+        torch._dynamo.reset()
+        yield
     torch._dynamo.reset()
 
 

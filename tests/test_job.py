@@ -102,3 +102,10 @@ def test_stock_and_our_compiles_of_one_block_stay_two(monkeypatch):
     with torch.no_grad():
         stock(x), ours(x), stock(x)
     assert counters["stats"]["unique_graphs"] == 2, "a compiled block recompiled"
+
+
+def test_our_kernels_are_recognised_in_a_profile():
+    from inductor_cutedsl.job.kernel_profile import ran_cutedsl
+
+    assert ran_cutedsl([{"kernel": "nvjet_sm90_tst_256x128"}, {"kernel": "kernel_cutlass_kernel_inductor_cutedslkernel_0"}])
+    assert not ran_cutedsl([{"kernel": "nvjet_sm90_tst_256x128"}, {"kernel": "triton_poi_fused_add_0"}])

@@ -27,3 +27,12 @@ def kernel_times(fn: Callable[[], object], calls: int = 10, top: int = 12) -> li
         if e.device_type == DeviceType.CUDA and e.self_device_time_total > 0
     ]
     return sorted(rows, key=lambda r: -r["ms"])[:top]
+
+
+#: In the GPU names of our kernels (kernel_cutlass_kernel_inductor_cutedsl...).
+CUTEDSL_KERNEL = "inductor_cutedsl"
+
+
+def ran_cutedsl(rows: list[dict]) -> bool:
+    """Whether ``kernel_times`` rows include one of our kernels."""
+    return any(CUTEDSL_KERNEL in row["kernel"] for row in rows)

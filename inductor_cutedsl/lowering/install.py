@@ -7,8 +7,9 @@ to ``max_autotune_gemm_backends``; ``disable()`` restores both settings exactly.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -82,3 +83,17 @@ def disable() -> None:
         _compat.restore_cuda_scheduling(_saved["scheduling"])
         _compat.restore_fusion_speedup_hook(_saved["speedup_hook"])
     _saved = None
+
+
+@contextlib.contextmanager
+def reenabled(**changes: Any) -> Iterator[None]:
+    """The backend reinstalled under ``config`` changes that ``enable()`` reads (such as
+    ``epilogue_fusion``); on exit, reinstalled under the settings as they were."""
+    disable()
+    try:
+        with config.patch(**changes):
+            enable()
+            yield
+    finally:
+        disable()
+        enable()
