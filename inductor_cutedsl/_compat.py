@@ -270,6 +270,30 @@ def restore_fusion_speedup_hook(original: Any) -> None:
     Scheduler.speedup_by_fusion = original
 
 
+def install_benchmark_hook(adjust: Callable[[dict, Callable[[Any], float]], dict]) -> Any:
+    """Pass every autotuning pass's timings through ``adjust(timings, measure)``, where
+    ``measure(choice)`` times one choice again on the same inputs, as Inductor did.
+    Returns what ``restore_benchmark_hook`` needs."""
+    from torch._inductor.select_algorithm import AlgorithmSelectorCache
+
+    original = AlgorithmSelectorCache.__dict__["benchmark_choices"]
+
+    def benchmark_choices(cls, choices, autotune_args, is_collective=False):
+        timings = original.__func__(cls, choices, autotune_args, is_collective)
+        if is_collective:
+            return timings
+        return adjust(timings, lambda choice: cls.benchmark_choice(choice, autotune_args))
+
+    AlgorithmSelectorCache.benchmark_choices = classmethod(benchmark_choices)
+    return original
+
+
+def restore_benchmark_hook(original: Any) -> None:
+    from torch._inductor.select_algorithm import AlgorithmSelectorCache
+
+    AlgorithmSelectorCache.benchmark_choices = original
+
+
 def on_compile_start(fn: Callable[[], None]) -> Any:
     """Call ``fn()`` whenever a torch.compile compilation starts; returns the handle
     for ``remove_compile_start_hook``."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 from typing import Callable, Iterable
 
 import torch
@@ -16,13 +17,19 @@ def bench(fn: Callable[[], object], rep: int = 100) -> float:
     return triton.testing.do_bench(fn, warmup=25, rep=rep, return_mode="median")
 
 
-def side_by_side(fns: dict, rounds: int = 5) -> dict:
-    """Median over interleaved rounds, so clock and thermal drift hit every contender alike."""
-    times = {name: [] for name in fns}
+def interleaved(measures: dict, rounds: int) -> dict:
+    """Median of each measurement (a callable returning ms) over interleaved rounds, so
+    clock and thermal drift hit every contender alike."""
+    times = {name: [] for name in measures}
     for _ in range(rounds):
-        for name, fn in fns.items():
-            times[name].append(bench(fn, rep=200))
-    return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
+        for name, measure in measures.items():
+            times[name].append(measure())
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def side_by_side(fns: dict, rounds: int = 5) -> dict:
+    """``bench`` medians of each function, over interleaved rounds."""
+    return interleaved({name: (lambda fn=fn: bench(fn, rep=200)) for name, fn in fns.items()}, rounds)
 
 
 def geomean(values: Iterable[float]) -> float:

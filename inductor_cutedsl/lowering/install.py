@@ -3,7 +3,9 @@
 The hook is Inductor's choices handler: our subclass adds CuteDSL candidates to
 the mm/addmm/bmm/baddbmm template choices, beside Triton and ATen, so the
 autotuner picks the fastest per shape. Enabling also adds the ``CUTEDSL`` token
-to ``max_autotune_gemm_backends``; ``disable()`` restores both settings exactly.
+to ``max_autotune_gemm_backends``, and re-times our best candidate side by side with
+the fastest other choice after each autotuning pass (``fair_timing``);
+``disable()`` restores all of it exactly.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import torch
 
 from .. import _compat, config
 from ..runtime import workers
+from .fair_timing import rescale
 from .gemm_choices import BACKEND_TOKEN, GEMM_OPS, gemm_choices
 
 log = logging.getLogger("inductor_cutedsl.lowering")
@@ -59,6 +62,7 @@ def enable() -> None:
     if not _compat.backend_enabled(BACKEND_TOKEN):
         _compat.set_autotune_backends(f"{_saved['backends']},{BACKEND_TOKEN}")
     _compat.set_choices_class(CuteDSLChoices)
+    _saved["benchmark_hook"] = _compat.install_benchmark_hook(rescale)
     # Compile workers start with the first compilation (not at import): their DSL
     # import then overlaps tracing and lowering, before the first GEMM needs them.
     _saved["compile_start_hook"] = _compat.on_compile_start(_start_workers)
@@ -79,6 +83,7 @@ def disable() -> None:
     _compat.set_autotune_backends(_saved["backends"])
     _compat.set_choices_class(_saved["choices_class"])
     _compat.remove_compile_start_hook(_saved["compile_start_hook"])
+    _compat.restore_benchmark_hook(_saved["benchmark_hook"])
     if "scheduling" in _saved:
         _compat.restore_cuda_scheduling(_saved["scheduling"])
         _compat.restore_fusion_speedup_hook(_saved["speedup_hook"])

@@ -18,7 +18,6 @@ from __future__ import annotations
 import ast
 import logging
 import math
-import statistics
 from typing import Any, Callable, Sequence
 
 import torch
@@ -30,6 +29,7 @@ from ..runtime.generated import launcher
 from ..runtime.launch import default_cache
 from ..runtime.spec import KernelSpec
 from ..runtime.support import OUT_DTYPES
+from ..timing import interleaved
 from .epilogue_translation import Translation
 from .fusion import fused_render_kwargs
 
@@ -117,14 +117,12 @@ def fused_ms(caller: GemmCaller, tr: Translation, unfused_ms: float) -> float:
         operands = [named[name] for name in kw["operand_args"]]
         return lambda: _compat.benchmark_gpu(lambda: launch(named["a"], named["b"], result, *operands, stream=stream))
 
-    variants = (
-        timed(caller.render_kwargs, ast.literal_eval(caller.render_kwargs["spec_literal"]),
-              _random_tensor(caller.layout, fill=False)),
-        timed(kwargs, spec.to_json(), _random_tensor(out.get_layout(), fill=False)),
-    )  # fmt: skip
-    rounds = [[variant() for variant in variants] for _ in range(ROUNDS)]
-    plain, fused = (statistics.median(column) for column in zip(*rounds))
-    return unfused_ms * fused / plain
+    times = interleaved({
+        "plain": timed(caller.render_kwargs, ast.literal_eval(caller.render_kwargs["spec_literal"]),
+                       _random_tensor(caller.layout, fill=False)),
+        "fused": timed(kwargs, spec.to_json(), _random_tensor(out.get_layout(), fill=False)),
+    }, ROUNDS)  # fmt: skip
+    return unfused_ms * times["fused"] / times["plain"]
 
 
 def ours_fused_wins(
