@@ -6,6 +6,7 @@
 # tests:    every GPU test (about 6 minutes with -n 8)
 # model:    the main job (stock vs ours on the default block), then the plain-GEMM benchmark
 # epilogue: the GEMM + epilogue benchmark with fusion on (selection decisions logged)
+# probe:    kernel_probe.py (where the kernel loses to cuBLAS), then the Inductor and fusion tests
 # Needs .device/ (see ../shared/device/README.md). Each step has its own time limit, so a
 # slow step cannot eat the next one's, and a summary is printed for each.
 set -u
@@ -19,7 +20,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log
     echo "== $name: rc=$? in $((SECONDS - t0)) s"
 }
 
-case "${1:?tests, model or epilogue}" in
+case "${1:?tests, model, epilogue or probe}" in
 tests)
     step gpu-tests 480 python3 -m pytest tests -m gpu -n 8 -q -rfE -p no:cacheprovider --durations=15
     grep -E "passed|failed|^FAILED|^ERROR" "$OUT/gpu-tests.log" | tail -25 ;;
@@ -32,4 +33,10 @@ epilogue)
     INDUCTOR_CUTEDSL_EPILOGUE_FUSION=1 TORCH_LOGS=inductor_cutedsl \
         step epilogue 540 python3 benchmarks/epilogue.py --json "$OUT/h200-epilogue.json"
     grep -E " -> |geomean|takes it|left to|Error" "$OUT/epilogue.log" | cut -c1-260 | tail -40 ;;
+probe)
+    step probe 300 python3 benchmarks/kernel_probe.py --json "$OUT/h200-probe.json"
+    grep -vE "^(W|I)[0-9]{4}" "$OUT/probe.log" | tail -40 | cut -c1-200
+    step gpu-inductor-fusion 280 python3 -m pytest tests/test_inductor_gpu.py tests/test_fusion_gpu.py \
+        -m gpu -n 8 -q -rfE -p no:cacheprovider
+    grep -E "passed|failed|^FAILED|^ERROR" "$OUT/gpu-inductor-fusion.log" | tail -15 ;;
 esac

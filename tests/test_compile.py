@@ -14,6 +14,7 @@ from inductor_cutedsl.runtime.compiler import build, build_many
 # every output dtype and the example epilogues.
 REPRESENTATIVE = [
     (GemmConfig(128, 256, 2, 1), "bfloat16", "bfloat16", "k", "k", E.IDENTITY),
+    (GemmConfig(128, 256, 2, 1, epi_n=64, epi_buffers=4), "bfloat16", "bfloat16", "k", "k", E.IDENTITY),
     (GemmConfig(128, 128, 1, 2, True, False, 8), "float16", "float32", "m", "n", E.bias("col")),
     (GemmConfig(256, 128, 2, 2, epi_n=64), "bfloat16", "float16", "m", "k",
      E.bias_activation("gelu_tanh")),
@@ -50,6 +51,8 @@ def test_config_space_is_valid_and_shortlist_in_it():
         (GemmConfig(128, 256, swizzle=3), "swizzle"),
         (GemmConfig(128, 256, pingpong=True), "accumulator registers"),
         (GemmConfig(128, 192, epi_n=128), "epi_n"),
+        (GemmConfig(128, 256, epi_buffers=1), "epi_buffers"),
+        (GemmConfig(256, 256, False, epi_buffers=8), "accumulator registers"),
     ],
 )
 def test_invalid_configs_are_refused(cfg, needle):

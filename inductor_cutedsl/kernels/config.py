@@ -40,6 +40,10 @@ class GemmConfig:
     raster_along_m: bool = True
     swizzle: int = 1
     epi_n: int = 32  # columns per epilogue sub-tile (fewer, larger stores when 64)
+    # Staging buffers for the epilogue's stores; 0: about 16-32 KiB worth. As many as
+    # a tile has sub-tiles means no sub-tile waits for an earlier store to drain,
+    # at the price of mainloop stages.
+    epi_buffers: int = 0
 
     @property
     def tile_k(self) -> int:
@@ -64,10 +68,13 @@ class GemmConfig:
         return (
             f"{self.tile_m}x{self.tile_n}_c{self.cluster_m}x{self.cluster_n}_{sched}"
             f"_r{raster}{self.swizzle}" + ("" if self.epi_n == 32 else f"_e{self.epi_n}")
+            + (f"_b{self.epi_buffers}" if self.epi_buffers else "")
         )
 
     def epi_stages(self, out_bytes: int) -> int:
-        """Staging buffers for the TMA store: about 16-32 KiB in all."""
+        """Staging buffers for the TMA store."""
+        if self.epi_buffers:
+            return self.epi_buffers
         return 4 if out_bytes * self.epi_n <= 64 else 2
 
     def ab_stages(self, in_bytes: int = 2, out_bytes: int = 2) -> int:
@@ -90,6 +97,8 @@ class GemmConfig:
             return f"{acc_regs} accumulator registers per thread would spill"
         if (self.cluster_m, self.cluster_n) not in _CLUSTERS:
             return f"cluster must be one of {_CLUSTERS}"
+        if self.epi_buffers and not 2 <= self.epi_buffers <= 8:
+            return "epi_buffers must be 0 (derived) or 2 to 8"
         if self.swizzle < 1 or self.swizzle & (self.swizzle - 1):
             return "swizzle must be a power of two"
         if self.ab_stages(in_bytes, out_bytes) < MIN_AB_STAGES:
