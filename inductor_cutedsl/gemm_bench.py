@@ -43,7 +43,7 @@ def search_space(m: int, n: int, k: int) -> list[GemmConfig]:
         for cfg in base[:3]
         for raster_m in (True, False)
         for swizzle in (1, 8)
-        for epi_n in (32, 64)
+        for epi_n in ((cfg.epi_n,) if cfg.epi_buffers else (32, 64))  # buffers sized for epi_n
     ] + [
         # 2x2 clusters multicast both operands: a quarter less L2 -> SM traffic.
         dataclasses.replace(cfg, cluster_m=2, cluster_n=2, swizzle=swizzle, epi_n=64)

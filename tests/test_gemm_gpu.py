@@ -18,6 +18,7 @@ CONFIGS = [
     GemmConfig(128, 128, 1, 2, True, False, 1),
     GemmConfig(256, 128, 2, 2, False, False, 8, 64),
     GemmConfig(64, 256, 2, 1, True, True, 8),
+    GemmConfig(128, 256, 1, 2, False, False, 8, 64, 4),  # a whole tile of store buffers
 ]
 SHAPES = [  # (M, N, K): odd, tiny, non-multiples and multiples of 4096
     (1, 4096, 4096),

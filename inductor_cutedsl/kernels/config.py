@@ -77,6 +77,10 @@ class GemmConfig:
             return self.epi_buffers
         return 4 if out_bytes * self.epi_n <= 64 else 2
 
+    def whole_tile_buffers(self) -> int:
+        """Staging buffers for all of a tile's epilogue sub-tiles."""
+        return self.tile_m // self.mma_rows * self.tile_n // self.epi_n
+
     def ab_stages(self, in_bytes: int = 2, out_bytes: int = 2) -> int:
         """Mainloop stages that fit beside the epilogue buffers (capped)."""
         stage = (self.tile_m + self.tile_n) * self.tile_k * in_bytes
@@ -120,6 +124,11 @@ def config_space() -> list[GemmConfig]:
                             )
                             if cfg.invalid_reason() is None:
                                 out.append(cfg)
+                                whole = cfg.whole_tile_buffers()
+                                if epi_n == 64 and whole > cfg.epi_stages(2):
+                                    staged = dataclasses.replace(cfg, epi_buffers=whole)
+                                    if staged.invalid_reason() is None:
+                                        out.append(staged)
     return out
 
 
@@ -139,9 +148,12 @@ def shortlist(m: int, n: int, k: int, batch: int = 1, limit: int = 6) -> list[Ge
     cands: list[GemmConfig] = []
     for cfg in (
         GemmConfig(128, 256, *cluster, False, raster_m, swz, 64),
+        # The whole tile's stores staged at once: a smaller fixed cost per tile for
+        # one mainloop stage less; which wins varied by run (benchmarks/kernel_probe.py).
+        GemmConfig(128, 256, *cluster, False, raster_m, swz, 64, 4),
+        GemmConfig(128, 128, *cluster, True, raster_m, swz),
         # The better raster order was not predictable from the shape: try both.
         GemmConfig(128, 256, *cluster, False, not raster_m, swz, 64),
-        GemmConfig(128, 128, *cluster, True, raster_m, swz),
         GemmConfig(256, 128, *cluster, False, raster_m, swz),
         GemmConfig(128, 256, 1, 1, False, raster_m, 1),
         GemmConfig(128, 192, *cluster, False, raster_m, 1),
