@@ -7,6 +7,7 @@
 # model:    the main job (stock vs ours on the default block), then the plain-GEMM benchmark
 # epilogue: the GEMM + epilogue benchmark with fusion on (selection decisions logged)
 # final:    the b4 gemm tests, the GEMM benchmark and the main job
+# verify:   the Inductor and fusion GPU tests, then the GEMM benchmark
 # probe:    kernel_probe.py (where the kernel loses to cuBLAS), then the Inductor and fusion tests
 # Needs .device/ (see ../shared/device/README.md). Each step has its own time limit, so a
 # slow step cannot eat the next one's, and a summary is printed for each.
@@ -21,7 +22,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log
     echo "== $name: rc=$? in $((SECONDS - t0)) s"
 }
 
-case "${1:?tests, model, epilogue, final or probe}" in
+case "${1:?tests, model, epilogue, final, verify or probe}" in
 tests)
     step gpu-tests 480 python3 -m pytest tests -m gpu -n 8 -q -rfE -p no:cacheprovider --durations=15
     grep -E "passed|failed|^FAILED|^ERROR" "$OUT/gpu-tests.log" | tail -25 ;;
@@ -41,6 +42,12 @@ final)
     tail -9 "$OUT/gemm.log"
     step job 270 python3 -m inductor_cutedsl --json "$OUT/h200-model.json" --png "$OUT/h200-model.png"
     grep -E "^ +(mm|addmm|bmm)|block time|cold compile|CuteDSL|wrote" "$OUT/job.log" | tail -30 | cut -c1-200 ;;
+verify)
+    step gpu-inductor-fusion 150 python3 -m pytest tests/test_inductor_gpu.py tests/test_fusion_gpu.py \
+        -m gpu -n 8 -q -rfE -p no:cacheprovider
+    grep -E "passed|failed|^FAILED|^ERROR" "$OUT/gpu-inductor-fusion.log" | tail -15
+    step gemm 110 python3 benchmarks/gemm.py --json "$OUT/h200-gemm.json"
+    tail -9 "$OUT/gemm.log" ;;
 probe)
     step probe 300 python3 benchmarks/kernel_probe.py --json "$OUT/h200-probe.json"
     grep -vE "^(W|I)[0-9]{4}" "$OUT/probe.log" | tail -40 | cut -c1-200

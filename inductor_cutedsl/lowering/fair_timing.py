@@ -23,8 +23,9 @@ from .template import GemmCaller
 
 log = logging.getLogger("inductor_cutedsl.lowering")
 
-#: Interleaved (other, ours) rounds; each is one Inductor benchmark of each (~25 ms).
-ROUNDS = 5
+#: Interleaved (other, ours) rounds, each one Inductor benchmark of both (~0.1 s at
+#: 1 ms GEMMs): compile time added per distinct GEMM shape, so kept small.
+ROUNDS = 3
 
 
 def rescale(timings: dict[Any, float], measure: Callable[[Any], float]) -> dict[Any, float]:
