@@ -4,7 +4,8 @@ A per-element branch (an IEEE division's slow path was one) makes each of a
 thread's operand loads wait its full latency in turn: ``silu(acc) * gate`` fused
 ran at twice the unfused GEMM's time on the H200. Checked on the disassembly of
 real kernels (128x256 cooperative tile: 128 accumulator elements per thread), which
-also prefetch the full operand's lines to L2 before the epilogue.
+also prefetch the full operand's lines to L2 before the epilogue. An operand declared
+for pairs takes half the load instructions (4-byte loads).
 """
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ CASES = {
     "divide_by_operand": "fdiv(acc, ops[0] + Float32(2.0))",
     "reciprocal": "reciprocal(cute.math.abs(acc) + ops[0])",
 }
+# The same epilogues with the operand declared for paired (4-byte) loads.
+PAIRED = [f"{name}_pairs" for name in CASES]
 
 # Runs in a fresh process: the DSL reads CUTE_DSL_KEEP / CUTE_DSL_DUMP_DIR at import.
 SCRIPT = textwrap.dedent("""
@@ -34,11 +37,12 @@ SCRIPT = textwrap.dedent("""
 
     cases, nvdisasm, root = json.loads(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
     dump = Path(os.environ["CUTE_DSL_DUMP_DIR"])
-    gate = EpilogueOperand("g", "full", "bfloat16")
     stats = {}
-    for name, expr in cases.items():
+    for (name, expr), pairs in [(c, p) for c in cases.items() for p in (False, True)]:
         for old in dump.glob("*"):
             old.unlink()
+        gate = EpilogueOperand("g", "full", "bfloat16", pairs)
+        name += "_pairs" if pairs else ""
         epi = Epilogue(name, f"def epilogue(acc, m, n, l, ops):\\n    return {expr}\\n", (gate,))
         spec = KernelSpec(GemmConfig(128, 256, 1, 2), "bfloat16", "bfloat16", "k", "k", epi)
         export_object(spec, root, name)
@@ -48,6 +52,7 @@ SCRIPT = textwrap.dedent("""
         loads = [i for i, line in enumerate(lines) if "LDG.E" in line]
         stats[name] = {
             "loads": len(loads),
+            "two_byte_loads": sum("LDG.E.U16" in line for line in lines),
             "branch_regions": sum("BSSY" in line for line in lines),
             "l2_prefetches": sum("CCTL.E.PF2" in line for line in lines),
             "lines_per_load": (loads[-1] - loads[0]) / len(loads),
@@ -92,7 +97,14 @@ def test_operand_loads_issue_together(sass_stats, name):
     assert s["lines_per_load"] < 15, s
 
 
-@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("name", PAIRED)
+def test_paired_operand_loads_are_half_as_many_and_issue_together(sass_stats, name):
+    s = sass_stats[name]
+    assert s["loads"] == 64 and s["two_byte_loads"] == 0, s  # one 4-byte load per column pair
+    assert s["branch_regions"] == 0 and s["lines_per_load"] < 15, s
+
+
+@pytest.mark.parametrize("name", [*CASES, *PAIRED])
 def test_full_operand_lines_are_prefetched_to_l2(sass_stats, name):
     # Per thread: 2 rows x (256 columns / 64 columns per 128-byte line) of the gate.
     assert sass_stats[name]["l2_prefetches"] == 8, sass_stats[name]

@@ -58,6 +58,20 @@ def test_operand_index_analysis():
         ("colb", (1, 0, 0), 0), ("res", (N, 1, 0), 7), ("gate", (2 * N, 2, 0), 0)
     ]  # fmt: skip
     assert [op.dtype for op in t.epilogue.operands] == ["float32", "bfloat16", "float16"]
+    # Paired loads need unit N stride, even offset and strides, 16-bit data: none here.
+    assert [op.pairs for op in t.epilogue.operands] == [False, False, False]
+
+
+@pytest.mark.parametrize("big_n,pairs", [(N, True), (N - 1, False)])
+def test_contiguous_16_bit_inputs_are_read_in_pairs_for_an_even_n(big_n, pairs):
+    def body():
+        x = ops.mul(f32(ops.load("acc", big_n * m + n)), f32(ops.load("res", big_n * m + n)))
+        ops.store("out", big_n * m + n, ops.to_dtype(x, torch.bfloat16))
+
+    tr = EpilogueTranslator("acc", (m, n, l), (M, big_n, 1), DTYPES.__getitem__)
+    with V.set_ops_handler(tr):
+        body()
+    assert [op.pairs for op in finish(tr, "t").epilogue.operands] == [pairs]
 
 
 def test_kept_buffers_become_out_operands(tmp_path):

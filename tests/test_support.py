@@ -96,3 +96,34 @@ def test_epilogue_sources_materialize():
         assert callable(materialize(E.bias_activation(act)))
     with pytest.raises(ValueError, match="no `epilogue`"):
         materialize(E.Epilogue("bad", "def other(acc, m, n, l, ops):\n    return acc\n"))
+
+
+PAIRED = E.Epilogue("residual", "def epilogue(acc, m, n, l, ops):\n    return acc + ops[0]\n",
+                    (E.EpilogueOperand("r", "full", "bfloat16", pairs=True),))  # fmt: skip
+
+
+def test_pairs_declarations():
+    for kind, dtype in (("row", "bfloat16"), ("full", "float32"), ("out", "bfloat16")):
+        with pytest.raises(ValueError, match="pairs"):
+            E.EpilogueOperand("x", kind, dtype, pairs=True)
+    plain = E.Epilogue(PAIRED.name, PAIRED.source, (E.EpilogueOperand("r", "full", "bfloat16"),))
+    assert plain.fingerprint() != PAIRED.fingerprint()
+
+
+@pytest.mark.parametrize(
+    "view,needle",
+    [
+        (cpu(1, 64, 256)[:, :, ::2], "N stride"),
+        (cpu(1, 64, 129)[:, :, :128], "M or L stride is odd"),
+        (cpu(1, 64 * 128 + 1)[:, 1:].view(1, 64, 128), "not 4-byte aligned"),
+        (cpu(1, 64, 130)[:, :, :127], "N (127) is odd"),
+    ],
+)
+def test_pairs_reasons(view, needle):
+    assert needle in (support.pairs_reason(view) or "")
+    assert needle in (operands_reason(PAIRED, [view[0]], 1, view.shape[1], view.shape[2]) or "")
+
+
+def test_pairs_accepted_layouts():
+    assert support.pairs_reason(cpu(3, 64, 128)) is None
+    assert support.pairs_reason(cpu(64, 130)[:, :128].expand(2, 64, 128)) is None  # padded rows

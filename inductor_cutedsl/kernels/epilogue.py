@@ -37,17 +37,25 @@ class EpilogueOperand:
     (m, n) (a residual or gate); ``scalar``: a Float32 passed at launch; ``out``: an
     extra (L, M, N) output. An epilogue with ``out`` operands returns a tuple: the
     value for D, then one value per ``out`` operand in declaration order.
+
+    ``pairs`` (16-bit ``full`` inputs only): the kernel reads columns n and n + 1 with
+    one 4-byte load, half the load instructions of the epilogue's hottest part. It
+    may only be declared for tensors with unit stride along N, even strides along M
+    and L, a 4-byte aligned base and an even N (``runtime.support`` checks).
     """
 
     name: str
     kind: str
     dtype: str = "float32"
+    pairs: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in OPERAND_KINDS:
             raise ValueError(f"operand kind {self.kind!r} not in {OPERAND_KINDS}")
         if self.dtype not in OPERAND_DTYPES:
             raise ValueError(f"operand dtype {self.dtype!r} not in {OPERAND_DTYPES}")
+        if self.pairs and (self.kind != "full" or self.dtype == "float32"):
+            raise ValueError("pairs are for 16-bit full inputs")
 
     @property
     def is_tensor(self) -> bool:
@@ -75,7 +83,7 @@ class Epilogue:
         h = hashlib.sha256()
         h.update((self.source or "<identity>").encode())
         for op in self.operands:
-            h.update(f"|{op.kind}:{op.dtype}".encode())
+            h.update(f"|{op.kind}:{op.dtype}{':pairs' if op.pairs else ''}".encode())
         return h.hexdigest()[:16]
 
 

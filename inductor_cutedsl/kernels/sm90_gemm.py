@@ -62,6 +62,23 @@ def _store_in_bounds(t: cute.Tensor, m, n, batch, value, size_m, size_n):
             t[(m, n, batch)] = value
 
 
+def _fragment(coords) -> tuple:
+    """The wgmma accumulator fragment mode, ((2, 2, X), M, N): pairs of adjacent
+    columns, two rows eight apart, X column blocks eight apart (refused otherwise)."""
+    frag = coords.shape[0]
+    if not (isinstance(frag, tuple) and len(frag) == 3 and frag[0] == 2 and frag[1] == 2):
+        raise NotImplementedError(f"unexpected accumulator fragment {coords.shape}")
+    return frag
+
+
+def _load_pair(t: cute.Tensor, m, n, batch) -> tuple:
+    """Elements (m, n) and (m, n + 1) of a 16-bit tensor, as Float32, from one 4-byte
+    load (n even; the operand's base, M and L strides even, N stride 1)."""
+    at = cute.assume(cute.crd2idx((m, n, batch), t.layout), divby=2)
+    pair = cute.make_tensor(t.iterator + at, cute.make_layout(2)).load().to(Float32)
+    return pair[0], pair[1]
+
+
 class Sm90Gemm:
     """One kernel variant: config x dtypes x operand majors x epilogue."""
 
@@ -156,7 +173,8 @@ class Sm90Gemm:
         ]  # fmt: skip
         for op in self.epilogue.operands:
             if op.is_tensor:
-                args += [ptr(DTYPES[op.dtype], DTYPES[op.dtype].width // 8), *[Int64(0)] * 3]
+                align = (2 if op.pairs else 1) * DTYPES[op.dtype].width // 8
+                args += [ptr(DTYPES[op.dtype], align), *[Int64(0)] * 3]
             else:
                 args.append(Float32(0.0))
         args.append(cute.runtime.make_fake_stream())
@@ -181,6 +199,8 @@ class Sm90Gemm:
                 0 if op.kind == "col" else s_n,
                 s_l,
             )
+            if cutlass.const_expr(op.pairs):
+                stride = (cute.assume(s_m, divby=2), 1, cute.assume(s_l, divby=2))
             ep_tensors.append(cute.make_tensor(ptr, cute.make_layout((m, n, l), stride=stride)))
 
         a_layout = LayoutEnum.ROW_MAJOR if self.a_major == "k" else LayoutEnum.COL_MAJOR
@@ -584,9 +604,7 @@ class Sm90Gemm:
         per row: every (128 / element bytes / 8)-th column block.
         """
         # Trace-time Python (not preprocessed): every loop here unrolls.
-        frag = coords.shape[0]
-        if not (isinstance(frag, tuple) and len(frag) == 3 and frag[0] == 2 and frag[1] == 2):
-            raise NotImplementedError(f"unexpected accumulator fragment {coords.shape}")
+        frag = _fragment(coords)
         last_m = size_m - 1
         last_n = size_n - 1
         for t in tensors:
@@ -600,28 +618,44 @@ class Sm90Gemm:
                             cute.arch.prefetch((t.iterator + at).llvm_ptr, cache_level="L2")
 
     def _apply_hook(self, acc, coords, batch, ep_tensors, ep_scalars, size_m, size_n):
+        """The hook on every accumulator element, a column pair (n, n + 1) at a time:
+        ``pairs`` operands are read once per pair."""
         # Trace-time Python (not preprocessed): every loop here unrolls.
+        frag = _fragment(coords)
         last_m = size_m - 1
         last_n = size_n - 1
+        last_pair = size_n - 2  # N is even where pairs are declared
         ops = self.epilogue.operands
-        inputs = [t for t, op in zip(ep_tensors, self.tensor_ops) if not op.is_output]
+        inputs = [(t, op) for t, op in zip(ep_tensors, self.tensor_ops) if not op.is_output]
         outputs = [t for t, op in zip(ep_tensors, self.tensor_ops) if op.is_output]
-        for v in range(cute.size(acc)):
-            m, n = coords[v]
-            # Clamp so elements past M/N (clipped by the TMA store) read in bounds.
-            mc = cutlass.min(m, last_m)
-            nc = cutlass.min(n, last_n)
-            tensors, scalars = iter(inputs), iter(ep_scalars)
-            vals = tuple(
-                None if op.is_output
-                else next(tensors)[(mc, nc, batch)].to(Float32) if op.is_tensor
-                else next(scalars)
-                for op in ops
-            )  # fmt: skip
-            result = self.hook(acc[v], m, n, batch, vals)
-            if outputs:
-                # Extra outputs leave straight from registers (D goes through TMA).
-                for t, value in zip(outputs, result[1:]):
-                    _store_in_bounds(t, m, n, batch, value.to(t.element_type), size_m, size_n)
-                result = result[0]
-            acc[v] = result
+        for i in range(cute.size(coords, mode=[1])):
+            for j in range(cute.size(coords, mode=[2])):
+                for h in range(2):
+                    for c in range(frag[2]):
+                        # Clamp so elements past M/N (clipped by the TMA store) read in bounds.
+                        m, n = coords[((0, h, c), i, j)]
+                        mc = cutlass.min(m, last_m)
+                        paired = [
+                            _load_pair(t, mc, cutlass.min(n, last_pair), batch) if op.pairs else None
+                            for t, op in inputs
+                        ]  # fmt: skip
+                        for p in range(2):
+                            v = ((p, h, c), i, j)
+                            m, n = coords[v]
+                            nc = cutlass.min(n, last_n)
+                            loaded = iter(
+                                pair[p] if pair is not None else t[(mc, nc, batch)].to(Float32)
+                                for (t, _), pair in zip(inputs, paired)
+                            )  # fmt: skip
+                            scalars = iter(ep_scalars)
+                            vals = tuple(
+                                None if op.is_output else next(loaded) if op.is_tensor else next(scalars)
+                                for op in ops
+                            )  # fmt: skip
+                            result = self.hook(acc[v], m, n, batch, vals)
+                            if outputs:
+                                # Extra outputs leave straight from registers (D goes through TMA).
+                                for t, value in zip(outputs, result[1:]):
+                                    _store_in_bounds(t, m, n, batch, value.to(t.element_type), size_m, size_n)
+                                result = result[0]
+                            acc[v] = result

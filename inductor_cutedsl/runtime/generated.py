@@ -10,12 +10,15 @@ read from the tensors, so one module serves every size of a dynamic graph.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, Sequence
 
 import torch
 
+from ..kernels.epilogue import Epilogue
 from .launch import get_gemm
 from .spec import KernelSpec
+from .support import pairs_reason
 
 
 def operand_view(t: torch.Tensor, view, batch: int, m: int, n: int) -> torch.Tensor:
@@ -35,6 +38,7 @@ def launcher(
     spec = KernelSpec.from_json(spec_json)
     kernel = get_gemm(spec)
     kinds = [op.is_tensor for op in spec.epilogue.operands]
+    paired = [op.pairs for op in spec.epilogue.operands if op.is_tensor]
     scalars = tuple(float(s) for s in scalars)
     views = tuple(views) or (None,) * sum(kinds)
 
@@ -43,8 +47,20 @@ def launcher(
     ) -> None:
         batch = a.shape[0] if a.dim() == 3 else 1
         m, n = a.shape[-2], b.shape[-1]
-        t = iter(operand_view(x, v, batch, m, n) for x, v in zip(tensors, views))
-        s = iter(scalars)
-        kernel(a, b, out, *(next(t) if is_tensor else next(s) for is_tensor in kinds), stream=stream)
+        ops = [operand_view(x, v, batch, m, n) for x, v in zip(tensors, views)]
+        run = kernel
+        if any(p and pairs_reason(x.expand(batch, m, n)) for p, x in zip(paired, ops)):
+            run = get_gemm(unpaired(spec))  # memoized after the first such call
+        t, s = iter(ops), iter(scalars)
+        run(a, b, out, *(next(t) if is_tensor else next(s) for is_tensor in kinds), stream=stream)
 
     return launch
+
+
+def unpaired(spec: KernelSpec) -> KernelSpec:
+    """``spec`` reading every operand one element per load: what runs when a tensor
+    does not meet a ``pairs`` declaration made from Inductor's layouts (a misaligned
+    graph input, another size of a dynamic graph)."""
+    epi = spec.epilogue
+    ops = tuple(dataclasses.replace(op, pairs=False) for op in epi.operands)
+    return dataclasses.replace(spec, epilogue=Epilogue(epi.name, epi.source, ops))

@@ -111,6 +111,20 @@ def gemm_reason(
     return None
 
 
+def pairs_reason(view: torch.Tensor) -> str | None:
+    """Why the (L, M, N) view of a ``pairs`` operand cannot be read two columns per
+    load (see ``EpilogueOperand``), if it cannot."""
+    if view.stride(2) != 1 and view.shape[2] > 1:
+        return "its N stride is not 1"
+    if view.stride(1) % 2 or view.stride(0) % 2:
+        return f"its M or L stride is odd ({view.stride(1)}, {view.stride(0)})"
+    if view.data_ptr() % 4:
+        return "its address is not 4-byte aligned"
+    if view.shape[2] % 2:
+        return f"N ({view.shape[2]}) is odd"
+    return None
+
+
 def operands_reason(epilogue: Epilogue, operands, batch: int, m: int, n: int) -> str | None:
     """Epilogue operands must match their declared kind once broadcast to (L, M, N)."""
     if len(operands) != len(epilogue.operands):
@@ -132,5 +146,7 @@ def operands_reason(epilogue: Epilogue, operands, batch: int, m: int, n: int) ->
             return f"operand {decl.name} is not a {decl.kind} vector"
         if decl.is_output and any(view.stride(i) == 0 and view.shape[i] > 1 for i in range(3)):
             return f"output operand {decl.name} is broadcast (each element must be written once)"
+        if decl.pairs and (why := pairs_reason(view)):
+            return f"operand {decl.name} is declared for paired loads but {why}"
     tensors = [v for d, v in zip(epilogue.operands, operands) if d.is_tensor]
     return next(filter(None, (device_reason(v.device) for v in tensors)), None)

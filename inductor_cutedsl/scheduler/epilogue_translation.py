@@ -242,6 +242,16 @@ def _install_table_ops() -> None:
 _install_table_ops()
 
 
+def _pairs(op: OperandRef, n: int) -> bool:
+    """Whether the kernel may read ``op`` two columns per load, as far as its layout
+    shows (the launcher checks the tensor itself: address, and sizes when dynamic)."""
+    (s_m, s_n, s_l), offset = op.strides, op.offset
+    return (
+        op.dtype in (torch.bfloat16, torch.float16)
+        and s_n == 1 and s_m % 2 == 0 and s_l % 2 == 0 and offset % 2 == 0 and n % 2 == 0
+    )  # fmt: skip
+
+
 def finish(tr: EpilogueTranslator, name: str, keep: tuple[str, ...] = ()) -> Translation:
     """The epilogue computing the last stored value, with the operands it reads.
 
@@ -266,7 +276,8 @@ def finish(tr: EpilogueTranslator, name: str, keep: tuple[str, ...] = ()) -> Tra
         ["def epilogue(acc, m, n, l, ops):", *tr.lines, f"    return {', '.join(values)}", ""]
     )
     decls = tuple(
-        EpilogueOperand(f"in{i}", "full", OUT_DTYPES[op.dtype]) for i, op in enumerate(tr.operands)
+        EpilogueOperand(f"in{i}", "full", OUT_DTYPES[op.dtype], _pairs(op, tr.sizes[1]))
+        for i, op in enumerate(tr.operands)
     ) + tuple(
         EpilogueOperand(f"out{i}", "out", OUT_DTYPES[op.dtype])
         for i, op in enumerate(operands[len(tr.operands) :])

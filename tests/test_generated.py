@@ -1,0 +1,29 @@
+"""The launcher Inductor-generated code calls (no GPU: kernels are stand-ins)."""
+from __future__ import annotations
+
+import torch
+
+from inductor_cutedsl.kernels import GemmConfig
+from inductor_cutedsl.kernels import epilogue as E
+from inductor_cutedsl.runtime import KernelSpec, generated
+
+PAIRED = E.Epilogue("residual", "def epilogue(acc, m, n, l, ops):\n    return acc + ops[0]\n",
+                    (E.EpilogueOperand("r", "full", "bfloat16", pairs=True),))  # fmt: skip
+SPEC = KernelSpec(GemmConfig(128, 256, 2, 1), "bfloat16", "bfloat16", "k", "k", PAIRED)
+
+
+def test_operands_that_break_a_pairs_declaration_run_the_unpaired_kernel(monkeypatch):
+    ran = []
+
+    def get_gemm(spec):
+        return lambda a, b, out, *ops, stream: ran.append(spec.epilogue.operands[0].pairs)
+
+    monkeypatch.setattr(generated, "get_gemm", get_gemm)
+    launch = generated.launcher(SPEC.to_json(), (), (((128, 1, 0), 0),))
+    a, b, out = torch.empty(64, 32), torch.empty(32, 128), torch.empty(64, 128)
+    aligned = torch.empty(64 * 128 + 2, dtype=torch.bfloat16)
+    launch(a, b, out, aligned, stream=0)
+    launch(a, b, out, aligned[1:], stream=0)  # the view starts 2 bytes in
+    assert ran == [True, False]
+    assert generated.unpaired(SPEC).epilogue.fingerprint() != SPEC.epilogue.fingerprint()
+    assert generated.unpaired(SPEC).epilogue.source == SPEC.epilogue.source
