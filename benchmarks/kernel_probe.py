@@ -46,11 +46,14 @@ VARIANTS = [
     GemmConfig(256, 128, 2, 1, False, False, 8, 64),
     GemmConfig(128, 128, 2, 1, True, False, 8, 32),
 ]
-FULL = EpilogueOperand("r", "full", "bfloat16")
 FUSED = {
-    "relu_residual": Epilogue("relu_residual", "def epilogue(acc, m, n, l, ops):\n    return relu(acc) + ops[0]\n", (FULL,)),
-    "silu_gate": Epilogue("silu_gate", "def epilogue(acc, m, n, l, ops):\n    return silu(acc) * ops[0]\n", (FULL,)),
-}
+    f"{name}{'_pairs' if pairs else ''}": Epilogue(
+        name, f"def epilogue(acc, m, n, l, ops):\n    return {expr}\n",
+        (EpilogueOperand("r", "full", "bfloat16", pairs),),
+    )
+    for name, expr in (("relu_residual", "relu(acc) + ops[0]"), ("silu_gate", "silu(acc) * ops[0]"))
+    for pairs in (False, True)
+}  # fmt: skip
 FUSED_SHAPES = [(1024, 4096, 4096), (8192, 4096, 4096)]
 
 
