@@ -73,3 +73,23 @@ def test_whole_config_space_compiles(tmp_path):
     out = build_many(specs, KernelCache(tmp_path), workers=os.cpu_count() or 1)
     assert len(out) == len(specs)
     assert all(path.stat().st_size > 10_000 for path, _, _ in out.values())
+
+
+def test_loaded_entry_marshals_the_launchers_arguments(tmp_path):
+    """Without a GPU: an exported kernel loads, and the DSL accepts, for every operand
+    kind, the argument list ``CompiledGemm`` builds (what its first launch passes)."""
+    from inductor_cutedsl.runtime.launch import CompiledGemm
+
+    epi = E.Epilogue(
+        "all_kinds",
+        "def epilogue(acc, m, n, l, ops):\n    return ops[2] * acc + ops[0] + ops[1], acc\n",
+        (E.EpilogueOperand("bias", "row", "bfloat16"), E.EpilogueOperand("r", "full", "float16", pairs=True),
+         E.EpilogueOperand("scale", "scalar"), E.EpilogueOperand("pre", "out", "float32")),
+    )  # fmt: skip
+    spec = KernelSpec(GemmConfig(128, 128, 1, 1), "bfloat16", "bfloat16", "k", "n", epi)
+    path, _ = build(spec, KernelCache(tmp_path))
+    call = CompiledGemm(spec, str(path))._call
+    values = [0x1000, 0x2000, 0x3000, 64, 64, 64, 1, 64, 64, 64, 0, 0, 0, 1]
+    values += [0x4000, 0, 1, 0] + [0x5000, 64, 1, 0] + [0.5] + [0x6000, 64, 1, 0] + [0]
+    exe_args, _ = call._fn.generate_execution_args(*call._to_dsl_args(values))
+    assert len(exe_args) == len(values)

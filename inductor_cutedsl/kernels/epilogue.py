@@ -65,6 +65,11 @@ class EpilogueOperand:
     def is_output(self) -> bool:
         return self.kind == "out"
 
+    @property
+    def align_bytes(self) -> int:
+        """The alignment the compiled kernel assumes of this tensor's base address."""
+        return (4 if self.dtype == "float32" else 2) * (2 if self.pairs else 1)
+
 
 @dataclasses.dataclass(frozen=True)
 class Epilogue:

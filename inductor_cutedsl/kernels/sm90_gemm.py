@@ -173,8 +173,7 @@ class Sm90Gemm:
         ]  # fmt: skip
         for op in self.epilogue.operands:
             if op.is_tensor:
-                align = (2 if op.pairs else 1) * DTYPES[op.dtype].width // 8
-                args += [ptr(DTYPES[op.dtype], align), *[Int64(0)] * 3]
+                args += [ptr(DTYPES[op.dtype], op.align_bytes), *[Int64(0)] * 3]
             else:
                 args.append(Float32(0.0))
         args.append(cute.runtime.make_fake_stream())

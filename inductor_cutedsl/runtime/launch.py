@@ -80,7 +80,7 @@ class CompiledGemm:
                      2: (dt[spec.out_dtype], ALIGNMENT)}  # fmt: skip
         for op in ops:
             if op.is_tensor:
-                ptr_types[len(kinds)] = (dt[op.dtype], dt[op.dtype].width // 8)
+                ptr_types[len(kinds)] = (dt[op.dtype], op.align_bytes)
                 kinds += [PTR, I64, I64, I64]
             else:
                 kinds.append(F32)
