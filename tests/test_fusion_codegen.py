@@ -105,7 +105,11 @@ def test_bias_gemm_with_fused_residual_passes_every_operand_view(fusion):
     spec, scalars, views = (ast.literal_eval(a) for a in ast.parse(launch.strip()).body[0].value.args)
     assert scalars == ()
     assert views == (None, ((N, 1, 0), 0)), views
-    assert json.loads(spec)["out_dtype"] == "float32"
+    spec = json.loads(spec)
+    assert spec["out_dtype"] == "float32"
+    # The bias is a row vector (read one element per load); the contiguous bf16
+    # residual is read two columns per load.
+    assert [op["pairs"] for op in spec["epilogue"]["operands"]] == [False, True]
 
 
 def test_batched_gemm_epilogue(fusion):

@@ -122,6 +122,25 @@ def test_each_op_fuses(op):
     check(out, reference(fn, args))
 
 
+def test_paired_residual_from_an_aligned_and_a_misaligned_input():
+    """The translation declares a contiguous residual for paired loads; a graph input
+    starting 2 bytes into its storage breaks that at run time and must still compute
+    right (the launcher then runs the unpaired kernel)."""
+    x, w = x_w()
+    storage = bf16(M * N + 1)
+
+    def fn(x, w, g):
+        return torch.relu(x @ w.t()) + g
+
+    for g in (storage[: M * N].view(M, N), storage[1:].view(M, N)):
+        torch.compiler.reset()
+        out, codes = compiled_code(fn, x, w, g)
+        code = "\n".join(codes)
+        assert_one_fused_kernel(code)
+        assert '"pairs": true' in code
+        check(out, reference(fn, (x, w, g)))
+
+
 CHAINS = {
     "bias_gelu": (lambda x, w, b, g: F.gelu(F.linear(x, w, b), approximate="tanh"), False),
     "relu_residual": (lambda x, w, b, g: torch.relu(x @ w.t()) + g, False),
