@@ -39,6 +39,9 @@ VARIANTS = [
     dataclasses.replace(BASE, epi_n=32),
     # The whole tile staged at once (no sub-tile waits for a store), one mainloop stage less.
     dataclasses.replace(BASE, epi_buffers=4),
+    # The last partial wave split over every cluster slot (7.76 waves at 8192 x 4096).
+    dataclasses.replace(BASE, stream_k=True),
+    dataclasses.replace(BASE, epi_buffers=4, stream_k=True),
     dataclasses.replace(BASE, cluster_m=1),
     dataclasses.replace(BASE, cluster_m=1, cluster_n=2),
     dataclasses.replace(BASE, cluster_n=2),

@@ -45,6 +45,11 @@ def search_space(m: int, n: int, k: int) -> list[GemmConfig]:
         for swizzle in (1, 8)
         for epi_n in ((cfg.epi_n,) if cfg.epi_buffers else (32, 64))  # buffers sized for epi_n
     ] + [
+        # Stream-K over the last partial wave (several waves of tiles only).
+        dataclasses.replace(cfg, stream_k=True)
+        for cfg in base[:2]
+        if not cfg.pingpong
+    ] + [
         # 2x2 clusters multicast both operands: a quarter less L2 -> SM traffic.
         dataclasses.replace(cfg, cluster_m=2, cluster_n=2, swizzle=swizzle, epi_n=64)
         for cfg in base[:2]

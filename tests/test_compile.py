@@ -53,6 +53,7 @@ def test_config_space_is_valid_and_shortlist_in_it():
         (GemmConfig(128, 192, epi_n=128), "epi_n"),
         (GemmConfig(128, 256, epi_buffers=1), "epi_buffers"),
         (GemmConfig(256, 256, False, epi_buffers=8), "accumulator registers"),
+        (GemmConfig(128, 128, pingpong=True, stream_k=True), "stream_k"),
     ],
 )
 def test_invalid_configs_are_refused(cfg, needle):
@@ -75,9 +76,11 @@ def test_whole_config_space_compiles(tmp_path):
     assert all(path.stat().st_size > 10_000 for path, _, _ in out.values())
 
 
-def test_loaded_entry_marshals_the_launchers_arguments(tmp_path):
+@pytest.mark.parametrize("stream_k", [False, True], ids=["data_parallel", "stream_k"])
+def test_loaded_entry_marshals_the_launchers_arguments(tmp_path, stream_k):
     """Without a GPU: an exported kernel loads, and the DSL accepts, for every operand
-    kind, the argument list ``CompiledGemm`` builds (what its first launch passes)."""
+    kind (and stream-K's buffers), the argument list ``CompiledGemm`` builds (what its
+    first launch passes)."""
     from inductor_cutedsl.runtime.launch import CompiledGemm
 
     epi = E.Epilogue(
@@ -86,10 +89,46 @@ def test_loaded_entry_marshals_the_launchers_arguments(tmp_path):
         (E.EpilogueOperand("bias", "row", "bfloat16"), E.EpilogueOperand("r", "full", "float16", pairs=True),
          E.EpilogueOperand("scale", "scalar"), E.EpilogueOperand("pre", "out", "float32")),
     )  # fmt: skip
-    spec = KernelSpec(GemmConfig(128, 128, 1, 1), "bfloat16", "bfloat16", "k", "n", epi)
+    spec = KernelSpec(GemmConfig(128, 128, 1, 1, stream_k=stream_k), "bfloat16", "bfloat16", "k", "n", epi)
     path, _ = build(spec, KernelCache(tmp_path))
     call = CompiledGemm(spec, str(path))._call
     values = [0x1000, 0x2000, 0x3000, 64, 64, 64, 1, 64, 64, 64, 0, 0, 0, 1]
+    values += [0x7000, 0x8000] if stream_k else []
     values += [0x4000, 0, 1, 0] + [0x5000, 64, 1, 0] + [0.5] + [0x6000, 64, 1, 0] + [0]
     exe_args, _ = call._fn.generate_execution_args(*call._to_dsl_args(values))
     assert len(exe_args) == len(values)
+
+
+@pytest.mark.parametrize("tiles,slots,k_tiles", [
+    (512, 66, 64), (67, 66, 64), (512, 66, 1), (133, 66, 7), (66, 66, 64), (200, 132, 3), (1000, 66, 224),
+])  # fmt: skip
+def test_stream_k_schedule(tiles, slots, k_tiles):
+    """The kernel's stream-K arithmetic, replayed on ints: the tail's k-iterations are
+    covered exactly once; each tile has one owner (its k = 0 part), which enumerates
+    exactly the slots holding the rest; a slot's contribution comes before its own
+    tile, so no owner waits on a slot that waits on it."""
+    from inductor_cutedsl.kernels.sm90_gemm import Sm90Gemm
+
+    first = tiles // slots * slots
+    iters = (tiles - first) * k_tiles
+    parts: dict[int, list] = {}
+    for slot in range(slots):
+        it, end, segments = slot * iters // slots, (slot + 1) * iters // slots, []
+        while it < end:  # as in _consume / _produce
+            r = it // k_tiles
+            k0 = it - r * k_tiles
+            k1 = min(k_tiles, k0 + end - it)
+            segments.append((r, k0, k1))
+            it += k1 - k0
+        assert sum(k0 > 0 for _, k0, _ in segments) <= 1 and sum(k0 == 0 for _, k0, _ in segments) <= 1
+        assert all(k0 > 0 for _, k0, _ in segments[:-1]), "a contribution comes first"
+        for r, k0, k1 in segments:
+            parts.setdefault(r, []).append((slot, k0, k1))
+    assert sorted(parts) == list(range(tiles - first))
+    for r, segs in parts.items():
+        assert sorted(k for _, k0, k1 in segs for k in range(k0, k1)) == list(range(k_tiles))
+        (owner,) = [s for s, k0, _ in segs if k0 == 0]
+        last = Sm90Gemm._slot_of((r + 1) * k_tiles - 1, slots, iters)
+        read = [o for o in range(owner + 1, last + 1) if o * iters // slots < (o + 1) * iters // slots]
+        assert read == sorted(s for s, k0, _ in segs if k0 > 0)
+        assert owner == Sm90Gemm._slot_of(r * k_tiles, slots, iters)

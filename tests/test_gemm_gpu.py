@@ -19,7 +19,9 @@ CONFIGS = [
     GemmConfig(256, 128, 2, 2, False, False, 8, 64),
     GemmConfig(64, 256, 2, 1, True, True, 8),
     GemmConfig(128, 256, 1, 2, False, False, 8, 64, 4),  # a whole tile of store buffers
+    GemmConfig(128, 256, 2, 1, False, False, 8, 64, stream_k=True),
 ]
+STREAM_K = CONFIGS[-1]
 SHAPES = [  # (M, N, K): odd, tiny, non-multiples and multiples of 4096
     (1, 4096, 4096),
     (17, 1000, 4095),
@@ -209,6 +211,71 @@ def test_launcher_runs_the_unpaired_kernel_for_a_misaligned_operand():
         launch(a, b, out, r, stream=torch.cuda.current_stream().cuda_stream)
         torch.cuda.synchronize()
         assert rel_err(out, reference(a, b) + r.view(m, n).double()) < 1e-2
+
+
+# With 2-CTA clusters of 256 x 256 output on the H200's 66 cluster slots: the last
+# wave's tiles (R of them) split over all slots. R = 50 with 64 k-tiles; R = 1 with
+# more slots than k-tiles (empty shares, one tile summed from 64 slots); one k-tile
+# per tile (shares of 0 or 1 whole tiles); odd sizes; a batch; fp16 with fp32 out.
+STREAM_K_CASES = [
+    (8192, 4096, 4096, None, torch.bfloat16, torch.bfloat16),
+    (256 * 67, 256, 4096, None, torch.bfloat16, torch.bfloat16),
+    (8192, 4096, 64, None, torch.bfloat16, torch.bfloat16),
+    (8191, 4088, 4088, None, torch.bfloat16, torch.bfloat16),
+    (2048, 4096, 1000, 3, torch.bfloat16, torch.bfloat16),
+    (8192, 4096, 1000, None, torch.float16, torch.float32),
+]
+
+
+@pytest.mark.parametrize("m,n,k,batch,dtype,out_dtype", STREAM_K_CASES, ids=str)
+def test_stream_k_tail(m, n, k, batch, dtype, out_dtype):
+    """Every element is right on every launch (the flags are fresh each time)."""
+    from inductor_cutedsl.runtime import gemm
+
+    a = matrix(m, k, True, dtype, batch=batch)
+    b = matrix(k, n, False, dtype, batch=batch)
+    ref = reference(a, b)
+    lead = () if batch is None else (batch,)
+    for _ in range(3):
+        out = poisoned((*lead, m, n), out_dtype)
+        gemm(a, b, out=out, config=STREAM_K)
+        torch.cuda.synchronize()
+        assert rel_err(out, ref) < TOL[out_dtype]
+
+
+def test_stream_k_epilogue_runs_once_on_the_summed_tile():
+    """A nonlinear epilogue (bias + GELU) applied to partial sums would be wrong."""
+    from inductor_cutedsl.runtime import gemm
+
+    m, n, k = 8192, 4096, 4096
+    a, b = matrix(m, k, True, torch.bfloat16), matrix(k, n, False, torch.bfloat16)
+    bias = torch.randn(n, device="cuda").to(torch.bfloat16)
+    out = poisoned((m, n), torch.bfloat16)
+    gemm(a, b, bias, out=out, config=STREAM_K, epilogue=E.bias_activation("gelu_tanh"))
+    torch.cuda.synchronize()
+    ref = torch.nn.functional.gelu(reference(a, b) + bias.double(), approximate="tanh")
+    assert rel_err(out, ref) < 1e-2
+
+
+def test_stream_k_replays_in_a_cuda_graph():
+    """The per-launch zeroing of the flags is captured with the kernel."""
+    from inductor_cutedsl.runtime import gemm
+
+    m, n, k = 8192, 4096, 1000
+    a, b = matrix(m, k, True, torch.bfloat16), matrix(k, n, False, torch.bfloat16)
+    out = poisoned((m, n), torch.bfloat16)
+    gemm(a, b, out=out, config=STREAM_K)  # load and first launch outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        gemm(a, b, out=out, config=STREAM_K)
+    for _ in range(3):
+        a.copy_(torch.randn_like(a, dtype=torch.float32))
+        b.copy_(torch.randn_like(b, dtype=torch.float32))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert rel_err(out, reference(a, b)) < 1e-2
 
 
 KEEP_PRE = E.Epilogue(

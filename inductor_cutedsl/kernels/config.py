@@ -44,6 +44,9 @@ class GemmConfig:
     # a tile has sub-tiles means no sub-tile waits for an earlier store to drain,
     # at the price of mainloop stages.
     epi_buffers: int = 0
+    # Stream-K over the last partial wave of tiles: its k-iterations are split evenly
+    # over every cluster slot, and each tile's partial sums meet in its first slot.
+    stream_k: bool = False
 
     @property
     def tile_k(self) -> int:
@@ -69,6 +72,7 @@ class GemmConfig:
             f"{self.tile_m}x{self.tile_n}_c{self.cluster_m}x{self.cluster_n}_{sched}"
             f"_r{raster}{self.swizzle}" + ("" if self.epi_n == 32 else f"_e{self.epi_n}")
             + (f"_b{self.epi_buffers}" if self.epi_buffers else "")
+            + ("_sk" if self.stream_k else "")
         )
 
     def epi_stages(self, out_bytes: int) -> int:
@@ -101,6 +105,8 @@ class GemmConfig:
             return f"{acc_regs} accumulator registers per thread would spill"
         if (self.cluster_m, self.cluster_n) not in _CLUSTERS:
             return f"cluster must be one of {_CLUSTERS}"
+        if self.stream_k and self.pingpong:
+            return "stream_k needs the cooperative schedule"
         if self.epi_buffers and not 2 <= self.epi_buffers <= 8:
             return "epi_buffers must be 0 (derived) or 2 to 8"
         if self.swizzle < 1 or self.swizzle & (self.swizzle - 1):

@@ -17,6 +17,7 @@ serves every M, N, K, L and leading dimension with the alignment it assumes.
 """
 # No `from __future__ import annotations`: cute.struct reads real annotations.
 
+import types
 from typing import Callable
 
 from .. import arch  # noqa: F401  (pins CUTE_DSL_ARCH before cutlass)
@@ -126,8 +127,9 @@ class Sm90Gemm:
         """A ``cute.jit`` host function with a flat signature (pointers + ints).
 
         Signature: a, b, d, m, n, k, l, lda, ldb, ldd, batch_a, batch_b, batch_d,
-        max_clusters, then per tensor operand (ptr, stride_m, stride_n, stride_l),
-        then per scalar operand a Float32, then the stream.
+        max_clusters, with stream-K its workspace and flags (``stream_k_buffers``),
+        then per tensor operand (ptr, stride_m, stride_n, stride_l), then per scalar
+        operand a Float32, then the stream.
         """
         params = ["a", "b", "d", "m", "n", "k", "l", "lda", "ldb", "ldd", "sa", "sb", "sd", "mc"]
         ann = {
@@ -136,6 +138,9 @@ class Sm90Gemm:
             "lda": Int64, "ldb": Int64, "ldd": Int64, "sa": Int64, "sb": Int64, "sd": Int64,
             "mc": Int32,
         }  # fmt: skip
+        sk_args = ["ws", "fl"] if self.cfg.stream_k else []
+        params += sk_args
+        ann.update({x: cute.Pointer for x in sk_args})
         tensor_args, scalar_args = [], []
         for i, op in enumerate(self.epilogue.operands):
             if op.is_tensor:
@@ -151,7 +156,8 @@ class Sm90Gemm:
         ann["stream"] = cuda.CUstream
         src = (
             f"def entry({', '.join(params)}):\n"
-            f"    launch(a, b, d, m, n, k, l, lda, ldb, ldd, sa, sb, sd, mc,\n"
+            f"    launch(a, b, d, m, n, k, l, lda, ldb, ldd, sa, sb, sd, mc,"
+            f" ({''.join(x + ', ' for x in sk_args)}),\n"
             f"           ({''.join(x + ', ' for x in tensor_args)}),"
             f" ({''.join(x + ', ' for x in scalar_args)}), stream)\n"
         )
@@ -171,6 +177,8 @@ class Sm90Gemm:
             ptr(self.out_dtype, ALIGN_BYTES),
             *[Int32(1)] * 4, *[Int64(0)] * 6, Int32(1),
         ]  # fmt: skip
+        if self.cfg.stream_k:
+            args += [ptr(Float32, 16), ptr(Int32, 4)]
         for op in self.epilogue.operands:
             if op.is_tensor:
                 args += [ptr(DTYPES[op.dtype], op.align_bytes), *[Int64(0)] * 3]
@@ -182,7 +190,7 @@ class Sm90Gemm:
     def _aligned(self, x, dtype):
         return cute.assume(x, divby=ALIGN_BYTES * 8 // dtype.width)
 
-    def _launch(self, a, b, d, m, n, k, l, lda, ldb, ldd, sa, sb, sd, mc, tops, scalars, stream):
+    def _launch(self, a, b, d, m, n, k, l, lda, ldb, ldd, sa, sb, sd, mc, sk, tops, scalars, stream):
         ab, od = self.ab_dtype, self.out_dtype
         lda, ldb, ldd = self._aligned(lda, ab), self._aligned(ldb, ab), self._aligned(ldd, od)
         sa, sb, sd = self._aligned(sa, ab), self._aligned(sb, ab), self._aligned(sd, od)
@@ -236,9 +244,11 @@ class Sm90Gemm:
             sD: cute.struct.Align[cute.struct.MemRange[od, cute.cosize(d_smem)], 1024]
 
         self.shared_storage = SharedStorage
+        # Stream-K's partial sums (fp32, a tile per CTA) and per-CTA flags (zeroed).
+        sk_buffers = tuple(cute.make_tensor(p, cute.make_layout(1)) for p in sk)
         self.kernel(
             tma_a, tma_tA, tma_b, tma_tB, tma_d, tma_tD,
-            tuple(ep_tensors), tuple(scalars),
+            tuple(ep_tensors), tuple(scalars), sk_buffers,
             tiled_mma, cute.make_layout((*self.cluster_shape_mn, 1)),
             a_smem, b_smem, d_smem, sched,
         ).launch(
@@ -293,6 +303,7 @@ class Sm90Gemm:
         mD: cute.Tensor,
         ep_tensors: tuple,
         ep_scalars: tuple,
+        sk_buffers: tuple,
         tiled_mma: cute.TiledMma,
         cta_layout: cute.Layout,
         a_smem: cute.ComposedLayout,
@@ -376,31 +387,77 @@ class Sm90Gemm:
             cute.arch.setmaxregister_increase(_CONSUMER_REGS)
             self._consume(
                 ab_pipe, sched_params, tiled_mma, sA, sB, sD, gD, cD, tma_d,
-                ep_tensors, ep_scalars, k_tiles, wg_idx - 1, tidx - _WG_THREADS, warp_idx,
+                ep_tensors, ep_scalars, sk_buffers, k_tiles, wg_idx - 1, tidx - _WG_THREADS, warp_idx,
                 mD.shape[0], mD.shape[1],
             )  # fmt: skip
+
+    # --------------------------------------------------------------- schedule
+    def _schedule(self, sched, k_tiles):
+        """The tile schedule beyond the persistent scheduler's own order.
+
+        Returns (tiles each cluster slot takes whole, linear index of the first tail
+        tile, this slot's [start, end) of the tail's k-iterations, the slot, the slot
+        count, the tail's iteration count). Without stream-K every tile is taken whole
+        (the first count is never reached) and the tail is empty. With it, the tiles
+        of the last partial wave are not taken whole: their k-iterations are split
+        evenly over all slots (each slot's share is under one tile), and a tile's
+        partial sums meet in the slot that computes its first k-iteration.
+        """
+        slots = sched.num_persistent_clusters
+        tiles = cute.size(sched.params.problem_layout_ncluster_mnl)
+        slot = cute.arch.block_idx()[2]  # the scheduler's first linear index
+        if cutlass.const_expr(not self.cfg.stream_k):
+            return tiles, tiles, Int32(0), Int32(0), slot, slots, Int32(0)
+        whole = tiles // slots
+        first = whole * slots
+        iters = (tiles - first) * k_tiles
+        return whole, first, slot * iters // slots, (slot + 1) * iters // slots, slot, slots, iters
+
+    @staticmethod
+    def _slot_of(iteration, slots, iters):
+        """The slot whose share of the tail holds ``iteration`` (shares split as in
+        ``_schedule``: slot s starts at s * iters // slots)."""
+        return ((iteration + 1) * slots + iters - 1) // iters - 1
 
     @cute.jit
     def _produce(self, ab_pipe, sched_params, tma_a, tAsA, tAgA, a_mask, tma_b, tBsB, tBgB, b_mask, k_tiles):
         sched = utils.StaticPersistentTileScheduler.create(
             sched_params, cute.arch.block_idx(), cute.arch.grid_dim()
         )
+        whole, first, start, end, _, _, _ = self._schedule(sched, k_tiles)
+        loads = (tma_a, tAsA, tAgA, a_mask, tma_b, tBsB, tBgB, b_mask)
         work = sched.initial_work_tile_info()
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.ab_stage)
-        while work.is_valid_tile:
-            tc = work.tile_idx
-            tAgA_t = tAgA[(None, tc[0], None, tc[2])]
-            tBgB_t = tBgB[(None, tc[1], None, tc[2])]
-            for kt in range(k_tiles):
-                ab_pipe.producer_acquire(state)
-                bar = ab_pipe.producer_get_barrier(state)
-                cute.copy(tma_a, tAgA_t[(None, kt)], tAsA[(None, state.index)], tma_bar_ptr=bar, mcast_mask=a_mask)
-                cute.copy(tma_b, tBgB_t[(None, kt)], tBsB[(None, state.index)], tma_bar_ptr=bar, mcast_mask=b_mask)
-                ab_pipe.producer_commit(state)
-                state.advance()
+        taken = Int32(0)
+        while work.is_valid_tile & (taken < whole):
+            state = self._load(ab_pipe, state, work.tile_idx, Int32(0), k_tiles, loads)
             sched.advance_to_next_work()
             work = sched.get_current_work()
+            taken += 1
+        it = start
+        while it < end:  # stream-K share (empty without stream-K)
+            r = it // k_tiles
+            k0 = it - r * k_tiles
+            k1 = cutlass.min(k_tiles, k0 + end - it)
+            tc = sched._get_current_work_for_linear_idx(first + r).tile_idx
+            state = self._load(ab_pipe, state, tc, k0, k1, loads)
+            it += k1 - k0
         ab_pipe.producer_tail(state)
+
+    @cute.jit
+    def _load(self, ab_pipe, state, tc, k0, k1, loads):
+        """Issue the TMA loads of k-tiles [k0, k1) of tile ``tc``."""
+        tma_a, tAsA, tAgA, a_mask, tma_b, tBsB, tBgB, b_mask = loads
+        tAgA_t = tAgA[(None, tc[0], None, tc[2])]
+        tBgB_t = tBgB[(None, tc[1], None, tc[2])]
+        for kt in range(k0, k1):
+            ab_pipe.producer_acquire(state)
+            bar = ab_pipe.producer_get_barrier(state)
+            cute.copy(tma_a, tAgA_t[(None, kt)], tAsA[(None, state.index)], tma_bar_ptr=bar, mcast_mask=a_mask)
+            cute.copy(tma_b, tBgB_t[(None, kt)], tBsB[(None, state.index)], tma_bar_ptr=bar, mcast_mask=b_mask)
+            ab_pipe.producer_commit(state)
+            state.advance()
+        return state
 
     def _turn_wait(self, base: int, wg):
         cute.arch.barrier(barrier_id=base + wg, number_of_threads=2 * _WG_THREADS)
@@ -411,7 +468,7 @@ class Sm90Gemm:
     @cute.jit
     def _consume(
         self, ab_pipe, sched_params, tiled_mma, sA, sB, sD, gD, cD, tma_d,
-        ep_tensors, ep_scalars, k_tiles, wg, ctidx, warp_idx, size_m, size_n,
+        ep_tensors, ep_scalars, sk_buffers, k_tiles, wg, ctidx, warp_idx, size_m, size_n,
     ):  # fmt: skip
         pingpong = cutlass.const_expr(self.pingpong)
         # Thread index within the threads that share a tile.
@@ -421,7 +478,10 @@ class Sm90Gemm:
         tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
         tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
         acc = cute.make_rmem_tensor(thr_mma.partition_C(gD).shape[:3], self.acc_dtype)
-        k_blocks = cute.size(tCrA, mode=[2])
+        # Every wgmma accumulates (each tile starts from a zero-filled acc). Set once, here:
+        # a value staged inside the tile loops could not be used after them.
+        tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
+        mma = (tiled_mma, tCrA, tCrB, acc, cute.size(tCrA, mode=[2]))
 
         # Epilogue: registers -> smem (stmatrix for 16-bit D) -> gmem (TMA store).
         # Sub-tiles are carved out of the accumulator with the 16-bit copy's register
@@ -440,7 +500,6 @@ class Sm90Gemm:
 
         geo, r2s = tiled_store(geo_dtype), tiled_store(self.out_dtype)
         thr_r2s = r2s.get_slice(etidx)
-        tRS_sD = thr_r2s.partition_D(sD)
         tRS_acc = geo.retile(acc)
         tRS_rD = cute.make_rmem_tensor(
             geo.get_slice(etidx).partition_S(cute.make_identity_tensor(self.epi_tile)).shape,
@@ -451,7 +510,6 @@ class Sm90Gemm:
             raise NotImplementedError("store and sub-tile fragments differ in size")
         epi_m = self.tile_shape_mnk[0] // self.epi_tile[0]
         epi_n = self.tile_shape_mnk[1] // self.epi_tile[1]
-        rv, rm, rn = self._subtile_geometry(tRS_acc, tRS_rD, epi_m, epi_n)
         epi_bar = pipeline.NamedBarrier(
             barrier_id=_BAR_EPI + (wg if pingpong else 0), num_threads=self.epi_threads
         )
@@ -463,10 +521,18 @@ class Sm90Gemm:
             num_stages=self.epi_stage - 1,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.epi_threads),
         )
+        epi = types.SimpleNamespace(
+            r2s=r2s, tRS_sD=thr_r2s.partition_D(sD), tRS_acc=tRS_acc, tRS_rD=tRS_rD, tRS_rOut=tRS_rOut,
+            geometry=self._subtile_geometry(tRS_acc, tRS_rD, epi_m, epi_n), epi_m=epi_m, epi_n=epi_n,
+            bar=epi_bar, store_pipe=store_pipe, store_warp=store_warp, warp_idx=warp_idx,
+            tma_d=tma_d, sD=sD, gD=gD, ep_tensors=ep_tensors, ep_scalars=ep_scalars,
+            size_m=size_m, size_n=size_n,
+        )  # fmt: skip
 
         sched = utils.StaticPersistentTileScheduler.create(
             sched_params, cute.arch.block_idx(), cute.arch.grid_dim()
         )
+        whole, first, start, end, slot, slots, iters = self._schedule(sched, k_tiles)
         work = sched.initial_work_tile_info()
         read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
         release = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
@@ -482,73 +548,17 @@ class Sm90Gemm:
                 self._turn_pass(_BAR_EPI_TURN, 0)
         epi_count = Int32(0)
 
-        # Full (M x N) epilogue inputs are pulled toward L2 a few k-tiles before the
-        # epilogue reads them (see _prefetch_full_operands).
-        full_inputs = [t for t, op in zip(ep_tensors, self.tensor_ops) if op.kind == "full"]
-        prefetch_kt = cutlass.max(k_tiles - _PREFETCH_LEAD_K_TILES, 0)
-
-        while work.is_valid_tile:
+        taken = Int32(0)
+        while work.is_valid_tile & (taken < whole):
             tc = work.tile_idx
             # Global (m, n) of each accumulator element, from the MMA's own C partition.
             tCcD = tiled_mma.get_slice(etidx).partition_C(cD[(None, None, tc[0], tc[1])])
             if cutlass.const_expr(pingpong):
                 self._turn_wait(_BAR_MMA_TURN, wg)
-            # ---- mainloop: keep one wgmma batch in flight, release the stage behind it.
-            acc.fill(0.0)
-            tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
-            cute.nvgpu.warpgroup.fence()
-            for kt in range(k_tiles):
-                if cutlass.const_expr(len(full_inputs) > 0):
-                    if kt == prefetch_kt:
-                        self._prefetch_full_operands(tCcD, tc[2], full_inputs, size_m, size_n)
-                ab_pipe.consumer_wait(read)
-                for kb in cutlass.range_constexpr(k_blocks):
-                    blk = (None, None, kb, read.index)
-                    cute.gemm(tiled_mma, acc, tCrA[blk], tCrB[blk], acc)
-                cute.nvgpu.warpgroup.commit_group()
-                read.advance()
-                if kt > 0:
-                    cute.nvgpu.warpgroup.wait_group(1)
-                    ab_pipe.consumer_release(release)
-                    release.advance()
-            if cutlass.const_expr(pingpong):
-                self._turn_pass(_BAR_MMA_TURN, 1 - wg)
-            cute.nvgpu.warpgroup.wait_group(0)
-            if k_tiles > 0:
-                ab_pipe.consumer_release(release)
-                release.advance()
-
-            # ---- epilogue
-            if cutlass.const_expr(self.hook is not None):
-                # The hook runs on the accumulator in place, element by element, with
-                # coordinates from the MMA's own C partition (so they match by construction).
-                self._apply_hook(acc, tCcD, tc[2], ep_tensors, ep_scalars, size_m, size_n)
+            read, release = self._mainloop(ab_pipe, mma, read, release, Int32(0), k_tiles, tCcD, tc, wg, epi)
             if cutlass.const_expr(pingpong):
                 self._turn_wait(_BAR_EPI_TURN, wg)
-            gD_epi = cute.zipped_divide(gD[(None, None, *tc)], self.epi_tile)
-            bSG_sD, bSG_gD = cute.nvgpu.cpasync.tma_partition(
-                tma_d, 0, cute.make_layout(1), cute.group_modes(sD, 0, 2), gD_epi
-            )
-            for em in cutlass.range_constexpr(epi_m):
-                for en in cutlass.range_constexpr(epi_n):
-                    # Sub-tile (em, en) of the accumulator, in stmatrix order.
-                    for r in cutlass.range_constexpr(rv):
-                        for i in cutlass.range_constexpr(rm):
-                            for j in cutlass.range_constexpr(rn):
-                                tRS_rD[(r, i, j)] = tRS_acc[((r, en * rn + j), em * rm + i, 0)]
-                    for v in cutlass.range_constexpr(cute.size(tRS_rD)):
-                        tRS_rOut[v] = tRS_rD[v].to(self.out_dtype)
-                    buf = epi_count % self.epi_stage
-                    cute.copy(r2s, tRS_rOut, tRS_sD[(None, None, None, buf)])
-                    cute.arch.fence_proxy("async.shared", space="cta")
-                    if warp_idx == store_warp:
-                        store_pipe.producer_acquire()
-                    epi_bar.arrive_and_wait()
-                    if warp_idx == store_warp:
-                        cute.copy(tma_d, bSG_sD[(None, buf)], bSG_gD[(None, (em, en))])
-                        store_pipe.producer_commit()
-                    epi_count += 1
-
+            epi_count = self._epilogue(epi, acc, tCcD, tc, epi_count)
             if cutlass.const_expr(pingpong):
                 # The two warpgroups share the staging buffers: drain before passing the turn.
                 if warp_idx == store_warp:
@@ -560,9 +570,138 @@ class Sm90Gemm:
             else:
                 sched.advance_to_next_work()
             work = sched.get_current_work()
+            taken += 1
+
+        if cutlass.const_expr(self.cfg.stream_k):
+            # This slot's share of the last wave: a contributor part of one tile first
+            # (published for that tile's first slot), then the first k-iterations of
+            # the next (summed with the parts published for it, then stored).
+            cta = slot * self.cfg.cluster_size + cute.arch.block_idx_in_cluster()
+            it = start
+            while it < end:
+                r = it // k_tiles
+                k0 = it - r * k_tiles
+                k1 = cutlass.min(k_tiles, k0 + end - it)
+                tc = sched._get_current_work_for_linear_idx(first + r).tile_idx
+                tCcD = tiled_mma.get_slice(etidx).partition_C(cD[(None, None, tc[0], tc[1])])
+                read, release = self._mainloop(ab_pipe, mma, read, release, k0, k1, tCcD, tc, wg, epi)
+                if k0 > 0:
+                    self._publish_partial(acc, sk_buffers, cta, etidx, epi_bar)
+                else:
+                    last = self._slot_of((r + 1) * k_tiles - 1, slots, iters)
+                    other = slot + 1
+                    while other <= last:
+                        if other * iters // slots < (other + 1) * iters // slots:  # a non-empty share
+                            peer = other * self.cfg.cluster_size + cute.arch.block_idx_in_cluster()
+                            self._add_partial(acc, sk_buffers, peer, etidx, epi_bar)
+                        other += 1
+                    epi_count = self._epilogue(epi, acc, tCcD, tc, epi_count)
+                it += k1 - k0
 
         if warp_idx == store_warp:
             store_pipe.producer_tail()
+
+    @cute.jit
+    def _mainloop(self, ab_pipe, mma, read, release, k0, k1, tCcD, tc, wg, epi):
+        """acc = the sum over k-tiles [k0, k1) of tile ``tc``: one wgmma batch in flight,
+        the stage behind it released."""
+        tiled_mma, tCrA, tCrB, acc, k_blocks = mma
+        # Full (M x N) epilogue inputs are pulled toward L2 a few k-tiles before the
+        # epilogue reads them (see _prefetch_full_operands).
+        full_inputs = [t for t, op in zip(epi.ep_tensors, self.tensor_ops) if op.kind == "full"]
+        size_m, size_n = epi.size_m, epi.size_n
+        prefetch_kt = cutlass.max(k1 - _PREFETCH_LEAD_K_TILES, k0)
+        acc.fill(0.0)
+        cute.nvgpu.warpgroup.fence()
+        for kt in range(k0, k1):
+            if cutlass.const_expr(len(full_inputs) > 0):
+                if kt == prefetch_kt:
+                    self._prefetch_full_operands(tCcD, tc[2], full_inputs, size_m, size_n)
+            ab_pipe.consumer_wait(read)
+            for kb in cutlass.range_constexpr(k_blocks):
+                blk = (None, None, kb, read.index)
+                cute.gemm(tiled_mma, acc, tCrA[blk], tCrB[blk], acc)
+            cute.nvgpu.warpgroup.commit_group()
+            read.advance()
+            if kt > k0:
+                cute.nvgpu.warpgroup.wait_group(1)
+                ab_pipe.consumer_release(release)
+                release.advance()
+        if cutlass.const_expr(self.pingpong):
+            self._turn_pass(_BAR_MMA_TURN, 1 - wg)
+        cute.nvgpu.warpgroup.wait_group(0)
+        if k1 > k0:
+            ab_pipe.consumer_release(release)
+            release.advance()
+        return read, release
+
+    @cute.jit
+    def _epilogue(self, epi, acc, tCcD, tc, epi_count):
+        """Apply the hook to tile ``tc``'s accumulator and store it, sub-tile by sub-tile."""
+        if cutlass.const_expr(self.hook is not None):
+            # The hook runs on the accumulator in place, element by element, with
+            # coordinates from the MMA's own C partition (so they match by construction).
+            self._apply_hook(acc, tCcD, tc[2], epi.ep_tensors, epi.ep_scalars, epi.size_m, epi.size_n)
+        # Locals only below: a dynamic `if` cannot capture the namespace itself.
+        rv, rm, rn = epi.geometry
+        tRS_rD, tRS_acc, tRS_rOut, tRS_sD = epi.tRS_rD, epi.tRS_acc, epi.tRS_rOut, epi.tRS_sD
+        warp_idx, store_warp, store_pipe, tma_d = epi.warp_idx, epi.store_warp, epi.store_pipe, epi.tma_d
+        gD_epi = cute.zipped_divide(epi.gD[(None, None, *tc)], self.epi_tile)
+        bSG_sD, bSG_gD = cute.nvgpu.cpasync.tma_partition(
+            tma_d, 0, cute.make_layout(1), cute.group_modes(epi.sD, 0, 2), gD_epi
+        )
+        for em in cutlass.range_constexpr(epi.epi_m):
+            for en in cutlass.range_constexpr(epi.epi_n):
+                # Sub-tile (em, en) of the accumulator, in stmatrix order.
+                for r in cutlass.range_constexpr(rv):
+                    for i in cutlass.range_constexpr(rm):
+                        for j in cutlass.range_constexpr(rn):
+                            tRS_rD[(r, i, j)] = tRS_acc[((r, en * rn + j), em * rm + i, 0)]
+                for v in cutlass.range_constexpr(cute.size(tRS_rD)):
+                    tRS_rOut[v] = tRS_rD[v].to(self.out_dtype)
+                buf = epi_count % self.epi_stage
+                cute.copy(epi.r2s, tRS_rOut, tRS_sD[(None, None, None, buf)])
+                cute.arch.fence_proxy("async.shared", space="cta")
+                if warp_idx == store_warp:
+                    store_pipe.producer_acquire()
+                epi.bar.arrive_and_wait()
+                if warp_idx == store_warp:
+                    cute.copy(tma_d, bSG_sD[(None, buf)], bSG_gD[(None, (em, en))])
+                    store_pipe.producer_commit()
+                epi_count += 1
+        return epi_count
+
+    def _partial_view(self, acc, sk_buffers, cta, etidx):
+        """This thread's slice of CTA ``cta``'s partial-sum buffer, as (4, V / 4): the
+        tile's values in the accumulator's own flat order, 16 bytes per thread per row
+        of 4 (``[cta][v / 4][thread][4]``: each warp writes 512 contiguous bytes)."""
+        values = cute.size(acc)
+        base = cute.assume(cta * values * self.epi_threads + etidx * 4, divby=4)
+        layout = cute.make_layout((4, values // 4), stride=(1, 4 * self.epi_threads))
+        return cute.make_tensor(sk_buffers[0].iterator + base, layout)
+
+    @cute.jit
+    def _publish_partial(self, acc, sk_buffers, cta, etidx, epi_bar):
+        """Write this CTA's partial sums and raise its flag (release, GPU scope)."""
+        view = self._partial_view(acc, sk_buffers, cta, etidx)
+        for v in cutlass.range_constexpr(cute.size(acc)):
+            view[(v % 4, v // 4)] = acc[v]
+        cute.arch.fence_acq_rel_gpu()
+        epi_bar.arrive_and_wait()
+        if etidx == 0:
+            cute.arch.red(sk_buffers[1].iterator + cta, Int32(1), op="add", dtype=Int32, sem="release", scope="gpu")
+
+    @cute.jit
+    def _add_partial(self, acc, sk_buffers, peer, etidx, epi_bar):
+        """Wait for CTA ``peer``'s flag (acquire, GPU scope), then add its partial sums."""
+        if etidx == 0:
+            ready = Int32(0)
+            while ready == 0:
+                ready = cute.arch.atomic_add(sk_buffers[1].iterator + peer, Int32(0), sem="acquire", scope="gpu")
+        epi_bar.arrive_and_wait()
+        view = self._partial_view(acc, sk_buffers, peer, etidx)
+        for v in cutlass.range_constexpr(cute.size(acc)):
+            acc[v] = acc[v] + view[(v % 4, v // 4)]
 
     @staticmethod
     def _subtile_geometry(tRS_acc, tRS_rD, epi_m, epi_n):

@@ -5,6 +5,7 @@ current torch stream.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 
@@ -78,6 +79,9 @@ class CompiledGemm:
         kinds = [PTR, PTR, PTR, I32, I32, I32, I32, I64, I64, I64, I64, I64, I64, I32]
         ptr_types = {0: (dt[spec.ab_dtype], ALIGNMENT), 1: (dt[spec.ab_dtype], ALIGNMENT),
                      2: (dt[spec.out_dtype], ALIGNMENT)}  # fmt: skip
+        if spec.config.stream_k:  # partial sums (fp32) and flags (int32)
+            ptr_types.update({len(kinds): (cutlass.Float32, 16), len(kinds) + 1: (cutlass.Int32, 4)})
+            kinds += [PTR, PTR]
         for op in ops:
             if op.is_tensor:
                 ptr_types[len(kinds)] = (dt[op.dtype], op.align_bytes)
@@ -115,6 +119,11 @@ class CompiledGemm:
             _batch_stride(out, m, ldd),
             max_active_clusters(spec.config.cluster_size, a.device.index),
         ]  # fmt: skip
+        if stream is None:
+            stream = torch.cuda.current_stream(a.device).cuda_stream
+        if spec.config.stream_k:
+            partials, flags = stream_k_buffers(spec.config, args[-1], a.device, stream)
+            args += [partials.data_ptr(), flags.data_ptr()]
         for op, value in zip(spec.epilogue.operands, operands):
             if op.is_tensor:
                 # Broadcast to (L, M, N): broadcast modes get stride 0.
@@ -122,9 +131,26 @@ class CompiledGemm:
                 args += [value.data_ptr(), view.stride(1), view.stride(2), view.stride(0)]
             else:
                 args.append(float(value))
-        args.append(stream if stream is not None else torch.cuda.current_stream(a.device).cuda_stream)
+        args.append(stream)
         self._call(*args)
         return out
+
+
+def stream_k_buffers(
+    cfg: GemmConfig, clusters: int, device: torch.device, stream: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A stream-K launch's scratch: a tile of fp32 partial sums per CTA, and one flag
+    per CTA, zeroed for every launch (a CUDA graph captures the zeroing with the
+    kernel). From torch's allocator on the launch's stream, so reuse is stream-ordered."""
+    ctas = clusters * cfg.cluster_size
+    on_stream = (
+        contextlib.nullcontext()
+        if torch.cuda.current_stream(device).cuda_stream == stream
+        else torch.cuda.stream(torch.cuda.ExternalStream(stream, device=device))
+    )
+    with on_stream:
+        partials = torch.empty(ctas * cfg.tile_m * cfg.tile_n, dtype=torch.float32, device=device)
+        return partials, torch.zeros(ctas, dtype=torch.int32, device=device)
 
 
 def get_gemm(spec: KernelSpec, cache: KernelCache | None = None) -> CompiledGemm:
