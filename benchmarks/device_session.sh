@@ -3,7 +3,7 @@
 #
 #   run(command="bash benchmarks/device_session.sh tests", carry=[".device"], timeout_s=600)
 #
-# tests:    every GPU test (about 6 minutes with -n 8)
+# tests:    every GPU test, stream-K's first (about 8 minutes with -n 8)
 # model:    the main job (stock vs ours on the default block), then the plain-GEMM benchmark
 # epilogue: the GEMM + epilogue benchmark with fusion on (selection decisions logged)
 # final:    the b4 gemm tests, the GEMM benchmark and the main job
@@ -24,7 +24,12 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log
 
 case "${1:?tests, model, epilogue, final, verify or probe}" in
 tests)
-    step gpu-tests 480 python3 -m pytest tests -m gpu -n 8 -q -rfE -p no:cacheprovider --durations=15
+    # Stream-K first, on its own limit: a kernel that waits on a flag forever would
+    # otherwise take the whole suite's time with it.
+    step gpu-stream-k 140 python3 -m pytest tests -m gpu -n 8 -q -rfE -p no:cacheprovider -k "stream_k or _sk"
+    grep -E "passed|failed|^FAILED|^ERROR" "$OUT/gpu-stream-k.log" | tail -15
+    step gpu-tests 440 python3 -m pytest tests -m gpu -n 8 -q -rfE -p no:cacheprovider --durations=15 \
+        -k "not stream_k and not _sk"
     grep -E "passed|failed|^FAILED|^ERROR" "$OUT/gpu-tests.log" | tail -25 ;;
 model)
     step job 300 python3 -m inductor_cutedsl --json "$OUT/h200-model.json" --png "$OUT/h200-model.png"
