@@ -11,6 +11,10 @@ applies the hook per accumulator element, converts, stages sub-tiles in shared
 memory and stores them with TMA, which also clips rows/columns past M/N (and
 zero-fills loads past M/N/K), so no size needs to be a tile multiple.
 
+Tiles go to cluster slots in the persistent scheduler's order. With stream-K
+(cooperative only) the last partial wave is instead split by k-iterations over
+every slot, and partial sums meet through global memory (see ``_schedule``).
+
 The host entry takes raw pointers, sizes and strides (not tensors) so that a
 launch costs a few Python object constructions, and so that one compiled kernel
 serves every M, N, K, L and leading dimension with the alignment it assumes.
