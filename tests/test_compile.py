@@ -101,19 +101,22 @@ def test_loaded_entry_marshals_the_launchers_arguments(tmp_path, stream_k):
 
 @pytest.mark.parametrize("tiles,slots,k_tiles", [
     (512, 66, 64), (67, 66, 64), (512, 66, 1), (133, 66, 7), (66, 66, 64), (200, 132, 3), (1000, 66, 224),
+    (68, 66, 3), (70, 66, 1000),
 ])  # fmt: skip
 def test_stream_k_schedule(tiles, slots, k_tiles):
     """The kernel's stream-K arithmetic, replayed on ints: the tail's k-iterations are
     covered exactly once; each tile has one owner (its k = 0 part), which enumerates
     exactly the slots holding the rest; a slot's contribution comes before its own
     tile, so no owner waits on a slot that waits on it."""
-    from inductor_cutedsl.kernels.sm90_gemm import Sm90Gemm
+    from inductor_cutedsl.kernels.sm90_gemm import _STREAM_K_MAX_PARTS, Sm90Gemm
 
     first = tiles // slots * slots
     iters = (tiles - first) * k_tiles
+    sharers = max(min(slots, (tiles - first) * _STREAM_K_MAX_PARTS), 1)
     parts: dict[int, list] = {}
     for slot in range(slots):
-        it, end, segments = slot * iters // slots, (slot + 1) * iters // slots, []
+        it, end = min(slot, sharers) * iters // sharers, min(slot + 1, sharers) * iters // sharers
+        segments = []
         while it < end:  # as in _consume / _produce
             r = it // k_tiles
             k0 = it - r * k_tiles
@@ -127,8 +130,9 @@ def test_stream_k_schedule(tiles, slots, k_tiles):
     assert sorted(parts) == list(range(tiles - first))
     for r, segs in parts.items():
         assert sorted(k for _, k0, k1 in segs for k in range(k0, k1)) == list(range(k_tiles))
+        assert len(segs) <= _STREAM_K_MAX_PARTS
         (owner,) = [s for s, k0, _ in segs if k0 == 0]
-        last = Sm90Gemm._slot_of((r + 1) * k_tiles - 1, slots, iters)
-        read = [o for o in range(owner + 1, last + 1) if o * iters // slots < (o + 1) * iters // slots]
+        last = Sm90Gemm._slot_of((r + 1) * k_tiles - 1, sharers, iters)
+        read = [o for o in range(owner + 1, last + 1) if o * iters // sharers < (o + 1) * iters // sharers]
         assert read == sorted(s for s, k0, _ in segs if k0 > 0)
-        assert owner == Sm90Gemm._slot_of(r * k_tiles, slots, iters)
+        assert owner == Sm90Gemm._slot_of(r * k_tiles, sharers, iters)

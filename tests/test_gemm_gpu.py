@@ -214,9 +214,9 @@ def test_launcher_runs_the_unpaired_kernel_for_a_misaligned_operand():
 
 
 # With 2-CTA clusters of 256 x 256 output on the H200's 66 cluster slots: the last
-# wave's tiles (R of them) split over all slots. R = 50 with 64 k-tiles; R = 1 with
-# more slots than k-tiles (empty shares, one tile summed from 64 slots); one k-tile
-# per tile (shares of 0 or 1 whole tiles); odd sizes; a batch; fp16 with fp32 out.
+# wave's tiles (R of them) split over the slots, at most 4 shares per tile. R = 50
+# with 64 k-tiles; R = 1 (4 shares of 16 k-tiles, 62 idle slots); one k-tile per
+# tile (shares of 0 or 1 whole tiles); odd sizes; a batch; fp16 with fp32 out.
 STREAM_K_CASES = [
     (8192, 4096, 4096, None, torch.bfloat16, torch.bfloat16),
     (256 * 67, 256, 4096, None, torch.bfloat16, torch.bfloat16),

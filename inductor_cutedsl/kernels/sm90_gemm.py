@@ -54,6 +54,9 @@ _CONSUMER_REGS = 232
 # k-tiles before a tile's end at which its full epilogue inputs are prefetched to L2:
 # ~4 us at 128x256 (a DRAM round trip plus every SM's 64 KiB at once).
 _PREFETCH_LEAD_K_TILES = 8
+# Most stream-K shares summed into one tile: its owner reads the others' partial
+# tiles (128 KiB each at 128x256) alone, before its epilogue.
+_STREAM_K_MAX_PARTS = 4
 # Named barrier ids (0 is __syncthreads).
 _BAR_EPI = 1  # +wg in pingpong
 _BAR_MMA_TURN = 3  # +wg
@@ -400,12 +403,15 @@ class Sm90Gemm:
         """The tile schedule beyond the persistent scheduler's own order.
 
         Returns (tiles each cluster slot takes whole, linear index of the first tail
-        tile, this slot's [start, end) of the tail's k-iterations, the slot, the slot
-        count, the tail's iteration count). Without stream-K every tile is taken whole
-        (the first count is never reached) and the tail is empty. With it, the tiles
-        of the last partial wave are not taken whole: their k-iterations are split
-        evenly over all slots (each slot's share is under one tile), and a tile's
-        partial sums meet in the slot that computes its first k-iteration.
+        tile, this slot's [start, end) of the tail's k-iterations, the slot, how many
+        slots share the tail, the tail's iteration count). Without stream-K every tile
+        is taken whole (the first count is never reached) and the tail is empty. With
+        it, the tiles of the last partial wave are not taken whole: their k-iterations
+        are split evenly over the first ``sharers`` slots (each share is under one
+        tile), and a tile's partial sums meet in the slot that computes its first
+        k-iteration. At most ``_STREAM_K_MAX_PARTS`` shares meet in a tile, so no slot
+        sums more than a few partial tiles alone (one tail tile over 66 slots would
+        have one slot read 65).
         """
         slots = sched.num_persistent_clusters
         tiles = cute.size(sched.params.problem_layout_ncluster_mnl)
@@ -415,13 +421,17 @@ class Sm90Gemm:
         whole = tiles // slots
         first = whole * slots
         iters = (tiles - first) * k_tiles
-        return whole, first, slot * iters // slots, (slot + 1) * iters // slots, slot, slots, iters
+        # At least one, so that a problem without a tail divides by something.
+        sharers = cutlass.max(cutlass.min(slots, (tiles - first) * _STREAM_K_MAX_PARTS), 1)
+        start = cutlass.min(slot, sharers) * iters // sharers
+        end = cutlass.min(slot + 1, sharers) * iters // sharers
+        return whole, first, start, end, slot, sharers, iters
 
     @staticmethod
-    def _slot_of(iteration, slots, iters):
+    def _slot_of(iteration, sharers, iters):
         """The slot whose share of the tail holds ``iteration`` (shares split as in
-        ``_schedule``: slot s starts at s * iters // slots)."""
-        return ((iteration + 1) * slots + iters - 1) // iters - 1
+        ``_schedule``: slot s < sharers starts at s * iters // sharers)."""
+        return ((iteration + 1) * sharers + iters - 1) // iters - 1
 
     @cute.jit
     def _produce(self, ab_pipe, sched_params, tma_a, tAsA, tAgA, a_mask, tma_b, tBsB, tBgB, b_mask, k_tiles):
@@ -536,7 +546,7 @@ class Sm90Gemm:
         sched = utils.StaticPersistentTileScheduler.create(
             sched_params, cute.arch.block_idx(), cute.arch.grid_dim()
         )
-        whole, first, start, end, slot, slots, iters = self._schedule(sched, k_tiles)
+        whole, first, start, end, slot, sharers, iters = self._schedule(sched, k_tiles)
         work = sched.initial_work_tile_info()
         read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
         release = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
@@ -592,10 +602,10 @@ class Sm90Gemm:
                 if k0 > 0:
                     self._publish_partial(acc, sk_buffers, cta, etidx, epi_bar)
                 else:
-                    last = self._slot_of((r + 1) * k_tiles - 1, slots, iters)
+                    last = self._slot_of((r + 1) * k_tiles - 1, sharers, iters)
                     other = slot + 1
                     while other <= last:
-                        if other * iters // slots < (other + 1) * iters // slots:  # a non-empty share
+                        if other * iters // sharers < (other + 1) * iters // sharers:  # a non-empty share
                             peer = other * self.cfg.cluster_size + cute.arch.block_idx_in_cluster()
                             self._add_partial(acc, sk_buffers, peer, etidx, epi_bar)
                         other += 1
