@@ -55,6 +55,7 @@ SCRIPT = textwrap.dedent("""
             "two_byte_loads": sum("LDG.E.U16" in line for line in lines),
             "branch_regions": sum("BSSY" in line for line in lines),
             "l2_prefetches": sum("CCTL.E.PF2" in line for line in lines),
+            "pipelined_wgmma_waits": sum("WARPGROUP.DEPBAR.LE gsb0, 0x1" in line for line in lines),
             "lines_per_load": (loads[-1] - loads[0]) / len(loads),
         }
     print(json.dumps(stats))
@@ -102,6 +103,14 @@ def test_paired_operand_loads_are_half_as_many_and_issue_together(sass_stats, na
     s = sass_stats[name]
     assert s["loads"] == 64 and s["two_byte_loads"] == 0, s  # one 4-byte load per column pair
     assert s["branch_regions"] == 0 and s["lines_per_load"] < 15, s
+
+
+@pytest.mark.parametrize("name", [*CASES, *PAIRED])
+def test_mainloop_keeps_a_wgmma_batch_in_flight(sass_stats, name):
+    """ptxas serializes wgmma (waits for each batch at once) when anything else reads
+    accumulator registers inside the pipeline, e.g. values it chose to keep there: then
+    no wait for "all but one batch" (DEPBAR.LE gsb0, 0x1) is left in the kernel."""
+    assert sass_stats[name]["pipelined_wgmma_waits"] >= 1, sass_stats[name]
 
 
 @pytest.mark.parametrize("name", [*CASES, *PAIRED])
