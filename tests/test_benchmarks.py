@@ -1,0 +1,46 @@
+"""What the device runs, checked here first (no GPU): every config the benchmarks and
+the probe would build is valid, so no device time is lost to a typo."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+from inductor_cutedsl.gemm_bench import SHAPES, plan_specs
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import kernel_probe  # noqa: E402
+
+
+def test_gemm_benchmark_plans_valid_specs_with_stream_k_candidates():
+    plan = plan_specs()
+    assert sorted(plan) == sorted(SHAPES)
+    for specs in plan.values():
+        assert specs and all(s.config.invalid_reason() is None for s in specs)
+        assert any(s.config.stream_k for s in specs)
+
+
+def test_probe_configs_are_valid_and_twins_differ_only_as_named():
+    for cfg in kernel_probe.VARIANTS:
+        assert cfg.invalid_reason() is None, cfg.name()
+    for shape in SHAPES:
+        twins = kernel_probe.twins(*shape)
+        assert set(twins) == {"stream_k", "whole_tile_staging"}
+        for base, variant in twins.values():
+            assert base.invalid_reason() is None and variant.invalid_reason() is None
+            assert base != variant and base.tile_m == variant.tile_m and base.swizzle == variant.swizzle
+    fused = kernel_probe.FUSED
+    assert sorted(name.removesuffix("_pairs") for name in fused) == sorted(
+        ["relu_residual", "relu_residual", "silu_gate", "silu_gate"]
+    )
+    assert {e.operands[0].pairs for e in fused.values()} == {False, True}
+
+
+def test_probe_operand_layouts_meet_the_paired_declaration():
+    """The probe hands its residual straight to the kernel (no launcher check): it
+    must be contiguous with an even N, as the pairs declaration assumes."""
+    from inductor_cutedsl.runtime.support import pairs_reason
+
+    for m, n, _ in kernel_probe.FUSED_SHAPES:
+        assert pairs_reason(torch.empty(1, m, n, dtype=torch.bfloat16)) is None
