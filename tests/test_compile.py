@@ -15,6 +15,8 @@ from inductor_cutedsl.runtime.compiler import build, build_many
 REPRESENTATIVE = [
     (GemmConfig(128, 256, 2, 1), "bfloat16", "bfloat16", "k", "k", E.IDENTITY),
     (GemmConfig(128, 256, 2, 1, epi_n=64, epi_buffers=4), "bfloat16", "bfloat16", "k", "k", E.IDENTITY),
+    (GemmConfig(128, 256, 2, 1, epi_n=64, stream_k=True), "float16", "float32", "m", "n",
+     E.bias_activation("gelu_tanh", "row", "float16")),
     (GemmConfig(128, 128, 1, 2, True, False, 8), "float16", "float32", "m", "n", E.bias("col")),
     (GemmConfig(256, 128, 2, 2, epi_n=64), "bfloat16", "float16", "m", "k",
      E.bias_activation("gelu_tanh")),
