@@ -1,6 +1,7 @@
 """Code generation and compilation for sm_90a, without a GPU."""
 from __future__ import annotations
 
+import functools
 import os
 
 import pytest
@@ -115,9 +116,10 @@ def test_stream_k_schedule(tiles, slots, k_tiles):
     first = tiles // slots * slots
     iters = (tiles - first) * k_tiles
     sharers = max(min(slots, (tiles - first) * _STREAM_K_MAX_PARTS), 1)
+    share_start = functools.partial(Sm90Gemm._share_start, sharers=sharers, iters=iters)
     parts: dict[int, list] = {}
     for slot in range(slots):
-        it, end = min(slot, sharers) * iters // sharers, min(slot + 1, sharers) * iters // sharers
+        it, end = share_start(slot), share_start(slot + 1)
         segments = []
         while it < end:  # as in _consume / _produce
             r = it // k_tiles
@@ -135,6 +137,6 @@ def test_stream_k_schedule(tiles, slots, k_tiles):
         assert len(segs) <= _STREAM_K_MAX_PARTS
         (owner,) = [s for s, k0, _ in segs if k0 == 0]
         last = Sm90Gemm._slot_of((r + 1) * k_tiles - 1, sharers, iters)
-        read = [o for o in range(owner + 1, last + 1) if o * iters // sharers < (o + 1) * iters // sharers]
+        read = [o for o in range(owner + 1, last + 1) if share_start(o) < share_start(o + 1)]
         assert read == sorted(s for s, k0, _ in segs if k0 > 0)
         assert owner == Sm90Gemm._slot_of(r * k_tiles, sharers, iters)

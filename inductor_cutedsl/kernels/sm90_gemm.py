@@ -423,14 +423,19 @@ class Sm90Gemm:
         iters = (tiles - first) * k_tiles
         # At least one, so that a problem without a tail divides by something.
         sharers = cutlass.max(cutlass.min(slots, (tiles - first) * _STREAM_K_MAX_PARTS), 1)
-        start = cutlass.min(slot, sharers) * iters // sharers
-        end = cutlass.min(slot + 1, sharers) * iters // sharers
+        start = self._share_start(slot, sharers, iters)
+        end = self._share_start(slot + 1, sharers, iters)
         return whole, first, start, end, slot, sharers, iters
 
     @staticmethod
+    def _share_start(slot, sharers, iters):
+        """The first tail iteration of ``slot``'s share (``iters`` once past the sharers)."""
+        return cutlass.min(slot, sharers) * iters // sharers
+
+    @staticmethod
     def _slot_of(iteration, sharers, iters):
-        """The slot whose share of the tail holds ``iteration`` (shares split as in
-        ``_schedule``: slot s < sharers starts at s * iters // sharers)."""
+        """The slot whose share of the tail holds ``iteration`` (the inverse of
+        ``_share_start`` over the sharers)."""
         return ((iteration + 1) * sharers + iters - 1) // iters - 1
 
     @cute.jit
@@ -590,7 +595,8 @@ class Sm90Gemm:
             # This slot's share of the last wave: a contributor part of one tile first
             # (published for that tile's first slot), then the first k-iterations of
             # the next (summed with the parts published for it, then stored).
-            cta = slot * self.cfg.cluster_size + cute.arch.block_idx_in_cluster()
+            rank = cute.arch.block_idx_in_cluster()  # partials pair CTAs of equal rank
+            cta = slot * self.cfg.cluster_size + rank
             it = start
             while it < end:
                 r = it // k_tiles
@@ -605,8 +611,8 @@ class Sm90Gemm:
                     last = self._slot_of((r + 1) * k_tiles - 1, sharers, iters)
                     other = slot + 1
                     while other <= last:
-                        if other * iters // sharers < (other + 1) * iters // sharers:  # a non-empty share
-                            peer = other * self.cfg.cluster_size + cute.arch.block_idx_in_cluster()
+                        if self._share_start(other, sharers, iters) < self._share_start(other + 1, sharers, iters):
+                            peer = other * self.cfg.cluster_size + rank
                             self._add_partial(acc, sk_buffers, peer, etidx, epi_bar)
                         other += 1
                     epi_count = self._epilogue(epi, acc, tCcD, tc, epi_count)

@@ -11,6 +11,7 @@ read from the tensors, so one module serves every size of a dynamic graph.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Callable, Sequence
 
 import torch
@@ -39,6 +40,7 @@ def launcher(
     kernel = get_gemm(spec)
     kinds = [op.is_tensor for op in spec.epilogue.operands]
     paired = [op.pairs for op in spec.epilogue.operands if op.is_tensor]
+    fallback = functools.cache(lambda: get_gemm(unpaired(spec)))  # keyed and loaded once
     scalars = tuple(float(s) for s in scalars)
     views = tuple(views) or (None,) * sum(kinds)
 
@@ -50,7 +52,7 @@ def launcher(
         ops = [operand_view(x, v, batch, m, n) for x, v in zip(tensors, views)]
         run = kernel
         if any(p and pairs_reason(x.expand(batch, m, n)) for p, x in zip(paired, ops)):
-            run = get_gemm(unpaired(spec))  # memoized after the first such call
+            run = fallback()
         t, s = iter(ops), iter(scalars)
         run(a, b, out, *(next(t) if is_tensor else next(s) for is_tensor in kinds), stream=stream)
 
