@@ -15,10 +15,10 @@ import torch.nn.functional as F
 from . import disable
 from .gemm_bench import SHAPES
 from .job.kernel_profile import kernel_times, ran_cutedsl
-from .job.run import compile_options, rel_err
+from .job.run import compile_options
 from .lowering import reenabled
 from .scheduler import scheduling
-from .timing import geomean, run_info, side_by_side, write_json
+from .timing import geomean, rel_err, run_info, side_by_side, write_json
 
 PATTERNS = {
     "addmm_gelu_tanh": (

@@ -20,7 +20,7 @@ import torch
 from .kernels.config import GemmConfig, shortlist
 from .runtime import compiler, gemm_reason, get_gemm, spec_for
 from .runtime.launch import default_cache
-from .timing import bench, geomean, run_info, side_by_side, write_json
+from .timing import bench, geomean, rel_err, run_info, side_by_side, write_json
 
 SHAPES = [
     (8192, 4096, 4096),
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> dict:
             out.fill_(float("nan"))
             kern(a, b, out)
             torch.cuda.synchronize()
-            err = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
+            err = rel_err(out, ref)
             if not err < 1e-2:
                 print(f"  {spec.config.name()}: WRONG (rel err {err})")
                 continue

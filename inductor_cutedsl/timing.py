@@ -1,4 +1,4 @@
-"""Timing and result files shared by the benchmarks and the main job."""
+"""Timing, accuracy checks and result files shared by the benchmarks and the main job."""
 from __future__ import annotations
 
 import json
@@ -30,6 +30,14 @@ def interleaved(measures: dict, rounds: int) -> dict:
 def side_by_side(fns: dict, rounds: int = 5) -> dict:
     """``bench`` medians of each function, over interleaved rounds."""
     return interleaved({name: (lambda fn=fn: bench(fn, rep=200)) for name, fn in fns.items()}, rounds)
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """Relative norm error of ``out`` against ``ref``, in float64; inf if ``out`` is not finite."""
+    out64, ref64 = out.double(), ref.double()
+    if not torch.isfinite(out64).all():
+        return float("inf")
+    return ((out64 - ref64).norm() / ref64.norm()).item()
 
 
 def geomean(values: Iterable[float]) -> float:

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from .. import _compat, config, disable, enable
-from ..timing import run_info, side_by_side, write_json
+from ..timing import rel_err, run_info, side_by_side, write_json
 from ..scheduler import scheduling
 from .autotune_report import GemmTuning, record_gemm_tuning
 from .kernel_profile import kernel_times, ran_cutedsl
@@ -28,13 +28,6 @@ from .model import BlockSize, make_block
 
 MODE = "max-autotune-no-cudagraphs"
 TOLERANCE = 2e-2  # bf16 block vs eager, relative Frobenius norm
-
-
-def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    out64, ref64 = out.double(), ref.double()
-    if not torch.isfinite(out64).all():
-        return float("inf")
-    return ((out64 - ref64).norm() / ref64.norm()).item()
 
 
 def compile_options() -> dict:
