@@ -8,7 +8,7 @@
 # epilogue: the GEMM + epilogue benchmark with fusion on (selection decisions logged)
 # final:    the b4 gemm tests, the GEMM benchmark and the main job
 # verify:   the Inductor and fusion GPU tests, then the GEMM benchmark
-# probe:    kernel_probe.py (where the kernel loses to cuBLAS), then the Inductor and fusion tests
+# probe:    kernel_probe.py (where the kernel loses to cuBLAS), then the GEMM benchmark
 # Needs .device/ (see ../shared/device/README.md). Each step has its own time limit, so a
 # slow step cannot eat the next one's, and a summary is printed for each.
 set -u
@@ -56,7 +56,6 @@ verify)
 probe)
     step probe 300 python3 benchmarks/kernel_probe.py --json "$OUT/h200-probe.json"
     grep -vE "^(W|I)[0-9]{4}" "$OUT/probe.log" | tail -40 | cut -c1-200
-    step gpu-inductor-fusion 280 python3 -m pytest tests/test_inductor_gpu.py tests/test_fusion_gpu.py \
-        -m gpu -n 8 -q -rfE -p no:cacheprovider
-    grep -E "passed|failed|^FAILED|^ERROR" "$OUT/gpu-inductor-fusion.log" | tail -15 ;;
+    step gemm 200 python3 benchmarks/gemm.py --json "$OUT/h200-gemm.json"
+    tail -9 "$OUT/gemm.log" ;;
 esac
