@@ -5,7 +5,8 @@
 #
 # tests:    every GPU test, stream-K's first (about 8 minutes with -n 8)
 # model:    the main job (stock vs ours on the default block), then the plain-GEMM benchmark
-# epilogue: the GEMM + epilogue benchmark with fusion on (selection decisions logged)
+# epilogue [SHAPES [SECONDS]]: the GEMM + epilogue benchmark with fusion on (selection decisions
+#           logged), on some of its shapes (indices, e.g. 0,3)
 # final:    the b4 gemm tests, the GEMM benchmark and the main job
 # verify:   the Inductor and fusion GPU tests, then the GEMM benchmark
 # probe:    kernel_probe.py (where the kernel loses to cuBLAS), then the GEMM benchmark
@@ -38,7 +39,7 @@ model)
     tail -9 "$OUT/gemm.log" ;;
 epilogue)
     INDUCTOR_CUTEDSL_EPILOGUE_FUSION=1 TORCH_LOGS=inductor_cutedsl \
-        step epilogue 540 python3 benchmarks/epilogue.py --json "$OUT/h200-epilogue.json"
+        step epilogue "${3:-540}" python3 benchmarks/epilogue.py --json "$OUT/h200-epilogue.json" ${2:+--shapes $2}
     grep -E " -> |geomean|takes it|left to|Error" "$OUT/epilogue.log" | cut -c1-260 | tail -40 ;;
 final)
     step gpu-gemm-b4 150 python3 -m pytest tests/test_gemm_gpu.py -m gpu -k b4 -n 8 -q -rfE -p no:cacheprovider

@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--patterns", default=",".join(PATTERNS))
     args = ap.parse_args(argv)
     shapes = SHAPES if args.shapes is None else [SHAPES[int(i)] for i in args.shapes.split(",")]
-    rows = []
+    rows: list[dict] = []
     for name in args.patterns.split(","):
         for m, n, k in shapes:
             row = run_case(name, m, n, k)
@@ -97,14 +97,19 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"{name:>18} {m}x{n}x{k}: eager {row['eager_ms']:.4f} stock {row['stock_ms']:.4f} "
                   f"ours {row['ours_ms']:.4f} -> {row['vs_max_autotune']:.3f}x  fused: {fused}",
                   flush=True)  # fmt: skip
+            # After every case, so that a run cut short by a time limit keeps what it measured.
+            result = _summary(rows)
+            write_json(result, args.json)
+    print(f"geomean vs stock max-autotune {result['geomean_vs_max_autotune']:.3f}, "
+          f"min {result['min_vs_max_autotune']:.3f}")  # fmt: skip
+    return result
+
+
+def _summary(rows: list[dict]) -> dict:
     ratios = [r["vs_max_autotune"] for r in rows]
-    result = {
+    return {
         **run_info(),
         "geomean_vs_max_autotune": round(geomean(ratios), 4),
         "min_vs_max_autotune": min(ratios),
         "rows": rows,
     }
-    print(f"geomean vs stock max-autotune {result['geomean_vs_max_autotune']:.3f}, "
-          f"min {result['min_vs_max_autotune']:.3f}")  # fmt: skip
-    write_json(result, args.json)
-    return result
