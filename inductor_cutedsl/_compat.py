@@ -231,13 +231,16 @@ def benchmark_nodes(scheduler: Any, nodes: Sequence[Any]) -> float:
     """
     from torch._inductor.codecache import PyCodeCache
 
+    from .timing import graphed
+
     device = nodes[0].get_device()
     scheduler.current_device = device  # as Scheduler.benchmark_fused_nodes does
     backend = scheduler.get_backend(device)
     mod = PyCodeCache.load(backend.generate_kernel_code_from_nodes(list(nodes), benchmark_kernel=True))
     with torch.cuda.device(device):
         args = mod.get_args()
-        return benchmark_gpu(lambda: mod.call(list(args)))  # ``call`` may empty its list
+        # As a CUDA graph, as our fused candidate is timed (``selection.fused_ms``).
+        return benchmark_gpu(graphed(lambda: mod.call(list(args))))  # ``call`` may empty its list
 
 
 def preserve_rng_state() -> contextlib.AbstractContextManager:

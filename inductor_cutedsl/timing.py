@@ -17,6 +17,21 @@ def bench(fn: Callable[[], object], rep: int = 100) -> float:
     return triton.testing.do_bench(fn, warmup=25, rep=rep, return_mode="median")
 
 
+def graphed(fn: Callable[[], object]) -> Callable[[], None]:
+    """``fn``'s GPU work captured once as a CUDA graph; returns its replay.
+
+    A replay costs the same few microseconds of host time whatever ``fn`` does in
+    Python, so short kernels are timed as kernels, not as their launch paths (what
+    a model compiled with CUDA graphs runs). ``fn`` must launch on the current stream.
+    """
+    fn()  # outside the capture: a first launch loads kernels and sets up launch paths
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
 def interleaved(measures: dict, rounds: int) -> dict:
     """Median of each measurement (a callable returning ms) over interleaved rounds, so
     clock and thermal drift hit every contender alike."""
