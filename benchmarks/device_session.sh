@@ -11,8 +11,6 @@
 # verify:   the Inductor and fusion GPU tests, then the GEMM benchmark
 # fusion:   launch_paths.py, the fusion GPU tests, the epilogue benchmark at 8192 and 1024 rows,
 #           then the main job, all with epilogue fusion on
-# selection: the timed fusion-selection GPU tests, then the epilogue benchmark's residual and gate
-#           patterns at 1024 rows (a short call, for the end of a device budget)
 # probe:    kernel_probe.py (where the kernel loses to cuBLAS), then the GEMM benchmark
 # Needs .device/ (see ../shared/device/README.md). Each step has its own time limit, so a
 # slow step cannot eat the next one's, and a summary is printed for each.
@@ -27,7 +25,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log
     echo "== $name: rc=$? in $((SECONDS - t0)) s"
 }
 
-case "${1:?tests, model, epilogue, fusion, selection, final, verify or probe}" in
+case "${1:?tests, model, epilogue, fusion, final, verify or probe}" in
 tests)
     # Stream-K first, on its own limit: a kernel that waits on a flag forever would
     # otherwise take the whole suite's time with it.
@@ -68,14 +66,6 @@ fusion)
     grep -E " -> |geomean|takes it|left to|Error" "$OUT/epilogue.log" | cut -c1-260 | tail -20
     step job 230 python3 -m inductor_cutedsl --json "$OUT/h200-model.json" --png "$OUT/h200-model.png"
     grep -vE "^(W|I|E)[0-9]{4}" "$OUT/job.log" | tail -24 | cut -c1-220 ;;
-selection)
-    export INDUCTOR_CUTEDSL_EPILOGUE_FUSION=1
-    step gpu-selection 70 python3 -m pytest tests/test_fusion_gpu.py -m gpu -n 3 -q -rfE -p no:cacheprovider \
-        -k "measured_epilogue or fused_triton"
-    grep -E "passed|failed|^FAILED|^ERROR" "$OUT/gpu-selection.log" | tail -10
-    TORCH_LOGS=inductor_cutedsl step epilogue 90 python3 benchmarks/epilogue.py --json "$OUT/h200-epilogue-1024.json" \
-        --shapes 3 --patterns mm_relu_residual,mm_silu_gate
-    grep -E " -> |geomean|takes it|left to|Error" "$OUT/epilogue.log" | cut -c1-300 | tail -8 ;;
 probe)
     step probe 300 python3 benchmarks/kernel_probe.py --json "$OUT/h200-probe.json"
     grep -vE "^(W|I)[0-9]{4}" "$OUT/probe.log" | tail -40 | cut -c1-200

@@ -229,35 +229,18 @@ def benchmark_nodes(scheduler: Any, nodes: Sequence[Any]) -> float:
     20 us on the H200: 6.8 TB/s, above its memory bandwidth). The pointwise chains we
     fuse index linearly, so the kernel can simply run again on the same arguments.
     """
+    from torch._inductor.codecache import PyCodeCache
+
     from .timing import graphed
 
     device = nodes[0].get_device()
     scheduler.current_device = device  # as Scheduler.benchmark_fused_nodes does
-    source = scheduler.get_backend(device).generate_kernel_code_from_nodes(list(nodes), benchmark_kernel=True)
-    run = benchmark_module_run(source, device)
-    with torch.cuda.device(device):
-        # As a CUDA graph, as our fused candidate is timed (``selection.fused_ms``).
-        return benchmark_gpu(graphed(run))
-
-
-def fused_triton_template_source(scheduler: Any, multi_node: Any, choice: Any, nodes: Sequence[Any]) -> str:
-    """The benchmark module of ``nodes`` (a MultiTemplateBuffer's template node and an
-    epilogue chain) as Inductor's epilogue benchmark generates it with the Triton
-    template ``choice``."""
-    scheduler.current_device = nodes[0].get_device()
-    with multi_node.swap_as_triton_caller(choice):
-        return scheduler.generate_kernel_code_from_nodes(list(nodes), benchmark_kernel=True)
-
-
-def benchmark_module_run(source: str, device: torch.device) -> Callable[[], None]:
-    """A callable running an Inductor benchmark module's kernel on its own benchmark
-    arguments (again on the same ones each time: the kernels we time index linearly)."""
-    from torch._inductor.codecache import PyCodeCache
-
-    mod = PyCodeCache.load(source)
+    backend = scheduler.get_backend(device)
+    mod = PyCodeCache.load(backend.generate_kernel_code_from_nodes(list(nodes), benchmark_kernel=True))
     with torch.cuda.device(device):
         args = mod.get_args()
-    return lambda: mod.call(list(args))  # ``call`` may empty its list
+        # As a CUDA graph, as our fused candidate is timed (``selection.fused_ms``).
+        return benchmark_gpu(graphed(lambda: mod.call(list(args))))  # ``call`` may empty its list
 
 
 def preserve_rng_state() -> contextlib.AbstractContextManager:

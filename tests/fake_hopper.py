@@ -64,15 +64,14 @@ def fake_hopper(
     epilogue_ms: float = 0.05,
     fused_ms: float = 0.11,
     backends: str = "CUTEDSL",
-    triton_fused_ms: float | None = 0.2,
+    triton_fused_ms: float = 0.2,
     build_epilogue_kernel: bool = False,
 ) -> Iterator[dict]:
     """Inside: compiling for "cuda" works and yields ``{"code": wrapper source}``.
 
     Times in ms: ``candidate_ms(choice)`` unfused candidates, ``epilogue_ms`` any
     epilogue as its own kernel, ``fused_ms`` our fused candidate, ``triton_fused_ms``
-    a Triton candidate with the epilogue fused (None: our selection's own Triton timing
-    runs, to be faked by the test; Inductor's then reads 0.2). With ``build_epilogue_kernel`` our
+    a Triton candidate with the epilogue fused. With ``build_epilogue_kernel`` our
     selection really generates the epilogue's own benchmark module (its source lands
     in ``out["epilogue_modules"]``); loading it (a Triton compile) and timing it are faked."""
     from triton.runtime.driver import driver as triton_driver
@@ -108,13 +107,11 @@ def fake_hopper(
         mock.patch("torch._inductor.scheduler.Scheduler.benchmark_fused_nodes", lambda s, n: (epilogue_ms, "")),
         mock.patch(
             "torch._inductor.scheduler.Scheduler.benchmark_codegened_module",
-            lambda s, module, device: (0.2 if triton_fused_ms is None else triton_fused_ms, ""),
+            lambda s, module, device: (triton_fused_ms, ""),
         ),
         mock.patch("torch._inductor.graph.GraphLowering.compile_to_module", compile_to_module),
         mock.patch.object(selection, "fused_ms", lambda caller, tr, unfused_ms: fused_ms),
     ]
-    if triton_fused_ms is not None:  # None: the selection's own Triton timing runs
-        patches.append(mock.patch.object(selection, "triton_fused_ms", lambda *args: triton_fused_ms))
     if build_epilogue_kernel:
         out["epilogue_modules"] = []
 
