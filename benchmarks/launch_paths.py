@@ -7,7 +7,8 @@ time. For our plain kernel, a row-bias kernel and a residual-add kernel (the kin
 epilogue the selection times) this prints, on Inductor's benchmarker (fastest of
 repetitions, L2 flushed), the time of: a direct call of the loaded kernel; a call
 through the launcher that Inductor-generated code uses; that launcher call replayed
-as a CUDA graph. Also the host time per launch of each (a tiny GEMM, launch-bound).
+as a CUDA graph. Also the wall time per launch of each on a tiny GEMM (host time,
+or the tiny kernel's GPU time where longer).
 """
 from __future__ import annotations
 

@@ -69,7 +69,8 @@ def plan_specs() -> dict:
 
 
 def launch_overhead_us(fn, n: int = 2000) -> float:
-    """Host time per launch when the GPU work is tiny (launch-bound)."""
+    """Wall time per launch of a tiny GEMM run back to back: host time, unless the tiny
+    kernel itself runs longer on the GPU (the two are not told apart)."""
     for _ in range(50):
         fn()
     torch.cuda.synchronize()
