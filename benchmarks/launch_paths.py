@@ -7,8 +7,8 @@ time. For our plain kernel, a row-bias kernel and a residual-add kernel (the kin
 epilogue the selection times) this prints, on Inductor's benchmarker (fastest of
 repetitions, L2 flushed), the time of: a direct call of the loaded kernel; a call
 through the launcher that Inductor-generated code uses; that launcher call replayed
-as a CUDA graph. Also the wall time per launch of each on a tiny GEMM (host time,
-or the tiny kernel's GPU time where longer).
+as a CUDA graph. Also, on a tiny GEMM, the wall time per launch of each run back to
+back (host time, or the tiny kernel's GPU time where longer) and the host time alone.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from inductor_cutedsl import _compat  # noqa: E402
-from inductor_cutedsl.gemm_bench import launch_overhead_us  # noqa: E402
+from inductor_cutedsl.gemm_bench import enqueue_us, launch_overhead_us  # noqa: E402
 from inductor_cutedsl.kernels import epilogue as E  # noqa: E402
 from inductor_cutedsl.kernels.config import shortlist  # noqa: E402
 from inductor_cutedsl.runtime import get_gemm, spec_for  # noqa: E402
@@ -67,7 +67,8 @@ def main() -> None:
                 "launcher": lambda: launch(a, b, out, *ops, stream=torch.cuda.current_stream().cuda_stream),
             }
             if label == "tiny":
-                row.update({f"host_us_{p}": round(launch_overhead_us(fn), 1) for p, fn in paths.items()})
+                row.update({f"wall_us_{p}": round(launch_overhead_us(fn), 1) for p, fn in paths.items()})
+                row.update({f"enqueue_us_{p}": round(enqueue_us(fn), 1) for p, fn in paths.items()})
                 continue
             paths["launcher_graph"] = graphed(paths["launcher"])
             bench(paths["direct"], rep=500)  # steady clock

@@ -81,6 +81,20 @@ def launch_overhead_us(fn, n: int = 2000) -> float:
     return (time.perf_counter() - t0) / n * 1e6
 
 
+def enqueue_us(fn, n: int = 300) -> float:
+    """Host time per launch: ``n`` launches enqueued (fewer than the launch queue holds,
+    so none waits for the GPU), timed without waiting for them to run."""
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    elapsed = time.perf_counter() - t0
+    torch.cuda.synchronize()
+    return elapsed / n * 1e6
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--json", default=None)
@@ -152,19 +166,21 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"{m}x{n}x{k}: ours {ms:.4f} ms ({row['tflops']} TFLOP/s, {row['config']}) "
               f"cuBLAS {cublas_ms:.4f} ms -> {row['vs_cublas']:.3f}x", flush=True)  # fmt: skip
 
-    # Host overhead of one launch (tiny problem, so the host is the bottleneck).
+    # Overhead of one launch (tiny problem): wall time back to back, and host time alone.
     a = torch.randn(128, 128, device=dev).to(torch.bfloat16)
     out = torch.empty(128, 128, device=dev, dtype=torch.bfloat16)
     kern = get_gemm(spec_for(a, a, torch.bfloat16, GemmConfig(128, 128, 1, 1)), cache)
-    ours_us = launch_overhead_us(lambda: kern(a, a, out))
-    mm_us = launch_overhead_us(lambda: torch.mm(a, a, out=out))
+    launches = {"ours": lambda: kern(a, a, out), "torch_mm": lambda: torch.mm(a, a, out=out)}
+    overhead = {name: round(launch_overhead_us(fn), 1) for name, fn in launches.items()}
+    enqueue = {name: round(enqueue_us(fn), 1) for name, fn in launches.items()}
 
     ratios = [r["vs_cublas"] for r in rows]
     result = {
         **run_info(),
         "geomean_vs_cublas": round(geomean(ratios), 4),
         "min_vs_cublas": min(ratios),
-        "launch_overhead_us": {"ours": round(ours_us, 1), "torch_mm": round(mm_us, 1)},
+        "launch_overhead_us": overhead,
+        "enqueue_us": enqueue,
         "compile_wall_s": round(compile_wall, 1),
         "rows": rows,
     }
@@ -175,6 +191,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"{shape:>20} {r['config']:>24} {r['ours_ms']:>9.4f} {r['cublas_ms']:>9.4f} "
               f"{r['vs_cublas']:>6.3f} {r['tflops']:>8.1f}")  # fmt: skip
     print(f"geomean vs cuBLAS {result['geomean_vs_cublas']:.3f}, min {result['min_vs_cublas']:.3f}; "
-          f"launch overhead ours {ours_us:.1f} us, torch.mm {mm_us:.1f} us")  # fmt: skip
+          f"per tiny launch: ours {overhead['ours']} us ({enqueue['ours']} us host), "
+          f"torch.mm {overhead['torch_mm']} us ({enqueue['torch_mm']} us host)")  # fmt: skip
     write_json(result, args.json)
     return result
