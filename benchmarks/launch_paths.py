@@ -21,7 +21,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from inductor_cutedsl import _compat  # noqa: E402
-from inductor_cutedsl.gemm_bench import enqueue_us, launch_overhead_us  # noqa: E402
+from inductor_cutedsl.gemm_bench import launch_us  # noqa: E402
 from inductor_cutedsl.kernels import epilogue as E  # noqa: E402
 from inductor_cutedsl.kernels.config import shortlist  # noqa: E402
 from inductor_cutedsl.runtime import get_gemm, spec_for  # noqa: E402
@@ -67,8 +67,9 @@ def main() -> None:
                 "launcher": lambda: launch(a, b, out, *ops, stream=torch.cuda.current_stream().cuda_stream),
             }
             if label == "tiny":
-                row.update({f"wall_us_{p}": round(launch_overhead_us(fn), 1) for p, fn in paths.items()})
-                row.update({f"enqueue_us_{p}": round(enqueue_us(fn), 1) for p, fn in paths.items()})
+                for p, fn in paths.items():
+                    wall, host = launch_us(fn)
+                    row.update({f"wall_us_{p}": round(wall, 1), f"enqueue_us_{p}": round(host, 1)})
                 continue
             paths["launcher_graph"] = graphed(paths["launcher"])
             bench(paths["direct"], rep=500)  # steady clock

@@ -68,31 +68,24 @@ def plan_specs() -> dict:
     return plan
 
 
-def launch_overhead_us(fn, n: int = 2000) -> float:
-    """Wall time per launch of a tiny GEMM run back to back: host time, unless the tiny
-    kernel itself runs longer on the GPU (the two are not told apart)."""
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / n * 1e6
-
-
-def enqueue_us(fn, n: int = 300) -> float:
-    """Host time per launch: ``n`` launches enqueued (fewer than the launch queue holds,
-    so none waits for the GPU), timed without waiting for them to run."""
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    elapsed = time.perf_counter() - t0
-    torch.cuda.synchronize()
-    return elapsed / n * 1e6
+def launch_us(fn) -> tuple[float, float]:
+    """Microseconds per launch of ``fn`` (a tiny GEMM): (wall, host). Wall: 2000 launches
+    back to back until they have run (host time, or the tiny kernel's own GPU time where
+    longer: the two are not told apart). Host: 300 launches (fewer than the launch queue
+    holds, so none waits for the GPU) until they are enqueued."""
+    times = []
+    for n, wait in ((2000, True), (300, False)):
+        for _ in range(50):
+            fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        if wait:
+            torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) / n * 1e6)
+        torch.cuda.synchronize()
+    return times[0], times[1]
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -171,8 +164,9 @@ def main(argv: list[str] | None = None) -> dict:
     out = torch.empty(128, 128, device=dev, dtype=torch.bfloat16)
     kern = get_gemm(spec_for(a, a, torch.bfloat16, GemmConfig(128, 128, 1, 1)), cache)
     launches = {"ours": lambda: kern(a, a, out), "torch_mm": lambda: torch.mm(a, a, out=out)}
-    overhead = {name: round(launch_overhead_us(fn), 1) for name, fn in launches.items()}
-    enqueue = {name: round(enqueue_us(fn), 1) for name, fn in launches.items()}
+    measured = {name: launch_us(fn) for name, fn in launches.items()}
+    overhead = {name: round(wall, 1) for name, (wall, _) in measured.items()}
+    enqueue = {name: round(host, 1) for name, (_, host) in measured.items()}
 
     ratios = [r["vs_cublas"] for r in rows]
     result = {
