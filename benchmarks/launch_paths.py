@@ -40,11 +40,20 @@ EPILOGUES = {
 }  # fmt: skip
 
 
-def operand(kind: str | None, m: int, n: int) -> tuple:
-    if kind is None:
-        return ()
-    shape = (n,) if kind == "row" else (m, n)
-    return (torch.randn(*shape, device="cuda").to(torch.bfloat16),)
+def launch_paths(epi, kind: str | None, m: int, n: int, k: int) -> dict:
+    """Calls of the shortlist's first config (at SHAPE) with ``epi`` on fresh m x n x k
+    inputs: direct, and through the generated-code launcher."""
+    a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    b = torch.randn(n, k, device="cuda").to(torch.bfloat16).t()
+    out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    shape = None if kind is None else (n,) if kind == "row" else (m, n)
+    ops = () if shape is None else (torch.randn(*shape, device="cuda").to(torch.bfloat16),)
+    spec = spec_for(a, b, torch.bfloat16, shortlist(*SHAPE)[0], epi)
+    direct, launch = get_gemm(spec), launcher(spec.to_json())
+    return {
+        "direct": lambda: direct(a, b, out, *ops),
+        "launcher": lambda: launch(a, b, out, *ops, stream=torch.cuda.current_stream().cuda_stream),
+    }
 
 
 def main() -> None:
@@ -55,26 +64,14 @@ def main() -> None:
     result = {**run_info(), "shape": list(SHAPE), "rows": []}
     for name, (epi, kind) in EPILOGUES.items():
         row = {"epilogue": name}
-        for label, (m, n, k) in (("shape", SHAPE), ("tiny", (128, 128, 64))):
-            a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
-            b = torch.randn(n, k, device="cuda").to(torch.bfloat16).t()
-            out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-            ops = operand(kind, m, n)
-            spec = spec_for(a, b, torch.bfloat16, shortlist(*SHAPE)[0], epi)
-            direct, launch = get_gemm(spec), launcher(spec.to_json())
-            paths = {
-                "direct": lambda: direct(a, b, out, *ops),
-                "launcher": lambda: launch(a, b, out, *ops, stream=torch.cuda.current_stream().cuda_stream),
-            }
-            if label == "tiny":
-                for p, fn in paths.items():
-                    wall, host = launch_us(fn)
-                    row.update({f"wall_us_{p}": round(wall, 1), f"enqueue_us_{p}": round(host, 1)})
-                continue
-            paths["launcher_graph"] = graphed(paths["launcher"])
-            bench(paths["direct"], rep=500)  # steady clock
-            t = interleaved({p: (lambda fn=fn: _compat.benchmark_gpu(fn)) for p, fn in paths.items()}, 3)
-            row.update({f"{p}_ms": round(v, 4) for p, v in t.items()})
+        paths = launch_paths(epi, kind, *SHAPE)
+        paths["launcher_graph"] = graphed(paths["launcher"])
+        bench(paths["direct"], rep=500)  # steady clock
+        t = interleaved({p: (lambda fn=fn: _compat.benchmark_gpu(fn)) for p, fn in paths.items()}, 3)
+        row.update({f"{p}_ms": round(v, 4) for p, v in t.items()})
+        for p, fn in launch_paths(epi, kind, 128, 128, 64).items():
+            wall, host = launch_us(fn)
+            row.update({f"wall_us_{p}": round(wall, 1), f"enqueue_us_{p}": round(host, 1)})
         result["rows"].append(row)
         print(row, flush=True)
     write_json(result, args.json)
