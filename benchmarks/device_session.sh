@@ -12,6 +12,7 @@
 # fusion:   launch_paths.py, the fusion GPU tests, the epilogue benchmark at 8192 and 1024 rows,
 #           then the main job, all with epilogue fusion on
 # probe:    kernel_probe.py (where the kernel loses to cuBLAS), then the GEMM benchmark
+# diagnose: probe, then addmm+gelu at 1024 rows with Inductor's fusion log and output code
 # Needs .device/ (see ../shared/device/README.md). Each step has its own time limit, so a
 # slow step cannot eat the next one's, and a summary is printed for each.
 set -u
@@ -25,7 +26,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log
     echo "== $name: rc=$? in $((SECONDS - t0)) s"
 }
 
-case "${1:?tests, model, epilogue, fusion, final, verify or probe}" in
+case "${1:?tests, model, epilogue, fusion, final, verify, probe or diagnose}" in
 tests)
     # Stream-K first, on its own limit: a kernel that waits on a flag forever would
     # otherwise take the whole suite's time with it.
@@ -66,9 +67,14 @@ fusion)
     grep -E " -> |geomean|takes it|left to|Error" "$OUT/epilogue.log" | cut -c1-260 | tail -20
     step job 230 python3 -m inductor_cutedsl --json "$OUT/h200-model.json" --png "$OUT/h200-model.png"
     grep -vE "^(W|I|E)[0-9]{4}" "$OUT/job.log" | tail -24 | cut -c1-220 ;;
-probe)
+probe|diagnose)
     step probe 300 python3 benchmarks/kernel_probe.py --json "$OUT/h200-probe.json"
     grep -vE "^(W|I)[0-9]{4}" "$OUT/probe.log" | tail -40 | cut -c1-200
     step gemm 200 python3 benchmarks/gemm.py --json "$OUT/h200-gemm.json"
-    tail -9 "$OUT/gemm.log" ;;
+    tail -9 "$OUT/gemm.log"
+    if [ "$1" = diagnose ]; then
+        INDUCTOR_CUTEDSL_EPILOGUE_FUSION=1 TORCH_LOGS=inductor_cutedsl,fusion,output_code \
+            step gelu-1024 120 python3 benchmarks/epilogue.py --patterns addmm_gelu_tanh --shapes 3
+        grep -E " -> |takes it|left to|Error" "$OUT/gelu-1024.log" | cut -c1-260 | tail -10
+    fi ;;
 esac

@@ -16,6 +16,7 @@ from inductor_cutedsl.runtime.compiler import build, build_many
 REPRESENTATIVE = [
     (GemmConfig(128, 256, 2, 1), "bfloat16", "bfloat16", "k", "k", E.IDENTITY),
     (GemmConfig(128, 256, 2, 1, epi_n=64, epi_buffers=4), "bfloat16", "bfloat16", "k", "k", E.IDENTITY),
+    (GemmConfig(128, 256, 2, 1, epi_n=64, evict_first="b"), "bfloat16", "bfloat16", "k", "k", E.IDENTITY),
     (GemmConfig(128, 256, 2, 1, epi_n=64, stream_k=True), "float16", "float32", "m", "n",
      E.bias_activation("gelu_tanh", "row", "float16")),
     (GemmConfig(128, 128, 1, 2, True, False, 8), "float16", "float32", "m", "n", E.bias("col")),
@@ -57,6 +58,7 @@ def test_config_space_is_valid_and_shortlist_in_it():
         (GemmConfig(128, 256, epi_buffers=1), "epi_buffers"),
         (GemmConfig(256, 256, False, epi_buffers=8), "accumulator registers"),
         (GemmConfig(128, 128, pingpong=True, stream_k=True), "stream_k"),
+        (GemmConfig(128, 256, evict_first="c"), "evict_first"),
     ],
 )
 def test_invalid_configs_are_refused(cfg, needle):

@@ -47,6 +47,9 @@ class GemmConfig:
     # Stream-K over the last partial wave of tiles: its k-iterations are split evenly
     # over every cluster slot, and each tile's partial sums meet in its first slot.
     stream_k: bool = False
+    # The operand ("a" or "b") whose TMA loads carry an L2 evict-first hint ("": none),
+    # so the other operand's lines, reused by later tiles, stay in L2 longer.
+    evict_first: str = ""
 
     @property
     def tile_k(self) -> int:
@@ -73,6 +76,7 @@ class GemmConfig:
             f"_r{raster}{self.swizzle}" + ("" if self.epi_n == 32 else f"_e{self.epi_n}")
             + (f"_b{self.epi_buffers}" if self.epi_buffers else "")
             + ("_sk" if self.stream_k else "")
+            + (f"_x{self.evict_first}" if self.evict_first else "")
         )
 
     def epi_stages(self, out_bytes: int) -> int:
@@ -107,6 +111,8 @@ class GemmConfig:
             return f"cluster must be one of {_CLUSTERS}"
         if self.stream_k and self.pingpong:
             return "stream_k needs the cooperative schedule"
+        if self.evict_first not in ("", "a", "b"):
+            return 'evict_first must be "", "a" or "b"'
         if self.epi_buffers and not 2 <= self.epi_buffers <= 8:
             return "epi_buffers must be 0 (derived) or 2 to 8"
         if self.swizzle < 1 or self.swizzle & (self.swizzle - 1):
