@@ -10,9 +10,8 @@ Inductor's benchmarker (fastest repetition, L2 flushed; what its autotuner compa
   fixed cost per tile (prologue, epilogue); a constant gap is the mainloop's rate.
 * Variants (raster, swizzle, cluster, tile, epilogue staging, stream-K) at 8192 x 4096
   x 4096, each against cuBLAS.
-* Twins at every benchmark shape: the shortlist's first config against itself with an
-  L2 evict-first hint on A's or on B's loads (each pair timed side by side). Session 5
-  measured stream-K and whole-tile staging twins this way: noise.
+* Twins at every benchmark shape: the shortlist's first config against itself with
+  stream-K, and with the whole tile's stores staged (each pair timed side by side).
 * Fused epilogues with full M x N inputs: fused / unfused time of our kernel.
 """
 from __future__ import annotations
@@ -61,9 +60,8 @@ def twins(m: int, n: int, k: int) -> dict[str, tuple[GemmConfig, GemmConfig]]:
     """(base, variant) pairs at a shape: the shortlist's first config and its twins."""
     base = shortlist(m, n, k)[0]
     return {
-        # L2 evict-first on one operand's loads, so the other's lines stay for later tiles.
-        "evict_first_a": (base, dataclasses.replace(base, evict_first="a")),
-        "evict_first_b": (base, dataclasses.replace(base, evict_first="b")),
+        "stream_k": (base, dataclasses.replace(base, stream_k=True)),
+        "whole_tile_staging": (base, dataclasses.replace(base, epi_buffers=base.whole_tile_buffers())),
     }
 
 

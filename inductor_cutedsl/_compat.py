@@ -273,10 +273,12 @@ def restore_fusion_speedup_hook(original: Any) -> None:
     Scheduler.speedup_by_fusion = original
 
 
-def install_benchmark_hook(adjust: Callable[[dict, Callable[[Any], float]], dict]) -> Any:
-    """Pass every autotuning pass's timings through ``adjust(timings, measure)``, where
-    ``measure(choice)`` times one choice again on the same inputs, as Inductor did.
-    Returns what ``restore_benchmark_hook`` needs."""
+def install_benchmark_hook(adjust: Callable[[dict, Callable[[Any], Callable[[], Any]]], dict]) -> Any:
+    """Pass every autotuning pass's timings through ``adjust(timings, run_fn)``, where
+    ``run_fn(choice)`` makes a function that runs one choice's kernel on the inputs
+    Inductor timed it on (its benchmark request's run function; a choice with a
+    ``benchmark_inputs()`` method gets those inputs instead). Returns what
+    ``restore_benchmark_hook`` needs."""
     from torch._inductor.select_algorithm import AlgorithmSelectorCache
 
     original = AlgorithmSelectorCache.__dict__["benchmark_choices"]
@@ -285,7 +287,13 @@ def install_benchmark_hook(adjust: Callable[[dict, Callable[[Any], float]], dict
         timings = original.__func__(cls, choices, autotune_args, is_collective)
         if is_collective:
             return timings
-        return adjust(timings, lambda choice: cls.benchmark_choice(choice, autotune_args))
+
+        def run_fn(choice):
+            inputs, out = autotune_args.get_benchmark_tensors(cls._is_extern(choice)).unpack()
+            own = getattr(choice, "benchmark_inputs", None)
+            return choice.bmreq.make_run_fn(*(own() if own else inputs), out=out)
+
+        return adjust(timings, run_fn)
 
     AlgorithmSelectorCache.benchmark_choices = classmethod(benchmark_choices)
     return original

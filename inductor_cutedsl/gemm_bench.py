@@ -50,11 +50,6 @@ def search_space(m: int, n: int, k: int) -> list[GemmConfig]:
         for cfg in base[:2]
         if not cfg.pingpong
     ] + [
-        # cuBLAS's own tile on these shapes (256x128, cluster along N), both clusters.
-        GemmConfig(256, 128, cm, cn, False, raster_m, 8, 64)
-        for cm, cn in ((1, 2), (2, 1))
-        for raster_m in (True, False)
-    ] + [
         # 2x2 clusters multicast both operands: a quarter less L2 -> SM traffic.
         dataclasses.replace(cfg, cluster_m=2, cluster_n=2, swizzle=swizzle, epi_n=64)
         for cfg in base[:2]

@@ -24,10 +24,21 @@ def graphed(fn: Callable[[], object]) -> Callable[[], None]:
     Python, so short kernels are timed as kernels, not as their launch paths (what
     a model compiled with CUDA graphs runs). ``fn`` must launch on the current stream.
     """
-    fn()  # outside the capture: a first launch loads kernels and sets up launch paths
+    return graphed_run(lambda: fn)
+
+
+def graphed_run(make: Callable[[], Callable[[], object]]) -> Callable[[], None]:
+    """``graphed(make())``, with ``make`` called on the capture stream: for run functions
+    that read the current stream once, when made (Inductor's benchmark run functions)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn = make()
+        fn()  # outside the capture: a first launch loads kernels and sets up launch paths
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    # thread_local: a compile thread's CUDA calls elsewhere must not void this capture.
+    with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
         fn()
     return graph.replay
 

@@ -40,7 +40,8 @@ def test_probe_configs_are_valid_and_twins_differ_only_as_named():
 def test_probe_operand_layouts_meet_the_paired_declaration():
     """The probe hands its residual straight to the kernel (no launcher check): it
     must be contiguous with an even N, as the pairs declaration assumes."""
-    from inductor_cutedsl.runtime.support import pairs_reason
+    from inductor_cutedsl.runtime.support import operand_args, pairs_reason
 
     for m, n, _ in kernel_probe.FUSED_SHAPES:
-        assert pairs_reason(torch.empty(1, m, n, dtype=torch.bfloat16)) is None
+        residual = torch.empty(m, n, dtype=torch.bfloat16)
+        assert pairs_reason(operand_args(residual, None, 1, m, n), n) is None

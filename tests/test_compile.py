@@ -4,6 +4,8 @@ from __future__ import annotations
 import functools
 import os
 
+import types
+
 import pytest
 
 from inductor_cutedsl.kernels import GemmConfig, config_space, shortlist
@@ -16,7 +18,6 @@ from inductor_cutedsl.runtime.compiler import build, build_many
 REPRESENTATIVE = [
     (GemmConfig(128, 256, 2, 1), "bfloat16", "bfloat16", "k", "k", E.IDENTITY),
     (GemmConfig(128, 256, 2, 1, epi_n=64, epi_buffers=4), "bfloat16", "bfloat16", "k", "k", E.IDENTITY),
-    (GemmConfig(128, 256, 2, 1, epi_n=64, evict_first="b"), "bfloat16", "bfloat16", "k", "k", E.IDENTITY),
     (GemmConfig(128, 256, 2, 1, epi_n=64, stream_k=True), "float16", "float32", "m", "n",
      E.bias_activation("gelu_tanh", "row", "float16")),
     (GemmConfig(128, 128, 1, 2, True, False, 8), "float16", "float32", "m", "n", E.bias("col")),
@@ -46,6 +47,22 @@ def test_config_space_is_valid_and_shortlist_in_it():
         assert picks and all(p in space for p in picks)
 
 
+def test_swizzle_is_fitted_to_the_swizzled_dimension():
+    """The scheduler pads the swizzled cluster count to a multiple of the swizzle, and
+    schedules the padding: the shortlist never pads by more than 1/16."""
+    from inductor_cutedsl.kernels.config import fitted_swizzle
+
+    along_n = GemmConfig(256, 128, 1, 2, False, False, 8)  # swizzles M: 4 tile rows at M=1024
+    assert fitted_swizzle(along_n, 1024, 4096) == 4
+    assert fitted_swizzle(along_n, 768, 4096) == 1  # 3 tile rows
+    assert fitted_swizzle(along_n, 8192, 4096) == 8
+    along_m = GemmConfig(128, 256, 1, 2, False, True, 8)  # swizzles N: 28 clusters at 14336
+    assert fitted_swizzle(along_m, 8192, 14336) == 4
+    for shape in [(600, 11008, 4096), (1000, 11008, 4096), (7680, 4096, 4096), (8192, 14336, 4096)]:
+        for cfg in shortlist(*shape):
+            assert fitted_swizzle(cfg, shape[0], shape[1]) == cfg.swizzle
+
+
 @pytest.mark.parametrize(
     "cfg,needle",
     [
@@ -58,7 +75,6 @@ def test_config_space_is_valid_and_shortlist_in_it():
         (GemmConfig(128, 256, epi_buffers=1), "epi_buffers"),
         (GemmConfig(256, 256, False, epi_buffers=8), "accumulator registers"),
         (GemmConfig(128, 128, pingpong=True, stream_k=True), "stream_k"),
-        (GemmConfig(128, 256, evict_first="c"), "evict_first"),
     ],
 )
 def test_invalid_configs_are_refused(cfg, needle):
@@ -85,7 +101,7 @@ def test_whole_config_space_compiles(tmp_path):
 def test_loaded_entry_marshals_the_launchers_arguments(tmp_path, stream_k):
     """Without a GPU: an exported kernel loads, and the DSL accepts, for every operand
     kind (and stream-K's buffers), the argument list ``CompiledGemm`` builds (what its
-    first launch passes)."""
+    first launch passes), and the fast path packs it exactly as the DSL does."""
     from inductor_cutedsl.runtime.launch import CompiledGemm
 
     epi = E.Epilogue(
@@ -100,8 +116,17 @@ def test_loaded_entry_marshals_the_launchers_arguments(tmp_path, stream_k):
     values = [0x1000, 0x2000, 0x3000, 64, 64, 64, 1, 64, 64, 64, 0, 0, 0, 1]
     values += [0x7000, 0x8000] if stream_k else []
     values += [0x4000, 0, 1, 0] + [0x5000, 64, 1, 0] + [0.5] + [0x6000, 64, 1, 0] + [0]
-    exe_args, _ = call._fn.generate_execution_args(*call._to_dsl_args(values))
+    dsl_args = call._to_dsl_args(values)  # exe_args point into these: keep them alive
+    exe_args, _ = call._fn.generate_execution_args(*dsl_args)
     assert len(exe_args) == len(values)
+    # The fast path's packed slots hold, byte for byte, what the DSL marshalled. (Its
+    # executor needs a CUDA context: a stand-in gives only the packed-argument count.)
+    call._fn._default_executor = types.SimpleNamespace(
+        _num_extra_args=0, _get_invoke_packed_args=lambda args: [None] * len(args),
+        capi_func=None, cuda_result=None,
+    )  # fmt: skip
+    assert call._build_fast_state(exe_args, values) is not None
+    assert call._build_fast_state(exe_args, [*values[:3], 65, *values[4:]]) is None
 
 
 @pytest.mark.parametrize("tiles,slots,k_tiles", [

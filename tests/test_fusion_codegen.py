@@ -107,9 +107,21 @@ def test_bias_gemm_with_fused_residual_passes_every_operand_view(fusion):
     assert views == (None, ((N, 1, 0), 0)), views
     spec = json.loads(spec)
     assert spec["out_dtype"] == "float32"
-    # The bias is a row vector (read one element per load); the contiguous bf16
-    # residual is read two columns per load.
-    assert [op["pairs"] for op in spec["epilogue"]["operands"]] == [False, True]
+    # The bias is a row vector (its M stride compiled in as 0, one element per load);
+    # the contiguous bf16 residual is read two columns per load.
+    operands = spec["epilogue"]["operands"]
+    assert [(op["kind"], op["pairs"]) for op in operands] == [("row", False), ("full", True)]
+
+
+@pytest.mark.parametrize(
+    "bias_shape,kind", [((N,), "row"), ((M, 1), "col"), ((M, N), "full"), ((1, 1), "full")]
+)
+def test_addmm_bias_kind_follows_the_bias_layout(bias_shape, kind):
+    with backend(fusion=False):
+        code = generated_code(lambda x, w, b: torch.addmm(b, x, w.t()), (M, K), (N, K), bias_shape)
+    launch = next(line for line in code.splitlines() if line.strip().startswith("_launch = launcher("))
+    spec = json.loads(ast.literal_eval(ast.parse(launch.strip()).body[0].value.args[0]))
+    assert spec["epilogue"]["name"] == f"bias_{kind}"
 
 
 def test_batched_gemm_epilogue(fusion):

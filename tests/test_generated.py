@@ -15,15 +15,21 @@ SPEC = KernelSpec(GemmConfig(128, 256, 2, 1), "bfloat16", "bfloat16", "k", "k", 
 def test_operands_that_break_a_pairs_declaration_run_the_unpaired_kernel(monkeypatch):
     ran = []
 
-    def get_gemm(spec):
-        return lambda a, b, out, *ops, stream: ran.append(spec.epilogue.operands[0].pairs)
+    class Kernel:
+        def __init__(self, spec):
+            self.spec = spec
 
-    monkeypatch.setattr(generated, "get_gemm", get_gemm)
+        def launch(self, a, b, out, values, stream):
+            ran.append((self.spec.epilogue.operands[0].pairs, values))
+
+    monkeypatch.setattr(generated, "get_gemm", Kernel)
+
     launch = generated.launcher(SPEC.to_json(), (), (((128, 1, 0), 0),))
     a, b, out = torch.empty(64, 32), torch.empty(32, 128), torch.empty(64, 128)
     aligned = torch.empty(64 * 128 + 2, dtype=torch.bfloat16)
     launch(a, b, out, aligned, stream=0)
     launch(a, b, out, aligned[1:], stream=0)  # the view starts 2 bytes in
-    assert ran == [True, False]
+    base = aligned.data_ptr()
+    assert ran == [(True, [base, 128, 1, 0]), (False, [base + 2, 128, 1, 0])]
     assert generated.unpaired(SPEC).epilogue.fingerprint() != SPEC.epilogue.fingerprint()
     assert generated.unpaired(SPEC).epilogue.source == SPEC.epilogue.source

@@ -158,3 +158,22 @@ def test_second_process_runs_zero_cutedsl_compiles(tmp_path):
 
     assert run() > 0  # cold: compiles into the fresh cache
     assert run() == 0  # warm: a second process compiles nothing
+
+
+@pytest.mark.parametrize("other", ["ATEN", "TRITON"])
+def test_side_by_side_retiming_runs_the_other_choice_as_a_cuda_graph(other, caplog):
+    """Our candidates are re-timed beside the fastest other choice (cuBLAS, or a Triton
+    template whose run function reads its stream when made) as CUDA graph replays: the
+    capture must work for real, not fall back to Inductor's first figures."""
+    import logging
+
+    from torch._inductor import config as ic
+
+    a, w = bf16(1000, 1024), bf16(2048, 1024)
+    with ic.patch(max_autotune_gemm_backends=f"{other},CUTEDSL", force_disable_caches=True):
+        with caplog.at_level(logging.INFO, logger="inductor_cutedsl.lowering"):
+            out = torch.compile(lambda x, y: x @ y.t(), mode="max-autotune-no-cudagraphs")(a, w)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("side by side" in m for m in messages), messages
+    assert not any("side-by-side timing" in m and "failed" in m for m in messages), messages
+    assert rel_err(out, a.double() @ w.double().t()) < 2e-2

@@ -120,10 +120,32 @@ def test_pairs_declarations():
     ],
 )
 def test_pairs_reasons(view, needle):
-    assert needle in (support.pairs_reason(view) or "")
+    args = support.operand_args(view, None, *view.shape)
+    assert needle in (support.pairs_reason(args, view.shape[2]) or "")
     assert needle in (operands_reason(PAIRED, [view[0]], 1, view.shape[1], view.shape[2]) or "")
 
 
 def test_pairs_accepted_layouts():
-    assert support.pairs_reason(cpu(3, 64, 128)) is None
-    assert support.pairs_reason(cpu(64, 130)[:, :128].expand(2, 64, 128)) is None  # padded rows
+    assert support.pairs_reason(support.operand_args(cpu(3, 64, 128), None, 3, 64, 128), 128) is None
+    padded = cpu(64, 130)[:, :128]  # padded rows, broadcast over two batches
+    assert support.pairs_reason(support.operand_args(padded, None, 2, 64, 128), 128) is None
+
+
+@pytest.mark.parametrize(
+    "shape,target",
+    [((128,), (2, 64, 128)), ((64, 1), (1, 64, 128)), ((3, 1, 128), (3, 64, 128)), ((64, 128), (1, 64, 128))],
+)
+def test_operand_args_broadcast_as_expand_does(shape, target):
+    t = cpu(*shape)
+    view = t.expand(*target)
+    address, s_m, s_n, s_l = support.operand_args(t, None, *target)
+    assert address == t.data_ptr()
+    # A size-1 mode's stride is never used (expand gives new ones a nonzero stride).
+    for dim, stride in ((0, s_l), (1, s_m), (2, s_n)):
+        assert stride == view.stride(dim) or target[dim] == 1
+
+
+def test_operand_args_refuse_what_does_not_broadcast():
+    for shape in ((64, 127), (2, 1, 64, 128), (2, 64, 128)):
+        with pytest.raises(ValueError, match="broadcast"):
+            support.operand_args(cpu(*shape), None, 3, 64, 128)

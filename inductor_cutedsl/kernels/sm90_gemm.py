@@ -57,8 +57,6 @@ _PREFETCH_LEAD_K_TILES = 8
 # Most stream-K shares summed into one tile: its owner reads the others' partial
 # tiles (128 KiB each at 128x256) alone, before its epilogue.
 _STREAM_K_MAX_PARTS = 4
-# TMA L2 cache-policy operand for evict-first (the createpolicy encoding CUTLASS uses).
-_L2_EVICT_FIRST = 0x12F0000000000000
 # Named barrier ids (0 is __syncthreads).
 _BAR_EPI = 1  # +wg in pingpong
 _BAR_MMA_TURN = 3  # +wg
@@ -469,18 +467,13 @@ class Sm90Gemm:
     def _load(self, ab_pipe, state, tc, k0, k1, loads):
         """Issue the TMA loads of k-tiles [k0, k1) of tile ``tc``."""
         tma_a, tAsA, tAgA, a_mask, tma_b, tBsB, tBgB, b_mask = loads
-        # No policy operand at all without a hint: the default kernel stays as it was.
-        a_policy = Int64(_L2_EVICT_FIRST) if self.cfg.evict_first == "a" else None
-        b_policy = Int64(_L2_EVICT_FIRST) if self.cfg.evict_first == "b" else None
         tAgA_t = tAgA[(None, tc[0], None, tc[2])]
         tBgB_t = tBgB[(None, tc[1], None, tc[2])]
         for kt in range(k0, k1):
             ab_pipe.producer_acquire(state)
             bar = ab_pipe.producer_get_barrier(state)
-            cute.copy(tma_a, tAgA_t[(None, kt)], tAsA[(None, state.index)], tma_bar_ptr=bar,
-                      mcast_mask=a_mask, cache_policy=a_policy)
-            cute.copy(tma_b, tBgB_t[(None, kt)], tBsB[(None, state.index)], tma_bar_ptr=bar,
-                      mcast_mask=b_mask, cache_policy=b_policy)
+            cute.copy(tma_a, tAgA_t[(None, kt)], tAsA[(None, state.index)], tma_bar_ptr=bar, mcast_mask=a_mask)
+            cute.copy(tma_b, tBgB_t[(None, kt)], tBsB[(None, state.index)], tma_bar_ptr=bar, mcast_mask=b_mask)
             ab_pipe.producer_commit(state)
             state.advance()
         return state

@@ -8,7 +8,7 @@ check gets no CuteDSL candidate, and the reason goes to the
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Sequence
 
 from .. import _compat, config
 from ..kernels import epilogue as E
@@ -72,6 +72,19 @@ def candidate_specs(
     ]
 
 
+def bias_kind(stride: Sequence[Any]) -> str:
+    """How addmm's C (expanded to the output's size) is laid out: ``row`` (a bias over
+    N: M stride 0), ``col`` (N stride 0) or ``full``. Only a stride that is zero in the
+    graph (not merely for these sizes) makes a vector: the kernel then compiles that
+    stride in, and reads each bias value once per column instead of once per element."""
+    m_stride, n_stride = stride[-2], stride[-1]
+    if m_stride == 0 and n_stride != 0:
+        return "row"
+    if n_stride == 0 and m_stride != 0:
+        return "col"
+    return "full"
+
+
 def gemm_specs(kernel_inputs: Any, op_name: str) -> tuple[list[KernelSpec], dict]:
     """Candidate specs for this GEMM and the template arguments they share.
 
@@ -115,10 +128,11 @@ def gemm_specs(kernel_inputs: Any, op_name: str) -> tuple[list[KernelSpec], dict
         bias_dtype = OUT_DTYPES[c.get_dtype()]
         if beta == 0.0:
             raise Refusal("beta == 0 (the bias must be ignored, even NaN): plain mm fits better")
+        kind = bias_kind(c.get_stride())
         if alpha == 1.0 and beta == 1.0:
-            epilogue = E.bias("full", bias_dtype)
+            epilogue = E.bias(kind, bias_dtype)
         else:
-            epilogue, scalars = E.addmm(True, "full", bias_dtype), (alpha, beta)
+            epilogue, scalars = E.addmm(True, kind, bias_dtype), (alpha, beta)
 
     m, n, k = (_compat.size_hint(x) for x in kernel_inputs.mnk_symbolic())
     batch = _compat.size_hint(a.get_size()[0]) if len(a.get_size()) == 3 else 1

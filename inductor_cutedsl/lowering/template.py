@@ -71,15 +71,18 @@ class GemmCaller(CuteDSLTemplateCaller):
         except Exception as exc:
             raise RuntimeError(f"CuteDSL candidate {self.name} did not compile: {exc}") from exc
         t0 = time.perf_counter()
-        args = tuple(meta.to_tensor() for meta in self.bmreq.input_tensor_meta)
         try:
-            return self.bmreq.benchmark(*args, out=out)
+            return self.bmreq.benchmark(*self.benchmark_inputs(), out=out)
         except RuntimeError:
             raise
         except Exception as exc:  # a DSL or driver error must not abort compilation
             raise RuntimeError(f"CuteDSL candidate {self.name} failed: {exc}") from exc
         finally:
             stats["benchmark_s"] += time.perf_counter() - t0
+
+    def benchmark_inputs(self) -> tuple[torch.Tensor, ...]:
+        """Random inputs laid out as this choice's own operand views."""
+        return tuple(meta.to_tensor() for meta in self.bmreq.input_tensor_meta)
 
     def hash_key(self) -> str:
         """Stable across renders of the same kernel for the same inputs (the stock key

@@ -2,8 +2,9 @@
 
 The DSL's generic ``__call__`` re-marshals every argument through its adapter
 registry (about 100 us for a GEMM launch). Our entry takes only pointers and
-scalars, so after one generic call we keep our own ctypes slots and packed
-argument array and call the C entry directly. The first call checks, byte by
+scalars, so after one generic call we keep our own argument buffer (one 8-byte
+slot per parameter, filled by a single ``struct.pack_into``) and packed argument
+array, and call the C entry directly. The first call checks, byte by
 byte, that our slots hold exactly what the DSL marshalled; if anything differs
 (a DSL change), every call stays on the generic path.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import struct
 import threading
 from typing import Any, Sequence
 
@@ -18,7 +20,9 @@ log = logging.getLogger("inductor_cutedsl.launch")
 
 # Slot kinds, in the order of the entry's parameters.
 PTR, I32, I64, F32 = "ptr", "i32", "i64", "f32"
-_CTYPES = {PTR: ctypes.c_void_p, I32: ctypes.c_int32, I64: ctypes.c_int64, F32: ctypes.c_float}
+# Each kind's bytes in its 8-byte slot (little-endian, as the host ABI reads them).
+_FORMATS = {PTR: "Q", I32: "i4x", I64: "q", F32: "f4x"}
+_SLOT = 8
 
 
 class FastCaller:
@@ -27,6 +31,7 @@ class FastCaller:
     def __init__(self, fn: Any, kinds: Sequence[str], to_dsl_args) -> None:
         self._fn = fn
         self._kinds = list(kinds)
+        self._layout = struct.Struct("<" + "".join(_FORMATS[k] for k in self._kinds))
         self._to_dsl_args = to_dsl_args  # plain values -> DSL objects, for the generic path
         self._tls = threading.local()
         self._generic_only = False
@@ -36,9 +41,8 @@ class FastCaller:
         if state is None or self._generic_only:
             self._generic_call(values)
             return
-        slots, packed, capi, result = state
-        for slot, value in zip(slots, values):
-            slot.value = value
+        buffer, packed, capi, result = state
+        self._layout.pack_into(buffer, 0, *values)
         capi(packed)
         if result is not None and result.value != 0:
             raise RuntimeError(f"CuTe DSL kernel launch failed with CUDA error {result.value}")
@@ -57,22 +61,24 @@ class FastCaller:
         if executor is None or len(exe_args) != len(self._kinds):
             log.warning("fast launch path unavailable (DSL argument layout changed)")
             return None
-        slots = [_CTYPES[k](v) for k, v in zip(self._kinds, values)]
-        for i, (slot, arg) in enumerate(zip(slots, exe_args)):
+        buffer = ctypes.create_string_buffer(_SLOT * len(self._kinds))
+        self._layout.pack_into(buffer, 0, *values)
+        base = ctypes.addressof(buffer)
+        for i, arg in enumerate(exe_args):
             addr = arg.value if isinstance(arg, ctypes.c_void_p) else int(arg)
-            size = ctypes.sizeof(slot)
+            size = 4 if self._kinds[i] in (I32, F32) else 8
             theirs = ctypes.string_at(addr, size)
-            if theirs != ctypes.string_at(ctypes.addressof(slot), size):
+            if theirs != ctypes.string_at(base + _SLOT * i, size):
                 log.warning(
                     "fast launch path unavailable: argument %d (%s) marshals as %s, not %r",
                     i, self._kinds[i], theirs.hex(), values[i],
                 )  # fmt: skip
                 return None
         dsl_packed = executor._get_invoke_packed_args(exe_args)
-        n = len(slots) + executor._num_extra_args
+        n = len(self._kinds) + executor._num_extra_args
         packed = (ctypes.c_void_p * n)()
-        for i, slot in enumerate(slots):
-            packed[i] = ctypes.addressof(slot)
-        for i in range(len(slots), n):
+        for i in range(len(self._kinds)):
+            packed[i] = base + _SLOT * i
+        for i in range(len(self._kinds), n):
             packed[i] = dsl_packed[i]
-        return slots, packed, executor.capi_func, executor.cuda_result
+        return buffer, packed, executor.capi_func, executor.cuda_result

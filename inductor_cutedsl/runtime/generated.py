@@ -19,42 +19,41 @@ import torch
 from ..kernels.epilogue import Epilogue
 from .launch import get_gemm
 from .spec import KernelSpec
-from .support import pairs_reason
-
-
-def operand_view(t: torch.Tensor, view, batch: int, m: int, n: int) -> torch.Tensor:
-    """The (L, M, N) view an epilogue reads: ``view`` is None (broadcast ``t`` as it
-    is) or ((stride_m, stride_n, stride_l), offset) from the translated indexing."""
-    if view is None:
-        return t
-    (s_m, s_n, s_l), offset = view
-    return t.as_strided((batch, m, n), (s_l, s_m, s_n), t.storage_offset() + offset)
+from .support import operand_args, pairs_reason
 
 
 def launcher(
     spec_json: str, scalars: Sequence[float] = (), views: Sequence = ()
 ) -> Callable[..., None]:
     """``scalars``: values of the epilogue's scalar operands, in declaration order;
-    ``views``: per tensor operand, how to read it (see ``operand_view``)."""
+    ``views``: per tensor operand, how to read it (see ``operand_args``)."""
     spec = KernelSpec.from_json(spec_json)
     kernel = get_gemm(spec)
-    kinds = [op.is_tensor for op in spec.epilogue.operands]
-    paired = [op.pairs for op in spec.epilogue.operands if op.is_tensor]
     fallback = functools.cache(lambda: get_gemm(unpaired(spec)))  # keyed and loaded once
     scalars = tuple(float(s) for s in scalars)
-    views = tuple(views) or (None,) * sum(kinds)
+    views = tuple(views) or (None,) * sum(op.is_tensor for op in spec.epilogue.operands)
+    # Per operand: (is a tensor, declared for pairs, its view or its scalar value).
+    t_views, s_values = iter(views), iter(scalars)
+    plan = tuple(
+        (True, op.pairs, next(t_views)) if op.is_tensor else (False, False, next(s_values))
+        for op in spec.epilogue.operands
+    )
 
     def launch(
         a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *tensors: torch.Tensor, stream: int
     ) -> None:
         batch = a.shape[0] if a.dim() == 3 else 1
         m, n = a.shape[-2], b.shape[-1]
-        ops = [operand_view(x, v, batch, m, n) for x, v in zip(tensors, views)]
-        run = kernel
-        if any(p and pairs_reason(x.expand(batch, m, n)) for p, x in zip(paired, ops)):
-            run = fallback()
-        t, s = iter(ops), iter(scalars)
-        run(a, b, out, *(next(t) if is_tensor else next(s) for is_tensor in kinds), stream=stream)
+        run, values, t = kernel, [], iter(tensors)
+        for is_tensor, pairs, what in plan:
+            if not is_tensor:
+                values.append(what)
+                continue
+            args = operand_args(next(t), what, batch, m, n)
+            if pairs and pairs_reason(args, n):
+                run = fallback()
+            values += args
+        run.launch(a, b, out, values, stream)
 
     return launch
 

@@ -25,6 +25,7 @@ from .support import (
     b_major,
     gemm_reason,
     leading_stride,
+    operand_args,
     operands_reason,
 )
 
@@ -104,6 +105,22 @@ class CompiledGemm:
         self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *operands, stream: int | None = None
     ) -> torch.Tensor:
         """Launch on ``stream`` (a raw CUDA stream handle), by default torch's current one."""
+        batch = a.shape[0] if a.dim() == 3 else 1
+        m, n = a.shape[-2], b.shape[-1]
+        args: list = []
+        for op, value in zip(self.spec.epilogue.operands, operands):
+            if op.is_tensor:
+                args += operand_args(value, None, batch, m, n)
+            else:
+                args.append(float(value))
+        self.launch(a, b, out, args, stream)
+        return out
+
+    def launch(
+        self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, operand_values: list, stream: int | None
+    ) -> None:
+        """Launch with the epilogue operands already flat, as the entry takes them:
+        per tensor operand ``operand_args``, per scalar a float."""
         spec = self.spec
         m, k = a.shape[-2], a.shape[-1]
         n = b.shape[-1]
@@ -124,16 +141,7 @@ class CompiledGemm:
         if spec.config.stream_k:
             partials, flags = stream_k_buffers(spec.config, args[-1], a.device, stream)
             args += [partials.data_ptr(), flags.data_ptr()]
-        for op, value in zip(spec.epilogue.operands, operands):
-            if op.is_tensor:
-                # Broadcast to (L, M, N): broadcast modes get stride 0.
-                view = value.expand(batch, m, n)
-                args += [value.data_ptr(), view.stride(1), view.stride(2), view.stride(0)]
-            else:
-                args.append(float(value))
-        args.append(stream)
-        self._call(*args)
-        return out
+        self._call(*args, *operand_values, stream)
 
 
 def stream_k_buffers(

@@ -111,17 +111,44 @@ def gemm_reason(
     return None
 
 
-def pairs_reason(view: torch.Tensor) -> str | None:
-    """Why the (L, M, N) view of a ``pairs`` operand cannot be read two columns per
-    load (see ``EpilogueOperand``), if it cannot."""
-    if view.stride(2) != 1 and view.shape[2] > 1:
+def operand_args(t: torch.Tensor, view, batch: int, m: int, n: int) -> tuple[int, int, int, int]:
+    """(address, stride_m, stride_n, stride_l) of the (L, M, N) view an epilogue reads,
+    as the kernel entry takes them: ``view`` is None (``t`` broadcast as ``expand``
+    would) or ((stride_m, stride_n, stride_l), offset) from the translated indexing.
+    Plain integer work: no view tensor is made on the launch path."""
+    if view is not None:
+        (s_m, s_n, s_l), offset = view
+        return t.data_ptr() + offset * t.element_size(), s_m, s_n, s_l
+    shape, stride = t.shape, t.stride()
+    pad = 3 - len(shape)
+    if pad < 0:
+        raise ValueError(f"operand of shape {tuple(shape)} does not broadcast to {(batch, m, n)}")
+    strides = []
+    for i, size in enumerate((batch, m, n)):
+        if i < pad:
+            strides.append(0)
+        elif shape[i - pad] == size:
+            strides.append(stride[i - pad])
+        elif shape[i - pad] == 1:
+            strides.append(0)
+        else:
+            raise ValueError(f"operand of shape {tuple(shape)} does not broadcast to {(batch, m, n)}")
+    s_l, s_m, s_n = strides
+    return t.data_ptr(), s_m, s_n, s_l
+
+
+def pairs_reason(args: tuple[int, int, int, int], n: int) -> str | None:
+    """Why the (L, M, N) operand view ``args`` (see ``operand_args``) cannot be read
+    two columns per load (see ``EpilogueOperand``), if it cannot."""
+    address, s_m, s_n, s_l = args
+    if s_n != 1 and n > 1:
         return "its N stride is not 1"
-    if view.stride(1) % 2 or view.stride(0) % 2:
-        return f"its M or L stride is odd ({view.stride(1)}, {view.stride(0)})"
-    if view.data_ptr() % 4:
+    if s_m % 2 or s_l % 2:
+        return f"its M or L stride is odd ({s_m}, {s_l})"
+    if address % 4:
         return "its address is not 4-byte aligned"
-    if view.shape[2] % 2:
-        return f"N ({view.shape[2]}) is odd"
+    if n % 2:
+        return f"N ({n}) is odd"
     return None
 
 
@@ -137,16 +164,15 @@ def operands_reason(epilogue: Epilogue, operands, batch: int, m: int, n: int) ->
         if not isinstance(value, torch.Tensor) or OUT_DTYPES.get(value.dtype) != decl.dtype:
             return f"operand {decl.name} must be a {decl.dtype} tensor"
         try:
-            view = value.expand(batch, m, n)
-        except RuntimeError:
+            args = operand_args(value, None, batch, m, n)
+        except ValueError:
             return f"operand {decl.name} of shape {tuple(value.shape)} does not broadcast to {(batch, m, n)}"
-        if (decl.kind == "row" and m > 1 and view.stride(1) != 0) or (
-            decl.kind == "col" and n > 1 and view.stride(2) != 0
-        ):
+        _, s_m, s_n, s_l = args
+        if (decl.kind == "row" and m > 1 and s_m != 0) or (decl.kind == "col" and n > 1 and s_n != 0):
             return f"operand {decl.name} is not a {decl.kind} vector"
-        if decl.is_output and any(view.stride(i) == 0 and view.shape[i] > 1 for i in range(3)):
+        if decl.is_output and any(s == 0 and size > 1 for s, size in ((s_l, batch), (s_m, m), (s_n, n))):
             return f"output operand {decl.name} is broadcast (each element must be written once)"
-        if decl.pairs and (why := pairs_reason(view)):
+        if decl.pairs and (why := pairs_reason(args, n)):
             return f"operand {decl.name} is declared for paired loads but {why}"
     tensors = [v for d, v in zip(epilogue.operands, operands) if d.is_tensor]
     return next(filter(None, (device_reason(v.device) for v in tensors)), None)

@@ -105,9 +105,10 @@ def fused_ms(caller: GemmCaller, tr: Translation, unfused_ms: float) -> float:
     # Through the worker pool: a build started early for this chain (start_fused_build)
     # is waited for, not redone.
     compiler.wait([compiler.build_async(spec, default_cache(), config.compile_workers)])
-    named = dict(zip(kwargs["argnames"], (m.to_tensor() for m in caller.bmreq.input_tensor_meta)))
+    inputs = caller.benchmark_inputs()
+    named = dict(zip(kwargs["argnames"], inputs))
     kept = set(tr.kept)
-    for name, op in zip(kwargs["argnames"][len(caller.bmreq.input_tensor_meta) :], tr.operands):
+    for name, op in zip(kwargs["argnames"][len(inputs) :], tr.operands):
         buffer = _compat.V.graph.get_buffer(op.buffer)
         named[name] = _random_tensor(buffer.get_layout(), fill=op.buffer not in kept)
 
