@@ -9,8 +9,8 @@
 #           logged), on some of its shapes (indices, e.g. 0,3)
 # final:    the b4 gemm tests, the GEMM benchmark and the main job
 # verify:   the Inductor and fusion GPU tests, then the GEMM benchmark
-# fusion:   launch_paths.py, the fusion GPU tests, the epilogue benchmark at 8192 and 1024 rows,
-#           then the main job, all with epilogue fusion on
+# fusion:   launch_paths.py, then the epilogue benchmark on every shape, with epilogue fusion on
+# job:      the main job with epilogue fusion on
 # probe:    kernel_probe.py (where the kernel loses to cuBLAS), then the GEMM benchmark
 # diagnose: probe, then addmm+gelu at 1024 rows with Inductor's fusion log and output code
 # Needs .device/ (see ../shared/device/README.md). Each step has its own time limit, so a
@@ -26,7 +26,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log
     echo "== $name: rc=$? in $((SECONDS - t0)) s"
 }
 
-case "${1:?tests, model, epilogue, fusion, final, verify, probe or diagnose}" in
+case "${1:?tests, model, epilogue, fusion, job, final, verify, probe or diagnose}" in
 tests)
     # Stream-K first, on its own limit: a kernel that waits on a flag forever would
     # otherwise take the whole suite's time with it.
@@ -61,12 +61,12 @@ fusion)
     export INDUCTOR_CUTEDSL_EPILOGUE_FUSION=1
     step launch 40 python3 benchmarks/launch_paths.py --json "$OUT/h200-launch.json"
     grep "^{" "$OUT/launch.log"
-    step gpu-fusion 110 python3 -m pytest tests/test_fusion_gpu.py -m gpu -n 8 -q -rfE -p no:cacheprovider
-    grep -E "passed|failed|^FAILED|^ERROR" "$OUT/gpu-fusion.log" | tail -10
-    TORCH_LOGS=inductor_cutedsl step epilogue 190 python3 benchmarks/epilogue.py --json "$OUT/h200-epilogue.json" --shapes 0,3
-    grep -E " -> |geomean|takes it|left to|Error" "$OUT/epilogue.log" | cut -c1-260 | tail -20
-    step job 230 python3 -m inductor_cutedsl --json "$OUT/h200-model.json" --png "$OUT/h200-model.png"
-    grep -vE "^(W|I|E)[0-9]{4}" "$OUT/job.log" | tail -24 | cut -c1-220 ;;
+    TORCH_LOGS=inductor_cutedsl step epilogue 530 python3 benchmarks/epilogue.py --json "$OUT/h200-epilogue.json"
+    grep -E " -> |geomean|takes it|left to|Error" "$OUT/epilogue.log" | cut -c1-260 | tail -40 ;;
+job)
+    INDUCTOR_CUTEDSL_EPILOGUE_FUSION=1 \
+        step job 300 python3 -m inductor_cutedsl --json "$OUT/h200-model.json" --png "$OUT/h200-model.png"
+    grep -vE "^(W|I|E)[0-9]{4}" "$OUT/job.log" | tail -30 | cut -c1-220 ;;
 probe|diagnose)
     step probe 300 python3 benchmarks/kernel_probe.py --json "$OUT/h200-probe.json"
     grep -vE "^(W|I)[0-9]{4}" "$OUT/probe.log" | tail -40 | cut -c1-200
