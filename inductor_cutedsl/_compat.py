@@ -219,9 +219,9 @@ def benchmark_gpu(fn: Callable[[], Any]) -> float:
     return benchmarker.benchmark_gpu(fn)
 
 
-def benchmark_nodes(scheduler: Any, nodes: Sequence[Any]) -> float:
-    """Milliseconds of ``nodes`` compiled as one Inductor (Triton) kernel, each run on
-    a cold L2 (Inductor's benchmarker).
+def nodes_run_fn(scheduler: Any, nodes: Sequence[Any]) -> Callable[[], Any]:
+    """A function running ``nodes`` compiled as one Inductor (Triton) kernel, on random
+    arguments of their own (its benchmark module's), again on the same ones each call.
 
     Not ``Scheduler.benchmark_fused_nodes``: that times a kernel which updates a buffer
     in place as (copy + kernel) - copy, and the copy leaves the buffer in L2, so a large
@@ -231,16 +231,31 @@ def benchmark_nodes(scheduler: Any, nodes: Sequence[Any]) -> float:
     """
     from torch._inductor.codecache import PyCodeCache
 
-    from .timing import graphed
-
     device = nodes[0].get_device()
     scheduler.current_device = device  # as Scheduler.benchmark_fused_nodes does
     backend = scheduler.get_backend(device)
     mod = PyCodeCache.load(backend.generate_kernel_code_from_nodes(list(nodes), benchmark_kernel=True))
     with torch.cuda.device(device):
         args = mod.get_args()
-        # As a CUDA graph, as our fused candidate is timed (``selection.fused_ms``).
-        return benchmark_gpu(graphed(lambda: mod.call(list(args))))  # ``call`` may empty its list
+    return lambda: mod.call(list(args))  # ``call`` may empty its list
+
+
+def benchmark_nodes(scheduler: Any, nodes: Sequence[Any]) -> float:
+    """Milliseconds of ``nodes`` as one kernel (``nodes_run_fn``) on Inductor's own
+    benchmarker (fastest repetition, cold L2), replayed as a CUDA graph."""
+    from .timing import graphed
+
+    run = nodes_run_fn(scheduler, nodes)
+    with torch.cuda.device(nodes[0].get_device()):
+        return benchmark_gpu(graphed(run))
+
+
+def choice_run_fn(choice: Any) -> Callable[[], Any]:
+    """A function running autotuning choice ``choice`` (ATen, Triton or ours) once, on
+    random inputs and an output laid out as its own benchmark request's."""
+    request = choice.bmreq
+    inputs = [meta.to_tensor() for meta in request.input_tensor_meta]
+    return request.make_run_fn(*inputs, out=request.output_tensor_meta.to_tensor())
 
 
 def preserve_rng_state() -> contextlib.AbstractContextManager:

@@ -43,6 +43,14 @@ def graphed_run(make: Callable[[], Callable[[], object]]) -> Callable[[], None]:
     return graph.replay
 
 
+def graph_median(make_run: Callable[[], Callable[[], object]], rep: int = 40) -> Callable[[], float]:
+    """A measurement (ms, ``bench`` median over ``rep`` ms) of the CUDA graph of
+    ``make_run()``'s GPU work (see ``graphed_run``): on this scale, two contenders'
+    host paths cost nothing and their kernels compare as kernels."""
+    replay = graphed_run(make_run)
+    return lambda: bench(replay, rep=rep)
+
+
 def interleaved(measures: dict, rounds: int) -> dict:
     """Median of each measurement (a callable returning ms) over interleaved rounds, so
     clock and thermal drift hit every contender alike."""

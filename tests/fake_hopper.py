@@ -11,6 +11,7 @@ and the code generation. Nothing runs on a device.
 from __future__ import annotations
 
 import contextlib
+import math
 import types
 from typing import Callable, Iterator
 from unittest import mock
@@ -69,9 +70,9 @@ def fake_hopper(
 ) -> Iterator[dict]:
     """Inside: compiling for "cuda" works and yields ``{"code": wrapper source}``.
 
-    Times in ms: ``candidate_ms(choice)`` unfused candidates, ``epilogue_ms`` any
-    epilogue as its own kernel, ``fused_ms`` our fused candidate, ``triton_fused_ms``
-    a Triton candidate with the epilogue fused. With ``build_epilogue_kernel`` our
+    Times in ms: ``candidate_ms(choice)`` unfused candidates (in autotuning and side by
+    side), ``epilogue_ms`` any epilogue as its own kernel, ``fused_ms`` our fused
+    candidate, ``triton_fused_ms`` a Triton candidate with the epilogue fused. With ``build_epilogue_kernel`` our
     selection really generates the epilogue's own benchmark module (its source lands
     in ``out["epilogue_modules"]``); loading it (a Triton compile) and timing it are faked."""
     from triton.runtime.driver import driver as triton_driver
@@ -83,6 +84,17 @@ def fake_hopper(
 
     def autotune(self, name, input_nodes, layout, input_gen_fns, choices, *args, **kwargs):
         return {c: candidate_ms(c) + 1e-5 * i for i, c in enumerate(choices)}  # distinct, in order
+
+    def side_by_side_ms(scheduler, buffer, caller, tr, chain):
+        """The selection's side-by-side figures: the candidates' own times, ours fused
+        at ``fused_ms`` and the epilogue at ``epilogue_ms``."""
+        timings = buffer.choice_timings()
+        others = [t for c, t in timings.items() if type(c).__name__ != "GemmCaller"]
+        triton = [t for c, t in timings.items() if _compat.is_triton_template_caller(c)]
+        return {
+            "ours": timings[caller], "fused": fused_ms, "other": min(others, default=math.inf),
+            "triton": min(triton, default=math.inf), "epilogue": epilogue_ms,
+        }  # fmt: skip
 
     def compile_to_module(self):
         out["code"] = self.codegen()[0].value
@@ -110,7 +122,7 @@ def fake_hopper(
             lambda s, module, device: (triton_fused_ms, ""),
         ),
         mock.patch("torch._inductor.graph.GraphLowering.compile_to_module", compile_to_module),
-        mock.patch.object(selection, "fused_ms", lambda caller, tr, unfused_ms: fused_ms),
+        mock.patch.object(selection, "side_by_side_ms", side_by_side_ms),
     ]
     if build_epilogue_kernel:
         out["epilogue_modules"] = []

@@ -26,21 +26,14 @@ import logging
 import math
 from typing import Any, Callable
 
-from ..timing import bench, graphed_run, interleaved
+from ..timing import graph_median, interleaved
 from .template import GemmCaller
 
 log = logging.getLogger("inductor_cutedsl.lowering")
 
 #: Interleaved (other, ours) rounds: compile time added per distinct GEMM shape
-#: (about ROUNDS * 2 * (REP_MS + 25 ms warm-up)), so kept small.
+#: (about ROUNDS * 2 * (40 ms + 25 ms warm-up)), so kept small.
 ROUNDS = 3
-REP_MS = 40
-
-
-def graph_timer(make_run: Callable[[], Callable[[], Any]]) -> Callable[[], float]:
-    """A measurement (ms, do_bench median) of the CUDA graph of ``make_run()``'s work."""
-    replay = graphed_run(make_run)
-    return lambda: bench(replay, rep=REP_MS)
 
 
 def rescale(timings: dict[Any, float], run_fn: Callable[[Any], Callable[[], Any]]) -> dict[Any, float]:
@@ -53,7 +46,7 @@ def rescale(timings: dict[Any, float], run_fn: Callable[[Any], Callable[[], Any]
         return timings
     mine, theirs = min(ours, key=ours.get), min(others, key=others.get)
     try:
-        timers = {"theirs": graph_timer(lambda: run_fn(theirs)), "mine": graph_timer(lambda: run_fn(mine))}
+        timers = {"theirs": graph_median(lambda: run_fn(theirs)), "mine": graph_median(lambda: run_fn(mine))}
         side = interleaved(timers, ROUNDS)
     except Exception as exc:  # the first pass timed both: keep its figures
         log.warning("side-by-side timing of %s against %s failed: %s", mine.name, theirs.name, exc)
