@@ -40,7 +40,13 @@ def graphed_run(make: Callable[[], Callable[[], object]]) -> Callable[[], None]:
     # thread_local: a compile thread's CUDA calls elsewhere must not void this capture.
     with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
         fn()
-    return graph.replay
+
+    def replay(keep_alive: Callable[[], object] = fn) -> None:
+        # The captured kernels read and write the tensors ``fn`` holds: they must live as
+        # long as the graph may replay, or replays touch freed (reused, or unmapped) memory.
+        graph.replay()
+
+    return replay
 
 
 def graph_median(make_run: Callable[[], Callable[[], object]], rep: int = 40) -> Callable[[], float]:
