@@ -52,7 +52,7 @@ final)
     step job 270 python3 -m inductor_cutedsl --json "$OUT/h200-model.json" --png "$OUT/h200-model.png"
     grep -E "^ +(mm|addmm|bmm)|block time|cold compile|CuteDSL|wrote" "$OUT/job.log" | tail -30 | cut -c1-200 ;;
 verify)
-    step gpu-fusion 170 python3 -m pytest tests/test_fusion_gpu.py tests/test_inductor_gpu.py -m gpu -n 8 -q -rfE \
+    step gpu-fusion 170 python3 -m pytest tests/test_fusion_gpu.py tests/test_inductor_gpu.py tests/test_timing_gpu.py -m gpu -n 8 -q -rfE \
         -p no:cacheprovider -k "not test_second_process and not test_training_step_forward"
     grep -E "passed|failed|^FAILED|^ERROR" "$OUT/gpu-fusion.log" | tail -15
     INDUCTOR_CUTEDSL_EPILOGUE_FUSION=1 TORCH_LOGS=inductor_cutedsl \
