@@ -13,6 +13,7 @@
 # job:      the main job with epilogue fusion on
 # probe:    kernel_probe.py (where the kernel loses to cuBLAS), then the GEMM benchmark
 # diagnose: probe, then addmm+gelu at 1024 rows with Inductor's fusion log and output code
+# timing:   timing_probe.py (does a short side-by-side measurement depend on its predecessor?)
 # Needs .device/ (see ../shared/device/README.md). Each step has its own time limit, so a
 # slow step cannot eat the next one's, and a summary is printed for each.
 set -u
@@ -26,7 +27,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log
     echo "== $name: rc=$? in $((SECONDS - t0)) s"
 }
 
-case "${1:?tests, model, epilogue, fusion, job, final, verify, probe or diagnose}" in
+case "${1:?tests, model, epilogue, fusion, job, final, verify, timing, probe or diagnose}" in
 tests)
     # Stream-K first, on its own limit: a kernel that waits on a flag forever would
     # otherwise take the whole suite's time with it.
@@ -68,6 +69,9 @@ job)
     INDUCTOR_CUTEDSL_EPILOGUE_FUSION=1 \
         step job 300 python3 -m inductor_cutedsl --json "$OUT/h200-model.json" --png "$OUT/h200-model.png"
     grep -vE "^(W|I|E)[0-9]{4}" "$OUT/job.log" | tail -30 | cut -c1-220 ;;
+timing)
+    step timing 120 python3 benchmarks/timing_probe.py --json "$OUT/h200-timing.json"
+    grep "^{" "$OUT/timing.log" | cut -c1-200 ;;
 probe|diagnose)
     step probe 300 python3 benchmarks/kernel_probe.py --json "$OUT/h200-probe.json"
     grep -vE "^(W|I)[0-9]{4}" "$OUT/probe.log" | tail -40 | cut -c1-200

@@ -11,6 +11,7 @@ from inductor_cutedsl.gemm_bench import SHAPES, plan_specs
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import kernel_probe  # noqa: E402
+import timing_probe  # noqa: E402
 
 
 def test_gemm_benchmark_plans_valid_specs_with_stream_k_candidates():
@@ -45,3 +46,9 @@ def test_probe_operand_layouts_meet_the_paired_declaration():
     for m, n, _ in kernel_probe.FUSED_SHAPES:
         residual = torch.empty(m, n, dtype=torch.bfloat16)
         assert pairs_reason(operand_args(residual, None, 1, m, n), n) is None
+
+
+def test_timing_probe_protocols_time_both_gemms():
+    for order in timing_probe.PROTOCOLS.values():
+        assert {"ours", "cublas"} <= set(order) and len(set(order)) == len(order)
+    assert {shortlist_shape[:2] for shortlist_shape in timing_probe.SHAPES} <= {s[:2] for s in SHAPES}
