@@ -79,18 +79,18 @@ def _fused(caller: GemmCaller, tr: Translation) -> tuple[Any, KernelSpec, dict]:
     return out, spec, kwargs
 
 
+def _fastest(timings: dict, keep: Callable[[Any], bool]) -> Any | None:
+    chosen = [c for c in timings if keep(c)]
+    return min(chosen, key=timings.get) if chosen else None
+
+
 def _candidates(buffer: Any) -> tuple[GemmCaller | None, dict, dict, float]:
     """(our fastest candidate or None, all finite timings, ours, the Triton floor)."""
     timings = {c: t for c, t in buffer.choice_timings().items() if math.isfinite(t)}
     ours = {c: t for c, t in timings.items() if isinstance(c, GemmCaller)}
-    triton = [t for c, t in timings.items() if _compat.is_triton_template_caller(c)]
     caller = min(ours, key=ours.get) if ours else None
-    return caller, timings, ours, min(triton, default=math.inf)
-
-
-def _fastest(timings: dict, keep: Callable[[Any], bool]) -> Any | None:
-    chosen = [c for c in timings if keep(c)]
-    return min(chosen, key=timings.get) if chosen else None
+    triton = _fastest(timings, _compat.is_triton_template_caller)
+    return caller, timings, ours, math.inf if triton is None else timings[triton]
 
 
 def start_fused_build(template: Any, tr: Translation) -> None:
@@ -105,6 +105,8 @@ def start_fused_build(template: Any, tr: Translation) -> None:
 
 #: Interleaved rounds of the side-by-side timings in ``side_by_side_ms``.
 ROUNDS = 3
+#: What ``side_by_side_ms`` measures.
+SIDE_BY_SIDE = ("ours", "fused", "other", "triton", "epilogue")
 
 
 def side_by_side_ms(
@@ -133,7 +135,7 @@ def side_by_side_ms(
             named["a"], named["b"], result, *operands, stream=torch.cuda.current_stream().cuda_stream
         )
 
-    timings = {c: t for c, t in buffer.choice_timings().items() if math.isfinite(t)}
+    _, timings, _, _ = _candidates(buffer)
     other = _fastest(timings, lambda c: not isinstance(c, GemmCaller))
     triton = _fastest(timings, _compat.is_triton_template_caller)
     runs = {
@@ -154,7 +156,7 @@ def side_by_side_ms(
         times = interleaved({name: graph_median(make) for name, make in runs.items()}, ROUNDS)
     if triton is not None and triton is other:
         times["triton"] = times["other"]
-    return {name: times.get(name, math.inf) for name in ("ours", "fused", "other", "triton", "epilogue")}
+    return {name: times.get(name, math.inf) for name in SIDE_BY_SIDE}
 
 
 def ours_fused_wins(
@@ -195,7 +197,7 @@ def fused_winner(scheduler: Any, template: Any, tr: Translation, chain: Sequence
             return side_by_side_ms(scheduler, buffer, caller, tr, chain)
         except Exception as exc:  # a fused variant that fails is simply not chosen
             log.warning("CuteDSL fused candidate for %s failed: %s", buffer.get_name(), exc)
-            return dict.fromkeys(("ours", "fused", "other", "triton", "epilogue"), math.inf)
+            return dict.fromkeys(SIDE_BY_SIDE, math.inf)
 
     with _compat.preserve_rng_state():
         won, times = ours_fused_wins(
