@@ -14,6 +14,8 @@
 # probe:    kernel_probe.py (where the kernel loses to cuBLAS), then the GEMM benchmark
 # diagnose: probe, then addmm+gelu at 1024 rows with Inductor's fusion log and output code
 # timing:   timing_probe.py (does a short side-by-side measurement depend on its predecessor?)
+# select:   timing, then the fusion/Inductor/timing GPU tests, then the epilogue benchmark
+#           at shapes 0 and 3 (8192x4096x4096, 1024x4096x4096)
 # Needs .device/ (see ../shared/device/README.md). Each step has its own time limit, so a
 # slow step cannot eat the next one's, and a summary is printed for each.
 set -u
@@ -27,7 +29,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log
     echo "== $name: rc=$? in $((SECONDS - t0)) s"
 }
 
-case "${1:?tests, model, epilogue, fusion, job, final, verify, timing, probe or diagnose}" in
+case "${1:?tests, model, epilogue, fusion, job, final, verify, select, timing, probe or diagnose}" in
 tests)
     # Stream-K first, on its own limit: a kernel that waits on a flag forever would
     # otherwise take the whole suite's time with it.
@@ -44,7 +46,7 @@ model)
 epilogue)
     INDUCTOR_CUTEDSL_EPILOGUE_FUSION=1 TORCH_LOGS=inductor_cutedsl \
         step epilogue "${3:-540}" python3 benchmarks/epilogue.py --json "$OUT/h200-epilogue.json" ${2:+--shapes $2}
-    grep -E " -> |geomean|takes it|left to|Error" "$OUT/epilogue.log" | cut -c1-260 | tail -40 ;;
+    grep -E " -> |geomean|takes it|unfused +|left to|not measured|Error" "$OUT/epilogue.log" | cut -c1-260 | tail -40 ;;
 final)
     step gpu-gemm-b4 150 python3 -m pytest tests/test_gemm_gpu.py -m gpu -k b4 -n 8 -q -rfE -p no:cacheprovider
     grep -E "passed|failed|^FAILED|^ERROR" "$OUT/gpu-gemm-b4.log" | tail -10
@@ -64,11 +66,20 @@ fusion)
     step launch 40 python3 benchmarks/launch_paths.py --json "$OUT/h200-launch.json"
     grep "^{" "$OUT/launch.log"
     TORCH_LOGS=inductor_cutedsl step epilogue 530 python3 benchmarks/epilogue.py --json "$OUT/h200-epilogue.json"
-    grep -E " -> |geomean|takes it|left to|Error" "$OUT/epilogue.log" | cut -c1-260 | tail -40 ;;
+    grep -E " -> |geomean|takes it|unfused +|left to|not measured|Error" "$OUT/epilogue.log" | cut -c1-260 | tail -40 ;;
 job)
     INDUCTOR_CUTEDSL_EPILOGUE_FUSION=1 \
         step job 300 python3 -m inductor_cutedsl --json "$OUT/h200-model.json" --png "$OUT/h200-model.png"
     grep -vE "^(W|I|E)[0-9]{4}" "$OUT/job.log" | tail -30 | cut -c1-220 ;;
+select)
+    step timing 120 python3 benchmarks/timing_probe.py --json "$OUT/h200-timing.json"
+    grep "^{" "$OUT/timing.log" | cut -c1-200
+    step gpu-fusion 200 python3 -m pytest tests/test_fusion_gpu.py tests/test_inductor_gpu.py tests/test_timing_gpu.py -m gpu -n 8 -q -rfE \
+        -p no:cacheprovider -k "not test_second_process and not test_training_step_forward"
+    grep -E "passed|failed|^FAILED|^ERROR" "$OUT/gpu-fusion.log" | tail -15
+    INDUCTOR_CUTEDSL_EPILOGUE_FUSION=1 TORCH_LOGS=inductor_cutedsl \
+        step epilogue 230 python3 benchmarks/epilogue.py --json "$OUT/h200-epilogue.json" --shapes 0,3
+    grep -E " -> |geomean|takes it|unfused +|left to|not measured|Error" "$OUT/epilogue.log" | cut -c1-400 | tail -30 ;;
 timing)
     step timing 120 python3 benchmarks/timing_probe.py --json "$OUT/h200-timing.json"
     grep "^{" "$OUT/timing.log" | cut -c1-200 ;;
@@ -80,6 +91,6 @@ probe|diagnose)
     if [ "$1" = diagnose ]; then
         INDUCTOR_CUTEDSL_EPILOGUE_FUSION=1 TORCH_LOGS=inductor_cutedsl,fusion,output_code \
             step gelu-1024 120 python3 benchmarks/epilogue.py --patterns addmm_gelu_tanh --shapes 3
-        grep -E " -> |takes it|left to|Error" "$OUT/gelu-1024.log" | cut -c1-260 | tail -10
+        grep -E " -> |takes it|unfused +|left to|not measured|Error" "$OUT/gelu-1024.log" | cut -c1-260 | tail -10
     fi ;;
 esac

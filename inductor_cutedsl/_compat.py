@@ -219,9 +219,19 @@ def benchmark_gpu(fn: Callable[[], Any]) -> float:
     return benchmarker.benchmark_gpu(fn)
 
 
-def nodes_run_fn(scheduler: Any, nodes: Sequence[Any]) -> Callable[[], Any]:
-    """A function running ``nodes`` compiled as one Inductor (Triton) kernel, on random
-    arguments of their own (its benchmark module's), again on the same ones each call.
+def nodes_module(scheduler: Any, nodes: Sequence[Any], triton_choice: Any = None) -> tuple[Any, Any]:
+    """(compile future or None, module) of ``nodes`` generated as one Inductor kernel's
+    benchmark module (random arguments of its own), its compile started in Inductor's
+    worker pool. ``nodes`` may start with a MultiTemplateBuffer's node, rendered as
+    ``triton_choice`` (as ``Scheduler.speedup_by_fusion`` does)."""
+    template = nodes[0].node
+    with template.swap_as_triton_caller(triton_choice) if triton_choice is not None else contextlib.nullcontext():
+        return scheduler.compile_kernel(list(nodes))
+
+
+def module_run_fn(future: Any, module: Any) -> Callable[[], Any]:
+    """A function running ``nodes_module``'s kernel on arguments of its own, again on
+    the same ones each call.
 
     Not ``Scheduler.benchmark_fused_nodes``: that times a kernel which updates a buffer
     in place as (copy + kernel) - copy, and the copy leaves the buffer in L2, so a large
@@ -229,25 +239,10 @@ def nodes_run_fn(scheduler: Any, nodes: Sequence[Any]) -> Callable[[], Any]:
     20 us on the H200: 6.8 TB/s, above its memory bandwidth). The pointwise chains we
     fuse index linearly, so the kernel can simply run again on the same arguments.
     """
-    from torch._inductor.codecache import PyCodeCache
-
-    device = nodes[0].get_device()
-    scheduler.current_device = device  # as Scheduler.benchmark_fused_nodes does
-    backend = scheduler.get_backend(device)
-    mod = PyCodeCache.load(backend.generate_kernel_code_from_nodes(list(nodes), benchmark_kernel=True))
-    with torch.cuda.device(device):
-        args = mod.get_args()
-    return lambda: mod.call(list(args))  # ``call`` may empty its list
-
-
-def benchmark_nodes(scheduler: Any, nodes: Sequence[Any]) -> float:
-    """Milliseconds of ``nodes`` as one kernel (``nodes_run_fn``) on Inductor's own
-    benchmarker (fastest repetition, cold L2), replayed as a CUDA graph."""
-    from .timing import graphed
-
-    run = nodes_run_fn(scheduler, nodes)
-    with torch.cuda.device(nodes[0].get_device()):
-        return benchmark_gpu(graphed(run))
+    if future is not None:
+        future.result()
+    args = module.get_args()
+    return lambda: module.call(list(args))  # ``call`` may empty its list
 
 
 def choice_run_fn(choice: Any) -> Callable[[], Any]:
@@ -265,21 +260,28 @@ def preserve_rng_state() -> contextlib.AbstractContextManager:
     return preserve()
 
 
-def install_fusion_speedup_hook(takes_fusion: Callable[[Any, Any], bool]) -> Any:
-    """Make ``Scheduler.speedup_by_fusion`` answer "fuse" at once for pairs where
-    ``takes_fusion(node1, node2)``: there our backend has already measured the fused
-    kernel against the alternatives. Returns what ``restore_fusion_speedup_hook`` needs."""
+def install_fusion_speedup_hook(verdict: Callable[[Any, Any], bool | None]) -> Any:
+    """Make ``Scheduler.speedup_by_fusion`` answer ``verdict(node1, node2)`` at once
+    where it is not None: there our backend has already measured the ways to run the
+    pair. Returns what ``restore_fusion_speedup_hook`` needs."""
     from torch._inductor.scheduler import FusionResult, Scheduler
 
     original = Scheduler.speedup_by_fusion
 
     def speedup_by_fusion(self, node1, node2):
-        if takes_fusion(node1, node2):
-            return FusionResult.fuse(True)
+        decided = verdict(node1, node2)
+        if decided is not None:
+            return FusionResult.fuse(decided)
         return original(self, node1, node2)
 
     Scheduler.speedup_by_fusion = speedup_by_fusion
     return original
+
+
+def finalize_as_triton(buffer: Any, choice: Any) -> None:
+    """Render MultiTemplateBuffer ``buffer`` as Triton template ``choice`` (as Inductor
+    does when a fused Triton template wins its epilogue benchmark)."""
+    buffer.finalize_as_triton_caller(choice)
 
 
 def restore_fusion_speedup_hook(original: Any) -> None:

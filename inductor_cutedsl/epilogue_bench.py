@@ -18,7 +18,7 @@ from .gemm_bench import SHAPES
 from .job.kernel_profile import kernel_times, ran_cutedsl
 from .job.run import compile_options
 from .lowering import reenabled
-from .scheduler import scheduling
+from .scheduler import scheduling, selection
 from .timing import geomean, graphed, rel_err, run_info, side_by_side, write_json
 
 PATTERNS = {
@@ -59,7 +59,7 @@ def run_case(name: str, m: int, n: int, k: int) -> dict:
     with torch.no_grad():
         ref = fn(*args)
         compiled = {}
-        fused_before = len(scheduling.fused_epilogues)
+        fused_before, decided_before = len(scheduling.fused_epilogues), len(selection.decisions)
         for label, ours in (("stock", False), ("ours", True)):
             compiled[label], out = _compile_and_run(fn, args, ours)
             err = rel_err(out, ref)
@@ -89,6 +89,8 @@ def run_case(name: str, m: int, n: int, k: int) -> dict:
         "free_epilogue_bound": round(times["stock"] / times["gemm"], 4),
         # What our compile fused into CuteDSL GEMMs (empty: Inductor's choice won).
         "fused_into_cutedsl": [f["ops"] for f in scheduling.fused_epilogues[fused_before:]],
+        # The selection's side-by-side figures and the way it took, per decided GEMM.
+        "selection": selection.decisions[decided_before:],
     }  # fmt: skip
 
 
@@ -105,6 +107,7 @@ def main(argv: list[str] | None = None) -> dict:
             row = run_case(name, m, n, k)
             rows.append(row)
             fused = "; ".join(",".join(ops) for ops in row["fused_into_cutedsl"]) or "-"
+            fused += "".join(f" [{d['way']}: {d['ms']}]" for d in row["selection"])
             print(f"{name:>18} {m}x{n}x{k}: eager {row['eager_ms']:.4f} stock {row['stock_ms']:.4f} "
                   f"ours {row['ours_ms']:.4f} -> {row['vs_max_autotune']:.3f}x (free-epilogue bound "
                   f"{row['free_epilogue_bound']:.3f}x)  fused: {fused}",

@@ -59,11 +59,14 @@ def graph_median(make_run: Callable[[], Callable[[], object]], rep: int = 40) ->
 
 def interleaved(measures: dict, rounds: int) -> dict:
     """Median of each measurement (a callable returning ms) over interleaved rounds, so
-    clock and thermal drift hit every contender alike."""
-    times = {name: [] for name in measures}
-    for _ in range(rounds):
-        for name, measure in measures.items():
-            times[name].append(measure())
+    clock and thermal drift hit every contender alike. Each round starts one contender
+    later (the cyclic order stays), so no contender is always the first measured."""
+    names = list(measures)
+    times = {name: [] for name in names}
+    for r in range(rounds):
+        shift = r % len(names) if names else 0
+        for name in names[shift:] + names[:shift]:
+            times[name].append(measures[name]())
     return {name: statistics.median(t) for name, t in times.items()}
 
 

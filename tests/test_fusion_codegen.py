@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fake_hopper import generated_code
+from fake_hopper import fake_hopper, generated_code
 from inductor_cutedsl.lowering import reenabled
 
 M, N, K = 1000, 2048, 1024
@@ -81,7 +81,7 @@ def test_fused_candidate_that_measures_slower_is_not_taken(caplog):
         with caplog.at_level(logging.INFO, logger="inductor_cutedsl.scheduler"):
             code = generated_code(lambda x, w: torch.relu(x @ w.t()), (M, K), (N, K), fused_ms=0.2)
     assert kernels(code) == (1, 1), "our GEMM unfused, the epilogue in Triton"
-    assert any("left to Inductor" in r.getMessage() for r in caplog.records)
+    assert any("GEMM unfused + epilogue kernel" in r.getMessage() for r in caplog.records)
 
 
 def test_refused_consumer_is_logged_with_its_reason(caplog):
@@ -153,9 +153,9 @@ def test_fused_candidate_beats_triton_and_cublas_alternatives():
     assert "extern_kernels.mm" not in code
 
 
-def test_faster_triton_fused_epilogue_is_left_to_inductor(caplog):
-    """Triton's unfused time is already below our fused one: Inductor's own fused Triton
-    benchmark decides, and its faster fused Triton kernel wins."""
+def test_faster_fused_triton_template_takes_the_gemm(caplog):
+    """A Triton template with the epilogue fused measures fastest: the GEMM is
+    finalized as that template, with the epilogue in it."""
 
     def timing(choice):
         name = type(choice).__name__
@@ -167,8 +167,27 @@ def test_faster_triton_fused_epilogue_is_left_to_inductor(caplog):
                 lambda x, w: torch.relu(x @ w.t()), (M, K), (N, K),
                 candidate_ms=timing, fused_ms=0.11, triton_fused_ms=0.103, backends="ATEN,TRITON,CUTEDSL",
             )  # fmt: skip
-    assert any("left to Inductor" in r.getMessage() for r in caplog.records)
+    assert any("Triton template takes it, fused" in r.getMessage() for r in caplog.records)
     assert kernels(code) == (0, 1), "one Triton template kernel with the epilogue fused"
+    assert "extern_kernels.mm" not in code
+
+
+def test_slower_fused_triton_template_is_not_taken_by_inductor_either(caplog):
+    """Ours and Triton fused both lose to cuBLAS + the epilogue kernel: the GEMM stays
+    unfused, whatever Inductor's own benchmark of the fused Triton kernel would say."""
+
+    def timing(choice):
+        name = type(choice).__name__
+        return {"GemmCaller": 0.10, "ExternKernelCaller": 0.09}.get(name, 0.102)
+
+    with backend():
+        with caplog.at_level(logging.INFO, logger="inductor_cutedsl.scheduler"):
+            code = generated_code(
+                lambda x, w: torch.relu(x @ w.t()), (M, K), (N, K), candidate_ms=timing, fused_ms=0.2,
+                triton_fused_ms=0.18, epilogue_ms=0.01, backends="ATEN,TRITON,CUTEDSL",
+            )  # fmt: skip
+    assert any("GEMM unfused + epilogue kernel" in r.getMessage() for r in caplog.records)
+    assert kernels(code) == (0, 1) and "extern_kernels.mm" in code, "cuBLAS, then the epilogue in Triton"
 
 
 def test_a_failing_measurement_leaves_the_choice_to_inductor(monkeypatch, caplog):
@@ -177,7 +196,7 @@ def test_a_failing_measurement_leaves_the_choice_to_inductor(monkeypatch, caplog
     def broken(*args, **kwargs):
         raise RuntimeError("benchmark crashed")
 
-    monkeypatch.setattr(selection, "ours_fused_wins", broken)
+    monkeypatch.setattr(selection, "side_by_side_runs", broken)
     with backend():
         with caplog.at_level(logging.WARNING, logger="inductor_cutedsl.scheduler"):
             code = generated_code(lambda x, w: torch.relu(x @ w.t()), (M, K), (N, K))
@@ -185,24 +204,32 @@ def test_a_failing_measurement_leaves_the_choice_to_inductor(monkeypatch, caplog
     assert any("benchmark crashed" in r.getMessage() for r in caplog.records)
 
 
-def test_the_epilogue_kernel_timed_alone_is_built_from_the_chain(caplog):
-    """The selection's "GEMM + epilogue as its own kernel" side: the chain's own
-    Triton benchmark module is generated (loading and timing it are faked)."""
-    from fake_hopper import fake_hopper
-    from torch._inductor.compile_fx import compile_fx
-    from torch._subclasses.fake_tensor import FakeTensorMode
+def test_the_selection_builds_each_way_from_the_chain(caplog):
+    """The selection's epilogue kernel and fused Triton template are generated from the
+    chain (compiling and timing them are faked), and every way is measured."""
+
+    def timing(choice):
+        name = type(choice).__name__
+        return {"GemmCaller": 0.10, "ExternKernelCaller": 0.105}.get(name, 0.12)
 
     fn = lambda x, w: torch.relu(x @ w.t()) * 2  # noqa: E731
     with backend(), caplog.at_level(logging.INFO, logger="inductor_cutedsl.scheduler"):
-        with fake_hopper(build_epilogue_kernel=True, epilogue_ms=0.0421) as out:
+        with fake_hopper(candidate_ms=timing, epilogue_ms=0.0421, backends="ATEN,TRITON,CUTEDSL") as out:
+            from torch._inductor.compile_fx import compile_fx
+            from torch._subclasses.fake_tensor import FakeTensorMode
+
             with FakeTensorMode():
                 args = [torch.empty(s, device="cuda", dtype=torch.bfloat16) for s in ((M, K), (N, K))]
             with contextlib.suppress(Exception):  # the harness stops at the wrapper code
                 compile_fx(torch.fx.symbolic_trace(fn), args)
     decisions = [r.getMessage() for r in caplog.records if "CuteDSL takes it" in r.getMessage()]
-    assert len(decisions) == 1 and "epilogue 0.0421 ms" in decisions[0], decisions
-    (module,) = out["epilogue_modules"]
-    assert "def get_args" in module and "def call" in module and "maximum" in module  # relu
+    assert len(decisions) == 1, decisions
+    # Ours (0.10 ms) and cuBLAS (0.105 ms) each followed by the 0.0421 ms epilogue kernel.
+    assert "ours_separate 0.142" in decisions[0] and "other_separate 0.147" in decisions[0], decisions
+    assert "triton_fused 0.2000 ms" in decisions[0], decisions
+    epilogue = [m for m in out["modules"] if "def get_args" in m and "tl.dot" not in m and "maximum" in m]
+    triton_fused = [m for m in out["modules"] if "tl.dot" in m and "maximum" in m]
+    assert epilogue and triton_fused, "the epilogue kernel and the fused Triton template were generated"
     assert kernels(out["code"]) == (1, 0)
 
 
@@ -222,9 +249,9 @@ def test_fused_builds_start_before_the_first_decision(monkeypatch):
         done.set_result((None, False, 0.0))
         return done
 
-    decide = selection.fused_winner
+    decide = selection.decide
     monkeypatch.setattr(selection.compiler, "build_async", build_async)
-    monkeypatch.setattr(selection, "fused_winner", lambda *a: (events.append(("decide", None)), decide(*a))[1])
+    monkeypatch.setattr(selection, "decide", lambda *a: (events.append(("decide", None)), decide(*a))[1])
     with backend():
         code = generated_code(lambda x, w: torch.relu(x @ w.t()) * 2, (M, K), (N, K))
     assert kernels(code) == (1, 0)

@@ -255,16 +255,20 @@ def test_measured_epilogue_choice_matches_generated_code(backends, caplog):
     with caplog.at_level(logging.INFO, logger="inductor_cutedsl.scheduler"):
         out, codes = compiled_code(fn, *args, backends=backends, measure_epilogues=True)
     code = "\n".join(codes)
-    decisions = [r.getMessage() for r in caplog.records if "CuteDSL takes it" in r.getMessage()
-                 or "left to Inductor" in r.getMessage()]  # fmt: skip
+    ways = ("CuteDSL takes it", "Triton template takes it", "GEMM unfused", "left to Inductor")
+    decisions = [r.getMessage() for r in caplog.records if any(w in r.getMessage() for w in ways)]
     assert len(decisions) == 1, decisions
     if backends == "CUTEDSL":  # ours is the best unfused: the fused variant must have been timed
-        assert re.search(r"side_fused \d+\.\d+ ms", decisions[0]), decisions[0]
-    # Every side-by-side run (ours, cuBLAS, Triton, the epilogue kernel) was captured and timed.
+        assert re.search(r"fused \d+\.\d+ ms", decisions[0]), decisions[0]
+    # Every side-by-side run of ours and each GEMM + the epilogue kernel was captured and
+    # timed (a fused Triton template may legitimately fail to compile: out of resources).
     ours_logs = [r.getMessage() for r in caplog.records if r.name.startswith("inductor_cutedsl")]
-    assert not any("failed" in m for m in ours_logs), ours_logs
+    unmeasured = [m for m in ours_logs if "not measured" in m and "triton_fused" not in m]
+    assert not unmeasured and not any("failed" in m for m in ours_logs), ours_logs
     if "CuteDSL takes it" in decisions[0]:
         assert_one_fused_kernel(code)
+    elif "Triton template takes it" in decisions[0]:
+        assert cutedsl_launches(code) == 0 and "extern_kernels.mm" not in code, decisions[0]
     else:
         assert "@triton.jit" in code, f"epilogue left unfused must be a Triton kernel: {decisions[0]}"
     check(out, reference(fn, args))

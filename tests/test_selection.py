@@ -1,72 +1,45 @@
-"""The rule that lets our fused candidate take an autotuned GEMM (no GPU needed)."""
+"""The selection's rule and screen (no GPU needed)."""
 from __future__ import annotations
 
 import math
+import types
 
-from inductor_cutedsl.scheduler.selection import ours_fused_wins
-
-
-def decide(ours_unfused, best_unfused, triton_floor, epilogue, fused, side=None):
-    """The rule on autotuning figures and, unless ``side`` says otherwise, the same
-    figures side by side (``side`` overrides some of them)."""
-    calls = []
-
-    def measured(name, value):
-        def fn():
-            calls.append(name)
-            return value
-
-        return fn
-
-    other = best_unfused if best_unfused < ours_unfused else math.inf
-    figures = {
-        "ours": ours_unfused, "fused": fused, "other": other, "triton": triton_floor, "epilogue": epilogue,
-    }  # fmt: skip
-    won, times = ours_fused_wins(
-        ours_unfused, best_unfused, triton_floor, measured("epilogue", epilogue),
-        measured("side_by_side", figures | (side or {})),
-    )  # fmt: skip
-    return won, times, calls
+from inductor_cutedsl.lowering.template import GemmCaller
+from inductor_cutedsl.scheduler import selection
 
 
-def test_fused_wins_over_cublas_plus_epilogue_and_triton():
-    won, times, calls = decide(0.36, 0.34, 0.39, 0.05, 0.37)
-    assert won and calls == ["epilogue", "side_by_side"] and times["side_fused"] == 0.37
+def test_the_fastest_way_wins():
+    times = {"fused": 0.41, "triton_fused": 0.446, "ours_separate": 0.47, "other_separate": 0.468}
+    assert selection.fastest_way(times) == "fused"
+    # A fused Triton template faster than ours fused and both separate ways takes it.
+    assert selection.fastest_way(times | {"triton_fused": 0.40}) == "triton_fused"
+    # Separate wins when the epilogue costs the fused kernel more than its own kernel.
+    assert selection.fastest_way(times | {"fused": 0.50, "triton_fused": 0.49}) == "other_separate"
 
 
-def test_loses_to_cublas_plus_separate_epilogue():
-    won, _, _ = decide(0.36, 0.30, 0.39, 0.02, 0.35)  # 0.35 > 0.30 + 0.02
-    assert not won
+def test_failed_ways_never_win():
+    times = dict.fromkeys(selection.WAYS, math.inf)
+    assert selection.fastest_way(times) is None
+    assert selection.fastest_way(times | {"ours_separate": 9.0}) == "ours_separate"
 
 
-def test_loses_to_the_triton_floor():
-    won, _, _ = decide(0.36, 0.34, 0.365, 0.05, 0.37)  # fused Triton may be as fast as 0.365
-    assert not won
+def test_every_way_stands_for_a_decision():
+    assert set(selection.WAYS.values()) == {"cutedsl", "triton", "separate"}
 
 
-def test_side_by_side_figures_decide():
-    """Autotuning read Triton 10% slow (timed later, on a hotter GPU); side by side it
-    runs within 1% of cuBLAS, below our fused kernel: not taken."""
-    side = {"ours": 1.68, "other": 1.69, "triton": 1.71, "fused": 1.76}
-    won, times, _ = decide(1.39, 1.39, 1.53, 0.096, 1.42, side=side)
-    assert not won and times["side_triton"] == 1.71
-    # And the other way: fused beats both once measured side by side.
-    won, _, _ = decide(0.36, 0.34, 0.39, 0.05, 0.37, side={"other": 0.35, "triton": 0.40, "fused": 0.38})
-    assert won
+def _buffer(timings: dict) -> types.SimpleNamespace:
+    return types.SimpleNamespace(choice_timings=lambda: timings)
 
 
-def test_no_fused_compile_when_it_cannot_win():
-    won, _, calls = decide(0.40, 0.34, 0.39, 0.05, 0.1)  # ours unfused already behind Triton
-    assert not won and calls == []
-    won, _, calls = decide(0.38, 0.30, math.inf, 0.05, 0.1)  # behind cuBLAS + epilogue
-    assert not won and calls == ["epilogue"]
+def _ours() -> GemmCaller:
+    return GemmCaller.__new__(GemmCaller)  # only its type matters to the screen
 
 
-def test_cutedsl_only_backends():
-    won, _, _ = decide(0.36, 0.36, math.inf, 0.05, 0.37)
-    assert won
-
-
-def test_a_failed_fused_candidate_never_wins():
-    won, _, _ = decide(0.36, 0.34, 0.39, 0.05, math.inf)
-    assert not won
+def test_screen_measures_ours_only_when_it_is_close_to_the_fastest():
+    ours, aten = _ours(), object()
+    caller, timings = selection._candidates(_buffer({ours: 1.10, aten: 1.0, object(): math.inf}))
+    assert caller is ours and len(timings) == 2, "within 15%: measured; inf timings dropped"
+    caller, _ = selection._candidates(_buffer({ours: 1.2, aten: 1.0}))
+    assert caller is None, "20% behind on autotuning's figures: not worth a fused build"
+    caller, _ = selection._candidates(_buffer({aten: 1.0}))
+    assert caller is None

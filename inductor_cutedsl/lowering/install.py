@@ -67,12 +67,12 @@ def enable() -> None:
     # import then overlaps tracing and lowering, before the first GEMM needs them.
     _saved["compile_start_hook"] = _compat.on_compile_start(_start_workers)
     if config.epilogue_fusion:
-        from ..scheduler.scheduling import CuteDSLFusionScheduling, takes_fusion
+        from ..scheduler.scheduling import CuteDSLFusionScheduling, fusion_verdict
 
         _saved["scheduling"] = _compat.install_cuda_scheduling(CuteDSLFusionScheduling)
-        # A GEMM our fused candidate won was measured already: Inductor's own
+        # A GEMM whose epilogue we measured is decided already: Inductor's own
         # benchmark of the fusion (Triton candidates only) must not overrule it.
-        _saved["speedup_hook"] = _compat.install_fusion_speedup_hook(takes_fusion)
+        _saved["speedup_hook"] = _compat.install_fusion_speedup_hook(fusion_verdict)
 
 
 def disable() -> None:

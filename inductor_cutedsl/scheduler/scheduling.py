@@ -3,12 +3,14 @@
 ``can_fuse_vertical`` accepts a pointwise consumer of one of our GEMMs when the
 whole chain translates (``node_translation``); buffers of the chain that are read
 elsewhere are kept as extra outputs (two at most). A GEMM still undecided after
-autotuning (a MultiTemplateBuffer) is decided on its first fusable epilogue: our
-best candidate takes it, fused, when that measures fastest (``selection``);
-otherwise Inductor's own comparison runs. ``codegen_template`` then renders the
-GEMM with the composed epilogue, the chain's operands as extra inputs and the
-chain's last buffer as output, and logs every consumer left outside with the
-reason. Everything else is the stock behaviour.
+autotuning (a MultiTemplateBuffer) is decided on its first epilogue that translates:
+ours fused, a Triton template fused, or unfused plus the epilogue's own kernel,
+whichever measures fastest (``selection``); the patched ``speedup_by_fusion`` then
+carries that decision out instead of measuring again (``fusion_verdict``). Otherwise
+Inductor decides as it would without us. ``codegen_template`` renders the GEMM with
+the composed epilogue, the chain's operands as extra inputs and the chain's last
+buffer as output, and logs every consumer left outside with the reason. Everything
+else is the stock behaviour.
 
 Installed by ``enable()`` when ``config.epilogue_fusion`` is on.
 """
@@ -37,8 +39,10 @@ def render_source(buffer: Any) -> tuple[dict, list] | None:
     buffer, or a MultiTemplateBuffer whose epilogue one of our candidates won."""
     if _compat.is_cutedsl_template_buffer(buffer) and buffer.template is gemm_template():
         return buffer.cutedsl_render_kwargs, list(buffer.inputs)
-    caller = getattr(buffer, selection.CHOSEN_ATTR, None)
-    return (caller.render_kwargs, list(caller.input_nodes)) if caller is not None else None
+    decision = selection.decision_of(buffer)
+    if decision is None or decision.way != "cutedsl":
+        return None
+    return decision.choice.render_kwargs, list(decision.choice.input_nodes)
 
 
 def gemm_template_node(node: Any) -> Any | None:
@@ -49,9 +53,27 @@ def gemm_template_node(node: Any) -> Any | None:
     return template if render_source(template.node) is not None else None
 
 
-def takes_fusion(node1: Any, node2: Any) -> bool:
-    """Whether a fusion of ``node2`` into ``node1`` was already decided (and measured) by us."""
-    return gemm_template_node(node1) is not None
+def fusion_verdict(node1: Any, node2: Any) -> bool | None:
+    """Whether to fuse ``node2`` into ``node1`` where we measured it already, else None.
+
+    Our GEMM takes every epilogue that translates (``can_fuse_vertical`` checked it). A
+    MultiTemplateBuffer decided for ``node2`` with a Triton template fused is finalized
+    as that template here, where the fusion is accepted; one decided unfused takes no
+    epilogue at all."""
+    if gemm_template_node(node1) is not None:
+        return True
+    if not node1.is_template() or len(node1.get_nodes()) != 1:
+        return None
+    buffer = node1.get_nodes()[0].node
+    decision = selection.decision_of(buffer)
+    if decision is None:
+        return None
+    if decision.way == "separate":
+        return False
+    if decision.way == "triton" and decision.consumer == node2.get_name():
+        _compat.finalize_as_triton(buffer, decision.choice)
+        return True
+    return None
 
 
 def _mnl(template_node: Any) -> tuple[int, int, int]:
@@ -141,8 +163,10 @@ class CuteDSLFusionScheduling(_compat.cuda_combined_scheduling()):
         template = gemm_template_node(node1)
         if template is None:
             undecided = selection.undecided_multi_template(node1)
-            if undecided is not None and self._fused_candidate_wins(undecided, node1, node2):
-                return True
+            if undecided is not None:
+                self._decide(undecided, node1, node2)
+                template = gemm_template_node(node1)
+        if template is None:
             return super().can_fuse_vertical(node1, node2)
         return self._translate_pair(template, node1, node2) is not None
 
@@ -175,20 +199,18 @@ class CuteDSLFusionScheduling(_compat.cuda_combined_scheduling()):
             log.debug("cannot fuse %s into CuteDSL GEMM %s: %s", node2.get_name(), template.get_name(), why)
             return None
 
-    def _fused_candidate_wins(self, template: Any, node1: Any, node2: Any) -> bool:
-        """Decide an autotuned GEMM (MultiTemplateBuffer) on its first fusable epilogue:
-        our best candidate takes it, fused, when that measures fastest (``selection``)."""
+    def _decide(self, template: Any, node1: Any, node2: Any) -> None:
+        """Decide an autotuned GEMM (MultiTemplateBuffer) on its first epilogue that
+        translates (``selection.decide``); until one does, it stays undecided."""
         tr = self._translate_pair(template, node1, node2)
         if tr is None:
-            return False
-        chain = _epilogue_chain(node1, node2)
+            return
         try:
-            caller = selection.fused_winner(self.scheduler, template, tr, chain)
+            decision = selection.decide(self.scheduler, template, tr, _epilogue_chain(node1, node2), node2.get_name())
         except Exception as exc:  # measuring failed: Inductor decides as it would without us
             log.warning("fused CuteDSL candidate for %s not considered: %s", template.get_name(), exc)
-            caller = None
-        setattr(template.node, selection.CHOSEN_ATTR, caller)
-        return caller is not None
+            decision = None
+        setattr(template.node, selection.DECISION_ATTR, decision)
 
     def _log_unfused_consumers(self, template: Any, epilogue_nodes: Sequence[Any]) -> None:
         """One line per consumer of the GEMM left outside its epilogue, with the reason."""

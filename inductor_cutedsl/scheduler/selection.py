@@ -1,30 +1,35 @@
-"""Which implementation of a GEMM + epilogue wins, when the GEMM is still undecided.
+"""How a GEMM still undecided at fusion time runs with its epilogue, measured.
 
-Under max-autotune Inductor keeps a GEMM's candidates in a MultiTemplateBuffer
-until fusion, and then benchmarks only Triton candidates with the epilogue fused:
-a CuteDSL winner would be swapped in without its epilogue. Here our best candidate
-is timed *with* the epilogue fused, and it takes the GEMM only when it beats both
-alternatives:
+Under max-autotune Inductor keeps a GEMM's candidates in a MultiTemplateBuffer until
+fusion. Left alone it would compare its fastest Triton template *with* the epilogue
+fused against "fastest candidate unfused + the epilogue kernel", with the unfused
+figure taken from autotuning, and a CuteDSL winner would be swapped in without its
+epilogue. So on the GEMM's first epilogue that our kernel can take, we decide among
+three ways of running GEMM + epilogue, each really built and timed:
 
-* the fastest candidate unfused plus the epilogue as its own kernel (cuBLAS + Triton);
-* every Triton candidate with the epilogue fused. A fused Triton kernel does all its
-  unfused work and more, so its unfused time bounds it from below: beating the fastest
-  unfused Triton time beats them all without compiling each one.
+* ``fused``: our best candidate with the epilogue in its own epilogue;
+* ``triton_fused``: Inductor's fastest Triton template with the epilogue fused (what
+  stock Inductor would time; a fused Triton kernel can run far slower than the same
+  template alone: +12% at 8192x4096x4096 with relu + residual on the H200);
+* ``ours_separate`` / ``other_separate``: our candidate, or the fastest other one
+  (cuBLAS, Triton), unfused, followed by the epilogue as its own Triton kernel.
 
-Autotuning's figures screen first (no fused compile when ours cannot win). The
-decision itself is measured side by side: our kernel plain and fused, the fastest
-other candidate, the fastest Triton candidate and the epilogue kernel, each as a CUDA
-graph replay, timed by medians in interleaved rounds. Autotuning timed the choices
-one after another as the GPU heated: at 8192x8192x8192 it read cuBLAS at 1.40 ms and
-the best Triton GEMM at 1.53 ms, where side by side in a model they run within 2% of
-each other, and a fused kernel of ours taken on those figures ran 3% behind stock's
-fused Triton kernel.
+All are measured side by side, as CUDA graph replays of the whole sequence (so the
+separate ways pay their second kernel's launch gap and tail, as in a model), timed by
+medians in interleaved rounds. Autotuning's figures only decide whether ours is worth
+a fused build: they were taken one choice after another as the GPU heated (at
+8192x8192x8192 cuBLAS read 1.40 ms and the best Triton GEMM 1.53 ms, where side by
+side they run within 2% of each other).
 
-When ours does not clearly win, Inductor's own comparison runs as it would without us.
+The fastest way wins: ours fused renders our GEMM with the epilogue; Triton fused
+finalizes the MultiTemplateBuffer as that Triton template, with the epilogue fused;
+separate leaves the GEMM unfused. When ours is not worth measuring, Inductor decides
+as it would without us.
 """
 from __future__ import annotations
 
 import ast
+import dataclasses
 import logging
 import math
 from typing import Any, Callable, Sequence
@@ -44,8 +49,33 @@ from .fusion import fused_render_kwargs
 
 log = logging.getLogger("inductor_cutedsl.scheduler")
 
-#: Set on a MultiTemplateBuffer once decided: the GemmCaller that takes it with its epilogue, or None.
-CHOSEN_ATTR = "_cutedsl_fused_choice"
+#: Set on a decided MultiTemplateBuffer: its ``Decision``.
+DECISION_ATTR = "_cutedsl_fusion_decision"
+#: Ours is built fused only when its autotuning figure is within this factor of the
+#: fastest candidate's (autotuning misread backends by up to ~15% against each other).
+SCREEN = 1.15
+#: Interleaved rounds of the side-by-side timings.
+ROUNDS = 3
+#: What ``side_by_side_ms`` measures, and the way each one stands for.
+WAYS = {"fused": "cutedsl", "triton_fused": "triton", "ours_separate": "separate", "other_separate": "separate"}
+
+#: One record per measured decision in this process: {"gemm", "way", "ms": {way: ms}}.
+decisions: list[dict] = []
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """How a MultiTemplateBuffer runs with the epilogue it was decided for.
+
+    ``way`` is "cutedsl" (``choice``, our GemmCaller, with the epilogue fused),
+    "triton" (``choice``, a Triton template caller, with the epilogue fused) or
+    "separate" (unfused: the fastest candidate, then the epilogue's own kernel).
+    ``consumer`` names the scheduler node the decision was measured with.
+    """
+
+    way: str
+    choice: Any
+    consumer: str
 
 
 def undecided_multi_template(node: Any) -> Any | None:
@@ -55,9 +85,13 @@ def undecided_multi_template(node: Any) -> Any | None:
         return None
     template = node.get_nodes()[0]
     buffer = template.node
-    if not _compat.is_multi_template_buffer(buffer) or hasattr(buffer, CHOSEN_ATTR):
+    if not _compat.is_multi_template_buffer(buffer) or hasattr(buffer, DECISION_ATTR):
         return None
     return template if any(isinstance(c, GemmCaller) for c in buffer.choices) else None
+
+
+def decision_of(buffer: Any) -> Decision | None:
+    return getattr(buffer, DECISION_ATTR, None)
 
 
 def _random_tensor(layout: Any, fill: bool) -> torch.Tensor:
@@ -84,129 +118,128 @@ def _fastest(timings: dict, keep: Callable[[Any], bool]) -> Any | None:
     return min(chosen, key=timings.get) if chosen else None
 
 
-def _candidates(buffer: Any) -> tuple[GemmCaller | None, dict, dict, float]:
-    """(our fastest candidate or None, all finite timings, ours, the Triton floor)."""
+def _candidates(buffer: Any) -> tuple[GemmCaller | None, dict]:
+    """(our fastest candidate if worth a fused build, else None; all finite timings)."""
     timings = {c: t for c, t in buffer.choice_timings().items() if math.isfinite(t)}
-    ours = {c: t for c, t in timings.items() if isinstance(c, GemmCaller)}
-    caller = min(ours, key=ours.get) if ours else None
-    triton = _fastest(timings, _compat.is_triton_template_caller)
-    return caller, timings, ours, math.inf if triton is None else timings[triton]
+    caller = _fastest(timings, lambda c: isinstance(c, GemmCaller))
+    if caller is not None and timings[caller] > SCREEN * min(timings.values()):
+        caller = None
+    return caller, timings
 
 
 def start_fused_build(template: Any, tr: Translation) -> None:
-    """Start building (in a compile worker) what ``fused_winner`` would time for this
-    GEMM and chain, unless the rule would not get that far: the selection's builds
-    then run side by side instead of one after another."""
-    caller, _, ours, triton_floor = _candidates(template.node)
-    if caller is not None and ours[caller] < triton_floor:
+    """Start building (in a compile worker) what ``decide`` would time for this GEMM
+    and chain, unless it would not: the builds of several GEMMs then run side by side
+    instead of one after another."""
+    caller, _ = _candidates(template.node)
+    if caller is not None:
         _, spec, _ = _fused(caller, tr)
         compiler.build_async(spec, default_cache(), config.compile_workers)
 
 
-#: Interleaved rounds of the side-by-side timings in ``side_by_side_ms``.
-ROUNDS = 3
-#: What ``side_by_side_ms`` measures.
-SIDE_BY_SIDE = ("ours", "fused", "other", "triton", "epilogue")
+Maker = Callable[[], Callable[[], object]]
 
 
-def side_by_side_ms(
-    scheduler: Any, buffer: Any, caller: GemmCaller, tr: Translation, chain: Sequence[Any]
-) -> dict[str, float]:
-    """Milliseconds, measured side by side (see the module doc), of: ``ours`` (our
-    candidate plain), ``fused`` (with ``tr`` fused; compiled now if needed), ``other``
-    (the fastest other unfused candidate), ``triton`` (the fastest Triton candidate
-    unfused) and ``epilogue`` (``chain`` as its own kernel); inf for a missing one."""
+def _then(first: Maker, second: Maker) -> Maker:
+    """A maker of a function running ``first``'s work, then ``second``'s."""
+
+    def make() -> Callable[[], None]:
+        a, b = first(), second()
+        return lambda: (a(), b())
+
+    return make
+
+
+def side_by_side_runs(scheduler: Any, template: Any, caller: GemmCaller, tr: Translation,
+                      chain: Sequence[Any]) -> dict[str, Maker]:  # fmt: skip
+    """Makers (see ``timing.graphed_run``) of one run of each way in ``WAYS`` that
+    exists here. Code is generated and compiles start now (in worker processes); tensors
+    are allocated when a maker runs."""
+    buffer = template.node
     out, spec, kwargs = _fused(caller, tr)
     # Through the worker pool: a build started early for this chain (start_fused_build)
     # is waited for, not redone.
-    compiler.wait([compiler.build_async(spec, default_cache(), config.compile_workers)])
-    inputs = caller.benchmark_inputs()
-    named = dict(zip(kwargs["argnames"], inputs))
-    kept = set(tr.kept)
-    for name, op in zip(kwargs["argnames"][len(inputs) :], tr.operands):
-        layout = _compat.V.graph.get_buffer(op.buffer).get_layout()
-        named[name] = _random_tensor(layout, fill=op.buffer not in kept)
-
-    def ours(kw: dict, spec_json: str, result: torch.Tensor) -> Callable[[], Callable[[], None]]:
-        scalars, views = ast.literal_eval(kw["scalars_literal"]), ast.literal_eval(kw["views_literal"])
-        launch = launcher(spec_json, scalars, views)
-        operands = [named[name] for name in kw["operand_args"]]
-        return lambda: lambda: launch(
-            named["a"], named["b"], result, *operands, stream=torch.cuda.current_stream().cuda_stream
-        )
-
-    _, timings, _, _ = _candidates(buffer)
+    builds = [compiler.build_async(spec, default_cache(), config.compile_workers)]
+    _, timings = _candidates(buffer)
     other = _fastest(timings, lambda c: not isinstance(c, GemmCaller))
     triton = _fastest(timings, _compat.is_triton_template_caller)
+    epilogue = _compat.nodes_module(scheduler, chain)
+    triton_fused = _compat.nodes_module(scheduler, [template, *chain], triton) if triton is not None else None
+    compiler.wait(builds)
+
+    def ours(kw: dict, spec_json: str, layout: Any) -> Maker:
+        def make() -> Callable[[], None]:
+            inputs = caller.benchmark_inputs()
+            named = dict(zip(kw["argnames"], inputs))
+            kept = set(tr.kept)
+            for name, op in zip(kw["argnames"][len(inputs):], tr.operands):
+                op_layout = _compat.V.graph.get_buffer(op.buffer).get_layout()
+                named[name] = _random_tensor(op_layout, fill=op.buffer not in kept)
+            result = _random_tensor(layout, fill=False)
+            scalars, views = ast.literal_eval(kw["scalars_literal"]), ast.literal_eval(kw["views_literal"])
+            launch = launcher(spec_json, scalars, views)
+            operands = [named[name] for name in kw["operand_args"]]
+            stream = torch.cuda.current_stream().cuda_stream
+            return lambda: launch(named["a"], named["b"], result, *operands, stream=stream)
+
+        return make
+
+    epilogue_run: Maker = lambda: _compat.module_run_fn(*epilogue)  # noqa: E731
+    plain = ast.literal_eval(caller.render_kwargs["spec_literal"])
     runs = {
-        "ours": ours(caller.render_kwargs, ast.literal_eval(caller.render_kwargs["spec_literal"]),
-                     _random_tensor(caller.layout, fill=False)),
-        "fused": ours(kwargs, spec.to_json(), _random_tensor(out.get_layout(), fill=False)),
-    }  # fmt: skip
+        "fused": ours(kwargs, spec.to_json(), out.get_layout()),
+        "ours_separate": _then(ours(caller.render_kwargs, plain, caller.layout), epilogue_run),
+    }
     if other is not None:
-        runs["other"] = lambda: _compat.choice_run_fn(other)
-    if triton is not None and triton is not other:
-        runs["triton"] = lambda: _compat.choice_run_fn(triton)
-    # The light epilogue kernel last: a GEMM timed right after it reads fast (session 6:
-    # cuBLAS 7% ahead of ours there, level elsewhere). So only ``ours`` follows it, and
-    # reading ours fast only makes "GEMM + separate epilogue" look cheaper: the rule errs
-    # toward not fusing, and the fused kernel and the others each follow a GEMM.
-    runs["epilogue"] = lambda: _compat.nodes_run_fn(scheduler, chain)
-    with torch.cuda.device(out.get_device()):
-        times = interleaved({name: graph_median(make) for name, make in runs.items()}, ROUNDS)
-    if triton is not None and triton is other:
-        times["triton"] = times["other"]
-    return {name: times.get(name, math.inf) for name in SIDE_BY_SIDE}
+        runs["other_separate"] = _then(lambda: _compat.choice_run_fn(other), epilogue_run)
+    if triton_fused is not None:
+        runs["triton_fused"] = lambda: _compat.module_run_fn(*triton_fused)
+    return runs
 
 
-def ours_fused_wins(
-    ours_unfused: float,
-    best_unfused: float,
-    triton_floor: float,
-    epilogue_ms: Callable[[], float],
-    side_by_side: Callable[[], dict],
-) -> tuple[bool, dict[str, float]]:
-    """The decision rule, measuring only what it needs (a fused compile is the dear part).
-
-    Screen on autotuning's figures: ``ours_unfused`` (our best candidate alone),
-    ``best_unfused`` (the best of all candidates alone), ``triton_floor`` (the best
-    Triton candidate alone, inf if none) and ``epilogue_ms()``. Then decide on
-    ``side_by_side()`` (see ``side_by_side_ms``). Returns (ours wins, the times used).
-    """
-    times = {"ours_unfused": ours_unfused, "best_unfused": best_unfused, "triton_floor": triton_floor}
-    if ours_unfused >= triton_floor:
-        return False, times  # fusing cannot make ours faster than its unfused self
-    times["epilogue"] = epilogue_ms()
-    if ours_unfused >= best_unfused + times["epilogue"]:
-        return False, times
-    side = side_by_side()
-    times.update({f"side_{name}": ms for name, ms in side.items()})
-    separate = min(side["ours"], side["other"]) + side["epilogue"]
-    return side["fused"] < min(separate, side["triton"]), times
+def side_by_side_ms(runs: dict[str, Maker], device: Any) -> dict[str, float]:
+    """Milliseconds of each run, measured side by side as CUDA graph replays (medians
+    over interleaved rounds); inf for one that fails to build or run."""
+    measures = {}
+    with torch.cuda.device(device):
+        for name, make in runs.items():
+            try:
+                measures[name] = graph_median(make)
+            except Exception as exc:  # e.g. a Triton template out of shared memory once fused
+                log.info("side-by-side %s not measured: %s", name, exc)
+        times = interleaved(measures, ROUNDS)
+    return {name: times.get(name, math.inf) for name in WAYS}
 
 
-def fused_winner(scheduler: Any, template: Any, tr: Translation, chain: Sequence[Any]) -> GemmCaller | None:
-    """Our candidate that should take the GEMM with the epilogue ``chain``, or None."""
+def fastest_way(times: dict[str, float]) -> str | None:
+    """The name in ``WAYS`` of the fastest finite time, or None."""
+    finite = {name: t for name, t in times.items() if math.isfinite(t)}
+    return min(finite, key=finite.get) if finite else None
+
+
+def decide(scheduler: Any, template: Any, tr: Translation, chain: Sequence[Any], consumer: str) -> Decision | None:
+    """How the GEMM of ``template`` runs with the epilogue ``chain`` (ending in the
+    scheduler node ``consumer``), or None to leave it to Inductor."""
     buffer = template.node
-    caller, timings, ours, triton_floor = _candidates(buffer)
+    caller, timings = _candidates(buffer)
+    names = f"{buffer.get_name()} + [{', '.join(n.get_name() for n in chain)}]"
     if caller is None:
+        log.info("%s: left to Inductor (no CuteDSL candidate within %.2fx of the fastest)", names, SCREEN)
         return None
-
-    def side_by_side() -> dict:
-        try:
-            return side_by_side_ms(scheduler, buffer, caller, tr, chain)
-        except Exception as exc:  # a fused variant that fails is simply not chosen
-            log.warning("CuteDSL fused candidate for %s failed: %s", buffer.get_name(), exc)
-            return dict.fromkeys(SIDE_BY_SIDE, math.inf)
-
     with _compat.preserve_rng_state():
-        won, times = ours_fused_wins(
-            ours[caller], min(timings.values()), triton_floor,
-            lambda: _compat.benchmark_nodes(scheduler, chain), side_by_side,
-        )  # fmt: skip
+        runs = side_by_side_runs(scheduler, template, caller, tr, chain)
+        times = side_by_side_ms(runs, buffer.get_device())
+    way = fastest_way(times)
+    if way is None:
+        log.warning("%s: nothing measured; left to Inductor", names)
+        return None
+    choice = {"fused": caller, "triton_fused": _fastest(timings, _compat.is_triton_template_caller)}.get(way)
+    decision = Decision(WAYS[way], choice, consumer)
+    decisions.append({"gemm": buffer.get_name(), "way": way, "ms": {k: round(v, 4) for k, v in times.items()}})
     log.info(
-        "%s + [%s]: %s (%s)", buffer.get_name(), ", ".join(n.get_name() for n in chain),
-        "CuteDSL takes it, fused" if won else "left to Inductor",
+        "%s: %s (%s)", names,
+        {"cutedsl": "CuteDSL takes it, fused", "triton": "Triton template takes it, fused",
+         "separate": "GEMM unfused + epilogue kernel"}[decision.way],
         ", ".join(f"{k} {v:.4f} ms" for k, v in times.items()),
     )  # fmt: skip
-    return caller if won else None
+    return decision
