@@ -5,6 +5,7 @@ Keeping them here makes a torch upgrade a one-file review.
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import Any, Callable, Iterator, Sequence
 
 import sympy
@@ -276,6 +277,16 @@ def install_fusion_speedup_hook(verdict: Callable[[Any, Any], bool | None]) -> A
 
     Scheduler.speedup_by_fusion = speedup_by_fusion
     return original
+
+
+def prefer_choice(buffer: Any, choice: Any) -> None:
+    """Make ``choice`` MultiTemplateBuffer ``buffer``'s fastest unfused choice, the one
+    ``Scheduler.finalize_multi_template_buffers`` renders it as (its cached timings
+    are edited in place: nothing else reads them after the fusion decision)."""
+    timings = buffer.choice_timings()
+    fastest = min(timings.values())
+    if timings[choice] > fastest:
+        timings[choice] = math.nextafter(fastest, 0.0)
 
 
 def finalize_as_triton(buffer: Any, choice: Any) -> None:

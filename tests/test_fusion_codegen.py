@@ -190,6 +190,31 @@ def test_slower_fused_triton_template_is_not_taken_by_inductor_either(caplog):
     assert kernels(code) == (0, 1) and "extern_kernels.mm" in code, "cuBLAS, then the epilogue in Triton"
 
 
+def test_separate_way_runs_the_gemm_that_measured_fastest_side_by_side(caplog):
+    """Autotuning rated ours fastest, but side by side cuBLAS + the epilogue kernel won:
+    cuBLAS runs, not the autotuning favourite."""
+
+    def timing(choice):
+        return {"GemmCaller": 0.10, "ExternKernelCaller": 0.105}.get(type(choice).__name__, 0.12)
+
+    side = {"ours_separate": 0.13, "other_separate": 0.12}
+    with backend():
+        with caplog.at_level(logging.INFO, logger="inductor_cutedsl.scheduler"):
+            code = generated_code(
+                lambda x, w: torch.relu(x @ w.t()), (M, K), (N, K), candidate_ms=timing, fused_ms=0.2,
+                side_ms=side, backends="ATEN,TRITON,CUTEDSL",
+            )  # fmt: skip
+    assert any("GEMM unfused + epilogue kernel" in r.getMessage() for r in caplog.records)
+    assert kernels(code) == (0, 1) and "extern_kernels.mm" in code
+    # And with ours measured fastest, ours runs unfused.
+    with backend():
+        code = generated_code(
+            lambda x, w: torch.relu(x @ w.t()), (M, K), (N, K), candidate_ms=timing, fused_ms=0.2,
+            side_ms={"ours_separate": 0.12, "other_separate": 0.13}, backends="ATEN,TRITON,CUTEDSL",
+        )  # fmt: skip
+    assert kernels(code) == (1, 1) and "extern_kernels.mm" not in code
+
+
 def test_a_failing_measurement_leaves_the_choice_to_inductor(monkeypatch, caplog):
     import inductor_cutedsl.scheduler.selection as selection
 
@@ -260,3 +285,24 @@ def test_fused_builds_start_before_the_first_decision(monkeypatch):
     # Candidate builds at lowering, then the fused one before the decision (and again,
     # a cache hit, when the fused kernel is generated).
     assert events.index(("build", fused_key)) < events.index(("decide", None)), events
+
+
+def test_our_other_schedule_fused_can_take_the_gemm(caplog):
+    """Fused, our fastest candidate of the other consumer schedule (pingpong against
+    cooperative: one warpgroup's epilogue overlaps the other's mainloop) measures
+    faster than our fastest candidate, and is the one rendered."""
+    from inductor_cutedsl.kernels.config import shortlist
+
+    with backend(max_configs=3):
+        with caplog.at_level(logging.INFO, logger="inductor_cutedsl.scheduler"):
+            code = generated_code(
+                lambda x, w, r: torch.relu(x @ w.t()) + r, (M, K), (N, K), (M, N),
+                fused_ms=0.2, side_ms={"fused_alt": 0.12},
+            )  # fmt: skip
+    decisions = [r.getMessage() for r in caplog.records if "CuteDSL takes it" in r.getMessage()]
+    assert len(decisions) == 1 and "fused_alt 0.1200 ms" in decisions[0], decisions
+    assert kernels(code) == (1, 0)
+    launch = next(line for line in code.splitlines() if line.strip().startswith("_launch = launcher("))
+    spec = json.loads(ast.literal_eval(ast.parse(launch.strip()).body[0].value.args[0]))
+    fastest = shortlist(M, N, K, limit=3)[0]  # the fake autotuning rates them in this order
+    assert spec["config"]["pingpong"] != fastest.pingpong and spec["epilogue"]["operands"], spec
