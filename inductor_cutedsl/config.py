@@ -38,8 +38,9 @@ max_configs: int = _env_int("INDUCTOR_CUTEDSL_MAX_CONFIGS", 3)
 compile_workers: int = _env_int("INDUCTOR_CUTEDSL_COMPILE_WORKERS", min(8, os.cpu_count() or 1))
 
 #: Fuse pointwise consumers into CuteDSL GEMM epilogues (``INDUCTOR_CUTEDSL_EPILOGUE_FUSION``).
-#: Read by ``enable()``. Off by default until a valid benchmark shows it pays (NOTES.md).
-epilogue_fusion: bool = _env_bool("INDUCTOR_CUTEDSL_EPILOGUE_FUSION", False)
+#: Read by ``enable()``. Each undecided GEMM then takes whichever of its fused and
+#: unfused ways measures fastest (``scheduler/selection.py``).
+epilogue_fusion: bool = _env_bool("INDUCTOR_CUTEDSL_EPILOGUE_FUSION", True)
 
 _FIELDS = ("enabled", "cache_dir", "max_configs", "compile_workers", "epilogue_fusion")
 
