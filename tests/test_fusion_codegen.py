@@ -36,6 +36,11 @@ def fusion(request):
         yield request.param
 
 
+def by_backend(ours: float, aten: float, triton: float):
+    """Fake autotuning times (ms) by each choice's backend."""
+    return lambda choice: {"GemmCaller": ours, "ExternKernelCaller": aten}.get(type(choice).__name__, triton)
+
+
 def kernels(code: str) -> tuple[int, int]:
     """(CuteDSL kernel launches, Triton kernel launches) in the wrapper's ``call``."""
     calls = re.findall(r"^\s+(cutedsl|triton)_\w+\.run\(", code, flags=re.M)
@@ -140,9 +145,7 @@ def test_fused_candidate_beats_triton_and_cublas_alternatives():
     """Full backends: our fused GEMM is taken when it beats the Triton floor and
     cuBLAS + a separate epilogue."""
 
-    def timing(choice):
-        name = type(choice).__name__
-        return {"GemmCaller": 0.10, "ExternKernelCaller": 0.105}.get(name, 0.12)
+    timing = by_backend(ours=0.10, aten=0.105, triton=0.12)
 
     with backend():
         code = generated_code(
@@ -157,9 +160,7 @@ def test_faster_fused_triton_template_takes_the_gemm(caplog):
     """A Triton template with the epilogue fused measures fastest: the GEMM is
     finalized as that template, with the epilogue in it."""
 
-    def timing(choice):
-        name = type(choice).__name__
-        return {"GemmCaller": 0.10, "ExternKernelCaller": 0.105}.get(name, 0.102)
+    timing = by_backend(ours=0.10, aten=0.105, triton=0.102)
 
     with backend():
         with caplog.at_level(logging.INFO, logger="inductor_cutedsl.scheduler"):
@@ -176,9 +177,7 @@ def test_slower_fused_triton_template_is_not_taken_by_inductor_either(caplog):
     """Ours and Triton fused both lose to cuBLAS + the epilogue kernel: the GEMM stays
     unfused, whatever Inductor's own benchmark of the fused Triton kernel would say."""
 
-    def timing(choice):
-        name = type(choice).__name__
-        return {"GemmCaller": 0.10, "ExternKernelCaller": 0.09}.get(name, 0.102)
+    timing = by_backend(ours=0.10, aten=0.09, triton=0.102)
 
     with backend():
         with caplog.at_level(logging.INFO, logger="inductor_cutedsl.scheduler"):
@@ -194,8 +193,7 @@ def test_separate_way_runs_the_gemm_that_measured_fastest_side_by_side(caplog):
     """Autotuning rated ours fastest, but side by side cuBLAS + the epilogue kernel won:
     cuBLAS runs, not the autotuning favourite."""
 
-    def timing(choice):
-        return {"GemmCaller": 0.10, "ExternKernelCaller": 0.105}.get(type(choice).__name__, 0.12)
+    timing = by_backend(ours=0.10, aten=0.105, triton=0.12)
 
     side = {"ours_separate": 0.13, "other_separate": 0.12}
     with backend():
@@ -233,9 +231,7 @@ def test_the_selection_builds_each_way_from_the_chain(caplog):
     """The selection's epilogue kernel and fused Triton template are generated from the
     chain (compiling and timing them are faked), and every way is measured."""
 
-    def timing(choice):
-        name = type(choice).__name__
-        return {"GemmCaller": 0.10, "ExternKernelCaller": 0.105}.get(name, 0.12)
+    timing = by_backend(ours=0.10, aten=0.105, triton=0.12)
 
     fn = lambda x, w: torch.relu(x @ w.t()) * 2  # noqa: E731
     with backend(), caplog.at_level(logging.INFO, logger="inductor_cutedsl.scheduler"):
