@@ -11,6 +11,7 @@
 # verify:   the fusion and Inductor GPU tests, then the epilogue benchmark on every shape
 # fusion:   launch_paths.py, then the epilogue benchmark on every shape, with epilogue fusion on
 # job:      the main job with epilogue fusion on
+# bias:     bias_probe.py (our kernel plain / row bias / M x N epilogues vs cuBLAS mm and addmm)
 # closing:  the main job with epilogue fusion on, then the plain-GEMM benchmark
 # probe:    kernel_probe.py (where the kernel loses to cuBLAS), then the GEMM benchmark
 # diagnose: probe, then addmm+gelu at 1024 rows with Inductor's fusion log and output code
@@ -30,7 +31,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log
     echo "== $name: rc=$? in $((SECONDS - t0)) s"
 }
 
-case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, timing, probe or diagnose}" in
+case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, timing, probe or diagnose}" in
 tests)
     # Stream-K first, on its own limit: a kernel that waits on a flag forever would
     # otherwise take the whole suite's time with it.
@@ -87,6 +88,9 @@ closing)
     grep -vE "^(W|I|E)[0-9]{4}" "$OUT/job.log" | tail -30 | cut -c1-220
     step gemm 200 python3 benchmarks/gemm.py --json "$OUT/h200-gemm.json"
     tail -9 "$OUT/gemm.log" ;;
+bias)
+    step bias 110 python3 benchmarks/bias_probe.py --json "$OUT/h200-bias.json"
+    grep "^{" "$OUT/bias.log" | cut -c1-600 ;;
 timing)
     step timing 120 python3 benchmarks/timing_probe.py --json "$OUT/h200-timing.json"
     grep "^{" "$OUT/timing.log" | cut -c1-200 ;;

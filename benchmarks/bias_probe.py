@@ -1,0 +1,94 @@
+"""What an epilogue costs our kernel: a row bias, and full M x N inputs, against cuBLAS.
+
+    python benchmarks/bias_probe.py --json bias.json
+
+In session 7 Inductor's fair timing read our addmm candidate (row bias) 3-15% behind
+cuBLAS's bias addmm at the benchmark shapes, where our plain GEMM runs level with
+cuBLAS's mm; and the selection read fused relu + residual / silu * gate 11-21% over
+the plain kernel at 8192 rows. Here, at every benchmark shape and with the shortlist's
+first config, each contender is one CUDA graph, timed side by side (do_bench medians,
+interleaved rotating rounds): our kernel plain, with a row bias, with relu + residual
+and with silu * gate (paired loads), cuBLAS mm and cuBLAS addmm. Each of ours is
+checked against a float64 reference first.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from inductor_cutedsl.gemm_bench import SHAPES  # noqa: E402
+from inductor_cutedsl.kernels import epilogue as E  # noqa: E402
+from inductor_cutedsl.kernels.config import shortlist  # noqa: E402
+from inductor_cutedsl.runtime import compiler, get_gemm, spec_for  # noqa: E402
+from inductor_cutedsl.runtime.launch import default_cache  # noqa: E402
+from inductor_cutedsl.timing import bench, graphed, interleaved, rel_err, run_info, write_json  # noqa: E402
+
+FULL = E.EpilogueOperand("r", "full", "bfloat16", True)
+EPILOGUES = {
+    "plain": (E.IDENTITY, lambda acc, bias, res: acc),
+    "bias": (E.bias("row"), lambda acc, bias, res: acc + bias),
+    "relu_residual": (
+        E.Epilogue("relu_residual", "def epilogue(acc, m, n, l, ops):\n    return relu(acc) + ops[0]\n", (FULL,)),
+        lambda acc, bias, res: torch.relu(acc) + res,
+    ),
+    "silu_gate": (
+        E.Epilogue("silu_gate", "def epilogue(acc, m, n, l, ops):\n    return silu(acc) * ops[0]\n", (FULL,)),
+        lambda acc, bias, res: torch.nn.functional.silu(acc) * res,
+    ),
+}
+ROUNDS = 3
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    cache = default_cache()
+    meta = torch.empty(8, 8, device="meta", dtype=torch.bfloat16)
+    specs = {
+        (shape, name): spec_for(meta, meta.t(), torch.bfloat16, shortlist(*shape)[0], epi)
+        for shape in SHAPES
+        for name, (epi, _) in EPILOGUES.items()
+    }
+    compiler.build_many(list(dict.fromkeys(specs.values())), cache, os.cpu_count() or 1)
+    result = {**run_info(), "rows": []}
+    for m, n, k in SHAPES:
+        a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+        b = (torch.randn(n, k, device="cuda") * k**-0.5).to(torch.bfloat16).t()
+        bias = torch.randn(n, device="cuda").to(torch.bfloat16)
+        res = torch.randn(m, n, device="cuda").to(torch.bfloat16)
+        acc = a.double() @ b.double()
+        runs, errors = {}, {}
+        for name, (epi, ref) in EPILOGUES.items():
+            kern = get_gemm(specs[((m, n, k), name)], cache)
+            out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            extra = {"bias": (bias,), "plain": ()}.get(name, (res,))
+            kern(a, b, out, *extra)
+            errors[name] = rel_err(out, ref(acc, bias.double(), res.double()))
+            runs[name] = graphed(lambda kern=kern, out=out, extra=extra: kern(a, b, out, *extra))
+        mm_out, addmm_out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16), torch.empty(
+            m, n, device="cuda", dtype=torch.bfloat16
+        )
+        runs["cublas_mm"] = graphed(lambda: torch.mm(a, b, out=mm_out))
+        runs["cublas_addmm"] = graphed(lambda: torch.addmm(bias, a, b, out=addmm_out))
+        times = interleaved({name: (lambda fn=fn: bench(fn, rep=100)) for name, fn in runs.items()}, ROUNDS)
+        row = {
+            "shape": [m, n, k], "config": shortlist(m, n, k)[0].name(),
+            "ms": {name: round(t, 4) for name, t in times.items()},
+            "rel_err": {name: float(f"{e:.3e}") for name, e in errors.items()},
+            "bias_over_plain": round(times["bias"] / times["plain"], 4),
+            "cublas_addmm_over_bias": round(times["cublas_addmm"] / times["bias"], 4),
+            "cublas_mm_over_plain": round(times["cublas_mm"] / times["plain"], 4),
+        }  # fmt: skip
+        result["rows"].append(row)
+        print(row, flush=True)
+        write_json(result, args.json)
+
+
+if __name__ == "__main__":
+    main()
