@@ -12,6 +12,7 @@
 # fusion:   launch_paths.py, then the epilogue benchmark on every shape, with epilogue fusion on
 # job:      the main job with epilogue fusion on
 # bias:     bias_probe.py (our kernel plain / row bias / M x N epilogues vs cuBLAS mm and addmm)
+# staged:   the staged-operand GPU tests (own time limit: a pipeline bug would hang), then bias_probe.py
 # closing:  the main job with epilogue fusion on, then the plain-GEMM benchmark
 # probe:    kernel_probe.py (where the kernel loses to cuBLAS), then the GEMM benchmark
 # diagnose: probe, then addmm+gelu at 1024 rows with Inductor's fusion log and output code
@@ -31,7 +32,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log
     echo "== $name: rc=$? in $((SECONDS - t0)) s"
 }
 
-case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, timing, probe or diagnose}" in
+case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, timing, probe or diagnose}" in
 tests)
     # Stream-K first, on its own limit: a kernel that waits on a flag forever would
     # otherwise take the whole suite's time with it.
@@ -88,8 +89,13 @@ closing)
     grep -vE "^(W|I|E)[0-9]{4}" "$OUT/job.log" | tail -30 | cut -c1-220
     step gemm 200 python3 benchmarks/gemm.py --json "$OUT/h200-gemm.json"
     tail -9 "$OUT/gemm.log" ;;
+staged)
+    step gpu-staged 200 python3 -m pytest tests/test_gemm_gpu.py -m gpu -n 8 -q -rfE -p no:cacheprovider -k staged
+    grep -E "passed|failed|^FAILED|^ERROR" "$OUT/gpu-staged.log" | tail -15
+    step bias 150 python3 benchmarks/bias_probe.py --json "$OUT/h200-bias.json"
+    grep "^{" "$OUT/bias.log" | cut -c1-700 ;;
 bias)
-    step bias 110 python3 benchmarks/bias_probe.py --json "$OUT/h200-bias.json"
+    step bias 150 python3 benchmarks/bias_probe.py --json "$OUT/h200-bias.json"
     grep "^{" "$OUT/bias.log" | cut -c1-600 ;;
 timing)
     step timing 120 python3 benchmarks/timing_probe.py --json "$OUT/h200-timing.json"

@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from inductor_cutedsl.kernels.config import shortlist  # noqa: E402
 from inductor_cutedsl.runtime import get_gemm, spec_for  # noqa: E402
-from inductor_cutedsl.timing import bench, graphed, interleaved, run_info, write_json  # noqa: E402
+from inductor_cutedsl.timing import bench, graphed, interleaved, report_row, run_info  # noqa: E402
 
 SHAPES = [(8192, 4096, 4096), (8192, 14336, 4096)]
 ROUNDS = 5
@@ -75,9 +75,7 @@ def main() -> None:
                     "ours_ms": round(t["ours"], 4), "cublas_ms": round(t["cublas"], 4),
                     "cublas_over_ours": round(t["cublas"] / t["ours"], 4),
                 }  # fmt: skip
-                result["rows"].append(row)
-                print(row, flush=True)
-    write_json(result, args.json)
+                report_row(result, row, args.json)
 
 
 if __name__ == "__main__":

@@ -92,6 +92,14 @@ def run_info() -> dict:
     return {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
 
 
+def report_row(result: dict, row: dict, path: str | None) -> None:
+    """Add ``row`` to ``result["rows"]``, print it and rewrite ``path``: a probe cut
+    short by its time limit keeps every row it measured."""
+    result["rows"].append(row)
+    print(row, flush=True)
+    write_json(result, path)
+
+
 def write_json(result: dict, path: str | None) -> None:
     if path:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

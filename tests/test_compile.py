@@ -88,6 +88,35 @@ def test_kernel_refuses_invalid_config():
         Sm90Gemm(GemmConfig(96, 128), "bfloat16", "bfloat16", "k", "k", E.IDENTITY)
 
 
+@pytest.mark.parametrize(
+    "cfg,operands",
+    [
+        (GemmConfig(128, 128, 2, 1, True), ("r",)),
+        (GemmConfig(128, 256, 2, 1, stream_k=True), ("r",)),
+        (GemmConfig(128, 256, 2, 1), ("r", "s")),
+    ],
+    ids=["pingpong", "stream_k", "two_staged"],
+)
+def test_kernel_refuses_what_staging_does_not_support(cfg, operands):
+    from inductor_cutedsl.kernels.sm90_gemm import Sm90Gemm
+
+    ops = tuple(E.EpilogueOperand(name, "full", "bfloat16", staged=True) for name in operands)
+    epi = E.Epilogue("staged", "def epilogue(acc, m, n, l, ops):\n    return acc + ops[0]\n", ops)
+    with pytest.raises(ValueError, match="one staged operand"):
+        Sm90Gemm(cfg, "bfloat16", "bfloat16", "k", "k", epi)
+
+
+def test_staged_operand_takes_a_mainloop_stage():
+    from inductor_cutedsl.kernels.sm90_gemm import Sm90Gemm
+
+    cfg = GemmConfig(128, 256, 2, 1, epi_n=64)
+    op = E.EpilogueOperand("r", "full", "bfloat16", staged=True)
+    epi = E.Epilogue("staged", "def epilogue(acc, m, n, l, ops):\n    return acc + ops[0]\n", (op,))
+    plain = Sm90Gemm(cfg, "bfloat16", "bfloat16", "k", "k", E.IDENTITY)
+    kernel = Sm90Gemm(cfg, "bfloat16", "bfloat16", "k", "k", epi)
+    assert (plain.ab_stage, kernel.ab_stage) == (4, 3)  # 2 x 16 KiB of sub-tile buffers
+
+
 @pytest.mark.gpu
 def test_whole_config_space_compiles(tmp_path):
     """Every config of the space, both schedules, compiles (on the device's 16 cores)."""

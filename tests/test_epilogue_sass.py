@@ -5,7 +5,8 @@ thread's operand loads wait its full latency in turn: ``silu(acc) * gate`` fused
 ran at twice the unfused GEMM's time on the H200. Checked on the disassembly of
 real kernels (128x256 cooperative tile: 128 accumulator elements per thread), which
 also prefetch the full operand's lines to L2 before the epilogue. An operand declared
-for pairs takes half the load instructions (4-byte loads).
+for pairs takes half the load instructions (4-byte loads); one staged through shared
+memory (TMA, then ldmatrix) takes none.
 """
 from __future__ import annotations
 
@@ -24,8 +25,10 @@ CASES = {
     "divide_by_operand": "fdiv(acc, ops[0] + Float32(2.0))",
     "reciprocal": "reciprocal(cute.math.abs(acc) + ops[0])",
 }
-# The same epilogues with the operand declared for paired (4-byte) loads.
+# The same epilogues with the operand declared for paired (4-byte) loads, and staged
+# through shared memory by TMA.
 PAIRED = [f"{name}_pairs" for name in CASES]
+STAGED = [f"{name}_staged" for name in CASES]
 
 # Runs in a fresh process: the DSL reads CUTE_DSL_KEEP / CUTE_DSL_DUMP_DIR at import.
 SCRIPT = textwrap.dedent("""
@@ -38,11 +41,11 @@ SCRIPT = textwrap.dedent("""
     cases, nvdisasm, root = json.loads(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
     dump = Path(os.environ["CUTE_DSL_DUMP_DIR"])
     stats = {}
-    for (name, expr), pairs in [(c, p) for c in cases.items() for p in (False, True)]:
+    for (name, expr), flavour in [(c, f) for c in cases.items() for f in ("", "_pairs", "_staged")]:
         for old in dump.glob("*"):
             old.unlink()
-        gate = EpilogueOperand("g", "full", "bfloat16", pairs)
-        name += "_pairs" if pairs else ""
+        gate = EpilogueOperand("g", "full", "bfloat16", flavour == "_pairs", flavour == "_staged")
+        name += flavour
         epi = Epilogue(name, f"def epilogue(acc, m, n, l, ops):\\n    return {expr}\\n", (gate,))
         spec = KernelSpec(GemmConfig(128, 256, 1, 2), "bfloat16", "bfloat16", "k", "k", epi)
         export_object(spec, root, name)
@@ -56,7 +59,9 @@ SCRIPT = textwrap.dedent("""
             "branch_regions": sum("BSSY" in line for line in lines),
             "l2_prefetches": sum("CCTL.E.PF2" in line for line in lines),
             "pipelined_wgmma_waits": sum("WARPGROUP.DEPBAR.LE gsb0, 0x1" in line for line in lines),
-            "lines_per_load": (loads[-1] - loads[0]) / len(loads),
+            "lines_per_load": (loads[-1] - loads[0]) / len(loads) if loads else 0.0,
+            "smem_matrix_loads": sum("LDSM" in line for line in lines),
+            "spill_stores": sum("STL" in line for line in lines),
         }
     print(json.dumps(stats))
 """)
@@ -105,7 +110,16 @@ def test_paired_operand_loads_are_half_as_many_and_issue_together(sass_stats, na
     assert s["branch_regions"] == 0 and s["lines_per_load"] < 15, s
 
 
-@pytest.mark.parametrize("name", [*CASES, *PAIRED])
+@pytest.mark.parametrize("name", STAGED)
+def test_staged_operand_is_read_from_shared_memory(sass_stats, name):
+    """No global load or L2 prefetch of the operand is left: ldmatrix reads it from the
+    shared-memory buffers the producer's TMA filled; and nothing spills."""
+    s = sass_stats[name]
+    assert s["loads"] == 0 and s["l2_prefetches"] == 0, s
+    assert s["smem_matrix_loads"] >= 4 and s["spill_stores"] == 0, s  # >= one per sub-tile
+
+
+@pytest.mark.parametrize("name", [*CASES, *PAIRED, *STAGED])
 def test_mainloop_keeps_a_wgmma_batch_in_flight(sass_stats, name):
     """ptxas serializes wgmma (waits for each batch at once) when anything else reads
     accumulator registers inside the pipeline, e.g. values it chose to keep there: then

@@ -181,15 +181,20 @@ def paired(expr: str, dtype: str = "bfloat16") -> E.Epilogue:
 def test_paired_operand_loads(cfg, dtype, batch):
     """Operands read two columns per load: odd M, N not a tile multiple, rows padded
     (an M stride above N), the batch indexed; elements past M/N never read wrongly."""
+    check_silu_gate(paired, cfg, dtype, batch, 999, 1000, 520)
+
+
+def check_silu_gate(declare, cfg, dtype, batch, m, n, k):
+    """silu(A @ B) * gate against float64, the gate's rows padded (an M stride above N)
+    and declared by ``declare(expression, dtype name)``; the output poisoned first."""
     from inductor_cutedsl.runtime import gemm
 
-    m, n, k = 999, 1000, 520
     a = matrix(m, k, True, dtype, batch=batch)
     b = matrix(k, n, False, dtype, batch=batch)
     lead = () if batch is None else (batch,)
     r = torch.randn(*lead, m, n + 24, device="cuda").to(dtype)[..., :n]
     out = poisoned((*lead, m, n), dtype)
-    epi = paired("silu(acc) * ops[0]", {torch.bfloat16: "bfloat16", torch.float16: "float16"}[dtype])
+    epi = declare("silu(acc) * ops[0]", {torch.bfloat16: "bfloat16", torch.float16: "float16"}[dtype])
     gemm(a, b, r, out=out, config=cfg, epilogue=epi)
     torch.cuda.synchronize()
     assert rel_err(out, torch.nn.functional.silu(reference(a, b)) * r.double()) < 1e-2
@@ -198,19 +203,78 @@ def test_paired_operand_loads(cfg, dtype, batch):
 def test_launcher_runs_the_unpaired_kernel_for_a_misaligned_operand():
     """Generated code declares pairs from Inductor's layouts; a tensor that breaks the
     declaration at run time (here a view 2 bytes into its storage) still computes right."""
+    check_launcher_falls_back(paired("acc + ops[0]"), CONFIGS[0])
+
+
+def check_launcher_falls_back(epi: E.Epilogue, cfg: GemmConfig) -> None:
+    """A residual 0 and 2 bytes into its storage, through the generated-code launcher:
+    both computed right (the second by the kernel that reads it one element per load)."""
     from inductor_cutedsl.runtime import KernelSpec, generated
 
-    epi = paired("acc + ops[0]")
-    spec = KernelSpec(CONFIGS[0], "bfloat16", "bfloat16", "k", "n", epi)
     m, n, k = 512, 1024, 256
     a, b = matrix(m, k, True, torch.bfloat16), matrix(k, n, True, torch.bfloat16)
     storage = torch.randn(m * n + 1, device="cuda").to(torch.bfloat16)
+    spec = KernelSpec(cfg, "bfloat16", "bfloat16", "k", "n", epi)
     launch = generated.launcher(spec.to_json(), (), (((n, 1, 0), 0),))
     for r in (storage[: m * n], storage[1:]):
         out = poisoned((m, n), torch.bfloat16)
         launch(a, b, out, r, stream=torch.cuda.current_stream().cuda_stream)
         torch.cuda.synchronize()
         assert rel_err(out, reference(a, b) + r.view(m, n).double()) < 1e-2
+
+
+def staged(expr: str, dtype: str = "bfloat16", *extra: E.EpilogueOperand) -> E.Epilogue:
+    return E.Epilogue(
+        f"staged_{dtype}", f"def epilogue(acc, m, n, l, ops):\n    return {expr}\n",
+        (E.EpilogueOperand("r", "full", dtype, staged=True), *extra),
+    )  # fmt: skip
+
+
+STAGED_CONFIGS = [c for c in CONFIGS if not c.pingpong and not c.stream_k]
+
+
+@pytest.mark.parametrize("cfg", STAGED_CONFIGS, ids=lambda c: c.name())
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("batch", [None, 3], ids=["2d", "batched"])
+@pytest.mark.parametrize("m,n,k", [(999, 1000, 520), (4095, 4096, 64), (8192, 4096, 4096)], ids=str)
+def test_staged_operand(cfg, dtype, batch, m, n, k):
+    """An operand TMA-loaded into shared memory by the producer and read with ldmatrix:
+    odd M, N not a tile multiple, rows padded, one k-tile, several tiles per CTA (the
+    buffers cycle across tiles), the batch indexed; every element written."""
+    check_silu_gate(staged, cfg, dtype, batch, m, n, k)
+
+
+def test_staged_operand_beside_a_bias_and_a_kept_output():
+    """The staged operand with a row bias read from global memory and an extra output."""
+    from inductor_cutedsl.runtime import gemm
+
+    epi = staged(
+        "(relu(acc + ops[1]) + ops[0], acc + ops[1])", "bfloat16",
+        E.EpilogueOperand("bias", "row", "bfloat16"), E.EpilogueOperand("pre", "out", "bfloat16"),
+    )  # fmt: skip
+    m, n, k = 1000, 2048, 1000
+    a, b = matrix(m, k, True, torch.bfloat16), matrix(k, n, False, torch.bfloat16)
+    r = torch.randn(m, n, device="cuda").to(torch.bfloat16)
+    bias = torch.randn(n, device="cuda").to(torch.bfloat16)
+    pre, out = poisoned((m, n), torch.bfloat16), poisoned((m, n), torch.bfloat16)
+    gemm(a, b, r, bias, pre, out=out, config=STAGED_CONFIGS[0], epilogue=epi)
+    torch.cuda.synchronize()
+    ref_pre = reference(a, b) + bias.double()
+    assert rel_err(pre, ref_pre) < 1e-2
+    assert rel_err(out, torch.relu(ref_pre) + r.double()) < 1e-2
+
+
+def test_staged_operand_misaligned_is_refused_and_the_launcher_falls_back():
+    """A view 2 bytes into its storage cannot be TMA-loaded: the runtime API refuses
+    it, generated code runs the kernel that reads it from global memory instead."""
+    from inductor_cutedsl.runtime import gemm
+
+    epi = staged("acc + ops[0]")
+    a, b = matrix(512, 256, True, torch.bfloat16), matrix(256, 1024, True, torch.bfloat16)
+    misaligned = torch.randn(512 * 1024 + 1, device="cuda").to(torch.bfloat16)[1:].view(512, 1024)
+    with pytest.raises(ValueError, match="TMA staging"):
+        gemm(a, b, misaligned, config=STAGED_CONFIGS[0], epilogue=epi)
+    check_launcher_falls_back(epi, STAGED_CONFIGS[0])
 
 
 # With 2-CTA clusters of 256 x 256 output on the H200's 66 cluster slots: the last

@@ -98,16 +98,21 @@ def test_epilogue_sources_materialize():
         materialize(E.Epilogue("bad", "def other(acc, m, n, l, ops):\n    return acc\n"))
 
 
-PAIRED = E.Epilogue("residual", "def epilogue(acc, m, n, l, ops):\n    return acc + ops[0]\n",
-                    (E.EpilogueOperand("r", "full", "bfloat16", pairs=True),))  # fmt: skip
+def residual(**flags: bool) -> E.Epilogue:
+    return E.Epilogue("residual", "def epilogue(acc, m, n, l, ops):\n    return acc + ops[0]\n",
+                      (E.EpilogueOperand("r", "full", "bfloat16", **flags),))  # fmt: skip
 
 
-def test_pairs_declarations():
+PAIRED, STAGED = residual(pairs=True), residual(staged=True)
+
+
+@pytest.mark.parametrize("flag", ["pairs", "staged"])
+def test_load_declarations(flag):
     for kind, dtype in (("row", "bfloat16"), ("full", "float32"), ("out", "bfloat16")):
-        with pytest.raises(ValueError, match="pairs"):
-            E.EpilogueOperand("x", kind, dtype, pairs=True)
-    plain = E.Epilogue(PAIRED.name, PAIRED.source, (E.EpilogueOperand("r", "full", "bfloat16"),))
-    assert plain.fingerprint() != PAIRED.fingerprint()
+        with pytest.raises(ValueError, match=flag):
+            E.EpilogueOperand("x", kind, dtype, **{flag: True})
+    assert len({residual().fingerprint(), PAIRED.fingerprint(), STAGED.fingerprint()}) == 3
+    assert (PAIRED.operands[0].align_bytes, STAGED.operands[0].align_bytes) == (4, 16)
 
 
 @pytest.mark.parametrize(
@@ -129,6 +134,25 @@ def test_pairs_accepted_layouts():
     assert support.pairs_reason(support.operand_args(cpu(3, 64, 128), None, 3, 64, 128), 128) is None
     padded = cpu(64, 130)[:, :128]  # padded rows, broadcast over two batches
     assert support.pairs_reason(support.operand_args(padded, None, 2, 64, 128), 128) is None
+
+
+@pytest.mark.parametrize(
+    "view,needle",
+    [
+        (cpu(1, 64, 256)[:, :, ::2], "N stride"),
+        (cpu(1, 64, 132)[:, :, :128], "multiple of 16 bytes"),
+        (cpu(1, 64 * 128 + 4)[:, 4:].view(1, 64, 128), "not 16-byte aligned"),
+    ],
+)
+def test_staged_reasons(view, needle):
+    args = support.operand_args(view, None, *view.shape)
+    assert needle in (support.staged_reason(args, view.shape[2], 2) or "")
+    assert needle in (operands_reason(STAGED, [view[0]], 1, view.shape[1], view.shape[2]) or "")
+
+
+def test_staged_accepted_layouts():
+    padded = cpu(3, 64, 136)[:, :, :127]  # rows padded to 272 bytes, odd N
+    assert support.staged_reason(support.operand_args(padded, None, 3, 64, 127), 127, 2) is None
 
 
 @pytest.mark.parametrize(

@@ -85,11 +85,12 @@ class GemmConfig:
         """Staging buffers for all of a tile's epilogue sub-tiles."""
         return self.tile_m // self.mma_rows * self.tile_n // self.epi_n
 
-    def ab_stages(self, in_bytes: int = 2, out_bytes: int = 2) -> int:
-        """Mainloop stages that fit beside the epilogue buffers (capped)."""
+    def ab_stages(self, in_bytes: int = 2, out_bytes: int = 2, extra_bytes: int = 0) -> int:
+        """Mainloop stages that fit beside the epilogue buffers and ``extra_bytes`` of
+        other shared memory (capped)."""
         stage = (self.tile_m + self.tile_n) * self.tile_k * in_bytes
         epi = self.mma_rows * self.epi_n * out_bytes * self.epi_stages(out_bytes)
-        return min(MAX_AB_STAGES, (SMEM_CAPACITY - SMEM_RESERVED - epi) // stage)
+        return min(MAX_AB_STAGES, (SMEM_CAPACITY - SMEM_RESERVED - epi - extra_bytes) // stage)
 
     def invalid_reason(self, in_bytes: int = 2, out_bytes: int = 2) -> str | None:
         """None when the kernel can be built with this config, else why not."""

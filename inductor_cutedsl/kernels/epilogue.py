@@ -42,20 +42,27 @@ class EpilogueOperand:
     one 4-byte load, half the load instructions of the epilogue's hottest part. It
     may only be declared for tensors with unit stride along N, even strides along M
     and L, a 4-byte aligned base and an even N (``runtime.support`` checks).
+
+    ``staged`` (one 16-bit ``full`` input per epilogue, cooperative configs without
+    stream-K): a spare producer warp TMA-loads the input's epilogue sub-tiles into
+    shared memory ahead of the epilogue (during the tile's mainloop), and the
+    epilogue reads them with ldmatrix instead of global loads that stall the tensor
+    cores. Needs unit stride along N, 16-byte aligned base and M/L strides.
     """
 
     name: str
     kind: str
     dtype: str = "float32"
     pairs: bool = False
+    staged: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in OPERAND_KINDS:
             raise ValueError(f"operand kind {self.kind!r} not in {OPERAND_KINDS}")
         if self.dtype not in OPERAND_DTYPES:
             raise ValueError(f"operand dtype {self.dtype!r} not in {OPERAND_DTYPES}")
-        if self.pairs and (self.kind != "full" or self.dtype == "float32"):
-            raise ValueError("pairs are for 16-bit full inputs")
+        if (self.pairs or self.staged) and (self.kind != "full" or self.dtype == "float32"):
+            raise ValueError("pairs and staged are for 16-bit full inputs")
 
     @property
     def is_tensor(self) -> bool:
@@ -68,6 +75,8 @@ class EpilogueOperand:
     @property
     def align_bytes(self) -> int:
         """The alignment the compiled kernel assumes of this tensor's base address."""
+        if self.staged:
+            return 16
         return (4 if self.dtype == "float32" else 2) * (2 if self.pairs else 1)
 
 
@@ -88,7 +97,7 @@ class Epilogue:
         h = hashlib.sha256()
         h.update((self.source or "<identity>").encode())
         for op in self.operands:
-            h.update(f"|{op.kind}:{op.dtype}{':pairs' if op.pairs else ''}".encode())
+            h.update(f"|{op.kind}:{op.dtype}{':pairs' if op.pairs else ''}{':staged' if op.staged else ''}".encode())
         return h.hexdigest()[:16]
 
 

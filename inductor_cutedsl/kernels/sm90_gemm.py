@@ -11,6 +11,11 @@ applies the hook per accumulator element, converts, stages sub-tiles in shared
 memory and stores them with TMA, which also clips rows/columns past M/N (and
 zero-fills loads past M/N/K), so no size needs to be a tile multiple.
 
+An M x N epilogue input declared ``staged`` (cooperative, no stream-K) is instead
+TMA-loaded, sub-tile by sub-tile, into shared memory by a second producer warp that
+walks the same tiles ahead of the consumers, and read with ldmatrix in the
+epilogue, where the hook then runs per sub-tile.
+
 Tiles go to cluster slots in the persistent scheduler's order. With stream-K
 (cooperative only) the last partial wave is instead split by k-iterations over
 every slot, and partial sums meet through global memory (see ``_schedule``).
@@ -57,6 +62,10 @@ _PREFETCH_LEAD_K_TILES = 8
 # Most stream-K shares summed into one tile: its owner reads the others' partial
 # tiles (128 KiB each at 128x256) alone, before its epilogue.
 _STREAM_K_MAX_PARTS = 4
+# Shared-memory buffers of a staged epilogue operand (one epilogue sub-tile each).
+_STAGED_BUFFERS = 2
+# The producer warpgroup's warp that TMA-loads a staged operand (warp 0 loads A/B).
+_STAGED_LOAD_WARP = 1
 # Named barrier ids (0 is __syncthreads).
 _BAR_EPI = 1  # +wg in pingpong
 _BAR_MMA_TURN = 3  # +wg
@@ -114,6 +123,11 @@ class Sm90Gemm:
         self.epilogue = epilogue
         self.hook = materialize(epilogue)
         self.tensor_ops = [op for op in epilogue.operands if op.is_tensor]
+        # The tensor operand staged through shared memory (see EpilogueOperand.staged).
+        staged = [i for i, op in enumerate(self.tensor_ops) if op.staged]
+        if staged and (len(staged) > 1 or cfg.pingpong or cfg.stream_k):
+            raise ValueError("one staged operand per epilogue, cooperative schedule without stream-K")
+        self.staged = staged[0] if staged else None
 
         self.pingpong = cfg.pingpong
         self.tile_shape_mnk = (cfg.tile_m, cfg.tile_n, cfg.tile_k)
@@ -123,9 +137,15 @@ class Sm90Gemm:
         self.threads_per_cta = (1 + self.num_consumer_wg) * _WG_THREADS
         # Threads that run one tile's epilogue together.
         self.epi_threads = _WG_THREADS if cfg.pingpong else 2 * _WG_THREADS
-        self.ab_stage = cfg.ab_stages(2, self.out_dtype.width // 8)
-        self.epi_stage = cfg.epi_stages(self.out_dtype.width // 8)
         self.epi_tile = cfg.epi_tile
+        self.c_dtype = DTYPES[self.tensor_ops[self.staged].dtype] if staged else None
+        staged_bytes = (
+            self.epi_tile[0] * self.epi_tile[1] * self.c_dtype.width // 8 * _STAGED_BUFFERS if staged else 0
+        )
+        self.ab_stage = cfg.ab_stages(2, self.out_dtype.width // 8, staged_bytes)
+        if self.ab_stage < 2:
+            raise ValueError(f"{cfg.name()}: fewer than two mainloop stages beside a staged operand")
+        self.epi_stage = cfg.epi_stages(self.out_dtype.width // 8)
         self.a_mcast = cfg.cluster_n
         self.b_mcast = cfg.cluster_m
 
@@ -215,18 +235,19 @@ class Sm90Gemm:
             )
             if cutlass.const_expr(op.pairs):
                 stride = (cute.assume(s_m, divby=2), 1, cute.assume(s_l, divby=2))
+            if cutlass.const_expr(op.staged):  # TMA: 16-byte strides (runtime.support checks)
+                stride = (self._aligned(s_m, DTYPES[op.dtype]), 1, self._aligned(s_l, DTYPES[op.dtype]))
             ep_tensors.append(cute.make_tensor(ptr, cute.make_layout((m, n, l), stride=stride)))
 
         a_layout = LayoutEnum.ROW_MAJOR if self.a_major == "k" else LayoutEnum.COL_MAJOR
         b_layout = LayoutEnum.ROW_MAJOR if self.b_major == "k" else LayoutEnum.COL_MAJOR
-        d_layout = LayoutEnum.ROW_MAJOR
         tiled_mma = sm90_utils.make_trivial_tiled_mma(
             ab, ab,
             a_layout.sm90_mma_major_mode(), b_layout.sm90_mma_major_mode(),
             self.acc_dtype, self.atom_layout_mnk,
             tiler_mn=(64, self.tile_shape_mnk[1]),
         )  # fmt: skip
-        a_smem, b_smem, d_smem = self._smem_layouts(a_layout, b_layout, d_layout)
+        a_smem, b_smem, d_smem = self._smem_layouts(a_layout, b_layout)
         tma_a, tma_tA = self._tma_load(mA, a_smem, (self.tile_shape_mnk[0], self.tile_shape_mnk[2]), self.a_mcast)
         tma_b, tma_tB = self._tma_load(mB, b_smem, (self.tile_shape_mnk[1], self.tile_shape_mnk[2]), self.b_mcast)
         tma_d, tma_tD = cute.nvgpu.cpasync.make_tiled_tma_atom(
@@ -235,6 +256,17 @@ class Sm90Gemm:
             cute.slice_(d_smem, (None, None, 0)),
             self.epi_tile,
         )
+        # A staged operand: its TMA load atom and shared-memory layout, else nothing.
+        staged = ()
+        if cutlass.const_expr(self.staged is not None):
+            c_smem = self._epi_smem(self.c_dtype, _STAGED_BUFFERS)
+            tma_c, tma_tC = cute.nvgpu.cpasync.make_tiled_tma_atom(
+                cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(),
+                ep_tensors[self.staged],
+                cute.slice_(c_smem, (None, None, 0)),
+                self.epi_tile,
+            )
+            staged = (tma_c, tma_tC, c_smem)
         ntiles = cute.ceil_div((m, n, l), (self.tile_shape_mnk[0], self.tile_shape_mnk[1], 1))
         sched = utils.PersistentTileSchedulerParams(
             ntiles, (*self.cluster_shape_mn, 1), self.cfg.swizzle, self.cfg.raster_along_m
@@ -251,10 +283,23 @@ class Sm90Gemm:
             sD: cute.struct.Align[cute.struct.MemRange[od, cute.cosize(d_smem)], 1024]
 
         self.shared_storage = SharedStorage
+        if cutlass.const_expr(self.staged is not None):
+            cd, c_cosize = self.c_dtype, cute.cosize(staged[2])
+
+            @cute.struct
+            class StagedStorage:
+                ab_barriers: cute.struct.MemRange[cutlass.Int64, ab_stage * 2]
+                c_barriers: cute.struct.MemRange[cutlass.Int64, _STAGED_BUFFERS * 2]
+                sA: cute.struct.Align[cute.struct.MemRange[ab, cute.cosize(a_smem)], 1024]
+                sB: cute.struct.Align[cute.struct.MemRange[ab, cute.cosize(b_smem)], 1024]
+                sD: cute.struct.Align[cute.struct.MemRange[od, cute.cosize(d_smem)], 1024]
+                sC: cute.struct.Align[cute.struct.MemRange[cd, c_cosize], 1024]
+
+            self.shared_storage = StagedStorage
         # Stream-K's partial sums (fp32, a tile per CTA) and per-CTA flags (zeroed).
         sk_buffers = tuple(cute.make_tensor(p, cute.make_layout(1)) for p in sk)
         self.kernel(
-            tma_a, tma_tA, tma_b, tma_tB, tma_d, tma_tD,
+            tma_a, tma_tA, tma_b, tma_tB, tma_d, tma_tD, staged,
             tuple(ep_tensors), tuple(scalars), sk_buffers,
             tiled_mma, cute.make_layout((*self.cluster_shape_mn, 1)),
             a_smem, b_smem, d_smem, sched,
@@ -266,7 +311,7 @@ class Sm90Gemm:
             stream=stream,
         )  # fmt: skip
 
-    def _smem_layouts(self, a_layout, b_layout, d_layout):
+    def _smem_layouts(self, a_layout, b_layout):
         tm, tn, tk = self.tile_shape_mnk
         ab = self.ab_dtype
 
@@ -280,12 +325,15 @@ class Sm90Gemm:
 
         a_smem = staged(a_layout, tm, tk if self.a_major == "k" else tm, self.a_major == "k")
         b_smem = staged(b_layout, tn, tk if self.b_major == "k" else tn, self.b_major == "k")
+        return a_smem, b_smem, self._epi_smem(self.out_dtype, self.epi_stage)
+
+    def _epi_smem(self, dtype, stages: int):
+        """Row-major epilogue sub-tile buffers (the output's staging, a staged operand's)."""
         em, en = self.epi_tile
-        d_atom = cute.nvgpu.warpgroup.make_smem_layout_atom(
-            sm90_utils.get_smem_layout_atom(d_layout, self.out_dtype, en), self.out_dtype
+        atom = cute.nvgpu.warpgroup.make_smem_layout_atom(
+            sm90_utils.get_smem_layout_atom(LayoutEnum.ROW_MAJOR, dtype, en), dtype
         )
-        d_smem = cute.tile_to_shape(d_atom, (em, en, self.epi_stage), order=(0, 1, 2))
-        return a_smem, b_smem, d_smem
+        return cute.tile_to_shape(atom, (em, en, stages), order=(0, 1, 2))
 
     @staticmethod
     def _tma_load(tensor, smem_staged, tile, mcast):
@@ -308,6 +356,7 @@ class Sm90Gemm:
         mB: cute.Tensor,
         tma_d: cute.CopyAtom,
         mD: cute.Tensor,
+        staged: tuple,
         ep_tensors: tuple,
         ep_scalars: tuple,
         sk_buffers: tuple,
@@ -351,6 +400,21 @@ class Sm90Gemm:
             cta_layout_vmnk=cute.make_layout((1, *cta_layout.shape)),
             defer_sync=True,
         )
+        # A staged operand's sub-tiles: loaded by one producer warp, read by every
+        # consumer warp (CTA-local: never multicast).
+        c_load = None
+        if cutlass.const_expr(self.staged is not None):
+            tma_c, mC, c_smem = staged
+            c_pipe = pipeline.PipelineTmaAsync.create(
+                barrier_storage=storage.c_barriers.data_ptr(),
+                num_stages=_STAGED_BUFFERS,
+                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+                consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 4 * self.num_consumer_wg),
+                tx_count=cute.size_in_bytes(self.c_dtype, cute.slice_(c_smem, (None, None, 0))),
+                defer_sync=True,
+            )
+            sC = storage.sC.get_tensor(c_smem.outer, swizzle=c_smem.inner)
+            c_load = (tma_c, c_pipe, sC, cute.local_tile(mC, cute.slice_(self.tile_shape_mnk, (None, None, 0)), (None, None, None)))
         pipeline_init_arrive(cluster_shape_mn=self.cluster_shape_mn, is_relaxed=True)
 
         sA = storage.sA.get_tensor(a_smem.outer, swizzle=a_smem.inner)
@@ -390,10 +454,13 @@ class Sm90Gemm:
             cute.arch.setmaxregister_decrease(_PRODUCER_REGS)
             if warp_idx == 0:
                 self._produce(ab_pipe, sched_params, tma_a, tAsA, tAgA, a_mask, tma_b, tBsB, tBgB, b_mask, k_tiles)
+            if cutlass.const_expr(self.staged is not None):
+                if warp_idx == _STAGED_LOAD_WARP:
+                    self._produce_staged(c_load, sched_params)
         else:
             cute.arch.setmaxregister_increase(_CONSUMER_REGS)
             self._consume(
-                ab_pipe, sched_params, tiled_mma, sA, sB, sD, gD, cD, tma_d,
+                ab_pipe, sched_params, tiled_mma, sA, sB, sD, gD, cD, tma_d, c_load,
                 ep_tensors, ep_scalars, sk_buffers, k_tiles, wg_idx - 1, tidx - _WG_THREADS, warp_idx,
                 mD.shape[0], mD.shape[1],
             )  # fmt: skip
@@ -464,6 +531,39 @@ class Sm90Gemm:
         ab_pipe.producer_tail(state)
 
     @cute.jit
+    def _produce_staged(self, c_load, sched_params):
+        """TMA-load the staged operand's sub-tiles of every tile of this CTA, in the
+        order its epilogue reads them, as far ahead as the buffers allow: a tile's
+        first sub-tiles arrive while its mainloop still runs."""
+        tma_c, c_pipe, sC, gC = c_load
+        cute.nvgpu.cpasync.prefetch_descriptor(tma_c)
+        sched = utils.StaticPersistentTileScheduler.create(
+            sched_params, cute.arch.block_idx(), cute.arch.grid_dim()
+        )
+        work = sched.initial_work_tile_info()
+        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, _STAGED_BUFFERS)
+        epi_m = self.tile_shape_mnk[0] // self.epi_tile[0]
+        epi_n = self.tile_shape_mnk[1] // self.epi_tile[1]
+        while work.is_valid_tile:
+            tc = work.tile_idx
+            sC_part, gC_part = cute.nvgpu.cpasync.tma_partition(
+                tma_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2),
+                cute.zipped_divide(gC[(None, None, *tc)], self.epi_tile),
+            )  # fmt: skip
+            for em in cutlass.range_constexpr(epi_m):
+                for en in cutlass.range_constexpr(epi_n):
+                    c_pipe.producer_acquire(state)
+                    cute.copy(
+                        tma_c, gC_part[(None, (em, en))], sC_part[(None, state.index)],
+                        tma_bar_ptr=c_pipe.producer_get_barrier(state),
+                    )  # fmt: skip
+                    c_pipe.producer_commit(state)
+                    state.advance()
+            sched.advance_to_next_work()
+            work = sched.get_current_work()
+        c_pipe.producer_tail(state)
+
+    @cute.jit
     def _load(self, ab_pipe, state, tc, k0, k1, loads):
         """Issue the TMA loads of k-tiles [k0, k1) of tile ``tc``."""
         tma_a, tAsA, tAgA, a_mask, tma_b, tBsB, tBgB, b_mask = loads
@@ -486,7 +586,7 @@ class Sm90Gemm:
 
     @cute.jit
     def _consume(
-        self, ab_pipe, sched_params, tiled_mma, sA, sB, sD, gD, cD, tma_d,
+        self, ab_pipe, sched_params, tiled_mma, sA, sB, sD, gD, cD, tma_d, c_load,
         ep_tensors, ep_scalars, sk_buffers, k_tiles, wg, ctidx, warp_idx, size_m, size_n,
     ):  # fmt: skip
         pingpong = cutlass.const_expr(self.pingpong)
@@ -545,8 +645,19 @@ class Sm90Gemm:
             geometry=self._subtile_geometry(tRS_acc, tRS_rD, epi_m, epi_n), epi_m=epi_m, epi_n=epi_n,
             bar=epi_bar, store_pipe=store_pipe, store_warp=store_warp, warp_idx=warp_idx,
             tma_d=tma_d, sD=sD, gD=gD, ep_tensors=ep_tensors, ep_scalars=ep_scalars,
-            size_m=size_m, size_n=size_n,
+            size_m=size_m, size_n=size_n, geo=geo,
         )  # fmt: skip
+        if cutlass.const_expr(self.staged is not None):
+            # The staged operand's sub-tile, read from shared memory with ldmatrix in
+            # the layout the output's stmatrix writes (so element v of the fragment
+            # below is element v of tRS_rD).
+            s2r = cute.make_tiled_copy_S(
+                cute.make_copy_atom(cute.nvgpu.warp.LdMatrix8x8x16bOp(False, 4), self.c_dtype), c_atom
+            )
+            thr_s2r = s2r.get_slice(etidx)
+            tRS_rC = cute.make_rmem_tensor(tRS_rD.layout, self.c_dtype)
+            epi.s2r, epi.c_pipe = s2r, c_load[1]
+            epi.tSR_sC, epi.tRS_rC, epi.tSR_rC = thr_s2r.partition_S(c_load[2]), tRS_rC, thr_s2r.retile(tRS_rC)
 
         sched = utils.StaticPersistentTileScheduler.create(
             sched_params, cute.arch.block_idx(), cute.arch.grid_dim()
@@ -628,7 +739,7 @@ class Sm90Gemm:
         tiled_mma, tCrA, tCrB, acc, k_blocks = mma
         # Full (M x N) epilogue inputs are pulled toward L2 a few k-tiles before the
         # epilogue reads them (see _prefetch_full_operands).
-        full_inputs = [t for t, op in zip(epi.ep_tensors, self.tensor_ops) if op.kind == "full"]
+        full_inputs = [t for t, op in zip(epi.ep_tensors, self.tensor_ops) if op.kind == "full" and not op.staged]
         size_m, size_n = epi.size_m, epi.size_n
         prefetch_kt = cutlass.max(k1 - _PREFETCH_LEAD_K_TILES, k0)
         acc.fill(0.0)
@@ -658,7 +769,8 @@ class Sm90Gemm:
     @cute.jit
     def _epilogue(self, epi, acc, tCcD, tc, epi_count):
         """Apply the hook to tile ``tc``'s accumulator and store it, sub-tile by sub-tile."""
-        if cutlass.const_expr(self.hook is not None):
+        staged = cutlass.const_expr(self.staged is not None)
+        if cutlass.const_expr(self.hook is not None and not staged):
             # The hook runs on the accumulator in place, element by element, with
             # coordinates from the MMA's own C partition (so they match by construction).
             self._apply_hook(acc, tCcD, tc[2], epi.ep_tensors, epi.ep_scalars, epi.size_m, epi.size_n)
@@ -673,10 +785,13 @@ class Sm90Gemm:
         for em in cutlass.range_constexpr(epi.epi_m):
             for en in cutlass.range_constexpr(epi.epi_n):
                 # Sub-tile (em, en) of the accumulator, in stmatrix order.
-                for r in cutlass.range_constexpr(rv):
-                    for i in cutlass.range_constexpr(rm):
-                        for j in cutlass.range_constexpr(rn):
-                            tRS_rD[(r, i, j)] = tRS_acc[((r, en * rn + j), em * rm + i, 0)]
+                if cutlass.const_expr(staged):
+                    self._staged_subtile(epi, tCcD, tc[2], epi_count, em, en)
+                else:
+                    for r in cutlass.range_constexpr(rv):
+                        for i in cutlass.range_constexpr(rm):
+                            for j in cutlass.range_constexpr(rn):
+                                tRS_rD[(r, i, j)] = tRS_acc[((r, en * rn + j), em * rm + i, 0)]
                 for v in cutlass.range_constexpr(cute.size(tRS_rD)):
                     tRS_rOut[v] = tRS_rD[v].to(self.out_dtype)
                 buf = epi_count % self.epi_stage
@@ -690,6 +805,49 @@ class Sm90Gemm:
                     store_pipe.producer_commit()
                 epi_count += 1
         return epi_count
+
+    def _staged_subtile(self, epi, tCcD, batch, epi_count, em, en):
+        """Sub-tile (em, en) of the accumulator into ``epi.tRS_rD`` with the hook applied,
+        the staged operand read from shared memory, the others from global memory.
+
+        The staged loads are consumed in the order they were issued (one per sub-tile,
+        as ``epi_count`` counts them), so the pipeline position follows from it.
+        Trace-time Python (not preprocessed): every loop here unrolls."""
+        rv, rm, rn = epi.geometry
+        c_state = pipeline.PipelineState(
+            _STAGED_BUFFERS, epi_count, epi_count % _STAGED_BUFFERS, (epi_count // _STAGED_BUFFERS) % 2
+        )
+        epi.c_pipe.consumer_wait(c_state)
+        cute.copy(epi.s2r, epi.tSR_sC[(None, None, None, c_state.index)], epi.tSR_rC)
+        # The buffer is refilled by TMA (the async proxy) once every warp has read it.
+        cute.arch.fence_proxy("async.shared", space="cta")
+        cute.arch.sync_warp()
+        epi.c_pipe.consumer_release(c_state)
+        coords = epi.geo.retile(tCcD)
+        last_m, last_n = epi.size_m - 1, epi.size_n - 1
+        inputs = [(k, t) for k, (t, op) in enumerate(zip(epi.ep_tensors, self.tensor_ops)) if not op.is_output]
+        outputs = [t for t, op in zip(epi.ep_tensors, self.tensor_ops) if op.is_output]
+        for r in range(rv):
+            for i in range(rm):
+                for j in range(rn):
+                    at = ((r, en * rn + j), em * rm + i, 0)
+                    m, n = coords[at]
+                    mc, nc = cutlass.min(m, last_m), cutlass.min(n, last_n)
+                    loaded = iter(
+                        epi.tRS_rC[(r, i, j)].to(Float32) if k == self.staged else t[(mc, nc, batch)].to(Float32)
+                        for k, t in inputs
+                    )  # fmt: skip
+                    scalars = iter(epi.ep_scalars)
+                    vals = tuple(
+                        None if op.is_output else next(loaded) if op.is_tensor else next(scalars)
+                        for op in self.epilogue.operands
+                    )  # fmt: skip
+                    result = self.hook(epi.tRS_acc[at], m, n, batch, vals)
+                    if outputs:
+                        for t, value in zip(outputs, result[1:]):
+                            _store_in_bounds(t, m, n, batch, value.to(t.element_type), epi.size_m, epi.size_n)
+                        result = result[0]
+                    epi.tRS_rD[(r, i, j)] = result
 
     def _partial_view(self, acc, sk_buffers, cta, etidx):
         """This thread's slice of CTA ``cta``'s partial-sum buffer, as (4, V / 4): the

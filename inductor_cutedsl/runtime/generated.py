@@ -19,7 +19,7 @@ import torch
 from ..kernels.epilogue import Epilogue
 from .launch import get_gemm
 from .spec import KernelSpec
-from .support import operand_args, pairs_reason
+from .support import operand_args, pairs_reason, staged_reason
 
 
 def launcher(
@@ -32,10 +32,10 @@ def launcher(
     fallback = functools.cache(lambda: get_gemm(unpaired(spec)))  # keyed and loaded once
     scalars = tuple(float(s) for s in scalars)
     views = tuple(views) or (None,) * sum(op.is_tensor for op in spec.epilogue.operands)
-    # Per operand: (is a tensor, declared for pairs, its view or its scalar value).
+    # Per operand: (is a tensor, its declaration, its view or its scalar value).
     t_views, s_values = iter(views), iter(scalars)
     plan = tuple(
-        (True, op.pairs, next(t_views)) if op.is_tensor else (False, False, next(s_values))
+        (True, op, next(t_views)) if op.is_tensor else (False, op, next(s_values))
         for op in spec.epilogue.operands
     )
 
@@ -45,12 +45,13 @@ def launcher(
         batch = a.shape[0] if a.dim() == 3 else 1
         m, n = a.shape[-2], b.shape[-1]
         run, values, t = kernel, [], iter(tensors)
-        for is_tensor, pairs, what in plan:
+        for is_tensor, op, what in plan:
             if not is_tensor:
                 values.append(what)
                 continue
-            args = operand_args(next(t), what, batch, m, n)
-            if pairs and pairs_reason(args, n):
+            tensor = next(t)
+            args = operand_args(tensor, what, batch, m, n)
+            if (op.pairs and pairs_reason(args, n)) or (op.staged and staged_reason(args, n, tensor.element_size())):
                 run = fallback()
             values += args
         run.launch(a, b, out, values, stream)
@@ -59,9 +60,9 @@ def launcher(
 
 
 def unpaired(spec: KernelSpec) -> KernelSpec:
-    """``spec`` reading every operand one element per load: what runs when a tensor
-    does not meet a ``pairs`` declaration made from Inductor's layouts (a misaligned
-    graph input, another size of a dynamic graph)."""
+    """``spec`` reading every operand one element per global load: what runs when a
+    tensor does not meet a ``pairs`` or ``staged`` declaration made from Inductor's
+    layouts (a misaligned graph input, another size of a dynamic graph)."""
     epi = spec.epilogue
-    ops = tuple(dataclasses.replace(op, pairs=False) for op in epi.operands)
+    ops = tuple(dataclasses.replace(op, pairs=False, staged=False) for op in epi.operands)
     return dataclasses.replace(spec, epilogue=Epilogue(epi.name, epi.source, ops))
