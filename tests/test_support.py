@@ -146,13 +146,22 @@ def test_pairs_accepted_layouts():
 )
 def test_staged_reasons(view, needle):
     args = support.operand_args(view, None, *view.shape)
-    assert needle in (support.staged_reason(args, view.shape[2], 2) or "")
+    assert needle in (support.staged_reason(args, *view.shape, 2) or "")
     assert needle in (operands_reason(STAGED, [view[0]], 1, view.shape[1], view.shape[2]) or "")
 
 
-def test_staged_accepted_layouts():
-    padded = cpu(3, 64, 136)[:, :, :127]  # rows padded to 272 bytes, odd N
-    assert support.staged_reason(support.operand_args(padded, None, 3, 64, 127), 127, 2) is None
+def test_staged_operands_are_never_broadcast_and_get_a_tma_batch_stride():
+    row = support.operand_args(cpu(1, 128), None, 1, 64, 128)  # one row for every m
+    assert "broadcast" in (support.staged_reason(row, 1, 64, 128, 2) or "")
+    shared = support.operand_args(cpu(64, 128), None, 3, 64, 128)  # one matrix for 3 batches
+    assert "broadcast" in (support.staged_reason(shared, 3, 64, 128, 2) or "")
+    single = support.operand_args(cpu(64, 136)[:, :127], None, 1, 64, 127)  # rows padded, odd N
+    assert single[3] == 0 and support.staged_reason(single, 1, 64, 127, 2) is None
+    # The single batch's L stride is never read, but a TMA descriptor needs it non-zero.
+    assert support.staged_args(single, 1, 64, 2) == (*single[:3], 64 * 136)
+    batched = support.operand_args(cpu(3, 64, 136)[:, :, :127], None, 3, 64, 127)
+    assert support.staged_reason(batched, 3, 64, 127, 2) is None
+    assert support.staged_args(batched, 3, 64, 2) == batched
 
 
 @pytest.mark.parametrize(

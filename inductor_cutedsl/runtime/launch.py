@@ -27,6 +27,7 @@ from .support import (
     leading_stride,
     operand_args,
     operands_reason,
+    staged_args,
 )
 
 _memo: dict[str, "CompiledGemm"] = {}
@@ -110,7 +111,8 @@ class CompiledGemm:
         args: list = []
         for op, value in zip(self.spec.epilogue.operands, operands):
             if op.is_tensor:
-                args += operand_args(value, None, batch, m, n)
+                view = operand_args(value, None, batch, m, n)
+                args += staged_args(view, batch, m, value.element_size()) if op.staged else view
             else:
                 args.append(float(value))
         self.launch(a, b, out, args, stream)

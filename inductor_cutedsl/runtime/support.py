@@ -152,17 +152,29 @@ def pairs_reason(args: tuple[int, int, int, int], n: int) -> str | None:
     return None
 
 
-def staged_reason(args: tuple[int, int, int, int], n: int, itemsize: int) -> str | None:
+def staged_reason(args: tuple[int, int, int, int], batch: int, m: int, n: int, itemsize: int) -> str | None:
     """Why the (L, M, N) operand view ``args`` cannot be TMA-loaded (see
     ``EpilogueOperand.staged``), if it cannot."""
     address, s_m, s_n, s_l = args
     if s_n != 1 and n > 1:
         return "its N stride is not 1"
+    if (s_m == 0 and m > 1) or (s_l == 0 and batch > 1):
+        return "it is broadcast (TMA needs non-zero strides)"
     if (s_m * itemsize) % 16 or (s_l * itemsize) % 16:
         return f"its M or L stride ({s_m}, {s_l}) is not a multiple of 16 bytes"
     if address % 16:
         return "its address is not 16-byte aligned"
     return None
+
+
+def staged_args(args: tuple[int, int, int, int], batch: int, m: int, itemsize: int) -> tuple[int, int, int, int]:
+    """``args`` of a staged operand as its TMA descriptor takes them: a single batch's
+    zero L stride (read by nothing) replaced by a non-zero aligned one."""
+    address, s_m, s_n, s_l = args
+    if batch == 1 and s_l == 0:
+        step = ALIGNMENT // itemsize
+        s_l = -(-max(m * s_m, 1) // step) * step
+    return address, s_m, s_n, s_l
 
 
 def operands_reason(epilogue: Epilogue, operands, batch: int, m: int, n: int) -> str | None:
@@ -187,7 +199,7 @@ def operands_reason(epilogue: Epilogue, operands, batch: int, m: int, n: int) ->
             return f"output operand {decl.name} is broadcast (each element must be written once)"
         if decl.pairs and (why := pairs_reason(args, n)):
             return f"operand {decl.name} is declared for paired loads but {why}"
-        if decl.staged and (why := staged_reason(args, n, value.element_size())):
+        if decl.staged and (why := staged_reason(args, batch, m, n, value.element_size())):
             return f"operand {decl.name} is declared for TMA staging but {why}"
     tensors = [v for d, v in zip(epilogue.operands, operands) if d.is_tensor]
     return next(filter(None, (device_reason(v.device) for v in tensors)), None)
