@@ -87,7 +87,7 @@ def print_report(result: dict) -> None:
         print(f"{r['op']:>8} {shape:>18} {cands:>28} {r['winner']:>8} {r['winner_ms']:>8.4f} "
               f"{r['stock_winner']:>6} {r['stock_ms']:.4f}")  # fmt: skip
     if result.get("epilogue_fusion"):
-        print("\nepilogue fusion (INDUCTOR_CUTEDSL_EPILOGUE_FUSION=1): fused into CuteDSL GEMMs")
+        print("\nepilogue fusion: fused into CuteDSL GEMMs")
         for f in result["fused_epilogues"]:
             kept = f" (also writes {', '.join(f['kept'])})" if f["kept"] else ""
             print(f"  {f['gemm']:>8} {'x'.join(map(str, f['size'])):>12}: {', '.join(f['ops'])}{kept}")
