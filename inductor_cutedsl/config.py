@@ -42,7 +42,12 @@ compile_workers: int = _env_int("INDUCTOR_CUTEDSL_COMPILE_WORKERS", min(8, os.cp
 #: unfused ways measures fastest (``scheduler/selection.py``).
 epilogue_fusion: bool = _env_bool("INDUCTOR_CUTEDSL_EPILOGUE_FUSION", True)
 
-_FIELDS = ("enabled", "cache_dir", "max_configs", "compile_workers", "epilogue_fusion")
+#: Fused epilogues TMA-load their first M x N input into shared memory ahead of the
+#: epilogue (``EpilogueOperand.staged``; ``INDUCTOR_CUTEDSL_STAGED_OPERANDS``). Off until
+#: the staged kernels have passed their GPU tests (NOTES.md, next session).
+staged_operands: bool = _env_bool("INDUCTOR_CUTEDSL_STAGED_OPERANDS", False)
+
+_FIELDS = ("enabled", "cache_dir", "max_configs", "compile_workers", "epilogue_fusion", "staged_operands")
 
 
 def as_dict() -> dict[str, Any]:

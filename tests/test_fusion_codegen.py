@@ -118,6 +118,55 @@ def test_bias_gemm_with_fused_residual_passes_every_operand_view(fusion):
     assert [(op["kind"], op["pairs"]) for op in operands] == [("row", False), ("full", True)]
 
 
+def fused_operands(code: str) -> list[dict]:
+    launch = next(line for line in code.splitlines() if line.strip().startswith("_launch = launcher("))
+    return json.loads(ast.literal_eval(ast.parse(launch.strip()).body[0].value.args[0]))["epilogue"]["operands"]
+
+
+@pytest.mark.parametrize("setting", [True, False], ids=["staged_operands", "default"])
+def test_first_aligned_full_input_is_staged_when_set(setting):
+    """With ``staged_operands`` the residual (contiguous bf16, 16-byte rows) is TMA-staged
+    instead of paired; the bias stays a global row load; off, nothing is staged."""
+    from inductor_cutedsl import config
+
+    fn = lambda x, w, b, r: F.linear(x, w, b) * 0.5 + r  # noqa: E731
+    with config.patch(staged_operands=setting), backend(max_configs=1):  # 128x256 cooperative
+        code = generated_code(fn, (4 * M, K), (N, K), (N,), (4 * M, N))
+    assert kernels(code) == (1, 0)
+    flags = [(op["kind"], op["pairs"], op["staged"]) for op in fused_operands(code)]
+    assert flags == [("row", False, False), ("full", not setting, setting)], flags
+
+
+@pytest.mark.parametrize(
+    "strides,offset,dtype,staged",
+    [
+        ((N, 1, 0), 0, torch.bfloat16, True),
+        ((N + 8, 1, 0), 8, torch.float16, True),  # padded rows, 16-byte offset
+        ((1004, 1, 0), 0, torch.bfloat16, False),  # 2008-byte rows
+        ((N, 1, 0), 4, torch.bfloat16, False),  # 8 bytes into its storage
+        ((0, 1, 0), 0, torch.bfloat16, False),  # one row for every m
+        ((N, 1, 0), 0, torch.float32, False),
+    ],
+)
+def test_only_inputs_tma_can_load_are_staged(strides, offset, dtype, staged):
+    from inductor_cutedsl import config
+    from inductor_cutedsl.kernels import GemmConfig
+    from inductor_cutedsl.kernels import epilogue as E
+    from inductor_cutedsl.runtime import KernelSpec
+    from inductor_cutedsl.scheduler import fusion
+    from inductor_cutedsl.scheduler.epilogue_translation import OperandRef, Translation
+
+    name = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}[dtype]
+    epi = E.Epilogue("r", "def epilogue(acc, m, n, l, ops):\n    return acc + ops[0]\n",
+                     (E.EpilogueOperand("in0", "full", name),))  # fmt: skip
+    tr = Translation(epi, (OperandRef("buf1", strides, offset, dtype),), ("buf2",))
+    coop, pingpong = (KernelSpec(GemmConfig(128, *c), "bfloat16", "bfloat16", "k", "k", epi)
+                      for c in ((256, 2, 1), (128, 2, 1, True)))  # fmt: skip
+    with config.patch(staged_operands=True):
+        assert fusion.staged(epi, 0, tr, coop).operands[0].staged is staged
+        assert not fusion.staged(epi, 0, tr, pingpong).operands[0].staged
+
+
 @pytest.mark.parametrize(
     "bias_shape,kind", [((N,), "row"), ((M, 1), "col"), ((M, N), "full"), ((1, 1), "full")]
 )

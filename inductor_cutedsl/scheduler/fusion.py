@@ -5,10 +5,11 @@ from __future__ import annotations
 import ast
 import dataclasses
 
+from .. import config
 from ..kernels.epilogue import Epilogue
 from ..lowering.template import render_args
 from ..runtime.spec import KernelSpec
-from .epilogue_translation import Translation
+from .epilogue_translation import OperandRef, Translation
 
 _HEADER = "def epilogue("
 
@@ -38,17 +39,41 @@ def compose(base: Epilogue, gemm_out_dtype: str, fused: Epilogue, name: str) -> 
     return Epilogue(name, "\n".join(lines) + "\n", base.operands + fused.operands)
 
 
+def _stageable(op: OperandRef) -> bool:
+    """Whether ``op``'s layout allows TMA loads, as far as the graph shows: 16-bit, unit
+    N stride, no broadcast along M, 16-byte M/L strides and offset (the launcher checks
+    the tensor itself and falls back to global loads)."""
+    (s_m, s_n, s_l), size = op.strides, op.dtype.itemsize
+    return (
+        size == 2 and s_n == 1 and s_m != 0
+        and (s_m * size) % 16 == 0 and (s_l * size) % 16 == 0 and (op.offset * size) % 16 == 0
+    )  # fmt: skip
+
+
+def staged(epi: Epilogue, first_fused: int, tr: Translation, spec: KernelSpec) -> Epilogue:
+    """``epi`` with its first stageable fused input declared ``staged`` (instead of
+    paired), where ``config.staged_operands`` is on and the kernel can stage one: a
+    cooperative config without stream-K."""
+    cfg = spec.config
+    if not config.staged_operands or cfg.pingpong or cfg.stream_k:
+        return epi
+    index = next((first_fused + i for i, op in enumerate(tr.operands)
+                  if epi.operands[first_fused + i].kind == "full" and _stageable(op)), None)  # fmt: skip
+    if index is None:
+        return epi
+    ops = list(epi.operands)
+    ops[index] = dataclasses.replace(ops[index], pairs=False, staged=True)
+    return dataclasses.replace(epi, operands=tuple(ops))
+
+
 def fused_render_kwargs(render_kwargs: dict, tr: Translation, out_dtype: str) -> tuple[KernelSpec, dict]:
     """The spec and template arguments of a GEMM (rendered with ``render_kwargs``) with
     the translated chain ``tr`` fused in: its operands become extra kernel inputs
     ``e0, e1, ...`` and its result, of ``out_dtype``, the kernel's output."""
     kwargs = dict(render_kwargs)
     base = KernelSpec.from_json(ast.literal_eval(kwargs["spec_literal"]))
-    spec = dataclasses.replace(
-        base,
-        out_dtype=out_dtype,
-        epilogue=compose(base.epilogue, base.out_dtype, tr.epilogue, f"{base.epilogue.name}+{tr.epilogue.name}"),
-    )
+    epi = compose(base.epilogue, base.out_dtype, tr.epilogue, f"{base.epilogue.name}+{tr.epilogue.name}")
+    spec = dataclasses.replace(base, out_dtype=out_dtype, epilogue=staged(epi, len(base.epilogue.operands), tr, base))
     extra = [f"e{i}" for i in range(len(tr.operands))]
     kwargs.update(
         spec_literal=repr(spec.to_json()),
