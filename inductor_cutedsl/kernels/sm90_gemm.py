@@ -837,17 +837,9 @@ class Sm90Gemm:
                         epi.tRS_rC[(r, i, j)].to(Float32) if k == self.staged else t[(mc, nc, batch)].to(Float32)
                         for k, t in inputs
                     )  # fmt: skip
-                    scalars = iter(epi.ep_scalars)
-                    vals = tuple(
-                        None if op.is_output else next(loaded) if op.is_tensor else next(scalars)
-                        for op in self.epilogue.operands
-                    )  # fmt: skip
-                    result = self.hook(epi.tRS_acc[at], m, n, batch, vals)
-                    if outputs:
-                        for t, value in zip(outputs, result[1:]):
-                            _store_in_bounds(t, m, n, batch, value.to(t.element_type), epi.size_m, epi.size_n)
-                        result = result[0]
-                    epi.tRS_rD[(r, i, j)] = result
+                    epi.tRS_rD[(r, i, j)] = self._hook_value(
+                        epi.tRS_acc[at], m, n, batch, loaded, epi.ep_scalars, outputs, epi.size_m, epi.size_n
+                    )
 
     def _partial_view(self, acc, sk_buffers, cta, etidx):
         """This thread's slice of CTA ``cta``'s partial-sum buffer, as (4, V / 4): the
@@ -941,7 +933,6 @@ class Sm90Gemm:
         last_m = size_m - 1
         last_n = size_n - 1
         last_pair = size_n - 2  # N is even where pairs are declared
-        ops = self.epilogue.operands
         inputs = [(t, op) for t, op in zip(ep_tensors, self.tensor_ops) if not op.is_output]
         outputs = [t for t, op in zip(ep_tensors, self.tensor_ops) if op.is_output]
         for i in range(cute.size(coords, mode=[1])):
@@ -963,15 +954,20 @@ class Sm90Gemm:
                                 pair[p] if pair is not None else t[(mc, nc, batch)].to(Float32)
                                 for (t, _), pair in zip(inputs, paired)
                             )  # fmt: skip
-                            scalars = iter(ep_scalars)
-                            vals = tuple(
-                                None if op.is_output else next(loaded) if op.is_tensor else next(scalars)
-                                for op in ops
-                            )  # fmt: skip
-                            result = self.hook(acc[v], m, n, batch, vals)
-                            if outputs:
-                                # Extra outputs leave straight from registers (D goes through TMA).
-                                for t, value in zip(outputs, result[1:]):
-                                    _store_in_bounds(t, m, n, batch, value.to(t.element_type), size_m, size_n)
-                                result = result[0]
-                            acc[v] = result
+                            acc[v] = self._hook_value(acc[v], m, n, batch, loaded, ep_scalars, outputs, size_m, size_n)
+
+    def _hook_value(self, value, m, n, batch, loaded, ep_scalars, outputs, size_m, size_n):
+        """The hook on one element (``value`` at (m, n, batch)), ``loaded`` yielding the
+        input operands' values in declaration order. Extra outputs leave straight from
+        registers (D goes through TMA). Returns the value for D."""
+        scalars = iter(ep_scalars)
+        vals = tuple(
+            None if op.is_output else next(loaded) if op.is_tensor else next(scalars)
+            for op in self.epilogue.operands
+        )  # fmt: skip
+        result = self.hook(value, m, n, batch, vals)
+        if not outputs:
+            return result
+        for t, out_value in zip(outputs, result[1:]):
+            _store_in_bounds(t, m, n, batch, out_value.to(t.element_type), size_m, size_n)
+        return result[0]
