@@ -155,13 +155,17 @@ def test_staged_operands_are_never_broadcast_and_get_a_tma_batch_stride():
     assert "broadcast" in (support.staged_reason(row, 1, 64, 128, 2) or "")
     shared = support.operand_args(cpu(64, 128), None, 3, 64, 128)  # one matrix for 3 batches
     assert "broadcast" in (support.staged_reason(shared, 3, 64, 128, 2) or "")
-    single = support.operand_args(cpu(64, 136)[:, :127], None, 1, 64, 127)  # rows padded, odd N
+    padded = cpu(64, 136)[:, :127]  # rows padded, odd N
+    single = support.operand_args(padded, None, 1, 64, 127)
     assert single[3] == 0 and support.staged_reason(single, 1, 64, 127, 2) is None
     # The single batch's L stride is never read, but a TMA descriptor needs it non-zero.
-    assert support.staged_args(single, 1, 64, 2) == (*single[:3], 64 * 136)
-    batched = support.operand_args(cpu(3, 64, 136)[:, :, :127], None, 3, 64, 127)
+    decl = STAGED.operands[0]
+    assert support.declared_args(decl, padded, None, 1, 64, 127) == (*single[:3], 64 * 136)
+    assert support.declared_args(E.EpilogueOperand("r", "full", "bfloat16"), padded, None, 1, 64, 127) == single
+    three = cpu(3, 64, 136)[:, :, :127]
+    batched = support.operand_args(three, None, 3, 64, 127)
     assert support.staged_reason(batched, 3, 64, 127, 2) is None
-    assert support.staged_args(batched, 3, 64, 2) == batched
+    assert support.declared_args(decl, three, None, 3, 64, 127) == batched
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ import torch
 from ..kernels.epilogue import Epilogue
 from .launch import get_gemm
 from .spec import KernelSpec
-from .support import operand_args, pairs_reason, staged_args, staged_reason
+from .support import declaration_reason, declared_args
 
 
 def launcher(
@@ -50,12 +50,8 @@ def launcher(
                 values.append(what)
                 continue
             tensor = next(t)
-            args = operand_args(tensor, what, batch, m, n)
-            if op.staged:
-                args = staged_args(args, batch, m, tensor.element_size())
-            if (op.pairs and pairs_reason(args, n)) or (
-                op.staged and staged_reason(args, batch, m, n, tensor.element_size())
-            ):
+            args = declared_args(op, tensor, what, batch, m, n)
+            if declaration_reason(op, args, batch, m, n, tensor.element_size()):
                 run = fallback()
             values += args
         run.launch(a, b, out, values, stream)

@@ -23,11 +23,11 @@ from .support import (
     OUT_DTYPES,
     a_major,
     b_major,
+    declared_args,
     gemm_reason,
     leading_stride,
-    operand_args,
     operands_reason,
-    staged_args,
+    single_batch_stride,
 )
 
 _memo: dict[str, "CompiledGemm"] = {}
@@ -56,11 +56,7 @@ def max_active_clusters(cluster_size: int, device_index: int) -> int:
 
 
 def _batch_stride(t: torch.Tensor, rows: int, ld: int) -> int:
-    if t.dim() == 3:
-        return t.stride(0)
-    # Unused for L == 1, but TMA wants a non-zero, aligned stride.
-    step = ALIGNMENT // t.element_size()
-    return -(-max(rows * ld, 1) // step) * step
+    return t.stride(0) if t.dim() == 3 else single_batch_stride(rows, ld, t.element_size())
 
 
 class CompiledGemm:
@@ -111,8 +107,7 @@ class CompiledGemm:
         args: list = []
         for op, value in zip(self.spec.epilogue.operands, operands):
             if op.is_tensor:
-                view = operand_args(value, None, batch, m, n)
-                args += staged_args(view, batch, m, value.element_size()) if op.staged else view
+                args += declared_args(op, value, None, batch, m, n)
             else:
                 args.append(float(value))
         self.launch(a, b, out, args, stream)
@@ -122,7 +117,7 @@ class CompiledGemm:
         self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, operand_values: list, stream: int | None
     ) -> None:
         """Launch with the epilogue operands already flat, as the entry takes them:
-        per tensor operand ``operand_args``, per scalar a float."""
+        per tensor operand ``declared_args``, per scalar a float."""
         spec = self.spec
         m, k = a.shape[-2], a.shape[-1]
         n = b.shape[-1]

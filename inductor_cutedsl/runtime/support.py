@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from ..arch import SM_MAJOR, SM_MINOR
-from ..kernels.epilogue import Epilogue
+from ..kernels.epilogue import Epilogue, EpilogueOperand
 from .spec import ALIGNMENT
 
 AB_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
@@ -167,14 +167,31 @@ def staged_reason(args: tuple[int, int, int, int], batch: int, m: int, n: int, i
     return None
 
 
-def staged_args(args: tuple[int, int, int, int], batch: int, m: int, itemsize: int) -> tuple[int, int, int, int]:
-    """``args`` of a staged operand as its TMA descriptor takes them: a single batch's
-    zero L stride (read by nothing) replaced by a non-zero aligned one."""
-    address, s_m, s_n, s_l = args
-    if batch == 1 and s_l == 0:
-        step = ALIGNMENT // itemsize
-        s_l = -(-max(m * s_m, 1) // step) * step
-    return address, s_m, s_n, s_l
+def single_batch_stride(rows: int, ld: int, itemsize: int) -> int:
+    """An L stride for a tensor of one batch: never read, but a TMA descriptor wants it
+    non-zero and 16-byte aligned."""
+    step = ALIGNMENT // itemsize
+    return -(-max(rows * ld, 1) // step) * step
+
+
+def declared_args(decl: EpilogueOperand, t: torch.Tensor, view, batch: int, m: int, n: int) -> tuple[int, int, int, int]:
+    """``operand_args`` as the kernel compiled for ``decl`` takes them: a staged operand
+    of a single batch gets a TMA-acceptable L stride in place of its zero one."""
+    args = operand_args(t, view, batch, m, n)
+    if decl.staged and batch == 1 and args[3] == 0:
+        args = (*args[:3], single_batch_stride(m, args[1], t.element_size()))
+    return args
+
+
+def declaration_reason(decl: EpilogueOperand, args: tuple[int, int, int, int], batch: int, m: int, n: int,
+                       itemsize: int) -> str | None:  # fmt: skip
+    """Why the operand view ``args`` breaks ``decl``'s ``pairs`` or ``staged`` load
+    declaration, if it does."""
+    if decl.pairs and (why := pairs_reason(args, n)):
+        return f"declared for paired loads but {why}"
+    if decl.staged and (why := staged_reason(args, batch, m, n, itemsize)):
+        return f"declared for TMA staging but {why}"
+    return None
 
 
 def operands_reason(epilogue: Epilogue, operands, batch: int, m: int, n: int) -> str | None:
@@ -197,9 +214,7 @@ def operands_reason(epilogue: Epilogue, operands, batch: int, m: int, n: int) ->
             return f"operand {decl.name} is not a {decl.kind} vector"
         if decl.is_output and any(s == 0 and size > 1 for s, size in ((s_l, batch), (s_m, m), (s_n, n))):
             return f"output operand {decl.name} is broadcast (each element must be written once)"
-        if decl.pairs and (why := pairs_reason(args, n)):
-            return f"operand {decl.name} is declared for paired loads but {why}"
-        if decl.staged and (why := staged_reason(args, batch, m, n, value.element_size())):
-            return f"operand {decl.name} is declared for TMA staging but {why}"
+        if why := declaration_reason(decl, args, batch, m, n, value.element_size()):
+            return f"operand {decl.name} is {why}"
     tensors = [v for d, v in zip(epilogue.operands, operands) if d.is_tensor]
     return next(filter(None, (device_reason(v.device) for v in tensors)), None)

@@ -9,6 +9,7 @@ from .. import config
 from ..kernels.epilogue import Epilogue
 from ..lowering.template import render_args
 from ..runtime.spec import KernelSpec
+from ..runtime.support import staged_reason
 from .epilogue_translation import OperandRef, Translation
 
 _HEADER = "def epilogue("
@@ -40,14 +41,12 @@ def compose(base: Epilogue, gemm_out_dtype: str, fused: Epilogue, name: str) -> 
 
 
 def _stageable(op: OperandRef) -> bool:
-    """Whether ``op``'s layout allows TMA loads, as far as the graph shows: 16-bit, unit
-    N stride, no broadcast along M, 16-byte M/L strides and offset (the launcher checks
-    the tensor itself and falls back to global loads)."""
-    (s_m, s_n, s_l), size = op.strides, op.dtype.itemsize
-    return (
-        size == 2 and s_n == 1 and s_m != 0
-        and (s_m * size) % 16 == 0 and (s_l * size) % 16 == 0 and (op.offset * size) % 16 == 0
-    )  # fmt: skip
+    """Whether ``op``'s layout allows TMA loads, as far as the graph shows: 16-bit and
+    passing the launch-time rule with its offset for an address (sizes above 1: a
+    broadcast shows in the strides). The launcher checks the tensor itself and falls
+    back to global loads."""
+    size = op.dtype.itemsize
+    return size == 2 and staged_reason((op.offset * size, *op.strides), 1, 2, 2, size) is None
 
 
 def staged(epi: Epilogue, first_fused: int, tr: Translation, spec: KernelSpec) -> Epilogue:
