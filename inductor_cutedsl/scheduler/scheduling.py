@@ -62,12 +62,11 @@ def fusion_verdict(node1: Any, node2: Any) -> bool | None:
     epilogue at all."""
     if gemm_template_node(node1) is not None:
         return True
-    if not node1.is_template() or len(node1.get_nodes()) != 1:
-        return None
-    buffer = node1.get_nodes()[0].node
-    decision = selection.decision_of(buffer)
+    template = selection.bare_template(node1)
+    decision = selection.decision_of(template.node) if template is not None else None
     if decision is None:
         return None
+    buffer = template.node
     if decision.way == "separate":
         return False
     if decision.way == "triton" and decision.consumer == node2.get_name():

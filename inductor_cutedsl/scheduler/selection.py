@@ -87,12 +87,17 @@ class Decision:
     consumer: str
 
 
+def bare_template(node: Any) -> Any | None:
+    """The template node of ``node`` if nothing is fused into it yet."""
+    return node.get_nodes()[0] if node.is_template() and len(node.get_nodes()) == 1 else None
+
+
 def undecided_multi_template(node: Any) -> Any | None:
     """``node`` if it is a bare MultiTemplateBuffer node (nothing fused into it yet)
     with CuteDSL candidates, not decided yet."""
-    if not node.is_template() or len(node.get_nodes()) != 1:
+    template = bare_template(node)
+    if template is None:
         return None
-    template = node.get_nodes()[0]
     buffer = template.node
     if not _compat.is_multi_template_buffer(buffer) or hasattr(buffer, DECISION_ATTR):
         return None
@@ -147,15 +152,27 @@ def _alternative(caller: GemmCaller, timings: dict) -> GemmCaller | None:
     return alt if alt is not None and timings[alt] <= SCREEN * min(timings.values()) else None
 
 
+def _contenders(caller: GemmCaller, timings: dict) -> dict[str, Any]:
+    """The choice each way in ``WAYS`` runs (the GEMM of a separate way), for the ways
+    that exist among these candidates."""
+    ways = {
+        "fused": caller, "fused_alt": _alternative(caller, timings),
+        "triton_fused": _fastest(timings, _compat.is_triton_template_caller),
+        "ours_separate": caller, "other_separate": _fastest(timings, lambda c: not isinstance(c, GemmCaller)),
+    }  # fmt: skip
+    return {way: choice for way, choice in ways.items() if choice is not None}
+
+
 def start_fused_build(template: Any, tr: Translation) -> None:
     """Start building (in compile workers) what ``decide`` would time for this GEMM and
     chain, unless it would not: the builds of several GEMMs then run side by side
     instead of one after another."""
     caller, timings = _candidates(template.node)
     if caller is not None:
-        for fused in filter(None, (caller, _alternative(caller, timings))):
-            _, spec, _ = _fused(fused, tr)
-            compiler.build_async(spec, default_cache(), config.compile_workers)
+        for way, choice in _contenders(caller, timings).items():
+            if WAYS[way] == "cutedsl":
+                _, spec, _ = _fused(choice, tr)
+                compiler.build_async(spec, default_cache(), config.compile_workers)
 
 
 Maker = Callable[[], Callable[[], object]]
@@ -171,23 +188,22 @@ def _then(first: Maker, second: Maker) -> Maker:
     return make
 
 
-def side_by_side_runs(scheduler: Any, template: Any, caller: GemmCaller, tr: Translation,
+def side_by_side_runs(scheduler: Any, template: Any, contenders: dict[str, Any], tr: Translation,
                       chain: Sequence[Any]) -> dict[str, Maker]:  # fmt: skip
-    """Makers (see ``timing.graphed_run``) of one run of each way in ``WAYS`` that
-    exists here. Code is generated and compiles start now (in worker processes); tensors
-    are allocated when a maker runs."""
-    buffer = template.node
-    _, timings = _candidates(buffer)
-    alt = _alternative(caller, timings)
-    fused = {"fused": _fused(caller, tr)} | ({"fused_alt": _fused(alt, tr)} if alt is not None else {})
+    """Makers (see ``timing.graphed_run``) of one run of each way of ``contenders`` (see
+    ``_contenders``). Code is generated and compiles start now (in worker processes);
+    tensors are allocated when a maker runs."""
+    fused = {way: _fused(c, tr) for way, c in contenders.items() if WAYS[way] == "cutedsl"}
     # Through the worker pool: a build started early for this chain (start_fused_build)
     # is waited for, not redone.
     builds = [compiler.build_async(spec, default_cache(), config.compile_workers) for _, spec, _ in fused.values()]
-    other = _fastest(timings, lambda c: not isinstance(c, GemmCaller))
-    triton = _fastest(timings, _compat.is_triton_template_caller)
     epilogue = _compat.nodes_module(scheduler, chain)
-    triton_fused = _compat.nodes_module(scheduler, [template, *chain], triton) if triton is not None else None
+    triton_fused = (
+        _compat.nodes_module(scheduler, [template, *chain], contenders["triton_fused"])
+        if "triton_fused" in contenders else None
+    )  # fmt: skip
     compiler.wait(builds)
+    caller = contenders["ours_separate"]
 
     def ours(kw: dict, spec_json: str, layout: Any) -> Maker:
         def make() -> Callable[[], None]:
@@ -210,8 +226,8 @@ def side_by_side_runs(scheduler: Any, template: Any, caller: GemmCaller, tr: Tra
     plain = ast.literal_eval(caller.render_kwargs["spec_literal"])
     runs = {name: ours(kwargs, spec.to_json(), out.get_layout()) for name, (out, spec, kwargs) in fused.items()}
     runs["ours_separate"] = _then(ours(caller.render_kwargs, plain, caller.layout), epilogue_run)
-    if other is not None:
-        runs["other_separate"] = _then(lambda: _compat.choice_run_fn(other), epilogue_run)
+    if "other_separate" in contenders:
+        runs["other_separate"] = _then(lambda: _compat.choice_run_fn(contenders["other_separate"]), epilogue_run)
     if triton_fused is not None:
         runs["triton_fused"] = lambda: _compat.module_run_fn(*triton_fused)
     return runs
@@ -246,18 +262,15 @@ def decide(scheduler: Any, template: Any, tr: Translation, chain: Sequence[Any],
     if caller is None:
         log.info("%s: left to Inductor (no CuteDSL candidate within %.2fx of the fastest)", names, SCREEN)
         return None
+    contenders = _contenders(caller, timings)
     with _compat.preserve_rng_state():
-        runs = side_by_side_runs(scheduler, template, caller, tr, chain)
+        runs = side_by_side_runs(scheduler, template, contenders, tr, chain)
         times = side_by_side_ms(runs, buffer.get_device())
     way = fastest_way(times)
     if way is None:
         log.warning("%s: nothing measured; left to Inductor", names)
         return None
-    choice = {
-        "fused": caller, "fused_alt": _alternative(caller, timings), "ours_separate": caller,
-        "triton_fused": _fastest(timings, _compat.is_triton_template_caller),
-        "other_separate": _fastest(timings, lambda c: not isinstance(c, GemmCaller)),
-    }[way]  # fmt: skip
+    choice = contenders[way]
     if WAYS[way] == "separate":
         # The GEMM measured fastest here is the one that runs unfused, whatever autotuning's
         # sequential figures said (they chose ours where cuBLAS + GELU measured faster).
