@@ -62,6 +62,12 @@ class GemmConfig:
         return 64 if self.pingpong else 128
 
     @property
+    def stages_operands(self) -> bool:
+        """Whether the kernel can TMA-stage an epilogue input (``EpilogueOperand.staged``):
+        the cooperative schedule without stream-K."""
+        return not self.pingpong and not self.stream_k
+
+    @property
     def epi_tile(self) -> tuple[int, int]:
         return (self.mma_rows, self.epi_n)
 

@@ -125,7 +125,7 @@ class Sm90Gemm:
         self.tensor_ops = [op for op in epilogue.operands if op.is_tensor]
         # The tensor operand staged through shared memory (see EpilogueOperand.staged).
         staged = [i for i, op in enumerate(self.tensor_ops) if op.staged]
-        if staged and (len(staged) > 1 or cfg.pingpong or cfg.stream_k):
+        if staged and (len(staged) > 1 or not cfg.stages_operands):
             raise ValueError("one staged operand per epilogue, cooperative schedule without stream-K")
         self.staged = staged[0] if staged else None
 

@@ -53,8 +53,7 @@ def staged(epi: Epilogue, first_fused: int, tr: Translation, spec: KernelSpec) -
     """``epi`` with its first stageable fused input declared ``staged`` (instead of
     paired), where ``config.staged_operands`` is on and the kernel can stage one: a
     cooperative config without stream-K."""
-    cfg = spec.config
-    if not config.staged_operands or cfg.pingpong or cfg.stream_k:
+    if not config.staged_operands or not spec.config.stages_operands:
         return epi
     index = next((first_fused + i for i, op in enumerate(tr.operands)
                   if epi.operands[first_fused + i].kind == "full" and _stageable(op)), None)  # fmt: skip
