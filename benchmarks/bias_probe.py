@@ -53,7 +53,7 @@ ROUNDS = 3
 
 def _config(m: int, n: int, k: int) -> GemmConfig:
     """The shortlist's first cooperative config (what a staged operand needs)."""
-    return next(c for c in shortlist(m, n, k) if c.stages_operands)
+    return next(c for c in shortlist(m, n, k) if c.stages_operands())
 
 
 def main() -> None:

@@ -94,8 +94,9 @@ def test_kernel_refuses_invalid_config():
         (GemmConfig(128, 128, 2, 1, True), ("r",)),
         (GemmConfig(128, 256, 2, 1, stream_k=True), ("r",)),
         (GemmConfig(128, 256, 2, 1), ("r", "s")),
+        (GemmConfig(128, 256, 2, 1, epi_n=64, epi_buffers=4), ("r",)),  # 2 mainloop stages left
     ],
-    ids=["pingpong", "stream_k", "two_staged"],
+    ids=["pingpong", "stream_k", "two_staged", "whole_tile_buffers"],
 )
 def test_kernel_refuses_what_staging_does_not_support(cfg, operands):
     from inductor_cutedsl.kernels.sm90_gemm import Sm90Gemm
@@ -115,6 +116,10 @@ def test_staged_operand_takes_a_mainloop_stage():
     plain = Sm90Gemm(cfg, "bfloat16", "bfloat16", "k", "k", E.IDENTITY)
     kernel = Sm90Gemm(cfg, "bfloat16", "bfloat16", "k", "k", epi)
     assert (plain.ab_stage, kernel.ab_stage) == (4, 3)  # 2 x 16 KiB of sub-tile buffers
+    # fp32 out (2 x 32 KiB of store buffers) would leave two: refused.
+    assert cfg.stages_operands(2) and not cfg.stages_operands(4)
+    with pytest.raises(ValueError, match="mainloop stages"):
+        Sm90Gemm(cfg, "bfloat16", "float32", "k", "k", epi)
 
 
 @pytest.mark.gpu

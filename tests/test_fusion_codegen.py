@@ -137,6 +137,28 @@ def test_first_aligned_full_input_is_staged_when_set(setting):
     assert flags == [("row", False, False), ("full", not setting, setting)], flags
 
 
+def test_fused_way_takes_the_fastest_candidate_that_can_stage_the_input():
+    """Autotuning's fastest (whole-tile store buffers) would keep two mainloop stages
+    beside a staged input: the fused way takes the fastest candidate that can stage it."""
+    from inductor_cutedsl import config
+
+    def timing(choice):  # the whole-tile-buffers candidate fastest, the plain one next
+        name = type(choice).__name__
+        if name != "GemmCaller":
+            return {"ExternKernelCaller": 0.105}.get(name, 0.12)
+        return 0.099 if '"epi_buffers": 4' in choice.render_kwargs["spec_literal"] else 0.10
+
+    fn = lambda x, w, r: torch.relu(x @ w.t()) + r  # noqa: E731
+    with config.patch(staged_operands=True), backend():
+        code = generated_code(fn, (4 * M, K), (N, K), (4 * M, N), candidate_ms=timing, fused_ms=0.09)
+    assert kernels(code) == (1, 0)
+    spec = json.loads(ast.literal_eval(ast.parse(
+        next(ln for ln in code.splitlines() if ln.strip().startswith("_launch = launcher(")).strip()
+    ).body[0].value.args[0]))  # fmt: skip
+    assert spec["config"]["epi_buffers"] == 0
+    assert [op["staged"] for op in spec["epilogue"]["operands"]] == [True]
+
+
 @pytest.mark.parametrize(
     "strides,offset,dtype,staged",
     [

@@ -230,7 +230,7 @@ def staged(expr: str, dtype: str = "bfloat16", *extra: E.EpilogueOperand) -> E.E
     )  # fmt: skip
 
 
-STAGED_CONFIGS = [c for c in CONFIGS if c.stages_operands]
+STAGED_CONFIGS = [c for c in CONFIGS if c.stages_operands()]
 
 
 @pytest.mark.parametrize("cfg", STAGED_CONFIGS, ids=lambda c: c.name())

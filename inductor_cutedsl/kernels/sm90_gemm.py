@@ -41,7 +41,7 @@ from cutlass.tensor_utils import LayoutEnum
 from cutlass import Float32, Int32, Int64
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 
-from .config import GemmConfig
+from .config import MIN_STAGED_AB_STAGES, STAGED_BUFFERS, GemmConfig
 from .epilogue import Epilogue
 from .epilogue_math import materialize
 
@@ -62,8 +62,6 @@ _PREFETCH_LEAD_K_TILES = 8
 # Most stream-K shares summed into one tile: its owner reads the others' partial
 # tiles (128 KiB each at 128x256) alone, before its epilogue.
 _STREAM_K_MAX_PARTS = 4
-# Shared-memory buffers of a staged epilogue operand (one epilogue sub-tile each).
-_STAGED_BUFFERS = 2
 # The producer warpgroup's warp that TMA-loads a staged operand (warp 0 loads A/B).
 _STAGED_LOAD_WARP = 1
 # Named barrier ids (0 is __syncthreads).
@@ -125,8 +123,11 @@ class Sm90Gemm:
         self.tensor_ops = [op for op in epilogue.operands if op.is_tensor]
         # The tensor operand staged through shared memory (see EpilogueOperand.staged).
         staged = [i for i, op in enumerate(self.tensor_ops) if op.staged]
-        if staged and (len(staged) > 1 or not cfg.stages_operands):
-            raise ValueError("one staged operand per epilogue, cooperative schedule without stream-K")
+        if staged and (len(staged) > 1 or not cfg.stages_operands(DTYPES[out_dtype].width // 8)):
+            raise ValueError(
+                "one staged operand per epilogue, cooperative schedule without stream-K, "
+                f"at least {MIN_STAGED_AB_STAGES} mainloop stages beside it"
+            )
         self.staged = staged[0] if staged else None
 
         self.pingpong = cfg.pingpong
@@ -139,12 +140,8 @@ class Sm90Gemm:
         self.epi_threads = _WG_THREADS if cfg.pingpong else 2 * _WG_THREADS
         self.epi_tile = cfg.epi_tile
         self.c_dtype = DTYPES[self.tensor_ops[self.staged].dtype] if staged else None
-        staged_bytes = (
-            self.epi_tile[0] * self.epi_tile[1] * self.c_dtype.width // 8 * _STAGED_BUFFERS if staged else 0
-        )
+        staged_bytes = cfg.staged_bytes(self.c_dtype.width // 8) if staged else 0
         self.ab_stage = cfg.ab_stages(2, self.out_dtype.width // 8, staged_bytes)
-        if self.ab_stage < 2:
-            raise ValueError(f"{cfg.name()}: fewer than two mainloop stages beside a staged operand")
         self.epi_stage = cfg.epi_stages(self.out_dtype.width // 8)
         self.a_mcast = cfg.cluster_n
         self.b_mcast = cfg.cluster_m
@@ -259,7 +256,7 @@ class Sm90Gemm:
         # A staged operand: its TMA load atom and shared-memory layout, else nothing.
         staged = ()
         if cutlass.const_expr(self.staged is not None):
-            c_smem = self._epi_smem(self.c_dtype, _STAGED_BUFFERS)
+            c_smem = self._epi_smem(self.c_dtype, STAGED_BUFFERS)
             tma_c, tma_tC = cute.nvgpu.cpasync.make_tiled_tma_atom(
                 cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(),
                 ep_tensors[self.staged],
@@ -289,7 +286,7 @@ class Sm90Gemm:
             @cute.struct
             class StagedStorage:
                 ab_barriers: cute.struct.MemRange[cutlass.Int64, ab_stage * 2]
-                c_barriers: cute.struct.MemRange[cutlass.Int64, _STAGED_BUFFERS * 2]
+                c_barriers: cute.struct.MemRange[cutlass.Int64, STAGED_BUFFERS * 2]
                 sA: cute.struct.Align[cute.struct.MemRange[ab, cute.cosize(a_smem)], 1024]
                 sB: cute.struct.Align[cute.struct.MemRange[ab, cute.cosize(b_smem)], 1024]
                 sD: cute.struct.Align[cute.struct.MemRange[od, cute.cosize(d_smem)], 1024]
@@ -407,7 +404,7 @@ class Sm90Gemm:
             tma_c, mC, c_smem = staged
             c_pipe = pipeline.PipelineTmaAsync.create(
                 barrier_storage=storage.c_barriers.data_ptr(),
-                num_stages=_STAGED_BUFFERS,
+                num_stages=STAGED_BUFFERS,
                 producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
                 consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 4 * self.num_consumer_wg),
                 tx_count=cute.size_in_bytes(self.c_dtype, cute.slice_(c_smem, (None, None, 0))),
@@ -541,7 +538,7 @@ class Sm90Gemm:
             sched_params, cute.arch.block_idx(), cute.arch.grid_dim()
         )
         work = sched.initial_work_tile_info()
-        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, _STAGED_BUFFERS)
+        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, STAGED_BUFFERS)
         epi_m = self.tile_shape_mnk[0] // self.epi_tile[0]
         epi_n = self.tile_shape_mnk[1] // self.epi_tile[1]
         while work.is_valid_tile:
@@ -815,7 +812,7 @@ class Sm90Gemm:
         Trace-time Python (not preprocessed): every loop here unrolls."""
         rv, rm, rn = epi.geometry
         c_state = pipeline.PipelineState(
-            _STAGED_BUFFERS, epi_count, epi_count % _STAGED_BUFFERS, (epi_count // _STAGED_BUFFERS) % 2
+            STAGED_BUFFERS, epi_count, epi_count % STAGED_BUFFERS, (epi_count // STAGED_BUFFERS) % 2
         )
         epi.c_pipe.consumer_wait(c_state)
         cute.copy(epi.s2r, epi.tSR_sC[(None, None, None, c_state.index)], epi.tSR_rC)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 import dataclasses
 
+import torch
+
 from .. import config
 from ..kernels.epilogue import Epilogue
 from ..lowering.template import render_args
@@ -49,15 +51,20 @@ def _stageable(op: OperandRef) -> bool:
     return size == 2 and staged_reason((op.offset * size, *op.strides), 1, 2, 2, size) is None
 
 
+def stageable_input(epi: Epilogue, first_fused: int, tr: Translation) -> int | None:
+    """Index in ``epi.operands`` of the first fused M x N input that TMA could stage, if
+    ``config.staged_operands`` is on and there is one."""
+    if not config.staged_operands:
+        return None
+    return next((first_fused + i for i, op in enumerate(tr.operands)
+                 if epi.operands[first_fused + i].kind == "full" and _stageable(op)), None)  # fmt: skip
+
+
 def staged(epi: Epilogue, first_fused: int, tr: Translation, spec: KernelSpec) -> Epilogue:
-    """``epi`` with its first stageable fused input declared ``staged`` (instead of
-    paired), where ``config.staged_operands`` is on and the kernel can stage one: a
-    cooperative config without stream-K."""
-    if not config.staged_operands or not spec.config.stages_operands:
-        return epi
-    index = next((first_fused + i for i, op in enumerate(tr.operands)
-                  if epi.operands[first_fused + i].kind == "full" and _stageable(op)), None)  # fmt: skip
-    if index is None:
+    """``epi`` with its first stageable fused input (``stageable_input``) declared
+    ``staged`` (instead of paired), where the kernel of ``spec`` can stage one."""
+    index = stageable_input(epi, first_fused, tr)
+    if index is None or not spec.config.stages_operands(getattr(torch, spec.out_dtype).itemsize):
         return epi
     ops = list(epi.operands)
     ops[index] = dataclasses.replace(ops[index], pairs=False, staged=True)
@@ -71,7 +78,8 @@ def fused_render_kwargs(render_kwargs: dict, tr: Translation, out_dtype: str) ->
     kwargs = dict(render_kwargs)
     base = KernelSpec.from_json(ast.literal_eval(kwargs["spec_literal"]))
     epi = compose(base.epilogue, base.out_dtype, tr.epilogue, f"{base.epilogue.name}+{tr.epilogue.name}")
-    spec = dataclasses.replace(base, out_dtype=out_dtype, epilogue=staged(epi, len(base.epilogue.operands), tr, base))
+    spec = dataclasses.replace(base, out_dtype=out_dtype)
+    spec = dataclasses.replace(spec, epilogue=staged(epi, len(base.epilogue.operands), tr, spec))
     extra = [f"e{i}" for i in range(len(tr.operands))]
     kwargs.update(
         spec_literal=repr(spec.to_json()),
