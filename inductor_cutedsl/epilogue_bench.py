@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> dict:
             row = run_case(name, m, n, k)
             rows.append(row)
             fused = "; ".join(",".join(ops) for ops in row["fused_into_cutedsl"]) or "-"
-            fused += "".join(f" [{d['way']}: {d['ms']}]" for d in row["selection"])
+            fused += "".join(f" [{d['way']}: {d['ms']} {d['configs']}]" for d in row["selection"])
             print(f"{name:>18} {m}x{n}x{k}: eager {row['eager_ms']:.4f} stock {row['stock_ms']:.4f} "
                   f"ours {row['ours_ms']:.4f} -> {row['vs_max_autotune']:.3f}x (free-epilogue bound "
                   f"{row['free_epilogue_bound']:.3f}x)  fused: {fused}",

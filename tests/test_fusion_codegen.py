@@ -100,6 +100,8 @@ def test_refused_consumer_is_logged_with_its_reason(caplog):
 
 def test_bias_gemm_with_fused_residual_passes_every_operand_view(fusion):
     """addmm's own bias operand and the fused residual each get their view, in order."""
+    from inductor_cutedsl.kernels.config import GemmConfig
+
     fn = lambda x, w, b, r: (F.linear(x, w, b) * 0.5 + r).float()  # noqa: E731
     code = generated_code(fn, (M, K), (N, K), (N,), (M, N))
     if not fusion:
@@ -113,9 +115,11 @@ def test_bias_gemm_with_fused_residual_passes_every_operand_view(fusion):
     spec = json.loads(spec)
     assert spec["out_dtype"] == "float32"
     # The bias is a row vector (its M stride compiled in as 0, one element per load);
-    # the contiguous bf16 residual is read two columns per load.
+    # the contiguous bf16 residual is staged through shared memory (or, where the
+    # config cannot stage it, read two columns per load).
     operands = spec["epilogue"]["operands"]
-    assert [(op["kind"], op["pairs"]) for op in operands] == [("row", False), ("full", True)]
+    flags = [(op["kind"], op["pairs"] or op["staged"], op["staged"]) for op in operands]
+    assert flags == [("row", False, False), ("full", True, GemmConfig(**spec["config"]).stages_operands(4))], flags
 
 
 def fused_operands(code: str) -> list[dict]:
@@ -123,7 +127,7 @@ def fused_operands(code: str) -> list[dict]:
     return json.loads(ast.literal_eval(ast.parse(launch.strip()).body[0].value.args[0]))["epilogue"]["operands"]
 
 
-@pytest.mark.parametrize("setting", [True, False], ids=["staged_operands", "default"])
+@pytest.mark.parametrize("setting", [True, False], ids=["staged_operands", "paired"])
 def test_first_aligned_full_input_is_staged_when_set(setting):
     """With ``staged_operands`` the residual (contiguous bf16, 16-byte rows) is TMA-staged
     instead of paired; the bias stays a global row load; off, nothing is staged."""
@@ -358,9 +362,12 @@ def test_our_other_schedule_fused_can_take_the_gemm(caplog):
     """Fused, our fastest candidate of the other consumer schedule (pingpong against
     cooperative: one warpgroup's epilogue overlaps the other's mainloop) measures
     faster than our fastest candidate, and is the one rendered."""
+    from inductor_cutedsl import config
     from inductor_cutedsl.kernels.config import shortlist
 
-    with backend(max_configs=3):
+    # Paired loads: with the residual staged, ``fused`` would be the fastest cooperative
+    # candidate (the one that can stage it) and ``fused_alt`` the pingpong fastest.
+    with config.patch(staged_operands=False), backend(max_configs=3):
         with caplog.at_level(logging.INFO, logger="inductor_cutedsl.scheduler"):
             code = generated_code(
                 lambda x, w, r: torch.relu(x @ w.t()) + r, (M, K), (N, K), (M, N),

@@ -122,10 +122,13 @@ def test_each_op_fuses(op):
     check(out, reference(fn, args))
 
 
-def test_paired_residual_from_an_aligned_and_a_misaligned_input():
-    """The translation declares a contiguous residual for paired loads; a graph input
-    starting 2 bytes into its storage breaks that at run time and must still compute
-    right (the launcher then runs the unpaired kernel)."""
+@pytest.mark.parametrize("staged", [True, False], ids=["staged", "paired"])
+def test_declared_residual_from_an_aligned_and_a_misaligned_input(staged):
+    """The translation declares a contiguous residual staged (TMA) or paired; a graph
+    input starting 2 bytes into its storage breaks that at run time and must still
+    compute right (the launcher then runs the kernel with plain global loads)."""
+    from inductor_cutedsl import config
+
     x, w = x_w()
     storage = bf16(M * N + 1)
 
@@ -134,10 +137,11 @@ def test_paired_residual_from_an_aligned_and_a_misaligned_input():
 
     for g in (storage[: M * N].view(M, N), storage[1:].view(M, N)):
         torch.compiler.reset()
-        out, codes = compiled_code(fn, x, w, g)
+        with config.patch(staged_operands=staged):
+            out, codes = compiled_code(fn, x, w, g)
         code = "\n".join(codes)
         assert_one_fused_kernel(code)
-        assert '"pairs": true' in code
+        assert ('"staged": true' if staged else '"pairs": true') in code
         check(out, reference(fn, (x, w, g)))
 
 

@@ -294,11 +294,14 @@ def decide(scheduler: Any, template: Any, tr: Translation, chain: Sequence[Any],
         # sequential figures said (they chose ours where cuBLAS + GELU measured faster).
         _compat.prefer_choice(buffer, choice)
     decision = Decision(WAYS[way], choice, consumer)
-    decisions.append({"gemm": buffer.get_name(), "way": way, "ms": {k: round(v, 4) for k, v in times.items()}})
+    configs = {w: _config(c).name() for w, c in contenders.items() if isinstance(c, GemmCaller)}
+    decisions.append({
+        "gemm": buffer.get_name(), "way": way, "ms": {k: round(v, 4) for k, v in times.items()}, "configs": configs,
+    })  # fmt: skip
     log.info(
-        "%s: %s (%s)", names,
+        "%s: %s (%s; ours: %s)", names,
         {"cutedsl": "CuteDSL takes it, fused", "triton": "Triton template takes it, fused",
          "separate": "GEMM unfused + epilogue kernel"}[decision.way],
-        ", ".join(f"{k} {v:.4f} ms" for k, v in times.items()),
+        ", ".join(f"{k} {v:.4f} ms" for k, v in times.items()), ", ".join(f"{k} {v}" for k, v in configs.items()),
     )  # fmt: skip
     return decision
