@@ -17,6 +17,7 @@
 # closing:  the main job with epilogue fusion on, then the plain-GEMM benchmark
 # probe:    kernel_probe.py (where the kernel loses to cuBLAS), then the GEMM benchmark
 # diagnose: probe, then addmm+gelu at 1024 rows with Inductor's fusion log and output code
+# graph:    graph_probe.py (our configs and cuBLAS, direct and as CUDA graphs), then the GEMM benchmark
 # timing:   timing_probe.py (does a short side-by-side measurement depend on its predecessor?)
 # select:   timing, then the fusion/Inductor/timing GPU tests, then the epilogue benchmark
 #           at shapes 0 and 3 (8192x4096x4096, 1024x4096x4096)
@@ -33,7 +34,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log
     echo "== $name: rc=$? in $((SECONDS - t0)) s"
 }
 
-case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, timing, probe or diagnose}" in
+case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, graph, timing, probe or diagnose}" in
 tests)
     # Stream-K first, on its own limit: a kernel that waits on a flag forever would
     # otherwise take the whole suite's time with it.
@@ -100,6 +101,11 @@ staged)
             step epilogue-staged 190 python3 benchmarks/epilogue.py --json "$OUT/h200-epilogue-staged.json" --shapes 0
         grep -E " -> |geomean|takes it|unfused +|left to|not measured|Error" "$OUT/epilogue-staged.log" | cut -c1-400 | tail -20
     fi ;;
+graph)
+    step graph 150 python3 benchmarks/graph_probe.py --json "$OUT/h200-graph.json"
+    grep "^{" "$OUT/graph.log" | cut -c1-900
+    step gemm 200 python3 benchmarks/gemm.py --json "$OUT/h200-gemm.json"
+    tail -9 "$OUT/gemm.log" ;;
 bias)
     step bias 150 python3 benchmarks/bias_probe.py --json "$OUT/h200-bias.json"
     grep "^{" "$OUT/bias.log" | cut -c1-600 ;;
