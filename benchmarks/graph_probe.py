@@ -20,9 +20,9 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from inductor_cutedsl.gemm_bench import SHAPES  # noqa: E402
+from inductor_cutedsl.gemm_bench import SHAPES, build_all, linear_spec  # noqa: E402
 from inductor_cutedsl.kernels.config import shortlist  # noqa: E402
-from inductor_cutedsl.runtime import compiler, get_gemm, spec_for  # noqa: E402
+from inductor_cutedsl.runtime import get_gemm  # noqa: E402
 from inductor_cutedsl.runtime.launch import default_cache  # noqa: E402
 from inductor_cutedsl.timing import bench, graphed, interleaved, rel_err, report_row, run_info  # noqa: E402
 
@@ -35,10 +35,8 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     cache = default_cache()
-    meta = torch.empty(8, 8, device="meta", dtype=torch.bfloat16)
-    specs = {shape: [spec_for(meta, meta.t(), torch.bfloat16, c) for c in shortlist(*shape)[:CONFIGS]]
-             for shape in SHAPES}  # fmt: skip
-    compiler.build_many(list(dict.fromkeys(s for v in specs.values() for s in v)), cache, os.cpu_count() or 1)
+    specs = {shape: [linear_spec(c) for c in shortlist(*shape)[:CONFIGS]] for shape in SHAPES}
+    build_all(s for v in specs.values() for s in v)
     result = {**run_info(), "rows": []}
     for m, n, k in SHAPES:
         a = torch.randn(m, k, device="cuda").to(torch.bfloat16)

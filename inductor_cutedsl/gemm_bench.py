@@ -14,11 +14,13 @@ import argparse
 import dataclasses
 import os
 import time
+from typing import Iterable
 
 import torch
 
 from .kernels.config import GemmConfig, shortlist
-from .runtime import compiler, gemm_reason, get_gemm, spec_for
+from .kernels.epilogue import IDENTITY, Epilogue
+from .runtime import KernelSpec, compiler, gemm_reason, get_gemm, spec_for
 from .runtime.launch import default_cache
 from .timing import bench, geomean, rel_err, run_info, side_by_side, write_json
 
@@ -58,14 +60,20 @@ def search_space(m: int, n: int, k: int) -> list[GemmConfig]:
     return [c for c in dict.fromkeys(base + extra) if c.invalid_reason() is None]
 
 
+def linear_spec(config: GemmConfig, epilogue: Epilogue = IDENTITY) -> KernelSpec:
+    """The benchmarks' layout: bf16 C = A @ W^T, A (M, K) and W (N, K) row-major (both
+    K-major); no GPU needed."""
+    return KernelSpec(config, "bfloat16", "bfloat16", "k", "k", epilogue)
+
+
+def build_all(specs: Iterable[KernelSpec], workers: int | None = None) -> dict:
+    """Compile ``specs`` (each once) into the default cache, in parallel workers."""
+    return compiler.build_many(list(dict.fromkeys(specs)), default_cache(), workers or os.cpu_count() or 1)
+
+
 def plan_specs() -> dict:
-    """Shape -> candidate kernel specs (no GPU needed: meta tensors carry the layouts)."""
-    plan = {}
-    for m, n, k in SHAPES:
-        a = torch.empty(m, k, device="meta", dtype=torch.bfloat16)
-        w_t = torch.empty(n, k, device="meta", dtype=torch.bfloat16).t()
-        plan[(m, n, k)] = [spec_for(a, w_t, torch.bfloat16, c) for c in search_space(m, n, k)]
-    return plan
+    """Shape -> candidate kernel specs."""
+    return {shape: [linear_spec(c) for c in search_space(*shape)] for shape in SHAPES}
 
 
 def launch_us(fn) -> tuple[float, float]:
@@ -100,7 +108,7 @@ def main(argv: list[str] | None = None) -> dict:
     # Compile every candidate of every shape up front, in parallel workers.
     plan = plan_specs()
     t0 = time.perf_counter()
-    built = compiler.build_many([s for v in plan.values() for s in v], cache, args.workers)
+    built = build_all((s for v in plan.values() for s in v), args.workers)
     compile_wall = time.perf_counter() - t0
     print(f"compiled {sum(b for _, b, _ in built.values())} kernels "
           f"({len(built)} specs) in {compile_wall:.1f}s wall with {args.workers} workers")  # fmt: skip
