@@ -107,19 +107,27 @@ def test_kernel_refuses_what_staging_does_not_support(cfg, operands):
         Sm90Gemm(cfg, "bfloat16", "bfloat16", "k", "k", epi)
 
 
-def test_staged_operand_takes_a_mainloop_stage():
+def test_staged_operand_shares_the_store_buffers_or_takes_a_mainloop_stage():
+    """An input of the output's dtype is loaded into the store buffers (no stage lost);
+    another 16-bit dtype gets its own two sub-tile buffers (one stage fewer)."""
     from inductor_cutedsl.kernels.sm90_gemm import Sm90Gemm
 
     cfg = GemmConfig(128, 256, 2, 1, epi_n=64)
-    op = E.EpilogueOperand("r", "full", "bfloat16", staged=True)
-    epi = E.Epilogue("staged", "def epilogue(acc, m, n, l, ops):\n    return acc + ops[0]\n", (op,))
+
+    def kernel(op_dtype, out_dtype="bfloat16"):
+        op = E.EpilogueOperand("r", "full", op_dtype, staged=True)
+        epi = E.Epilogue("staged", "def epilogue(acc, m, n, l, ops):\n    return acc + ops[0]\n", (op,))
+        return Sm90Gemm(cfg, "bfloat16", out_dtype, "k", "k", epi)
+
     plain = Sm90Gemm(cfg, "bfloat16", "bfloat16", "k", "k", E.IDENTITY)
-    kernel = Sm90Gemm(cfg, "bfloat16", "bfloat16", "k", "k", epi)
-    assert (plain.ab_stage, kernel.ab_stage) == (4, 3)  # 2 x 16 KiB of sub-tile buffers
+    shared, own = kernel("bfloat16"), kernel("float16")
+    assert plain.ab_stage == 4
+    assert (shared.shares_c, shared.c_buffers, shared.ab_stage) == (True, plain.epi_stage, 4)
+    assert (own.shares_c, own.ab_stage) == (False, 3)  # 2 x 16 KiB of sub-tile buffers
     # fp32 out (2 x 32 KiB of store buffers) would leave two: refused.
     assert cfg.stages_operands(2) and not cfg.stages_operands(4)
     with pytest.raises(ValueError, match="mainloop stages"):
-        Sm90Gemm(cfg, "bfloat16", "float32", "k", "k", epi)
+        kernel("bfloat16", "float32")
 
 
 @pytest.mark.gpu

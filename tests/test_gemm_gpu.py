@@ -244,6 +244,28 @@ def test_staged_operand(cfg, dtype, batch, m, n, k):
     check_silu_gate(staged, cfg, dtype, batch, m, n, k)
 
 
+@pytest.mark.parametrize(
+    "in_dtype,op_dtype,out_dtype",
+    [(torch.bfloat16, torch.bfloat16, torch.float32), (torch.bfloat16, torch.float16, torch.bfloat16)],
+    ids=["fp32_out", "fp16_operand"],
+)
+@pytest.mark.parametrize("m,n,k", [(999, 1000, 520), (8192, 4096, 4096)], ids=str)
+def test_staged_operand_of_another_dtype_than_the_output(in_dtype, op_dtype, out_dtype, m, n, k):
+    """An operand whose dtype differs from the output's cannot share the store buffers:
+    it gets sub-tile buffers of its own (one mainloop stage fewer)."""
+    from inductor_cutedsl.runtime import gemm
+
+    cfg = STAGED_CONFIGS[0]
+    assert cfg.stages_operands(out_dtype.itemsize)
+    a, b = matrix(m, k, True, in_dtype), matrix(k, n, False, in_dtype)
+    r = torch.randn(m, n + 24, device="cuda").to(op_dtype)[:, :n]
+    out = poisoned((m, n), out_dtype)
+    epi = staged("silu(acc) * ops[0]", {torch.bfloat16: "bfloat16", torch.float16: "float16"}[op_dtype])
+    gemm(a, b, r, out=out, config=cfg, epilogue=epi)
+    torch.cuda.synchronize()
+    assert rel_err(out, torch.nn.functional.silu(reference(a, b)) * r.double()) < 1e-2
+
+
 def test_staged_operand_beside_a_bias_and_a_kept_output():
     """The staged operand with a row bias read from global memory and an extra output."""
     from inductor_cutedsl.runtime import gemm

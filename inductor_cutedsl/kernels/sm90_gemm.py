@@ -140,9 +140,14 @@ class Sm90Gemm:
         self.epi_threads = _WG_THREADS if cfg.pingpong else 2 * _WG_THREADS
         self.epi_tile = cfg.epi_tile
         self.c_dtype = DTYPES[self.tensor_ops[self.staged].dtype] if staged else None
-        staged_bytes = cfg.staged_bytes(self.c_dtype.width // 8) if staged else 0
+        # A staged input of the output's dtype is loaded into the output's store buffers
+        # (read, then overwritten with D and stored; handed back to the loader once the
+        # store has read it): no shared memory of its own, no mainloop stage lost.
+        self.shares_c = bool(staged) and self.c_dtype == self.out_dtype
+        staged_bytes = cfg.staged_bytes(self.c_dtype.width // 8) if staged and not self.shares_c else 0
         self.ab_stage = cfg.ab_stages(2, self.out_dtype.width // 8, staged_bytes)
         self.epi_stage = cfg.epi_stages(self.out_dtype.width // 8)
+        self.c_buffers = self.epi_stage if self.shares_c else STAGED_BUFFERS
         self.a_mcast = cfg.cluster_n
         self.b_mcast = cfg.cluster_m
 
@@ -256,7 +261,7 @@ class Sm90Gemm:
         # A staged operand: its TMA load atom and shared-memory layout, else nothing.
         staged = ()
         if cutlass.const_expr(self.staged is not None):
-            c_smem = self._epi_smem(self.c_dtype, STAGED_BUFFERS)
+            c_smem = self._epi_smem(self.c_dtype, self.c_buffers)
             tma_c, tma_tC = cute.nvgpu.cpasync.make_tiled_tma_atom(
                 cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(),
                 ep_tensors[self.staged],
@@ -280,7 +285,19 @@ class Sm90Gemm:
             sD: cute.struct.Align[cute.struct.MemRange[od, cute.cosize(d_smem)], 1024]
 
         self.shared_storage = SharedStorage
-        if cutlass.const_expr(self.staged is not None):
+        if cutlass.const_expr(self.staged is not None and self.shares_c):
+            c_buffers = self.c_buffers
+
+            @cute.struct
+            class SharedCStorage:
+                ab_barriers: cute.struct.MemRange[cutlass.Int64, ab_stage * 2]
+                c_barriers: cute.struct.MemRange[cutlass.Int64, c_buffers * 2]
+                sA: cute.struct.Align[cute.struct.MemRange[ab, cute.cosize(a_smem)], 1024]
+                sB: cute.struct.Align[cute.struct.MemRange[ab, cute.cosize(b_smem)], 1024]
+                sD: cute.struct.Align[cute.struct.MemRange[od, cute.cosize(d_smem)], 1024]
+
+            self.shared_storage = SharedCStorage
+        elif cutlass.const_expr(self.staged is not None):
             cd, c_cosize = self.c_dtype, cute.cosize(staged[2])
 
             @cute.struct
@@ -402,15 +419,20 @@ class Sm90Gemm:
         c_load = None
         if cutlass.const_expr(self.staged is not None):
             tma_c, mC, c_smem = staged
+            # Released by every consumer warp once read, or (shared with the store
+            # buffers) by the store warp once its TMA store has read the buffer.
             c_pipe = pipeline.PipelineTmaAsync.create(
                 barrier_storage=storage.c_barriers.data_ptr(),
-                num_stages=STAGED_BUFFERS,
+                num_stages=self.c_buffers,
                 producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
-                consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 4 * self.num_consumer_wg),
+                consumer_group=pipeline.CooperativeGroup(
+                    pipeline.Agent.Thread, 1 if self.shares_c else 4 * self.num_consumer_wg
+                ),
                 tx_count=cute.size_in_bytes(self.c_dtype, cute.slice_(c_smem, (None, None, 0))),
                 defer_sync=True,
             )
-            sC = storage.sC.get_tensor(c_smem.outer, swizzle=c_smem.inner)
+            c_storage = storage.sD if cutlass.const_expr(self.shares_c) else storage.sC
+            sC = c_storage.get_tensor(c_smem.outer, swizzle=c_smem.inner)
             c_load = (tma_c, c_pipe, sC, cute.local_tile(mC, cute.slice_(self.tile_shape_mnk, (None, None, 0)), (None, None, None)))
         pipeline_init_arrive(cluster_shape_mn=self.cluster_shape_mn, is_relaxed=True)
 
@@ -538,7 +560,7 @@ class Sm90Gemm:
             sched_params, cute.arch.block_idx(), cute.arch.grid_dim()
         )
         work = sched.initial_work_tile_info()
-        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, STAGED_BUFFERS)
+        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.c_buffers)
         epi_m = self.tile_shape_mnk[0] // self.epi_tile[0]
         epi_n = self.tile_shape_mnk[1] // self.epi_tile[1]
         while work.is_valid_tile:
@@ -775,6 +797,8 @@ class Sm90Gemm:
         rv, rm, rn = epi.geometry
         tRS_rD, tRS_acc, tRS_rOut, tRS_sD = epi.tRS_rD, epi.tRS_acc, epi.tRS_rOut, epi.tRS_sD
         warp_idx, store_warp, store_pipe, tma_d = epi.warp_idx, epi.store_warp, epi.store_pipe, epi.tma_d
+        shares_c = cutlass.const_expr(staged and self.shares_c)
+        c_pipe = epi.c_pipe if shares_c else None
         gD_epi = cute.zipped_divide(epi.gD[(None, None, *tc)], self.epi_tile)
         bSG_sD, bSG_gD = cute.nvgpu.cpasync.tma_partition(
             tma_d, 0, cute.make_layout(1), cute.group_modes(epi.sD, 0, 2), gD_epi
@@ -792,6 +816,9 @@ class Sm90Gemm:
                 for v in cutlass.range_constexpr(cute.size(tRS_rD)):
                     tRS_rOut[v] = tRS_rD[v].to(self.out_dtype)
                 buf = epi_count % self.epi_stage
+                if cutlass.const_expr(shares_c):
+                    # D overwrites the staged input's buffer: every warp has read it.
+                    epi.bar.arrive_and_wait()
                 cute.copy(epi.r2s, tRS_rOut, tRS_sD[(None, None, None, buf)])
                 cute.arch.fence_proxy("async.shared", space="cta")
                 if warp_idx == store_warp:
@@ -800,26 +827,34 @@ class Sm90Gemm:
                 if warp_idx == store_warp:
                     cute.copy(tma_d, bSG_sD[(None, buf)], bSG_gD[(None, (em, en))])
                     store_pipe.producer_commit()
+                    if cutlass.const_expr(shares_c):
+                        # The buffer goes back to the staged input's loader once the
+                        # store has read it.
+                        cute.arch.cp_async_bulk_wait_group(0, read=True)
+                        c_pipe.consumer_release(self._c_state(epi_count))
                 epi_count += 1
         return epi_count
+
+    def _c_state(self, epi_count):
+        """The staged input's pipeline position at sub-tile ``epi_count``: its loads are
+        consumed in the order they were issued, one per sub-tile."""
+        n = self.c_buffers
+        return pipeline.PipelineState(n, epi_count, epi_count % n, (epi_count // n) % 2)
 
     def _staged_subtile(self, epi, tCcD, batch, epi_count, em, en):
         """Sub-tile (em, en) of the accumulator into ``epi.tRS_rD`` with the hook applied,
         the staged operand read from shared memory, the others from global memory.
 
-        The staged loads are consumed in the order they were issued (one per sub-tile,
-        as ``epi_count`` counts them), so the pipeline position follows from it.
         Trace-time Python (not preprocessed): every loop here unrolls."""
         rv, rm, rn = epi.geometry
-        c_state = pipeline.PipelineState(
-            STAGED_BUFFERS, epi_count, epi_count % STAGED_BUFFERS, (epi_count // STAGED_BUFFERS) % 2
-        )
+        c_state = self._c_state(epi_count)
         epi.c_pipe.consumer_wait(c_state)
         cute.copy(epi.s2r, epi.tSR_sC[(None, None, None, c_state.index)], epi.tSR_rC)
-        # The buffer is refilled by TMA (the async proxy) once every warp has read it.
-        cute.arch.fence_proxy("async.shared", space="cta")
-        cute.arch.sync_warp()
-        epi.c_pipe.consumer_release(c_state)
+        if not self.shares_c:
+            # The buffer is refilled by TMA (the async proxy) once every warp has read it.
+            cute.arch.fence_proxy("async.shared", space="cta")
+            cute.arch.sync_warp()
+            epi.c_pipe.consumer_release(c_state)
         coords = epi.geo.retile(tCcD)
         last_m, last_n = epi.size_m - 1, epi.size_n - 1
         inputs = [(k, t) for k, (t, op) in enumerate(zip(epi.ep_tensors, self.tensor_ops)) if not op.is_output]
