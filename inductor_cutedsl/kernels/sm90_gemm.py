@@ -275,41 +275,7 @@ class Sm90Gemm:
         )
         grid = utils.StaticPersistentTileScheduler.get_grid_shape(sched, mc)
 
-        ab_stage = self.ab_stage
-
-        @cute.struct
-        class SharedStorage:
-            ab_barriers: cute.struct.MemRange[cutlass.Int64, ab_stage * 2]
-            sA: cute.struct.Align[cute.struct.MemRange[ab, cute.cosize(a_smem)], 1024]
-            sB: cute.struct.Align[cute.struct.MemRange[ab, cute.cosize(b_smem)], 1024]
-            sD: cute.struct.Align[cute.struct.MemRange[od, cute.cosize(d_smem)], 1024]
-
-        self.shared_storage = SharedStorage
-        if cutlass.const_expr(self.staged is not None and self.shares_c):
-            c_buffers = self.c_buffers
-
-            @cute.struct
-            class SharedCStorage:
-                ab_barriers: cute.struct.MemRange[cutlass.Int64, ab_stage * 2]
-                c_barriers: cute.struct.MemRange[cutlass.Int64, c_buffers * 2]
-                sA: cute.struct.Align[cute.struct.MemRange[ab, cute.cosize(a_smem)], 1024]
-                sB: cute.struct.Align[cute.struct.MemRange[ab, cute.cosize(b_smem)], 1024]
-                sD: cute.struct.Align[cute.struct.MemRange[od, cute.cosize(d_smem)], 1024]
-
-            self.shared_storage = SharedCStorage
-        elif cutlass.const_expr(self.staged is not None):
-            cd, c_cosize = self.c_dtype, cute.cosize(staged[2])
-
-            @cute.struct
-            class StagedStorage:
-                ab_barriers: cute.struct.MemRange[cutlass.Int64, ab_stage * 2]
-                c_barriers: cute.struct.MemRange[cutlass.Int64, STAGED_BUFFERS * 2]
-                sA: cute.struct.Align[cute.struct.MemRange[ab, cute.cosize(a_smem)], 1024]
-                sB: cute.struct.Align[cute.struct.MemRange[ab, cute.cosize(b_smem)], 1024]
-                sD: cute.struct.Align[cute.struct.MemRange[od, cute.cosize(d_smem)], 1024]
-                sC: cute.struct.Align[cute.struct.MemRange[cd, c_cosize], 1024]
-
-            self.shared_storage = StagedStorage
+        self.shared_storage = self._storage(a_smem, b_smem, d_smem, staged[2] if staged else None)
         # Stream-K's partial sums (fp32, a tile per CTA) and per-CTA flags (zeroed).
         sk_buffers = tuple(cute.make_tensor(p, cute.make_layout(1)) for p in sk)
         self.kernel(
@@ -324,6 +290,23 @@ class Sm90Gemm:
             min_blocks_per_mp=1,
             stream=stream,
         )  # fmt: skip
+
+    def _storage(self, a_smem, b_smem, d_smem, c_smem):
+        """The shared-memory struct: pipeline barriers, then the A/B stages and the store
+        buffers; a staged input adds its pipeline's barriers and (unless it shares the
+        store buffers) buffers of its own (``c_smem``)."""
+        def buffer(dtype, layout):
+            return cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(layout)], 1024]
+
+        staged = self.staged is not None
+        fields = {"ab_barriers": cute.struct.MemRange[cutlass.Int64, self.ab_stage * 2]}
+        if staged:
+            fields["c_barriers"] = cute.struct.MemRange[cutlass.Int64, self.c_buffers * 2]
+        fields.update(sA=buffer(self.ab_dtype, a_smem), sB=buffer(self.ab_dtype, b_smem),
+                      sD=buffer(self.out_dtype, d_smem))  # fmt: skip
+        if staged and not self.shares_c:
+            fields["sC"] = buffer(self.c_dtype, c_smem)
+        return cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
 
     def _smem_layouts(self, a_layout, b_layout):
         tm, tn, tk = self.tile_shape_mnk
