@@ -12,7 +12,9 @@
 # fusion:   launch_paths.py, then the epilogue benchmark on every shape, with epilogue fusion on
 # job:      the main job with epilogue fusion on
 # bias:     bias_probe.py (our kernel plain / row bias / M x N epilogues vs cuBLAS mm and addmm)
-# staged:   the staged-operand GPU tests (own time limit: a pipeline bug would hang), then bias_probe.py
+# staged [bias|-]: the staged-operand GPU tests (own time limit: a pipeline bug would hang),
+#           then bias_probe.py (unless "-")
+# energy:   energy_probe.py (sustained speed and energy per GEMM at the power limit)
 # closing:  the main job with epilogue fusion on, then the plain-GEMM benchmark
 # probe:    kernel_probe.py (where the kernel loses to cuBLAS), then the GEMM benchmark
 # diagnose: probe, then addmm+gelu at 1024 rows with Inductor's fusion log and output code
@@ -26,6 +28,12 @@ set -u
 . .device/dsl-env
 export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-$$ PYTHONPATH=$PWD:${PYTHONPATH:-}
 
+smi() {  # smi NAME: sample power, clocks and temperature every second into $OUT/NAME-smi.csv
+    command -v nvidia-smi > /dev/null && nvidia-smi --format=csv -lms 1000 \
+        --query-gpu=timestamp,power.draw,power.limit,clocks.sm,clocks.max.sm,temperature.gpu,clocks_throttle_reasons.active \
+        > "$OUT/$1-smi.csv" 2>&1 &
+}
+
 step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log
     local name=$1 limit=$2 t0=$SECONDS
     shift 2
@@ -33,7 +41,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log
     echo "== $name: rc=$? in $((SECONDS - t0)) s"
 }
 
-case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, graph, timing, probe or diagnose}" in
+case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, energy, graph, timing, probe or diagnose}" in
 tests)
     # Stream-K first, on its own limit: a kernel that waits on a flag forever would
     # otherwise take the whole suite's time with it.
@@ -62,8 +70,10 @@ verify)
     step gpu-fusion 170 python3 -m pytest tests/test_fusion_gpu.py tests/test_inductor_gpu.py tests/test_timing_gpu.py -m gpu -n 8 -q -rfE \
         -p no:cacheprovider -k "not test_second_process and not test_training_step_forward"
     grep -E "passed|failed|^FAILED|^ERROR" "$OUT/gpu-fusion.log" | tail -15
+    smi epilogue
     INDUCTOR_CUTEDSL_EPILOGUE_FUSION=1 TORCH_LOGS=inductor_cutedsl \
         step epilogue 420 python3 benchmarks/epilogue.py --json "$OUT/h200-epilogue.json"
+    kill %1 2> /dev/null
     grep -E " -> |geomean|not measured|Error" "$OUT/epilogue.log" | cut -c1-400 | tail -24 ;;
 fusion)
     export INDUCTOR_CUTEDSL_EPILOGUE_FUSION=1
@@ -91,10 +101,17 @@ closing)
     step gemm 200 python3 benchmarks/gemm.py --json "$OUT/h200-gemm.json"
     tail -9 "$OUT/gemm.log" ;;
 staged)
-    step gpu-staged 110 python3 -m pytest tests/test_gemm_gpu.py -m gpu -n 8 -q -rfE -p no:cacheprovider -k staged
+    step gpu-staged 150 python3 -m pytest tests/test_gemm_gpu.py -m gpu -n 8 -q -rfE -p no:cacheprovider -k staged
     grep -E "passed|failed|^FAILED|^ERROR" "$OUT/gpu-staged.log" | tail -15
-    step bias 100 python3 benchmarks/bias_probe.py --json "$OUT/h200-bias.json"
-    grep "^{" "$OUT/bias.log" | cut -c1-700 ;;
+    if [ "${2:-bias}" = bias ]; then
+        step bias 100 python3 benchmarks/bias_probe.py --json "$OUT/h200-bias.json"
+        grep "^{" "$OUT/bias.log" | cut -c1-700
+    fi ;;
+energy)
+    smi energy
+    step energy 300 python3 benchmarks/energy_probe.py --json "$OUT/h200-energy.json"
+    kill %1 2> /dev/null
+    grep -E "^\{|Error" "$OUT/energy.log" | cut -c1-1500 ;;
 graph)
     step graph 150 python3 benchmarks/graph_probe.py --json "$OUT/h200-graph.json"
     grep "^{" "$OUT/graph.log" | cut -c1-900

@@ -77,7 +77,9 @@ def run_case(name: str, m: int, n: int, k: int) -> dict:
             # The GEMM alone (cuBLAS): stock / this is what a free epilogue could gain.
             "gemm": graphed(lambda: torch.mm(x, w.t(), out=gemm_out)),
         })  # fmt: skip
-        if ran_cutedsl(kernel_times(lambda: compiled["stock"](*args))):
+        # Each compiled variant's kernels: what the selection's figures can be held against.
+        kernels = {label: kernel_times(lambda fn=fn: fn(*args), top=6) for label, fn in compiled.items()}
+        if ran_cutedsl(kernels["stock"]):
             raise AssertionError(f"{name} {m}x{n}x{k}: the stock variant ran CuteDSL kernels")
     return {
         "pattern": name, "shape": [m, n, k],
@@ -91,6 +93,7 @@ def run_case(name: str, m: int, n: int, k: int) -> dict:
         "fused_into_cutedsl": [f["ops"] for f in scheduling.fused_epilogues[fused_before:]],
         # The selection's side-by-side figures and the way it took, per decided GEMM.
         "selection": selection.decisions[decided_before:],
+        "kernels": kernels,
     }  # fmt: skip
 
 

@@ -1,6 +1,8 @@
 """Code generation and compilation for sm_90a, without a GPU."""
 from __future__ import annotations
 
+import dataclasses
+
 import functools
 import os
 
@@ -89,19 +91,20 @@ def test_kernel_refuses_invalid_config():
 
 
 @pytest.mark.parametrize(
-    "cfg,operands",
+    "cfg,operands,dtype",
     [
-        (GemmConfig(128, 128, 2, 1, True), ("r",)),
-        (GemmConfig(128, 256, 2, 1, stream_k=True), ("r",)),
-        (GemmConfig(128, 256, 2, 1), ("r", "s")),
-        (GemmConfig(128, 256, 2, 1, epi_n=64, epi_buffers=4), ("r",)),  # 2 mainloop stages left
+        (GemmConfig(128, 128, 2, 1, True), ("r",), "bfloat16"),
+        (GemmConfig(128, 256, 2, 1, stream_k=True), ("r",), "bfloat16"),
+        (GemmConfig(128, 256, 2, 1), ("r", "s"), "bfloat16"),
+        # Buffers of its own (fp16 into a bf16 output) would leave 2 mainloop stages.
+        (GemmConfig(128, 256, 2, 1, epi_n=64, epi_buffers=4), ("r",), "float16"),
     ],
-    ids=["pingpong", "stream_k", "two_staged", "whole_tile_buffers"],
+    ids=["pingpong", "stream_k", "two_staged", "whole_tile_buffers_own"],
 )
-def test_kernel_refuses_what_staging_does_not_support(cfg, operands):
+def test_kernel_refuses_what_staging_does_not_support(cfg, operands, dtype):
     from inductor_cutedsl.kernels.sm90_gemm import Sm90Gemm
 
-    ops = tuple(E.EpilogueOperand(name, "full", "bfloat16", staged=True) for name in operands)
+    ops = tuple(E.EpilogueOperand(name, "full", dtype, staged=True) for name in operands)
     epi = E.Epilogue("staged", "def epilogue(acc, m, n, l, ops):\n    return acc + ops[0]\n", ops)
     with pytest.raises(ValueError, match="one staged operand"):
         Sm90Gemm(cfg, "bfloat16", "bfloat16", "k", "k", epi)
@@ -128,6 +131,12 @@ def test_staged_operand_shares_the_store_buffers_or_takes_a_mainloop_stage():
     assert cfg.stages_operands(2) and not cfg.stages_operands(4)
     with pytest.raises(ValueError, match="mainloop stages"):
         kernel("bfloat16", "float32")
+    # Whole-tile store buffers (64 KiB) keep their 3 stages when shared: every sub-tile
+    # of the input loads during the mainloop.
+    cfg = dataclasses.replace(cfg, epi_buffers=4)
+    assert cfg.stages_operands(2, shared=True) and not cfg.stages_operands(2)
+    whole = kernel("bfloat16")
+    assert (whole.shares_c, whole.c_buffers, whole.ab_stage) == (True, 4, 3)
 
 
 @pytest.mark.gpu

@@ -122,9 +122,14 @@ def test_bias_gemm_with_fused_residual_passes_every_operand_view(fusion):
     assert flags == [("row", False, False), ("full", True, GemmConfig(**spec["config"]).stages_operands(4))], flags
 
 
-def fused_operands(code: str) -> list[dict]:
+def launched_spec(code: str) -> dict:
+    """The kernel spec of the first CuteDSL launcher in generated code."""
     launch = next(line for line in code.splitlines() if line.strip().startswith("_launch = launcher("))
-    return json.loads(ast.literal_eval(ast.parse(launch.strip()).body[0].value.args[0]))["epilogue"]["operands"]
+    return json.loads(ast.literal_eval(ast.parse(launch.strip()).body[0].value.args[0]))
+
+
+def fused_operands(code: str) -> list[dict]:
+    return launched_spec(code)["epilogue"]["operands"]
 
 
 @pytest.mark.parametrize("setting", [True, False], ids=["staged_operands", "paired"])
@@ -141,9 +146,9 @@ def test_first_aligned_full_input_is_staged_when_set(setting):
     assert flags == [("row", False, False), ("full", not setting, setting)], flags
 
 
-def test_fused_way_takes_the_fastest_candidate_that_can_stage_the_input():
-    """Autotuning's fastest (whole-tile store buffers) would keep two mainloop stages
-    beside a staged input: the fused way takes the fastest candidate that can stage it."""
+def test_fused_way_stages_the_input_in_whole_tile_store_buffers():
+    """Autotuning's fastest has whole-tile store buffers: a residual of the output's
+    dtype is staged in them (it keeps its 3 mainloop stages)."""
     from inductor_cutedsl import config
 
     def timing(choice):  # the whole-tile-buffers candidate fastest, the plain one next
@@ -156,11 +161,23 @@ def test_fused_way_takes_the_fastest_candidate_that_can_stage_the_input():
     with config.patch(staged_operands=True), backend():
         code = generated_code(fn, (4 * M, K), (N, K), (4 * M, N), candidate_ms=timing, fused_ms=0.09)
     assert kernels(code) == (1, 0)
-    spec = json.loads(ast.literal_eval(ast.parse(
-        next(ln for ln in code.splitlines() if ln.strip().startswith("_launch = launcher(")).strip()
-    ).body[0].value.args[0]))  # fmt: skip
-    assert spec["config"]["epi_buffers"] == 0
+    spec = launched_spec(code)
+    assert spec["config"]["epi_buffers"] == 4
     assert [op["staged"] for op in spec["epilogue"]["operands"]] == [True]
+
+
+def test_an_input_that_cannot_share_the_store_buffers_needs_room_of_its_own():
+    """The fused way's rule (``fusion.stages``): an input of another dtype than the output
+    takes buffers of its own, which whole-tile store buffers leave no room for."""
+    from inductor_cutedsl.kernels import GemmConfig
+    from inductor_cutedsl.scheduler import fusion
+
+    plain = GemmConfig(128, 256, 2, 1, epi_n=64)
+    whole = GemmConfig(128, 256, 2, 1, epi_n=64, epi_buffers=4)
+    bf16, fp16 = torch.bfloat16, torch.float16
+    assert fusion.stages(plain, bf16, bf16) and fusion.stages(whole, bf16, bf16)
+    assert fusion.stages(plain, fp16, bf16) and not fusion.stages(whole, fp16, bf16)
+    assert not fusion.stages(GemmConfig(128, 128, 2, 1, True), bf16, bf16)
 
 
 @pytest.mark.parametrize(
@@ -199,8 +216,7 @@ def test_only_inputs_tma_can_load_are_staged(strides, offset, dtype, staged):
 def test_addmm_bias_kind_follows_the_bias_layout(bias_shape, kind):
     with backend(fusion=False):
         code = generated_code(lambda x, w, b: torch.addmm(b, x, w.t()), (M, K), (N, K), bias_shape)
-    launch = next(line for line in code.splitlines() if line.strip().startswith("_launch = launcher("))
-    spec = json.loads(ast.literal_eval(ast.parse(launch.strip()).body[0].value.args[0]))
+    spec = launched_spec(code)
     assert spec["epilogue"]["name"] == f"bias_{kind}"
 
 
@@ -376,7 +392,6 @@ def test_our_other_schedule_fused_can_take_the_gemm(caplog):
     decisions = [r.getMessage() for r in caplog.records if "CuteDSL takes it" in r.getMessage()]
     assert len(decisions) == 1 and "fused_alt 0.1200 ms" in decisions[0], decisions
     assert kernels(code) == (1, 0)
-    launch = next(line for line in code.splitlines() if line.strip().startswith("_launch = launcher("))
-    spec = json.loads(ast.literal_eval(ast.parse(launch.strip()).body[0].value.args[0]))
+    spec = launched_spec(code)
     fastest = shortlist(M, N, K, limit=3)[0]  # the fake autotuning rates them in this order
     assert spec["config"]["pingpong"] != fastest.pingpong and spec["epilogue"]["operands"], spec

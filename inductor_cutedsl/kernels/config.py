@@ -70,15 +70,14 @@ class GemmConfig:
         """Shared memory of a staged epilogue input's buffers."""
         return STAGED_BUFFERS * self.mma_rows * self.epi_n * in_bytes
 
-    def stages_operands(self, out_bytes: int = 2) -> bool:
+    def stages_operands(self, out_bytes: int = 2, shared: bool = False) -> bool:
         """Whether the kernel can TMA-stage a 16-bit epilogue input
         (``EpilogueOperand.staged``): the cooperative schedule without stream-K, with
-        at least ``MIN_STAGED_AB_STAGES`` mainloop stages left beside the buffers."""
-        return (
-            not self.pingpong
-            and not self.stream_k
-            and self.ab_stages(2, out_bytes, self.staged_bytes()) >= MIN_STAGED_AB_STAGES
-        )
+        at least ``MIN_STAGED_AB_STAGES`` mainloop stages left beside the input's
+        buffers. An input of the output's dtype (``shared``) is loaded into the store
+        buffers and takes no shared memory of its own."""
+        extra = 0 if shared else self.staged_bytes()
+        return not self.pingpong and not self.stream_k and self.ab_stages(2, out_bytes, extra) >= MIN_STAGED_AB_STAGES
 
     @property
     def epi_tile(self) -> tuple[int, int]:

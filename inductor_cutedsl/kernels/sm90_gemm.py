@@ -123,12 +123,17 @@ class Sm90Gemm:
         self.tensor_ops = [op for op in epilogue.operands if op.is_tensor]
         # The tensor operand staged through shared memory (see EpilogueOperand.staged).
         staged = [i for i, op in enumerate(self.tensor_ops) if op.staged]
-        if staged and (len(staged) > 1 or not cfg.stages_operands(DTYPES[out_dtype].width // 8)):
+        self.staged = staged[0] if staged else None
+        self.c_dtype = DTYPES[self.tensor_ops[self.staged].dtype] if staged else None
+        # A staged input of the output's dtype is loaded into the output's store buffers
+        # (read, then overwritten with D and stored; handed back to the loader once the
+        # store has read it): no shared memory of its own, no mainloop stage lost.
+        self.shares_c = bool(staged) and self.c_dtype == self.out_dtype
+        if staged and (len(staged) > 1 or not cfg.stages_operands(self.out_dtype.width // 8, self.shares_c)):
             raise ValueError(
                 "one staged operand per epilogue, cooperative schedule without stream-K, "
                 f"at least {MIN_STAGED_AB_STAGES} mainloop stages beside it"
             )
-        self.staged = staged[0] if staged else None
 
         self.pingpong = cfg.pingpong
         self.tile_shape_mnk = (cfg.tile_m, cfg.tile_n, cfg.tile_k)
@@ -139,11 +144,6 @@ class Sm90Gemm:
         # Threads that run one tile's epilogue together.
         self.epi_threads = _WG_THREADS if cfg.pingpong else 2 * _WG_THREADS
         self.epi_tile = cfg.epi_tile
-        self.c_dtype = DTYPES[self.tensor_ops[self.staged].dtype] if staged else None
-        # A staged input of the output's dtype is loaded into the output's store buffers
-        # (read, then overwritten with D and stored; handed back to the loader once the
-        # store has read it): no shared memory of its own, no mainloop stage lost.
-        self.shares_c = bool(staged) and self.c_dtype == self.out_dtype
         staged_bytes = cfg.staged_bytes(self.c_dtype.width // 8) if staged and not self.shares_c else 0
         self.ab_stage = cfg.ab_stages(2, self.out_dtype.width // 8, staged_bytes)
         self.epi_stage = cfg.epi_stages(self.out_dtype.width // 8)

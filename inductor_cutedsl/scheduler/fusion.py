@@ -8,6 +8,7 @@ import dataclasses
 import torch
 
 from .. import config
+from ..kernels.config import GemmConfig
 from ..kernels.epilogue import Epilogue
 from ..lowering.template import render_args
 from ..runtime.spec import KernelSpec
@@ -60,11 +61,17 @@ def stageable_input(epi: Epilogue, first_fused: int, tr: Translation) -> int | N
                  if epi.operands[first_fused + i].kind == "full" and _stageable(op)), None)  # fmt: skip
 
 
+def stages(config: GemmConfig, in_dtype: torch.dtype, out_dtype: torch.dtype) -> bool:
+    """Whether a kernel of ``config`` writing ``out_dtype`` can stage an input of
+    ``in_dtype`` (in the store buffers when the two are the same)."""
+    return config.stages_operands(out_dtype.itemsize, shared=in_dtype == out_dtype)
+
+
 def staged(epi: Epilogue, first_fused: int, tr: Translation, spec: KernelSpec) -> Epilogue:
     """``epi`` with its first stageable fused input (``stageable_input``) declared
     ``staged`` (instead of paired), where the kernel of ``spec`` can stage one."""
     index = stageable_input(epi, first_fused, tr)
-    if index is None or not spec.config.stages_operands(getattr(torch, spec.out_dtype).itemsize):
+    if index is None or not stages(spec.config, tr.operands[index - first_fused].dtype, getattr(torch, spec.out_dtype)):
         return epi
     ops = list(epi.operands)
     ops[index] = dataclasses.replace(ops[index], pairs=False, staged=True)

@@ -1,0 +1,141 @@
+"""Sustained GEMM speed and energy per GEMM, our configs against cuBLAS.
+
+    python benchmarks/energy_probe.py --json energy.json
+
+Session 9's nvidia-smi log of the epilogue benchmark showed the H200 at its 700 W
+power limit through every GEMM-heavy stretch (throttle reason "SW power cap", SM
+clock 1290-1600 MHz against 1980 MHz idle): GEMM speed here is energy per GEMM. A
+do_bench burst that starts from a cooler, idle GPU runs partly at boost clocks, so
+short timings also depend on what ran before. Here each contender runs back to back
+long enough to reach the power limit's steady state, then is measured over a fixed
+window: milliseconds and millijoules per GEMM (NVML's energy counter), average power
+and the SM clock at the end. Contenders alternate in rotating rounds. Each of ours is
+checked against cuBLAS's result first.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import dataclasses
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from inductor_cutedsl.gemm_bench import SHAPES, build_all, linear_spec  # noqa: E402
+from inductor_cutedsl.kernels.config import shortlist  # noqa: E402
+from inductor_cutedsl.runtime import get_gemm  # noqa: E402
+from inductor_cutedsl.runtime.launch import default_cache  # noqa: E402
+from inductor_cutedsl.timing import graphed, rel_err, report_row, run_info  # noqa: E402
+
+ROUNDS = 2
+WARM_S, WINDOW_S = 0.6, 0.8
+NVML_CLOCK_SM = 1
+
+
+class Nvml:
+    """The few NVML calls needed, through the driver's own library (no Python package)."""
+
+    def __init__(self) -> None:
+        self.lib = ctypes.CDLL("libnvidia-ml.so.1")
+        self._check(self.lib.nvmlInit_v2())
+        self.handle = ctypes.c_void_p()
+        index = torch.cuda.current_device()
+        self._check(self.lib.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(self.handle)))
+
+    @staticmethod
+    def _check(rc: int) -> None:
+        if rc != 0:
+            raise RuntimeError(f"NVML error {rc}")
+
+    def energy_mj(self) -> int:
+        value = ctypes.c_ulonglong()
+        self._check(self.lib.nvmlDeviceGetTotalEnergyConsumption(self.handle, ctypes.byref(value)))
+        return value.value
+
+    def sm_clock_mhz(self) -> int:
+        value = ctypes.c_uint()
+        self._check(self.lib.nvmlDeviceGetClockInfo(self.handle, NVML_CLOCK_SM, ctypes.byref(value)))
+        return value.value
+
+
+def contenders(m: int, n: int, k: int) -> list:
+    """The shortlist, and its first config with a 2x2 cluster (both operands multicast:
+    a quarter less L2 -> SM traffic, which costs energy)."""
+    base = shortlist(m, n, k)
+    quad = dataclasses.replace(base[0], cluster_m=2, cluster_n=2)
+    return [c for c in dict.fromkeys([*base, quad]) if c.invalid_reason() is None]
+
+
+def sustained(replay, per_replay: int, nvml: Nvml) -> dict:
+    """Run ``replay`` (``per_replay`` GEMMs) for WARM_S, then measure it over WINDOW_S."""
+    t_end = time.perf_counter() + WARM_S
+    while time.perf_counter() < t_end:
+        replay()
+    torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0, count = nvml.energy_mj(), 0
+    start.record()
+    t_end = time.perf_counter() + WINDOW_S
+    while time.perf_counter() < t_end:
+        replay()
+        count += 1
+    stop.record()
+    stop.synchronize()
+    clock, e1 = nvml.sm_clock_mhz(), nvml.energy_mj()
+    ms = start.elapsed_time(stop)
+    gemms = count * per_replay
+    return {"ms": ms / gemms, "mj": (e1 - e0) / gemms, "watts": (e1 - e0) / ms, "mhz": clock}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    nvml, cache = Nvml(), default_cache()
+    specs = {shape: [linear_spec(c) for c in contenders(*shape)] for shape in SHAPES}
+    build_all(s for v in specs.values() for s in v)
+    result = {**run_info(), "rows": []}
+    for m, n, k in SHAPES:
+        a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+        b = torch.randn(n, k, device="cuda").to(torch.bfloat16).t()
+        ref = torch.mm(a, b)
+        out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        # About 20 ms of GEMMs per replay: the host loop never starves the GPU.
+        per_replay = max(1, round(20 / (2 * m * n * k / 650e9)))
+        runs, errors = {"cublas": lambda: torch.mm(a, b, out=out)}, {}
+        for spec in specs[(m, n, k)]:
+            name, kern = spec.config.name(), get_gemm(spec, cache)
+            out.fill_(float("nan"))
+            kern(a, b, out)
+            errors[name] = float(f"{rel_err(out, ref):.3e}")
+            if not errors[name] < 1e-2:
+                raise AssertionError(f"{name} at {m}x{n}x{k}: rel err {errors[name]}")
+            runs[name] = lambda kern=kern: kern(a, b, out)
+        replays = {name: graphed(lambda fn=fn: [fn() for _ in range(per_replay)]) for name, fn in runs.items()}
+        samples: dict = {name: [] for name in replays}
+        names = list(replays)
+        for r in range(ROUNDS):
+            for name in names[r:] + names[:r]:
+                samples[name].append(sustained(replays[name], per_replay, nvml))
+        figures = {
+            name: {key: round(statistics.mean(s[key] for s in runs_), 4) for key in runs_[0]}
+            for name, runs_ in samples.items()
+        }
+        ours = min((name for name in figures if name != "cublas"), key=lambda name: figures[name]["ms"])
+        row = {
+            "shape": [m, n, k], "per_replay": per_replay, "figures": figures, "rel_err": errors,
+            "best_ours": ours,
+            "cublas_over_best_ms": round(figures["cublas"]["ms"] / figures[ours]["ms"], 4),
+            "cublas_over_best_mj": round(figures["cublas"]["mj"] / figures[ours]["mj"], 4),
+            "tflops": {name: round(2 * m * n * k / f["ms"] / 1e9, 1) for name, f in figures.items()},
+        }  # fmt: skip
+        report_row(result, row, args.json)
+
+
+if __name__ == "__main__":
+    main()
