@@ -109,7 +109,7 @@ staged)
     fi ;;
 energy)
     smi energy
-    step energy 300 python3 benchmarks/energy_probe.py --json "$OUT/h200-energy.json"
+    step energy 120 python3 benchmarks/energy_probe.py --json "$OUT/h200-energy.json"
     kill %1 2> /dev/null
     grep -E "^\{|Error" "$OUT/energy.log" | cut -c1-1500 ;;
 graph)
