@@ -8,6 +8,7 @@
 # epilogue [SHAPES [SECONDS]]: the GEMM + epilogue benchmark with fusion on (selection decisions
 #           logged), on some of its shapes (indices, e.g. 0,3)
 # final:    the b4 gemm tests, the GEMM benchmark and the main job
+# fusion-tests: the fusion, Inductor and timing GPU tests
 # verify:   the fusion and Inductor GPU tests, then the epilogue benchmark on every shape
 # fusion:   launch_paths.py, then the epilogue benchmark on every shape, with epilogue fusion on
 # job:      the main job with epilogue fusion on
@@ -34,6 +35,12 @@ smi() {  # smi NAME: sample power, clocks and temperature every second into $OUT
         > "$OUT/$1-smi.csv" 2>&1 &
 }
 
+fusion_tests() {  # fusion_tests SECONDS: the fusion, Inductor and timing GPU tests
+    step gpu-fusion "$1" python3 -m pytest tests/test_fusion_gpu.py tests/test_inductor_gpu.py tests/test_timing_gpu.py \
+        -m gpu -n 8 -q -rfE -p no:cacheprovider -k "not test_second_process and not test_training_step_forward"
+    grep -E "passed|failed|^FAILED|^ERROR" "$OUT/gpu-fusion.log" | tail -15
+}
+
 step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log
     local name=$1 limit=$2 t0=$SECONDS
     shift 2
@@ -41,7 +48,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log
     echo "== $name: rc=$? in $((SECONDS - t0)) s"
 }
 
-case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, energy, graph, timing, probe or diagnose}" in
+case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, energy, fusion-tests, graph, timing, probe or diagnose}" in
 tests)
     # Stream-K first, on its own limit: a kernel that waits on a flag forever would
     # otherwise take the whole suite's time with it.
@@ -66,10 +73,10 @@ final)
     tail -9 "$OUT/gemm.log"
     step job 270 python3 -m inductor_cutedsl --json "$OUT/h200-model.json" --png "$OUT/h200-model.png"
     grep -E "^ +(mm|addmm|bmm)|block time|cold compile|CuteDSL|wrote" "$OUT/job.log" | tail -30 | cut -c1-200 ;;
+fusion-tests)
+    fusion_tests 200 ;;
 verify)
-    step gpu-fusion 170 python3 -m pytest tests/test_fusion_gpu.py tests/test_inductor_gpu.py tests/test_timing_gpu.py -m gpu -n 8 -q -rfE \
-        -p no:cacheprovider -k "not test_second_process and not test_training_step_forward"
-    grep -E "passed|failed|^FAILED|^ERROR" "$OUT/gpu-fusion.log" | tail -15
+    fusion_tests 170
     smi epilogue
     INDUCTOR_CUTEDSL_EPILOGUE_FUSION=1 TORCH_LOGS=inductor_cutedsl \
         step epilogue 420 python3 benchmarks/epilogue.py --json "$OUT/h200-epilogue.json"
@@ -88,9 +95,7 @@ job)
 select)
     step timing 120 python3 benchmarks/timing_probe.py --json "$OUT/h200-timing.json"
     grep "^{" "$OUT/timing.log" | cut -c1-200
-    step gpu-fusion 200 python3 -m pytest tests/test_fusion_gpu.py tests/test_inductor_gpu.py tests/test_timing_gpu.py -m gpu -n 8 -q -rfE \
-        -p no:cacheprovider -k "not test_second_process and not test_training_step_forward"
-    grep -E "passed|failed|^FAILED|^ERROR" "$OUT/gpu-fusion.log" | tail -15
+    fusion_tests 200
     INDUCTOR_CUTEDSL_EPILOGUE_FUSION=1 TORCH_LOGS=inductor_cutedsl \
         step epilogue 230 python3 benchmarks/epilogue.py --json "$OUT/h200-epilogue.json" --shapes 0,3
     grep -E " -> |geomean|takes it|unfused +|left to|not measured|Error" "$OUT/epilogue.log" | cut -c1-400 | tail -30 ;;
