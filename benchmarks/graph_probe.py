@@ -20,7 +20,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from inductor_cutedsl.gemm_bench import SHAPES, build_all, linear_spec  # noqa: E402
+from inductor_cutedsl.gemm_bench import SHAPES, build_per_shape, linear_operands  # noqa: E402
 from inductor_cutedsl.kernels.config import shortlist  # noqa: E402
 from inductor_cutedsl.runtime import get_gemm  # noqa: E402
 from inductor_cutedsl.runtime.launch import default_cache  # noqa: E402
@@ -35,12 +35,10 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     cache = default_cache()
-    specs = {shape: [linear_spec(c) for c in shortlist(*shape)[:CONFIGS]] for shape in SHAPES}
-    build_all(s for v in specs.values() for s in v)
+    specs = build_per_shape(lambda m, n, k: shortlist(m, n, k)[:CONFIGS])
     result = {**run_info(), "rows": []}
     for m, n, k in SHAPES:
-        a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
-        b = torch.randn(n, k, device="cuda").to(torch.bfloat16).t()
+        a, b = linear_operands(m, n, k)
         ref = torch.mm(a, b)
         outs = {"cublas": torch.empty(m, n, device="cuda", dtype=torch.bfloat16)}
         direct, errors = {"cublas": lambda: torch.mm(a, b, out=outs["cublas"])}, {}

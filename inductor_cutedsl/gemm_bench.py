@@ -14,7 +14,7 @@ import argparse
 import dataclasses
 import os
 import time
-from typing import Iterable
+from typing import Callable, Iterable
 
 import torch
 
@@ -69,6 +69,20 @@ def linear_spec(config: GemmConfig, epilogue: Epilogue = IDENTITY) -> KernelSpec
 def build_all(specs: Iterable[KernelSpec], workers: int | None = None) -> dict:
     """Compile ``specs`` (each once) into the default cache, in parallel workers."""
     return compiler.build_many(list(dict.fromkeys(specs)), default_cache(), workers or os.cpu_count() or 1)
+
+
+def build_per_shape(configs: Callable[[int, int, int], list[GemmConfig]]) -> dict:
+    """Shape -> the linear specs of ``configs(m, n, k)``, every one compiled (in parallel
+    workers) into the default cache."""
+    specs = {shape: [linear_spec(c) for c in configs(*shape)] for shape in SHAPES}
+    build_all(s for v in specs.values() for s in v)
+    return specs
+
+
+def linear_operands(m: int, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fresh randn bf16 A (M, K) and B = W^T, W (N, K) row-major, on the GPU."""
+    a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    return a, torch.randn(n, k, device="cuda").to(torch.bfloat16).t()
 
 
 def plan_specs() -> dict:
