@@ -61,10 +61,10 @@ def stageable_input(epi: Epilogue, first_fused: int, tr: Translation) -> int | N
                  if epi.operands[first_fused + i].kind == "full" and _stageable(op)), None)  # fmt: skip
 
 
-def stages(config: GemmConfig, in_dtype: torch.dtype, out_dtype: torch.dtype) -> bool:
-    """Whether a kernel of ``config`` writing ``out_dtype`` can stage an input of
+def stages(cfg: GemmConfig, in_dtype: torch.dtype, out_dtype: torch.dtype) -> bool:
+    """Whether a kernel of ``cfg`` writing ``out_dtype`` can stage an input of
     ``in_dtype`` (in the store buffers when the two are the same)."""
-    return config.stages_operands(out_dtype.itemsize, shared=in_dtype == out_dtype)
+    return cfg.stages_operands(out_dtype.itemsize, shared=in_dtype == out_dtype)
 
 
 def staged(epi: Epilogue, first_fused: int, tr: Translation, spec: KernelSpec) -> Epilogue:
