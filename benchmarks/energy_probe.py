@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from inductor_cutedsl.gemm_bench import SHAPES, build_per_shape, linear_operands  # noqa: E402
 from inductor_cutedsl.kernels.config import shortlist  # noqa: E402
 from inductor_cutedsl.runtime import get_gemm  # noqa: E402
-from inductor_cutedsl.runtime.launch import default_cache  # noqa: E402
+from inductor_cutedsl.runtime.launch import default_cache, max_active_clusters  # noqa: E402
 from inductor_cutedsl.timing import graphed, rel_err, report_row, run_info  # noqa: E402
 
 ROUNDS = 2
@@ -117,7 +117,11 @@ def main() -> None:
     args = ap.parse_args()
     nvml, cache = Nvml(), default_cache()
     specs = build_per_shape(contenders)
-    result = {**run_info(), "rows": []}
+    # CTAs a persistent launch keeps busy per cluster size: a 2x2 cluster's 4 CTAs must
+    # fit in one GPC, which may leave SMs idle (a lead for why 2x2 runs slower).
+    active = {size: size * max_active_clusters(size, torch.cuda.current_device()) for size in (1, 2, 4)}
+    result = {**run_info(), "active_ctas_by_cluster_size": active, "rows": []}
+    print(f"active CTAs by cluster size: {active}", flush=True)
     for m, n, k in SHAPES:
         a, b = linear_operands(m, n, k)
         ref = torch.mm(a, b)
