@@ -116,7 +116,7 @@ energy)
     smi energy
     step energy 120 python3 benchmarks/energy_probe.py --json "$OUT/h200-energy.json"
     kill %1 2> /dev/null
-    grep -E "^\{|Error" "$OUT/energy.log" | cut -c1-1500 ;;
+    grep -E "^\{|^active|Error" "$OUT/energy.log" | cut -c1-1500 ;;
 graph)
     step graph 150 python3 benchmarks/graph_probe.py --json "$OUT/h200-graph.json"
     grep "^{" "$OUT/graph.log" | cut -c1-900
