@@ -31,7 +31,7 @@ from inductor_cutedsl.gemm_bench import SHAPES, build_per_shape, linear_operands
 from inductor_cutedsl.kernels.config import shortlist  # noqa: E402
 from inductor_cutedsl.runtime import get_gemm  # noqa: E402
 from inductor_cutedsl.runtime.launch import default_cache, max_active_clusters  # noqa: E402
-from inductor_cutedsl.timing import graphed, rel_err, report_row, run_info  # noqa: E402
+from inductor_cutedsl.timing import graphed, rel_err, report_row, rotations, run_info  # noqa: E402
 
 ROUNDS = 2
 WARM_S, WINDOW_S = 0.5, 0.6
@@ -139,9 +139,8 @@ def main() -> None:
             runs[name] = lambda kern=kern: kern(a, b, out)
         replays = {name: graphed(lambda fn=fn: [fn() for _ in range(per_replay)]) for name, fn in runs.items()}
         samples: dict = {name: [] for name in replays}
-        names = list(replays)
-        for r in range(ROUNDS):
-            for name in names[r:] + names[:r]:
+        for order in rotations(list(replays), ROUNDS):
+            for name in order:
                 samples[name].append(sustained(replays[name], per_replay, nvml))
         figures = {
             name: {key: round(statistics.mean(s[key] for s in runs_), 4) for key in runs_[0]}

@@ -5,7 +5,7 @@ import json
 import math
 import os
 import statistics
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 import torch
 
@@ -57,15 +57,21 @@ def graph_median(make_run: Callable[[], Callable[[], object]], rep: int = 40) ->
     return lambda: bench(replay, rep=rep)
 
 
-def interleaved(measures: dict, rounds: int) -> dict:
-    """Median of each measurement (a callable returning ms) over interleaved rounds, so
-    clock and thermal drift hit every contender alike. Each round starts one contender
-    later (the cyclic order stays), so no contender is always the first measured."""
-    names = list(measures)
-    times = {name: [] for name in names}
+def rotations(names: list, rounds: int) -> Iterator[list]:
+    """The order of each of ``rounds`` interleaved rounds over ``names``: each round
+    starts one contender later (the cyclic order stays), so no contender is always the
+    first measured."""
     for r in range(rounds):
         shift = r % len(names) if names else 0
-        for name in names[shift:] + names[:shift]:
+        yield names[shift:] + names[:shift]
+
+
+def interleaved(measures: dict, rounds: int) -> dict:
+    """Median of each measurement (a callable returning ms) over interleaved rounds
+    (``rotations``), so clock and thermal drift hit every contender alike."""
+    times: dict = {name: [] for name in measures}
+    for order in rotations(list(measures), rounds):
+        for name in order:
             times[name].append(measures[name]())
     return {name: statistics.median(t) for name, t in times.items()}
 
