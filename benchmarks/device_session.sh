@@ -16,6 +16,7 @@
 # staged [bias|-]: the staged-operand GPU tests (own time limit: a pipeline bug would hang),
 #           then bias_probe.py (unless "-")
 # energy:   energy_probe.py (sustained speed and energy per GEMM at the power limit)
+# gemm:     the plain-GEMM benchmark
 # closing:  the main job with epilogue fusion on, then the plain-GEMM benchmark
 # probe:    kernel_probe.py (where the kernel loses to cuBLAS), then the GEMM benchmark
 # diagnose: probe, then addmm+gelu at 1024 rows with Inductor's fusion log and output code
@@ -48,7 +49,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log
     echo "== $name: rc=$? in $((SECONDS - t0)) s"
 }
 
-case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, energy, fusion-tests, graph, timing, probe or diagnose}" in
+case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, energy, gemm, fusion-tests, graph, timing, probe or diagnose}" in
 tests)
     # Stream-K first, on its own limit: a kernel that waits on a flag forever would
     # otherwise take the whole suite's time with it.
@@ -114,9 +115,14 @@ staged)
     fi ;;
 energy)
     smi energy
-    step energy 120 python3 benchmarks/energy_probe.py --json "$OUT/h200-energy.json"
+    step energy 200 python3 benchmarks/energy_probe.py --json "$OUT/h200-energy.json"
     kill %1 2> /dev/null
     grep -E "^\{|^active|Error" "$OUT/energy.log" | cut -c1-1500 ;;
+gemm)
+    smi gemm
+    step gemm 240 python3 benchmarks/gemm.py --json "$OUT/h200-gemm.json"
+    kill %1 2> /dev/null
+    tail -9 "$OUT/gemm.log" ;;
 graph)
     step graph 150 python3 benchmarks/graph_probe.py --json "$OUT/h200-graph.json"
     grep "^{" "$OUT/graph.log" | cut -c1-900

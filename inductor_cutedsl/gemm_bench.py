@@ -52,10 +52,11 @@ def search_space(m: int, n: int, k: int) -> list[GemmConfig]:
         for cfg in base[:2]
         if not cfg.pingpong
     ] + [
-        # 2x2 clusters multicast both operands: a quarter less L2 -> SM traffic.
-        dataclasses.replace(cfg, cluster_m=2, cluster_n=2, swizzle=swizzle, epi_n=64)
+        # The pair cluster along the other dimension: which operand is multicast sets
+        # the L2 -> SM traffic per MAC, and with it the energy per GEMM.
+        dataclasses.replace(cfg, cluster_m=cfg.cluster_n, cluster_n=cfg.cluster_m, raster_along_m=raster_m)
         for cfg in base[:2]
-        for swizzle in (1, 8)
+        for raster_m in (True, False)
     ]
     return [c for c in dict.fromkeys(base + extra) if c.invalid_reason() is None]
 

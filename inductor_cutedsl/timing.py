@@ -57,18 +57,37 @@ def graph_median(make_run: Callable[[], Callable[[], object]], rep: int = 40) ->
     return lambda: bench(replay, rep=rep)
 
 
+def balanced_rounds(count: int) -> int:
+    """Rounds in one whole ``rotations`` design over ``count`` contenders."""
+    return count if count % 2 == 0 else 2 * count
+
+
 def rotations(names: list, rounds: int) -> Iterator[list]:
-    """The order of each of ``rounds`` interleaved rounds over ``names``: each round
-    starts one contender later (the cyclic order stays), so no contender is always the
-    first measured."""
+    """The order of each of ``rounds`` interleaved rounds over ``names``: the rows of a
+    Williams design, repeated. Over each whole design (``balanced_rounds``) every
+    contender is measured in every position, and right after every other contender,
+    equally often. On a power-capped GPU a measurement depends on what ran just before
+    it (a lighter predecessor leaves a higher clock): a fixed cyclic order would favour
+    whoever always follows the lightest contender."""
+    n = len(names)
+    first, low, high = [0], 1, n - 1
+    while len(first) < n:  # 0, 1, n-1, 2, n-2, ...: each step between neighbours differs
+        first.append(low)
+        low += 1
+        if len(first) < n:
+            first.append(high)
+            high -= 1
+    rows = [[(j + i) % n for j in first] for i in range(n)] if n else [[]]
+    if n % 2:  # an odd design needs each row reversed too
+        rows = [row for r in rows for row in (r, r[::-1])]
     for r in range(rounds):
-        shift = r % len(names) if names else 0
-        yield names[shift:] + names[:shift]
+        yield [names[j] for j in rows[r % len(rows)]]
 
 
 def interleaved(measures: dict, rounds: int) -> dict:
     """Median of each measurement (a callable returning ms) over interleaved rounds
-    (``rotations``), so clock and thermal drift hit every contender alike."""
+    (``rotations``), so clock and thermal drift, and the state each predecessor leaves,
+    hit every contender alike."""
     times: dict = {name: [] for name in measures}
     for order in rotations(list(measures), rounds):
         for name in order:
@@ -77,7 +96,10 @@ def interleaved(measures: dict, rounds: int) -> dict:
 
 
 def side_by_side(fns: dict, rounds: int = 5) -> dict:
-    """``bench`` medians of each function, over interleaved rounds."""
+    """``bench`` medians of each function, over about ``rounds`` interleaved rounds
+    (rounded to whole ``rotations`` designs, at least one)."""
+    design = balanced_rounds(len(fns))
+    rounds = design * max(1, math.floor(rounds / design + 0.5))
     return interleaved({name: (lambda fn=fn: bench(fn, rep=200)) for name, fn in fns.items()}, rounds)
 
 

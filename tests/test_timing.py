@@ -1,13 +1,40 @@
 """Interleaved measurement order (no GPU needed)."""
 from __future__ import annotations
 
-from inductor_cutedsl.timing import interleaved
+import collections
+
+import pytest
+
+from inductor_cutedsl import timing
+from inductor_cutedsl.timing import balanced_rounds, interleaved, rotations
 
 
-def test_rounds_rotate_so_no_contender_is_always_first():
+def test_rounds_follow_a_balanced_design_and_take_each_contenders_median():
     order = []
     measures = {name: (lambda name=name: order.append(name) or len(order)) for name in "abc"}
     times = interleaved(measures, 3)
-    assert order == list("abcbcacab")
+    assert order == list("abccbabca")
     # Each contender's median over its own three rounds.
-    assert times == {"a": 6, "b": 4, "c": 5}
+    assert times == {"a": 6, "b": 5, "c": 4}
+
+
+@pytest.mark.parametrize("count", range(1, 8))
+def test_each_contender_takes_every_position_and_follows_every_other_equally_often(count):
+    names = [f"c{i}" for i in range(count)]
+    rounds = list(rotations(names, balanced_rounds(count)))
+    assert all(sorted(r) == names for r in rounds)
+    positions = collections.Counter((i, name) for r in rounds for i, name in enumerate(r))
+    assert set(positions.values()) == {len(rounds) // count}
+    follows = collections.Counter(pair for r in rounds for pair in zip(r, r[1:]))
+    assert len(follows) == count * (count - 1)
+    assert len(set(follows.values())) <= 1
+    # A longer run repeats the design.
+    assert list(rotations(names, 2 * len(rounds))) == rounds + rounds
+
+
+@pytest.mark.parametrize(("count", "asked", "run"), [(2, 5, 6), (3, 5, 6), (4, 5, 4), (4, 3, 4), (5, 3, 10)])
+def test_side_by_side_runs_whole_designs(monkeypatch, count, asked, run):
+    calls = []
+    monkeypatch.setattr(timing, "bench", lambda fn, rep: calls.append(fn) or 1.0)
+    timing.side_by_side({i: i for i in range(count)}, rounds=asked)
+    assert len(calls) == count * run

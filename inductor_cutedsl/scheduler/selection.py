@@ -61,8 +61,10 @@ DECISION_ATTR = "_cutedsl_fusion_decision"
 #: Ours is built fused only when its autotuning figure is within this factor of the
 #: fastest candidate's (autotuning misread backends by up to ~15% against each other).
 SCREEN = 1.15
-#: Interleaved rounds of the side-by-side timings.
-ROUNDS = 3
+#: Interleaved rounds of the side-by-side timings: with five ways, two rows of the
+#: balanced order and their reverses, so each way follows its neighbours from both sides
+#: (each round costs about 5 x 65 ms of compile time).
+ROUNDS = 4
 #: What ``side_by_side_ms`` measures, and the way each one stands for.
 WAYS = {
     "fused": "cutedsl", "fused_alt": "cutedsl", "triton_fused": "triton",
