@@ -57,8 +57,9 @@ VARIANTS = [
 
 
 def twins(m: int, n: int, k: int) -> dict[str, tuple[GemmConfig, GemmConfig]]:
-    """(base, variant) pairs at a shape: the shortlist's first config and its twins."""
-    base = shortlist(m, n, k)[0]
+    """(base, variant) pairs at a shape: the shortlist's first config (with its derived
+    store buffers) and its twins."""
+    base = dataclasses.replace(shortlist(m, n, k)[0], epi_buffers=0)
     return {
         "stream_k": (base, dataclasses.replace(base, stream_k=True)),
         "whole_tile_staging": (base, dataclasses.replace(base, epi_buffers=base.whole_tile_buffers())),

@@ -178,30 +178,35 @@ def fitted_swizzle(cfg: GemmConfig, m: int, n: int) -> int:
 def shortlist(m: int, n: int, k: int, batch: int = 1, limit: int = 6) -> list[GemmConfig]:
     """A shape-aware short list of configs worth benchmarking, best guess first.
 
-    Ordered by what won on the H200 (benchmarks/results/h200-gemm.json): large
-    problems want 128x256 cooperative tiles with a 2-CTA cluster along the longer
-    dimension, 64-column epilogue stores and a rasterization swizzle once there are
-    several waves of tiles; small ones want narrower tiles so all 132 SMs get work.
+    Ordered by what won on the H200 (benchmarks/results/h200-gemm.json and
+    h200-energy.json): large problems want 128x256 cooperative tiles, 64-column
+    epilogue stores and a rasterization swizzle once there are several waves of tiles;
+    small ones want narrower tiles so all 132 SMs get work. A pair cluster multicasts
+    the wider of a tile's two operands (a 128x256 tile pairs along M, sharing B): the
+    least L2 -> SM traffic per MAC, and at the power limit the least energy per GEMM
+    (at 8192x14336x4096 the pair along N ran 3.5% slower, sustained).
     """
     sms = 132
     raster_m = m >= n
-    cluster = (2, 1) if raster_m else (1, 2)
+    square = (2, 1) if raster_m else (1, 2)
     waves = math.ceil(m / 128) * math.ceil(n / 256) * batch / sms
     swz = 8 if waves >= 2 else 1
+    # The whole tile's stores staged at once (b4): a smaller fixed cost per tile for one
+    # mainloop stage less; at the power limit our fastest config at every benchmark shape
+    # with several tiles per CTA (benchmarks/results/h200-energy.json). With one tile per
+    # CTA there is no next tile to overlap the stores with.
+    wide = [GemmConfig(128, 256, 2, 1, False, raster_m, swz, 64, b) for b in (4, 0)]
     cands: list[GemmConfig] = []
     for cfg in (
-        GemmConfig(128, 256, *cluster, False, raster_m, swz, 64),
-        # The whole tile's stores staged at once: a smaller fixed cost per tile for
-        # one mainloop stage less; which wins varied by run (benchmarks/kernel_probe.py).
-        GemmConfig(128, 256, *cluster, False, raster_m, swz, 64, 4),
-        GemmConfig(128, 128, *cluster, True, raster_m, swz),
+        *(wide if waves >= 2 else wide[::-1]),
+        GemmConfig(128, 128, *square, True, raster_m, swz),
         # The better raster order was not predictable from the shape: try both.
-        GemmConfig(128, 256, *cluster, False, not raster_m, swz, 64),
-        GemmConfig(256, 128, *cluster, False, raster_m, swz),
+        GemmConfig(128, 256, 2, 1, False, not raster_m, swz, 64, 4),
+        GemmConfig(256, 128, 1, 2, False, raster_m, swz),
         GemmConfig(128, 256, 1, 1, False, raster_m, 1),
-        GemmConfig(128, 192, *cluster, False, raster_m, 1),
-        GemmConfig(128, 128, *cluster, False, raster_m, 1),
-        GemmConfig(64, 128, *cluster, True, raster_m, 1),
+        GemmConfig(128, 192, 2, 1, False, raster_m, 1),
+        GemmConfig(128, 128, *square, False, raster_m, 1),
+        GemmConfig(64, 128, *square, True, raster_m, 1),
         GemmConfig(128, 128, 1, 1, False, raster_m, 1),
         GemmConfig(64, 128, 1, 1, True, raster_m, 1),
         GemmConfig(128, 64, 1, 1, False, raster_m, 1),
