@@ -69,8 +69,7 @@ def contenders(m: int, n: int, k: int) -> list:
     """The shortlist's first config (128x256 cooperative) with its 2-CTA cluster along M
     (B multicast) and along N (A multicast), each in both raster orders, with and
     without whole-tile store buffers. Along M a 128x256 tile reads a fifth less from L2
-    per MAC; the session-9 run (2x2 clusters: less L2 traffic, up to 13% less energy
-    per GEMM) says L2 -> SM traffic is a large part of the power that caps the clock."""
+    per MAC (session 10: the faster pair at every benchmark shape, by up to 3.5%)."""
     base = shortlist(m, n, k, limit=1)[0]
     out = []
     for cluster in ((2, 1), (1, 2)):

@@ -188,6 +188,7 @@ def shortlist(m: int, n: int, k: int, batch: int = 1, limit: int = 6) -> list[Ge
     """
     sms = 132
     raster_m = m >= n
+    # A square tile reads as much from L2 either way: its pair follows the shape.
     square = (2, 1) if raster_m else (1, 2)
     waves = math.ceil(m / 128) * math.ceil(n / 256) * batch / sms
     swz = 8 if waves >= 2 else 1
