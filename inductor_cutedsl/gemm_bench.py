@@ -130,9 +130,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     rows = []
     for (m, n, k), specs in plan.items():
-        a = torch.randn(m, k, device=dev).to(torch.bfloat16)
-        w = torch.randn(n, k, device=dev).to(torch.bfloat16)
-        b = w.t()
+        a, b = linear_operands(m, n, k)
         assert gemm_reason(a, b) is None
         out = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
         ref = torch.mm(a, b)

@@ -29,8 +29,8 @@ side they run within 2% of each other).
 
 The fastest way wins: ours fused renders our GEMM with the epilogue; Triton fused
 finalizes the MultiTemplateBuffer as that Triton template, with the epilogue fused;
-separate leaves the GEMM unfused, as the candidate that measured fastest here. When ours is not worth measuring, Inductor decides
-as it would without us.
+separate leaves the GEMM unfused, as the candidate that measured fastest here. When
+ours is not worth measuring, Inductor decides as it would without us.
 """
 from __future__ import annotations
 
