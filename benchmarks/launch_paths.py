@@ -49,7 +49,7 @@ def launch_paths(epi, kind: str | None, m: int, n: int, k: int) -> dict:
     shape = None if kind is None else (n,) if kind == "row" else (m, n)
     ops = () if shape is None else (torch.randn(*shape, device="cuda").to(torch.bfloat16),)
     spec = spec_for(a, b, torch.bfloat16, shortlist(*SHAPE)[0], epi)
-    direct, launch = get_gemm(spec), launcher(spec.to_json())
+    direct, launch = get_gemm(spec), launcher(spec)
     return {
         "direct": lambda: direct(a, b, out, *ops),
         "launcher": lambda: launch(a, b, out, *ops, stream=torch.cuda.current_stream().cuda_stream),

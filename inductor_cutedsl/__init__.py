@@ -12,7 +12,7 @@ __version__ = "0.1.0"
 
 # Compile workers (runtime/compile_worker.py) only build kernels: no Inductor, no torch.
 if os.environ.get("INDUCTOR_CUTEDSL_WORKER") != "1":
-    from .lowering import disable, enable, is_enabled
+    from .install import disable, enable, is_enabled
 
     __all__ = ["config", "disable", "enable", "is_enabled"]
     enable()

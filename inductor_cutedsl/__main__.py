@@ -5,7 +5,9 @@ and with inductor_cutedsl, checks both against eager, and reports the per-GEMM
 autotuning table, the block time ratio and cold/warm compile times (JSON + PNG).
 Without a GPU: says so, then compiles the block's CuteDSL kernels for sm_90a into
 the kernel cache ahead of time, so a GPU box sharing the cache starts warm.
-``--gemm-bench`` runs the plain-GEMM benchmark against cuBLAS instead.
+``--gemm-bench`` runs the plain-GEMM benchmark against cuBLAS instead; ``--suite``
+runs one block of each model family of ``benchmarks/models.py`` (without a GPU it
+says so and does nothing else).
 """
 from __future__ import annotations
 
@@ -52,15 +54,29 @@ def precompile_block(size: BlockSize, workers: int) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m inductor_cutedsl", description=__doc__)
-    ap.add_argument("--json", default="inductor_cutedsl-model.json")
-    ap.add_argument("--png", default="inductor_cutedsl-model.png")
+    ap.add_argument("--json", default=None,
+                    help="result file (default inductor_cutedsl-model.json, with --suite inductor_cutedsl-suite.json)")
+    ap.add_argument("--png", default="inductor_cutedsl-model.png", help="the main job's plot")
     ap.add_argument("--tokens", type=int, default=None, help="batch*seq (default 8192)")
-    ap.add_argument("--workers", type=int, default=config.compile_workers)
+    ap.add_argument("--workers", type=int, default=config.compile_workers,
+                    help="processes compiling CuteDSL kernels")
     ap.add_argument("--gemm-bench", action="store_true", help="plain GEMMs vs cuBLAS instead")
+    ap.add_argument("--suite", action="store_true",
+                    help="one block of each model family (benchmarks/models.py: small size, inference, "
+                         "max-autotune with and without CUDA graphs) instead")  # fmt: skip
     args = ap.parse_args(argv)
     size = BlockSize() if args.tokens is None else BlockSize(batch=1, seq=args.tokens)
 
     reason = gpu_reason()
+    if args.suite:
+        if reason:
+            print(f"{reason}: the model suite needs a Hopper GPU; nothing to run here.")
+            return
+        from .job.suite import run_suite
+
+        run_suite(os.path.abspath(args.json or "inductor_cutedsl-suite.json"))
+        return
+    args.json = args.json or "inductor_cutedsl-model.json"
     if reason:
         print(f"{reason}: nothing can run here. Compiling the default block's CuteDSL "
               f"kernels for sm_90a ahead of time instead.")  # fmt: skip

@@ -15,10 +15,13 @@ from torch._inductor import ir
 from torch._inductor.choices import InductorChoices
 from torch._inductor.ops_handler import DefaultHandler as OpsHandlerBase
 from torch._inductor.codegen.cutedsl.cutedsl_template import CuteDSLTemplate, CuteDSLTemplateCaller
+from torch._inductor.ir import CuteDSLTemplateBuffer
 from torch._inductor.virtualized import V
+from torch._inductor.virtualized import ops as ir_ops  # Inductor's ops, for IR inner functions
 
 __all__ = [
     "CuteDSLTemplate",
+    "CuteDSLTemplateBuffer",
     "CuteDSLTemplateCaller",
     "InductorChoices",
     "OpsHandlerBase",
@@ -192,8 +195,9 @@ def template_kernel(input_nodes: list, output_node: Any) -> Any:
     )
 
 
-def is_cutedsl_template_buffer(node: Any) -> bool:
-    return isinstance(node, ir.CuteDSLTemplateBuffer)
+def tensor_box(buffer: Any) -> Any:
+    """The TensorBox a ChoiceCaller's ``output_node`` returns for its IR buffer."""
+    return ir.TensorBox.create(buffer)
 
 
 def buffer_users_outside(scheduler: Any, name: str, inside: set) -> bool:
@@ -261,22 +265,68 @@ def preserve_rng_state() -> contextlib.AbstractContextManager:
     return preserve()
 
 
-def install_fusion_speedup_hook(verdict: Callable[[Any, Any], bool | None]) -> Any:
-    """Make ``Scheduler.speedup_by_fusion`` answer ``verdict(node1, node2)`` at once
-    where it is not None: there our backend has already measured the ways to run the
-    pair. Returns what ``restore_fusion_speedup_hook`` needs."""
+def install_fusion_hooks(
+    verdict: Callable[[Any, Any], bool | None], pairs_through_view: Callable[[Any, Any, Any], bool]
+) -> dict:
+    """Patch the scheduler's fusion rules for our GEMMs; returns what ``restore_fusion_hooks``
+    needs.
+
+    ``Scheduler.speedup_by_fusion`` answers ``verdict(node1, node2)`` at once where it is
+    not None: there our backend has already measured the ways to run the pair.
+    ``Scheduler.can_fuse_vertical`` also passes a pair that it refuses only because
+    ``node2`` reads ``node1``'s output with other loops than ``node1`` writes it (a
+    (B, T, N) view of a (B*T, N) GEMM) where ``pairs_through_view(scheduler, node1,
+    node2)``: our translation proves that indexing itself, and nothing ``node2`` reads
+    may be computed from ``node1`` by a node between them."""
     from torch._inductor.scheduler import FusionResult, Scheduler
 
-    original = Scheduler.speedup_by_fusion
+    saved = {"speedup_by_fusion": Scheduler.speedup_by_fusion, "can_fuse_vertical": Scheduler.can_fuse_vertical}
 
     def speedup_by_fusion(self, node1, node2):
         decided = verdict(node1, node2)
         if decided is not None:
             return FusionResult.fuse(decided)
-        return original(self, node1, node2)
+        return saved["speedup_by_fusion"](self, node1, node2)
 
+    def can_fuse_vertical(self, node1, node2):
+        if saved["can_fuse_vertical"](self, node1, node2):
+            return True
+        return pairs_through_view(self, node1, node2) and not _computed_between(self, node1, node2)
+
+    can_fuse_vertical.__wrapped__ = saved["can_fuse_vertical"]
     Scheduler.speedup_by_fusion = speedup_by_fusion
-    return original
+    Scheduler.can_fuse_vertical = can_fuse_vertical
+    return saved
+
+
+def restore_fusion_hooks(saved: dict) -> None:
+    from torch._inductor.scheduler import Scheduler
+
+    for name, original in saved.items():
+        setattr(Scheduler, name, original)
+
+
+def _computed_between(scheduler: Any, node1: Any, node2: Any) -> bool:
+    """Whether ``node2`` reads a buffer (not ``node1``'s) made by a node that depends on
+    ``node1``: fusing them would run ``node2`` before its input exists."""
+    own, ops = node1.get_buffer_names(), node1.get_operation_names()
+    for dep in node2.unmet_dependencies:
+        name = scheduler.mutation_renames.get(dep.name, dep.name)
+        if name in own:
+            continue
+        op_name = scheduler.name_to_buf[name].defining_op_name()
+        if ops & scheduler.name_to_fused_node[op_name].ancestors:
+            return True
+    return False
+
+
+def stock_pairs(scheduler: Any, node1: Any, node2: Any) -> bool:
+    """Whether Inductor's own rules pair ``node2`` with ``node1``: their memory
+    dependencies match (what a Triton template's epilogue codegen relies on)."""
+    from torch._inductor.scheduler import Scheduler
+
+    stock = getattr(Scheduler.can_fuse_vertical, "__wrapped__", Scheduler.can_fuse_vertical)
+    return scheduler.score_fusion_memory(node1, node2) > 0 and stock(scheduler, node1, node2)
 
 
 def prefer_choice(buffer: Any, choice: Any) -> None:
@@ -293,12 +343,6 @@ def finalize_as_triton(buffer: Any, choice: Any) -> None:
     """Render MultiTemplateBuffer ``buffer`` as Triton template ``choice`` (as Inductor
     does when a fused Triton template wins its epilogue benchmark)."""
     buffer.finalize_as_triton_caller(choice)
-
-
-def restore_fusion_speedup_hook(original: Any) -> None:
-    from torch._inductor.scheduler import Scheduler
-
-    Scheduler.speedup_by_fusion = original
 
 
 def install_benchmark_hook(adjust: Callable[[dict, Callable[[Any], Callable[[], Any]]], dict]) -> Any:
@@ -347,3 +391,74 @@ def remove_compile_start_hook(handle: Any) -> None:
     # torch.compiler.reset() clears every callback: the hook may be gone already.
     if handle in callback_handler.start_callbacks:
         callback_handler.remove_start_callback(handle)
+
+
+# -- lowering a custom op (the gated MLP's dual GEMM) ---------------------------------
+
+
+def lowering(op: Any) -> Callable[..., Any]:
+    """Inductor's lowering of aten ``op`` (called with IR values)."""
+    from torch._inductor.lowering import lowerings
+
+    return lowerings[op]
+
+
+def register_lowering(op: Any, fn: Callable[..., Any]) -> None:
+    """Make ``fn`` Inductor's lowering of ``op`` (arguments as the graph passes them)."""
+    from torch._inductor.lowering import register_lowering as register
+
+    register(op, type_promotion_kind=None)(fn)
+
+
+def unregister_lowering(op: Any) -> None:
+    from torch._inductor.lowering import lowerings
+
+    lowerings.pop(op, None)
+
+
+def install_pre_grad_pass(fn: Callable[[torch.fx.Graph], Any]) -> Any:
+    """Run ``fn`` on each graph before autograd (after a user's own pre-grad pass);
+    returns what ``restore_pre_grad_pass`` needs."""
+    prior = inductor_config.pre_grad_custom_pass
+
+    def both(graph: torch.fx.Graph) -> None:
+        if prior is not None:
+            prior(graph)
+        fn(graph)
+
+    both.__wrapped__ = fn
+    inductor_config.pre_grad_custom_pass = both
+    return prior
+
+
+def restore_pre_grad_pass(prior: Any) -> None:
+    inductor_config.pre_grad_custom_pass = prior
+
+
+def current_node_output_used(index: int) -> bool:
+    """Whether the graph reads output ``index`` of the op being lowered."""
+    import operator
+
+    node = V.graph.current_node
+    return any(u.target is operator.getitem and u.args[1] == index for u in node.users)
+
+
+def realized(node: Any) -> Any:
+    """``node`` as a realized buffer or view of one (what a template takes as input)."""
+    return ir.ExternKernel.realize_input(node)
+
+
+def empty_buffer(size: list, dtype: torch.dtype, device: torch.device) -> Any:
+    """A new contiguous buffer (a kernel's extra output)."""
+    from torch._inductor.lowering import empty_strided
+
+    return empty_strided(size, None, dtype=dtype, device=device)
+
+
+def fixed_layout(size: list, dtype: torch.dtype, device: torch.device) -> Any:
+    return ir.FixedLayout(device, dtype, list(size), ir.FlexibleLayout.contiguous_strides(size))
+
+
+def pointwise(device: torch.device, dtype: torch.dtype, inner_fn: Callable, ranges: list) -> Any:
+    """A pointwise IR node computing ``inner_fn(index)`` (with ``V.ops``) per element."""
+    return ir.Pointwise.create(device=device, dtype=dtype, inner_fn=inner_fn, ranges=list(ranges))

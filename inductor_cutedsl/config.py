@@ -48,7 +48,12 @@ epilogue_fusion: bool = _env_bool("INDUCTOR_CUTEDSL_EPILOGUE_FUSION", True)
 #: +4.3% with paired global loads (``benchmarks/results/h200-bias.json``).
 staged_operands: bool = _env_bool("INDUCTOR_CUTEDSL_STAGED_OPERANDS", True)
 
-_FIELDS = ("enabled", "cache_dir", "max_configs", "compile_workers", "epilogue_fusion", "staged_operands")
+#: Run a gated MLP's two GEMMs and product as one dual-GEMM kernel where it measures
+#: faster than two GEMMs and a pointwise kernel (``INDUCTOR_CUTEDSL_DUAL_GEMM``; read
+#: by ``enable()`` and when a graph is compiled; ``lowering/gated.py``).
+dual_gemm: bool = _env_bool("INDUCTOR_CUTEDSL_DUAL_GEMM", True)
+
+_FIELDS = ("enabled", "cache_dir", "max_configs", "compile_workers", "epilogue_fusion", "staged_operands", "dual_gemm")
 
 
 def as_dict() -> dict[str, Any]:

@@ -17,7 +17,7 @@ from . import disable
 from .gemm_bench import SHAPES
 from .job.kernel_profile import kernel_times, ran_cutedsl
 from .job.run import compile_options
-from .lowering import reenabled
+from .install import reenabled
 from .scheduler import scheduling, selection
 from .timing import geomean, graphed, rel_err, run_info, side_by_side, write_json
 

@@ -103,6 +103,22 @@ def side_by_side(fns: dict, rounds: int = 5) -> dict:
     return interleaved({name: (lambda fn=fn: bench(fn, rep=200)) for name, fn in fns.items()}, rounds)
 
 
+def graphs_side_by_side(makers: dict, rounds: int) -> dict:
+    """Milliseconds of each run, measured as CUDA graph replays (``graph_median`` of each
+    maker) over ``rounds`` interleaved rounds; inf for one that fails to build or run
+    (the caller decides what a failure means; it is logged here)."""
+    import logging
+
+    measures = {}
+    for name, make in makers.items():
+        try:
+            measures[name] = graph_median(make)
+        except Exception as exc:  # e.g. a kernel out of resources: that way is not taken
+            logging.getLogger("inductor_cutedsl").info("side-by-side %s not measured: %s", name, exc)
+    times = interleaved(measures, rounds)
+    return {name: times.get(name, math.inf) for name in makers}
+
+
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     """Relative norm error of ``out`` against ``ref``, in float64; inf if ``out`` is not finite."""
     out64, ref64 = out.double(), ref.double()

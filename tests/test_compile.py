@@ -148,23 +148,27 @@ def test_whole_config_space_compiles(tmp_path):
     assert all(path.stat().st_size > 10_000 for path, _, _ in out.values())
 
 
-@pytest.mark.parametrize("stream_k", [False, True], ids=["data_parallel", "stream_k"])
-def test_loaded_entry_marshals_the_launchers_arguments(tmp_path, stream_k):
+@pytest.mark.parametrize("variant", ["data_parallel", "stream_k", "dual"])
+def test_loaded_entry_marshals_the_launchers_arguments(tmp_path, variant):
     """Without a GPU: an exported kernel loads, and the DSL accepts, for every operand
-    kind (and stream-K's buffers), the argument list ``CompiledGemm`` builds (what its
-    first launch passes), and the fast path packs it exactly as the DSL does."""
+    kind (and stream-K's buffers, a dual kernel's up weight), the argument list
+    ``CompiledGemm`` builds (what its first launch passes), and the fast path packs
+    it exactly as the DSL does."""
     from inductor_cutedsl.runtime.launch import CompiledGemm
 
+    stream_k, dual = variant == "stream_k", variant == "dual"
+    acc = "acc[0] * acc[1]" if dual else "acc"  # a dual kernel's acc is (gate, up)
     epi = E.Epilogue(
         "all_kinds",
-        "def epilogue(acc, m, n, l, ops):\n    return ops[2] * acc + ops[0] + ops[1], acc\n",
+        f"def epilogue(acc, m, n, l, ops):\n    return ops[2] * {acc} + ops[0] + ops[1], {acc}\n",
         (E.EpilogueOperand("bias", "row", "bfloat16"), E.EpilogueOperand("r", "full", "float16", pairs=True),
          E.EpilogueOperand("scale", "scalar"), E.EpilogueOperand("pre", "out", "float32")),
     )  # fmt: skip
-    spec = KernelSpec(GemmConfig(128, 128, 1, 1, stream_k=stream_k), "bfloat16", "bfloat16", "k", "n", epi)
+    spec = KernelSpec(GemmConfig(128, 128, 1, 1, stream_k=stream_k), "bfloat16", "bfloat16", "k", "n", epi, dual)
     path, _ = build(spec, KernelCache(tmp_path))
     call = CompiledGemm(spec, str(path))._call
     values = [0x1000, 0x2000, 0x3000, 64, 64, 64, 1, 64, 64, 64, 0, 0, 0, 1]
+    values += [0x9000, 128, 0] if dual else []
     values += [0x7000, 0x8000] if stream_k else []
     values += [0x4000, 0, 1, 0] + [0x5000, 64, 1, 0] + [0.5] + [0x6000, 64, 1, 0] + [0]
     dsl_args = call._to_dsl_args(values)  # exe_args point into these: keep them alive

@@ -73,12 +73,12 @@ def _nvdisasm() -> Path:
     return Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
 
 
-@pytest.fixture(scope="module")
-def sass_stats(tmp_path_factory) -> dict:
+def sass_script_stats(script: str, root: Path, *args: str) -> dict:
+    """Run ``script`` in a fresh process, its cubins kept in ``root/dump``, with
+    ``args``, the nvdisasm path and ``root`` as arguments; the JSON it prints last."""
     tool = _nvdisasm()
     if not tool.exists():
         pytest.skip(f"no nvdisasm at {tool}")
-    root = tmp_path_factory.mktemp("sass")
     repo = Path(__file__).resolve().parents[1]
     (root / "dump").mkdir()
     env = {
@@ -86,11 +86,16 @@ def sass_stats(tmp_path_factory) -> dict:
         "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")]),
     }  # fmt: skip
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, json.dumps(CASES), str(tool), str(root)],
+        [sys.executable, "-c", script, *args, str(tool), str(root)],
         capture_output=True, text=True, env=env, timeout=900,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def sass_stats(tmp_path_factory) -> dict:
+    return sass_script_stats(SCRIPT, tmp_path_factory.mktemp("sass"), json.dumps(CASES))
 
 
 @pytest.mark.parametrize("name", CASES)

@@ -5,9 +5,7 @@ generation are ours and real; only device queries and timings are made up.
 """
 from __future__ import annotations
 
-import ast
 import contextlib
-import json
 import logging
 import re
 
@@ -15,8 +13,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fake_hopper import fake_hopper, generated_code
-from inductor_cutedsl.lowering import reenabled
+from fake_hopper import fake_hopper, generated_code, launched
+from inductor_cutedsl.install import reenabled
 
 M, N, K = 1000, 2048, 1024
 MARK = "inductor_cutedsl.runtime.generated"
@@ -71,7 +69,7 @@ def test_kept_gemm_output_is_an_extra_output():
     with backend():
         code = generated_code(lambda x, w: (lambda y: (y, torch.sigmoid(y)))(x @ w.t()), (M, K), (N, K))
     assert kernels(code) == (1, 0)
-    assert '"kind": "out"' in code
+    assert "kind='out'" in code
     assert code.count("empty_strided_cuda((1000, 2048)") == 2, "both outputs are allocated"
 
 
@@ -108,28 +106,25 @@ def test_bias_gemm_with_fused_residual_passes_every_operand_view(fusion):
         assert kernels(code) == (1, 1)
         return
     assert kernels(code) == (1, 0)
-    launch = next(line for line in code.splitlines() if line.strip().startswith("_launch = launcher("))
-    spec, scalars, views = (ast.literal_eval(a) for a in ast.parse(launch.strip()).body[0].value.args)
-    assert scalars == ()
-    assert views == (None, ((N, 1, 0), 0)), views
-    spec = json.loads(spec)
-    assert spec["out_dtype"] == "float32"
+    args = launched(code)
+    assert args["scalars"] == ()
+    assert args["views"] == (None, ((N, 1, 0), 0)), args["views"]
+    spec = args["spec"]
+    assert spec.out_dtype == "float32"
     # The bias is a row vector (its M stride compiled in as 0, one element per load);
     # the contiguous bf16 residual is staged through shared memory (or, where the
     # config cannot stage it, read two columns per load).
-    operands = spec["epilogue"]["operands"]
-    flags = [(op["kind"], op["pairs"] or op["staged"], op["staged"]) for op in operands]
-    assert flags == [("row", False, False), ("full", True, GemmConfig(**spec["config"]).stages_operands(4))], flags
+    flags = [(op.kind, op.pairs or op.staged, op.staged) for op in spec.epilogue.operands]
+    assert flags == [("row", False, False), ("full", True, spec.config.stages_operands(4))], flags
 
 
-def launched_spec(code: str) -> dict:
+def launched_spec(code: str):
     """The kernel spec of the first CuteDSL launcher in generated code."""
-    launch = next(line for line in code.splitlines() if line.strip().startswith("_launch = launcher("))
-    return json.loads(ast.literal_eval(ast.parse(launch.strip()).body[0].value.args[0]))
+    return launched(code)["spec"]
 
 
-def fused_operands(code: str) -> list[dict]:
-    return launched_spec(code)["epilogue"]["operands"]
+def fused_operands(code: str) -> list:
+    return list(launched_spec(code).epilogue.operands)
 
 
 @pytest.mark.parametrize("setting", [True, False], ids=["staged_operands", "paired"])
@@ -142,7 +137,7 @@ def test_first_aligned_full_input_is_staged_when_set(setting):
     with config.patch(staged_operands=setting), backend(max_configs=1):  # 128x256 cooperative
         code = generated_code(fn, (4 * M, K), (N, K), (N,), (4 * M, N))
     assert kernels(code) == (1, 0)
-    flags = [(op["kind"], op["pairs"], op["staged"]) for op in fused_operands(code)]
+    flags = [(op.kind, op.pairs, op.staged) for op in fused_operands(code)]
     assert flags == [("row", False, False), ("full", not setting, setting)], flags
 
 
@@ -155,15 +150,15 @@ def test_fused_way_stages_the_input_in_whole_tile_store_buffers():
         name = type(choice).__name__
         if name != "GemmCaller":
             return {"ExternKernelCaller": 0.105}.get(name, 0.12)
-        return 0.099 if '"epi_buffers": 4' in choice.render_kwargs["spec_literal"] else 0.10
+        return 0.099 if choice.candidate.spec.config.epi_buffers == 4 else 0.10
 
     fn = lambda x, w, r: torch.relu(x @ w.t()) + r  # noqa: E731
     with config.patch(staged_operands=True), backend():
         code = generated_code(fn, (4 * M, K), (N, K), (4 * M, N), candidate_ms=timing, fused_ms=0.09)
     assert kernels(code) == (1, 0)
     spec = launched_spec(code)
-    assert spec["config"]["epi_buffers"] == 4
-    assert [op["staged"] for op in spec["epilogue"]["operands"]] == [True]
+    assert spec.config.epi_buffers == 4
+    assert [op.staged for op in spec.epilogue.operands] == [True]
 
 
 def test_an_input_that_cannot_share_the_store_buffers_needs_room_of_its_own():
@@ -217,7 +212,7 @@ def test_addmm_bias_kind_follows_the_bias_layout(bias_shape, kind):
     with backend(fusion=False):
         code = generated_code(lambda x, w, b: torch.addmm(b, x, w.t()), (M, K), (N, K), bias_shape)
     spec = launched_spec(code)
-    assert spec["epilogue"]["name"] == f"bias_{kind}"
+    assert spec.epilogue.name == f"bias_{kind}"
 
 
 def test_batched_gemm_epilogue(fusion):
@@ -367,8 +362,7 @@ def test_fused_builds_start_before_the_first_decision(monkeypatch):
     with backend():
         code = generated_code(lambda x, w: torch.relu(x @ w.t()) * 2, (M, K), (N, K))
     assert kernels(code) == (1, 0)
-    launch = next(line for line in code.splitlines() if line.strip().startswith("_launch = launcher("))
-    fused_key = KernelSpec.from_json(ast.literal_eval(ast.parse(launch.strip()).body[0].value.args[0])).key()
+    fused_key = launched_spec(code).key()
     # Candidate builds at lowering, then the fused one before the decision (and again,
     # a cache hit, when the fused kernel is generated).
     assert events.index(("build", fused_key)) < events.index(("decide", None)), events
@@ -394,4 +388,42 @@ def test_our_other_schedule_fused_can_take_the_gemm(caplog):
     assert kernels(code) == (1, 0)
     spec = launched_spec(code)
     fastest = shortlist(M, N, K, limit=3)[0]  # the fake autotuning rates them in this order
-    assert spec["config"]["pingpong"] != fastest.pingpong and spec["epilogue"]["operands"], spec
+    assert spec.config.pingpong != fastest.pingpong and spec.epilogue.operands, spec
+
+
+B, T = 2, M // 2  # a model's (batch, tokens): its Linear layers run (B*T, K) GEMMs
+
+
+def test_consumer_of_a_3d_view_fuses_with_its_residual():
+    """GPT-2's MLP: gelu(x @ W^T + b) + r with x, r of shape (B, T, .): Inductor sees
+    the GEMM's (B*T, N) output read through the consumer's (B, T, N) loops, and our
+    translation proves it element-for-element; the kernel writes the (B, T, N) buffer."""
+    fn = lambda x, w, b, r: F.gelu(F.linear(x, w, b), approximate="tanh") + r  # noqa: E731
+    with backend():
+        code = generated_code(fn, (B, T, K), (N, K), (N,), (B, T, N))
+    assert kernels(code) == (1, 0)
+    args = launched(code)
+    assert args["views"] == (None, ((N, 1, 0), 0))
+    assert args["out_view"] == ((N, 1, 0), 0)
+    assert f"empty_strided_cuda(({B}, {T}, {N})" in code and f"empty_strided_cuda(({M}, {N})" not in code
+
+
+def test_consumer_in_a_head_view_fuses():
+    """A gate read in the (B, T, H, D) view of the output: a pure reshape of (B*T, N)."""
+    fn = lambda x, w, g: F.silu((x @ w.t()).view(B, T, 16, N // 16)) * g  # noqa: E731
+    with backend():
+        code = generated_code(fn, (B, T, K), (N, K), (B, T, 16, N // 16))
+    assert kernels(code) == (1, 0)
+    assert launched(code)["views"] == (((N, 1, 0), 0),)
+
+
+def test_view_that_is_no_reshape_is_refused_with_its_reason(caplog):
+    """Heads moved before tokens ((B, H, T, D) from a (B*T, N) GEMM) is not a reshape of
+    the output's rows: the consumer stays a Triton kernel, and the log says why."""
+    fn = lambda x, w, y: (x @ w.t()).view(B, T, 16, N // 16).transpose(1, 2) + y  # noqa: E731
+    with caplog.at_level(logging.INFO, logger="inductor_cutedsl.scheduler"), backend():
+        code = generated_code(fn, (B, T, K), (N, K), (B, 16, T, N // 16))
+    assert kernels(code) == (1, 1)
+    messages = [r.getMessage() for r in caplog.records if "not fusing" in r.getMessage()]
+    assert any(re.search("pure reshape|element-for-element|not linear", m) for m in messages), messages
+

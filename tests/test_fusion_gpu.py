@@ -22,7 +22,7 @@ M, N, K = 1000, 2048, 1024  # M is no tile multiple
 
 @pytest.fixture(autouse=True)
 def fusion_enabled():
-    from inductor_cutedsl.lowering import reenabled
+    from inductor_cutedsl.install import reenabled
 
     with reenabled(epilogue_fusion=True):
         torch.compiler.reset()
@@ -146,7 +146,7 @@ def test_declared_residual_from_an_aligned_and_a_misaligned_input(staged, monkey
             out, codes = compiled_code(fn, x, w, g)
         code = "\n".join(codes)
         assert_one_fused_kernel(code)
-        assert ('"staged": true' if staged else '"pairs": true') in code
+        assert ('staged=True' if staged else 'pairs=True') in code
         check(out, reference(fn, (x, w, g)))
 
 
@@ -196,8 +196,13 @@ def test_multi_output_epilogue_is_one_kernel(name):
     check(out, reference(fn, args))
 
 
-def test_training_step_with_fused_epilogues():
-    """fwd+bwd of Linear -> GELU -> Linear (+ residual); gradients match eager."""
+@pytest.mark.parametrize("shape", [(M, K), (2, M // 2, K)], ids=["2d", "3d_views"])
+def test_training_step_with_fused_epilogues(shape):
+    """fwd+bwd of Linear -> GELU -> Linear (+ residual), on 2-D activations and on a
+    model's (B, T, K) ones (its epilogues read through views); gradients match eager."""
+    from torch._inductor import config as ic
+    from torch._inductor.utils import run_and_get_code
+
     torch.manual_seed(0)
     lin1 = torch.nn.Linear(K, N, device="cuda", dtype=torch.bfloat16)
     lin2 = torch.nn.Linear(N, K, device="cuda", dtype=torch.bfloat16)
@@ -207,18 +212,18 @@ def test_training_step_with_fused_epilogues():
         y.float().square().mean().backward()
         return y
 
-    x = bf16(M, K).requires_grad_()
+    x = bf16(*shape).requires_grad_()
+    params = (x, lin1.weight, lin2.weight, lin1.bias, lin2.bias)
     y_ref = step(x)
-    grads_ref = [p.grad.clone() for p in (x, lin1.weight, lin2.weight, lin1.bias)]
-    for p in (x, lin1.weight, lin2.weight, lin1.bias):
+    grads_ref = [p.grad.clone() for p in params]
+    for p in params:
         p.grad = None
-    from torch._inductor import config as ic
-
     with ic.patch(max_autotune_gemm_backends="CUTEDSL", force_disable_caches=True):
-        y = torch.compile(step, mode="max-autotune-no-cudagraphs")(x)
+        y, codes = run_and_get_code(torch.compile(step, mode="max-autotune-no-cudagraphs"), x)
+    assert cutedsl_launches("\n".join(codes)) >= 2
     check(y, y_ref.double())
-    for g, g_ref in zip((x.grad, lin1.weight.grad, lin2.weight.grad, lin1.bias.grad), grads_ref):
-        check(g, g_ref.double(), tol=3e-2)
+    for p, g_ref in zip(params, grads_ref):
+        check(p.grad, g_ref.double(), tol=3e-2)
 
 
 REFUSALS = {
@@ -281,3 +286,45 @@ def test_measured_epilogue_choice_matches_generated_code(backends, caplog):
     else:
         assert "@triton.jit" in code, f"epilogue left unfused must be a Triton kernel: {decisions[0]}"
     check(out, reference(fn, args))
+
+
+BT = (2, M // 2)  # a model's (batch, tokens): (B*T, K) GEMMs read and written as (B, T, .)
+VIEW_CHAINS = {
+    # GPT-2's MLP: GELU-tanh of a biased Linear, then the residual, all (B, T, N).
+    "btn_bias_gelu_residual": (lambda x, w, b, r: F.gelu(F.linear(x, w, b), approximate="tanh") + r,
+                               lambda: (bf16(*BT, K), bf16(N, K, scale=K**-0.5), bf16(N), bf16(*BT, N))),
+    # An attention output projection's residual add, the residual first.
+    "btn_residual": (lambda x, w, r: r + x @ w.t(),
+                     lambda: (bf16(*BT, K), bf16(N, K, scale=K**-0.5), bf16(*BT, N))),
+    # A gate read in the (B, T, H, D) view of the output (a pure reshape).
+    "bthd_gate": (lambda x, w, g: F.silu((x @ w.t()).view(*BT, 16, N // 16)) * g,
+                  lambda: (bf16(*BT, K), bf16(N, K, scale=K**-0.5), bf16(*BT, 16, N // 16))),
+    # A residual that is a strided view itself: every other token of a longer sequence.
+    "strided_residual": (lambda x, w, r: torch.relu(x @ w.t()) + r[:, ::2],
+                         lambda: (bf16(*BT, K), bf16(N, K, scale=K**-0.5), bf16(BT[0], 2 * BT[1], N))),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", VIEW_CHAINS)
+def test_consumer_through_a_3d_view_is_one_kernel(name):
+    fn, make = VIEW_CHAINS[name]
+    args = make()
+    out, codes = compiled_code(fn, *args)
+    assert_one_fused_kernel("\n".join(codes))
+    check(out, reference(fn, args))
+
+
+def test_view_that_is_no_reshape_stays_triton_with_reason(caplog):
+    """Heads moved before tokens: the consumer's (B, H, T, D) residual is not linear in
+    the GEMM output's rows; refused with the reason, and the result is still right."""
+    fn = lambda x, w, y: (x @ w.t()).view(*BT, 16, N // 16).transpose(1, 2) + y  # noqa: E731
+    args = (bf16(*BT, K), bf16(N, K, scale=K**-0.5), bf16(BT[0], 16, BT[1], N // 16))
+    with caplog.at_level(logging.INFO, logger="inductor_cutedsl.scheduler"):
+        out, codes = compiled_code(fn, *args)
+    code = "\n".join(codes)
+    assert cutedsl_launches(code) == 1 and "@triton.jit" in code
+    messages = [r.getMessage() for r in caplog.records if r.name == "inductor_cutedsl.scheduler"]
+    assert any("not fusing" in m and re.search("pure reshape|element-for-element|not linear|tile", m)
+               for m in messages), messages  # fmt: skip
+    check(out, reference(fn, args))
+

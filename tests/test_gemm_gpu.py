@@ -215,7 +215,7 @@ def check_launcher_falls_back(epi: E.Epilogue, cfg: GemmConfig) -> None:
     a, b = matrix(m, k, True, torch.bfloat16), matrix(k, n, True, torch.bfloat16)
     storage = torch.randn(m * n + 1, device="cuda").to(torch.bfloat16)
     spec = KernelSpec(cfg, "bfloat16", "bfloat16", "k", "n", epi)
-    launch = generated.launcher(spec.to_json(), (), (((n, 1, 0), 0),))
+    launch = generated.launcher(spec, (), (((n, 1, 0), 0),))
     for r in (storage[: m * n], storage[1:]):
         out = poisoned((m, n), torch.bfloat16)
         launch(a, b, out, r, stream=torch.cuda.current_stream().cuda_stream)

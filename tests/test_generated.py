@@ -22,7 +22,7 @@ def ran(monkeypatch) -> list:
         def __init__(self, spec):
             self.spec = spec
 
-        def launch(self, a, b, out, values, stream):
+        def launch(self, a, b, out, values, stream, out_view=None, b_up=None):
             launches.append((self.spec.epilogue.operands[0], values))
 
     monkeypatch.setattr(generated, "get_gemm", Kernel)
@@ -30,7 +30,7 @@ def ran(monkeypatch) -> list:
 
 
 def test_operands_that_break_a_pairs_declaration_run_the_unpaired_kernel(ran):
-    launch = generated.launcher(SPEC.to_json(), (), (((128, 1, 0), 0),))
+    launch = generated.launcher(SPEC, (), (((128, 1, 0), 0),))
     a, b, out = torch.empty(64, 32), torch.empty(32, 128), torch.empty(64, 128)
     aligned = torch.empty(64 * 128 + 2, dtype=torch.bfloat16)
     launch(a, b, out, aligned, stream=0)
@@ -44,7 +44,7 @@ def test_operands_that_break_a_pairs_declaration_run_the_unpaired_kernel(ran):
 def test_operands_that_break_a_staged_declaration_run_the_global_load_kernel(ran):
     epi = E.Epilogue(PAIRED.name, PAIRED.source, (E.EpilogueOperand("r", "full", "bfloat16", staged=True),))
     spec = KernelSpec(GemmConfig(128, 256, 2, 1), "bfloat16", "bfloat16", "k", "k", epi)
-    launch = generated.launcher(spec.to_json(), (), (((128, 1, 0), 0),))
+    launch = generated.launcher(spec, (), (((128, 1, 0), 0),))
     a, b, out = torch.empty(64, 32), torch.empty(32, 128), torch.empty(64, 128)
     storage = torch.empty(64 * 128 + 8, dtype=torch.bfloat16)
     assert storage.data_ptr() % 16 == 0

@@ -20,7 +20,7 @@ MARK = "inductor_cutedsl.runtime.generated"
 def backend_without_fusion():
     """The lowering alone, whatever ``epilogue_fusion`` defaults to (test_fusion_gpu
     covers fusion): a GEMM's pointwise consumers stay Triton kernels here."""
-    from inductor_cutedsl.lowering import reenabled
+    from inductor_cutedsl.install import reenabled
 
     with reenabled(epilogue_fusion=False):
         torch._dynamo.reset()

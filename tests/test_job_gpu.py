@@ -16,7 +16,7 @@ def test_main_job_small_block_with_epilogue_fusion(tmp_path, monkeypatch):
     CuteDSL GEMMs; whatever fused is reported, and both blocks match eager."""
     from inductor_cutedsl.job.kernel_profile import ran_cutedsl
     from inductor_cutedsl.job.run import run
-    from inductor_cutedsl.lowering import reenabled
+    from inductor_cutedsl.install import reenabled
 
     monkeypatch.setenv("INDUCTOR_CUTEDSL_EPILOGUE_FUSION", "1")  # the compile processes
     with reenabled(epilogue_fusion=True):

@@ -15,14 +15,14 @@ from torch._inductor.virtualized import V
 import inductor_cutedsl
 from inductor_cutedsl import config
 from inductor_cutedsl.lowering import gemm_choices as gc
-from inductor_cutedsl.lowering.install import CuteDSLChoices
+from inductor_cutedsl.lowering.choices import CuteDSLChoices
 
 
 def test_import_enables_and_disable_restores_exactly():
     assert inductor_cutedsl.is_enabled()
     enabled_backends = inductor_config.max_autotune_gemm_backends
     assert "CUTEDSL" in enabled_backends.upper().split(",")
-    assert inductor_config.inductor_choices_class is CuteDSLChoices
+    assert issubclass(inductor_config.inductor_choices_class, CuteDSLChoices)
     assert isinstance(V.choices, CuteDSLChoices)
     inductor_cutedsl.disable()
     inductor_cutedsl.disable()  # idempotent
@@ -30,7 +30,7 @@ def test_import_enables_and_disable_restores_exactly():
         assert not inductor_cutedsl.is_enabled()
         assert "CUTEDSL" not in inductor_config.max_autotune_gemm_backends.upper()
         assert inductor_config.inductor_choices_class is None
-        assert type(V.choices) is not CuteDSLChoices
+        assert not isinstance(V.choices, CuteDSLChoices)
     finally:
         inductor_cutedsl.enable()
         inductor_cutedsl.enable()  # idempotent
@@ -149,7 +149,11 @@ def test_disabled_setting_offers_nothing():
 def test_template_renders_valid_python_calling_our_launcher(has_c):
     import jinja2
 
-    from inductor_cutedsl.lowering.template import SOURCE, gemm_template, render_args
+    from inductor_cutedsl.kernels import GemmConfig
+    from inductor_cutedsl.kernels import epilogue as E
+    from inductor_cutedsl.lowering.candidate import GemmCandidate
+    from inductor_cutedsl.lowering.template import SOURCE, gemm_template
+    from inductor_cutedsl.runtime import KernelSpec, generated
 
     assert gemm_template() is gemm_template()
 
@@ -159,15 +163,36 @@ def test_template_renders_valid_python_calling_our_launcher(has_c):
         return f"def k_main({params}, out_ptr0, stream):{renames}"
 
     env = jinja2.Environment(undefined=jinja2.StrictUndefined)
-    names = ["c", "a", "b"] if has_c else ["a", "b"]
-    code = env.from_string(SOURCE).render(
-        kernel_key="k" * 32, spec_literal=repr("{}"), scalars_literal="(0.5, 2.0)",
-        def_kernel=def_kernel, get_output=lambda: "out_ptr0",
-        **render_args(names, ["c"] if has_c else [], [None] if has_c else []),
-    )  # fmt: skip
+    epilogue = E.addmm(True, "row") if has_c else E.IDENTITY
+    spec = KernelSpec(GemmConfig(), "bfloat16", "bfloat16", "k", "k", epilogue)
+    names, operands = (("c", "a", "b"), ("c",)) if has_c else (("a", "b"), ())
+    candidate = GemmCandidate(spec, names, operands, scalars=(0.5, 2.0) if has_c else ())
+    code = env.from_string(SOURCE).render(candidate=candidate, def_kernel=def_kernel, get_output=lambda: "out_ptr0")
     compile(code, "<rendered>", "exec")
     assert "from inductor_cutedsl.runtime.generated import launcher" in code
     assert ("_launch(a, b, out_ptr0, c, stream=stream)" in code) == has_c
+    # The launcher's arguments rebuild the very candidate, typed (no JSON, no literals parsed).
+    call = next(line for line in code.splitlines() if line.startswith("_launch = launcher("))
+    captured = {}
+    namespace = {name: getattr(generated, name) for name in generated.__all__}
+    namespace["launcher"] = lambda spec, **kw: captured.update(spec=spec, **kw)
+    exec(call, namespace)
+    assert captured == {"spec": spec, "scalars": candidate.scalars, "views": candidate.views, "out_view": None}
+
+
+def test_candidate_refuses_inconsistent_operands():
+    from inductor_cutedsl.kernels import GemmConfig
+    from inductor_cutedsl.kernels import epilogue as E
+    from inductor_cutedsl.lowering.candidate import GemmCandidate
+    from inductor_cutedsl.runtime import KernelSpec
+
+    spec = KernelSpec(GemmConfig(), "bfloat16", "bfloat16", "k", "k", E.addmm(True, "row"))
+    with pytest.raises(ValueError, match="tensor operands"):
+        GemmCandidate(spec, ("a", "b"), ())
+    with pytest.raises(ValueError, match="scalars"):
+        GemmCandidate(spec, ("c", "a", "b"), ("c",))
+    with pytest.raises(ValueError, match="views"):
+        GemmCandidate(spec, ("c", "a", "b"), ("c",), views=(None, None), scalars=(1.0, 1.0))
 
 
 def test_operand_args_read_translated_strides():
@@ -188,13 +213,14 @@ def test_epilogue_fusion_setting_installs_and_restores_the_scheduling():
 
     inductor_cutedsl.disable()
     prior = common.device_codegens.get("cuda")
-    prior_speedup = Scheduler.speedup_by_fusion
+    prior_speedup, prior_vertical = Scheduler.speedup_by_fusion, Scheduler.can_fuse_vertical
     prior_bef = inductor_config.benchmark_epilogue_fusion
     try:
         with config.patch(epilogue_fusion=True):
             inductor_cutedsl.enable()
             assert common.device_codegens["cuda"].scheduling is CuteDSLFusionScheduling
             assert Scheduler.speedup_by_fusion is not prior_speedup
+            assert Scheduler.can_fuse_vertical is not prior_vertical
             # Inductor's epilogue benchmarking stays on: our candidates join it.
             assert inductor_config.benchmark_epilogue_fusion == prior_bef
             inductor_cutedsl.disable()
@@ -203,6 +229,7 @@ def test_epilogue_fusion_setting_installs_and_restores_the_scheduling():
         if prior is not None:
             assert restored is prior
         assert Scheduler.speedup_by_fusion is prior_speedup
+        assert Scheduler.can_fuse_vertical is prior_vertical
     finally:
         inductor_cutedsl.enable()
 
@@ -212,8 +239,10 @@ def test_failed_compile_offers_no_candidate(monkeypatch, caplog):
     from inductor_cutedsl.kernels import epilogue as E
     from inductor_cutedsl.runtime import KernelSpec
 
+    from inductor_cutedsl.lowering.candidate import GemmCandidate
+
     spec = KernelSpec(GemmConfig(), "bfloat16", "bfloat16", "k", "k", E.IDENTITY)
-    monkeypatch.setattr(gc, "gemm_specs", lambda inputs, op: ([spec], {}))
+    monkeypatch.setattr(gc, "gemm_candidates", lambda inputs, op: ([GemmCandidate(spec)], None))
 
     def broken(*args, **kwargs):
         failed = concurrent.futures.Future()
@@ -229,24 +258,27 @@ def test_failed_compile_offers_no_candidate(monkeypatch, caplog):
 def test_candidate_hash_key_is_stable_per_kernel():
     """Inductor's autotuning cache keys choices by hash_key: a repeated GEMM (same kernel,
     same inputs) must map to the same key, another kernel to another key."""
+    from inductor_cutedsl.kernels import GemmConfig
+    from inductor_cutedsl.kernels import epilogue as E
+    from inductor_cutedsl.lowering.candidate import GemmCandidate
     from inductor_cutedsl.lowering.template import GemmCaller
+    from inductor_cutedsl.runtime import KernelSpec
 
-    def caller(kernel_key, name):
+    def caller(tile_n, name):
         c = GemmCaller.__new__(GemmCaller)
         c.name = name
-        c.render_kwargs = {"kernel_key": kernel_key, "scalars_literal": "()", "views_literal": "()",
-                           "argnames": ["a", "b"]}  # fmt: skip
+        c.candidate = GemmCandidate(KernelSpec(GemmConfig(tile_n=tile_n), "bfloat16", "bfloat16", "k", "k", E.IDENTITY))
         return c
 
-    assert caller("k1", "cutedsl_gemm_3").hash_key() == caller("k1", "cutedsl_gemm_17").hash_key()
-    assert caller("k1", "x").hash_key() != caller("k2", "x").hash_key()
+    assert caller(256, "cutedsl_gemm_3").hash_key() == caller(256, "cutedsl_gemm_17").hash_key()
+    assert caller(256, "x").hash_key() != caller(128, "x").hash_key()
 
 
 def test_compile_workers_start_with_the_first_compilation(monkeypatch):
     """Not at import: a start callback of torch.compile starts them (GPU visible only)."""
     from torch._dynamo.callback import CallbackArgs, CallbackTrigger, callback_handler
 
-    from inductor_cutedsl.lowering import install
+    from inductor_cutedsl import install
 
     started = []
     monkeypatch.setattr(install.workers, "start", started.append)

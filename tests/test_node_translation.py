@@ -63,10 +63,16 @@ def test_real_inductor_chains_translate(fn, args, operands):
     assert "t" in res, res.get("refused")
     t = res["t"]
     assert [(o.strides, o.offset) for o in t.operands] == operands
-    # The translated arithmetic gives eager's values (interpreted on the CPU).
-    expected = fn(*args).float()
+    assert_computes(t, fn, args, [(0, 0), (3, 77), (M - 1, N - 1), (17, 5)])
+
+
+def assert_computes(t, fn, args, points):
+    """The translated arithmetic gives eager's values at ``points`` (interpreted on the
+    CPU, each operand read through its translated view); x (``args[0]``) is the GEMM
+    output, as an (M, N) matrix, and ``fn``'s result is read as one too."""
+    expected = fn(*args).float().reshape(M, N)
     flat = {f"arg{i}_1": a.float().flatten() for i, a in enumerate(args)}
-    for mi, ni in [(0, 0), (3, 77), (M - 1, N - 1), (17, 5)]:
+    for mi, ni in points:
         ops_vals = tuple(
             flat[o.buffer][o.offset + o.strides[0] * mi + o.strides[1] * ni].item() for o in t.operands
         )
@@ -98,8 +104,55 @@ def test_loop_coordinates():
     assert loop_coordinates([M, N], (M, N, 1)) == [M_SYM, N_SYM]
     assert loop_coordinates([M * N], (M, N, 1)) == [N * M_SYM + N_SYM]
     assert loop_coordinates([3 * M, N], (M, N, 3)) == [M * L_SYM + M_SYM, N_SYM]
-    with pytest.raises(NotImplementedError):
-        loop_coordinates([N, M], (M, N, 1))
-    with pytest.raises(NotImplementedError):
+    # (B, T, N) over a (B*T, N) output: M is split into two atoms.
+    b, t = loop_coordinates([2, M // 2, N], (M, N, 1))[:2]
+    assert {str(s) for s in b.free_symbols | t.free_symbols} == {"cutedsl_m0", "cutedsl_m1"}
+    # Loops of other extents still cover the output in row-major order, as atoms.
+    assert len(loop_coordinates([N, M], (M, N, 1))) == 2
+    with pytest.raises(NotImplementedError, match="cover less"):
         loop_coordinates([M], (M, N, 1))
+    with pytest.raises(NotImplementedError, match="do not tile"):
+        loop_coordinates([4, 6], (6, 4, 1))
     assert isinstance(loop_coordinates([M, N], (M, N, 1))[0], sympy.Symbol)
+
+
+H = 4  # heads of the (B, T, H, D) views below
+VIEW_CASES = [
+    # A model's (B, T, N) activations over a (B*T, N) GEMM: GELU(x + bias), then + residual.
+    (lambda x, b, r: F.gelu(x.view(2, M // 2, N) + b, approximate="tanh") + r,
+     (bf16(M, N), bf16(N), bf16(2, M // 2, N)), [((0, 1, 0), 0), ((N, 1, 0), 0)]),
+    # A gate read in the (B, T, H, D) view of the output: a pure reshape.
+    (lambda x, g: F.silu(x.view(2, M // 2, H, N // H)) * g,
+     (bf16(M, N), bf16(2, M // 2, H, N // H)), [((N, 1, 0), 0)]),
+    # A residual that is itself a strided view (every other row of a wider tensor).
+    (lambda x, r: torch.relu(x.view(2, M // 2, N)) + r[:, ::2, :N],
+     (bf16(M, N), bf16(2, M, N + 8)), [((2 * (N + 8), 1, 0), 0)]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("fn,args,operands", VIEW_CASES, ids=["btn_bias_gelu_residual", "bthd_silu_gate", "strided_residual"])
+def test_consumers_through_views_translate(fn, args, operands):
+    res = translate_compiled(fn, *args)
+    assert "t" in res, res.get("refused")
+    t = res["t"]
+    assert [(o.strides, o.offset) for o in t.operands] == operands
+    assert t.out_view == ((N, 1, 0), 0)
+    assert_computes(t, fn, args, [(0, 0), (M // 2, 3), (M // 2 - 1, N - 1), (M - 1, 77)])
+
+
+@pytest.mark.parametrize(
+    "fn,args,needle",
+    [
+        # Heads moved before tokens: the output is not the GEMM's rows any more.
+        (lambda x, y: x.view(2, M // 2, H, N // H).transpose(1, 2) + y,
+         (bf16(M, N), bf16(2, H, M // 2, N // H)), "element-for-element|not linear|pure reshape"),
+        # Tokens regrouped across the batch boundary by a permute of the (B, T) split.
+        (lambda x, y: x.view(2, M // 2, N).transpose(0, 1) * y,
+         (bf16(M, N), bf16(M // 2, 2, N)), "element-for-element|not linear|pure reshape"),
+    ],
+    ids=["bhtd_transpose", "tb_permute"],
+)  # fmt: skip
+def test_views_that_are_not_reshapes_are_refused(fn, args, needle):
+    res = translate_compiled(fn, *args)
+    assert "refused" in res, "must not translate"
+    assert re.search(needle, res["refused"]), res["refused"]

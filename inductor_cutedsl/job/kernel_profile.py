@@ -12,9 +12,12 @@ from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 
-def kernel_times(fn: Callable[[], object], calls: int = 10, top: int = 12) -> list[dict]:
-    """The ``top`` GPU kernels of one call of ``fn``, longest first: name, launches
-    per call and device milliseconds per call."""
+def kernel_times(
+    fn: Callable[[], object], calls: int = 10, top: int | None = 12, name_chars: int | None = 90
+) -> list[dict]:
+    """The ``top`` GPU kernels of one call of ``fn`` (all of them if None), longest
+    first: name (its first ``name_chars`` characters; whole if None), launches per call
+    and device milliseconds per call."""
     fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -22,7 +25,8 @@ def kernel_times(fn: Callable[[], object], calls: int = 10, top: int = 12) -> li
             fn()
         torch.cuda.synchronize()
     rows = [
-        {"kernel": e.key[:90], "launches": e.count / calls, "ms": round(e.self_device_time_total / calls / 1e3, 4)}
+        {"kernel": e.key[:name_chars], "launches": e.count / calls,
+         "ms": round(e.self_device_time_total / calls / 1e3, 4)}  # fmt: skip
         for e in prof.key_averages()
         if e.device_type == DeviceType.CUDA and e.self_device_time_total > 0
     ]

@@ -30,14 +30,14 @@ MODE = "max-autotune-no-cudagraphs"
 TOLERANCE = 2e-2  # bf16 block vs eager, relative Frobenius norm
 
 
-def compile_options() -> dict:
-    """``MODE``'s options with the GEMM backends as now configured spelled out.
+def compile_options(mode: str = MODE) -> dict:
+    """``mode``'s options with the GEMM backends as now configured spelled out.
 
     Two compiles of one block in one process must stay two: dynamo shares a cache
     entry between equal torch.compile backends, and torch.compiler.reset() between
     them would make the first recompile, under the second's settings, when it is
     next called. With the backends in the options, stock and ours differ."""
-    return {**torch._inductor.list_mode_options(MODE), "max_autotune_gemm_backends": _compat.autotune_backends()}
+    return {**torch._inductor.list_mode_options(mode), "max_autotune_gemm_backends": _compat.autotune_backends()}
 
 
 def compile_cold(block, x) -> tuple[Any, torch.Tensor, float, list[GemmTuning]]:
@@ -54,14 +54,18 @@ def compile_cold(block, x) -> tuple[Any, torch.Tensor, float, list[GemmTuning]]:
 
 def compile_in_fresh_process(size: BlockSize, backend: str, cache_dir: str) -> dict:
     """Cold-compile the block in a new process (``compile_once``) and return its report."""
-    env = {**os.environ, "INDUCTOR_CUTEDSL_CACHE_DIR": cache_dir}
     arg = json.dumps({"size": dataclasses.asdict(size), "backend": backend})
+    return json_process(["-m", "inductor_cutedsl.job.compile_once", arg], {"INDUCTOR_CUTEDSL_CACHE_DIR": cache_dir})
+
+
+def json_process(args: list[str], env: dict, timeout: float = 3600) -> dict:
+    """Run ``python ARGS`` in a new process with ``env`` added to this one's
+    environment; its report is the last line it prints, one JSON object."""
     done = subprocess.run(
-        [sys.executable, "-m", "inductor_cutedsl.job.compile_once", arg],
-        env=env, capture_output=True, text=True, timeout=3600,
+        [sys.executable, *args], env={**os.environ, **env}, capture_output=True, text=True, timeout=timeout,
     )  # fmt: skip
     if done.returncode != 0:
-        raise RuntimeError(f"{backend} compile process failed:\n{done.stderr[-4000:]}")
+        raise RuntimeError(f"{' '.join(args)} failed:\n{done.stderr[-4000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

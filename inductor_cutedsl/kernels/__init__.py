@@ -1,7 +1,7 @@
 """CuTe DSL kernels. Importing this package does not import cutlass: the kernel
 classes live in ``sm90_gemm`` and are loaded by the runtime when it compiles."""
-from .config import GemmConfig, config_space, shortlist
-from .epilogue import IDENTITY, Epilogue, EpilogueOperand, bias, bias_activation
+from .config import GemmConfig, config_space, dual_shortlist, shortlist
+from .epilogue import IDENTITY, Epilogue, EpilogueOperand, bias, bias_activation, gated
 
 __all__ = [
     "IDENTITY",
@@ -11,5 +11,7 @@ __all__ = [
     "bias",
     "bias_activation",
     "config_space",
+    "dual_shortlist",
+    "gated",
     "shortlist",
 ]

@@ -23,6 +23,9 @@ STAGED_BUFFERS = 2
 MIN_STAGED_AB_STAGES = 3
 
 _TILE_N_CHOICES = (64, 128, 192, 256)
+# MMA tile widths of a dual (gated) kernel: each B half (tile_n / 2 columns) must be a
+# whole number of 64-column shared-memory swizzle atoms (N-major B) and of epi_n.
+_DUAL_TILE_N_CHOICES = (128, 256)
 _TILE_M_CHOICES = ((64, True), (128, True), (128, False), (256, False))
 _CLUSTERS = ((1, 1), (2, 1), (1, 2), (2, 2))
 
@@ -109,6 +112,22 @@ class GemmConfig:
         stage = (self.tile_m + self.tile_n) * self.tile_k * in_bytes
         epi = self.mma_rows * self.epi_n * out_bytes * self.epi_stages(out_bytes)
         return min(MAX_AB_STAGES, (SMEM_CAPACITY - SMEM_RESERVED - epi - extra_bytes) // stage)
+
+    def out_tile_n(self, dual: bool = False) -> int:
+        """Output columns of one tile: a dual kernel's MMA tile holds a gate and an up
+        column per output column."""
+        return self.tile_n // 2 if dual else self.tile_n
+
+    def dual_reason(self) -> str | None:
+        """None when a dual (gated) kernel can be built with this config, else why not
+        (beyond ``invalid_reason``)."""
+        if self.tile_n not in _DUAL_TILE_N_CHOICES:
+            return f"a dual kernel's tile_n must be one of {_DUAL_TILE_N_CHOICES}"
+        if self.out_tile_n(True) % self.epi_n:
+            return "a dual kernel's epi_n must divide tile_n / 2"
+        if self.stream_k:
+            return "a dual kernel has no stream-K"
+        return None
 
     def invalid_reason(self, in_bytes: int = 2, out_bytes: int = 2) -> str | None:
         """None when the kernel can be built with this config, else why not."""
@@ -218,5 +237,38 @@ def shortlist(m: int, n: int, k: int, batch: int = 1, limit: int = 6) -> list[Ge
             continue
         cfg = dataclasses.replace(cfg, swizzle=fitted_swizzle(cfg, m, n))
         if cfg.invalid_reason() is None and cfg not in cands:
+            cands.append(cfg)
+    return cands[:limit]
+
+
+def dual_shortlist(m: int, n: int, k: int, batch: int = 1, limit: int = 4) -> list[GemmConfig]:
+    """Configs worth benchmarking for a dual (gated) kernel with an ``n``-column output,
+    best guess first.
+
+    A dual tile's MMA is as wide as a plain tile's and its output half as wide, so the
+    plain kernel's choices carry over: a 128x256 MMA tile (a 128x128 output tile, its
+    two 64-column sub-tiles staged whole in the two default store buffers) with its
+    pair cluster along M (B, the wider operand, multicast), and 128x128 MMA tiles
+    (64 output columns) where the wide tile would leave most SMs idle.
+    """
+    sms = 132
+    raster_m = m >= n
+    square = (2, 1) if raster_m else (1, 2)
+    tiles = math.ceil(m / 128) * math.ceil(n / 128) * batch
+    swz = 8 if tiles >= 2 * sms else 1
+    wide = [
+        GemmConfig(128, 256, 2, 1, False, raster_m, swz, 64),
+        GemmConfig(64, 256, 2, 1, True, raster_m, swz),
+    ]
+    narrow = [
+        GemmConfig(128, 128, *square, True, raster_m, swz),
+        GemmConfig(128, 128, *square, False, raster_m, swz),
+    ]
+    cands: list[GemmConfig] = []
+    # Too few wide tiles to give most SMs work: the narrow tiles first.
+    for cfg in wide + narrow if tiles >= sms // 2 else narrow + wide:
+        # The scheduler counts MMA columns: twice the output's.
+        cfg = dataclasses.replace(cfg, swizzle=fitted_swizzle(cfg, m, 2 * n))
+        if cfg.invalid_reason() is None and cfg.dual_reason() is None and cfg not in cands:
             cands.append(cfg)
     return cands[:limit]

@@ -15,6 +15,11 @@ operands are read at ``(m, n, l)`` through their strides, broadcast operands
 through a zero stride). It returns the Float32 value that is cast and stored, or,
 with ``out`` operands, a tuple of it and one value per ``out`` operand.
 
+In a dual (gated) kernel (``KernelSpec.dual``) ``acc`` is a pair of Float32, the
+gate and the up accumulator at the element's output coordinates (see ``gated``);
+the rest of the contract is the same, so a pointwise chain composes after it as
+after any epilogue.
+
 The source sees the names of :data:`EPILOGUE_NAMESPACE_DOC`: ``cute``,
 ``cutlass``, ``Float32``, ``Int32`` and the helpers of ``epilogue_math``.
 """
@@ -142,3 +147,45 @@ def addmm(beta_alpha: bool, bias_kind: str, dtype: str = "bfloat16") -> Epilogue
             EpilogueOperand("beta", "scalar"),
         ),
     )
+
+
+GATED_ACTIVATIONS = ("silu", "gelu_tanh", "gelu_erf", "relu")
+
+
+def gated(
+    activation: str,
+    bias_gate: str | None = None,
+    bias_up: str | None = None,
+    keep: str | None = None,
+    rounding: str | None = None,
+) -> Epilogue:
+    """``activation(gate + bias_gate) * (up + bias_up)``: the epilogue of a dual kernel.
+
+    ``bias_gate`` / ``bias_up``: the dtype of a row bias over the output's columns, or
+    None for no bias. ``keep``: the dtype of two extra outputs, ``gate`` and ``up``
+    with their biases added (what the backward pass reads), or None. ``rounding``:
+    round gate and up (biases added) through this dtype before the product: what two
+    GEMMs writing that dtype and a pointwise kernel reading them compute.
+    Operands, in order: the biases given, then the kept outputs.
+    """
+    if activation not in GATED_ACTIVATIONS:
+        raise ValueError(f"activation {activation!r} not in {GATED_ACTIVATIONS}")
+    ops: list[EpilogueOperand] = []
+    lines = ["def epilogue(acc, m, n, l, ops):", "    gate, up = acc"]
+    for name, dtype in (("gate", bias_gate), ("up", bias_up)):
+        if dtype is not None:
+            lines.append(f"    {name} = {name} + ops[{len(ops)}]")
+            ops.append(EpilogueOperand(f"bias_{name}", "row", dtype))
+    if rounding is not None:
+        lines += [f"    gate = round_to(gate, {rounding!r})", f"    up = round_to(up, {rounding!r})"]
+    result = f"{activation}(gate) * up"
+    if keep is not None:
+        ops += [EpilogueOperand("gate", "out", keep), EpilogueOperand("up", "out", keep)]
+        result += ", gate, up"
+    lines.append(f"    return {result}")
+    name = "_".join(
+        ["gated", activation]
+        + ["bias_gate"] * (bias_gate is not None) + ["bias_up"] * (bias_up is not None)
+        + ["keep"] * (keep is not None) + [f"round_{rounding}"] * (rounding is not None)
+    )  # fmt: skip
+    return Epilogue(name, "\n".join(lines) + "\n", tuple(ops))

@@ -16,6 +16,14 @@ TMA-loaded, sub-tile by sub-tile, into shared memory by a second producer warp t
 walks the same tiles ahead of the consumers, and read with ldmatrix in the
 epilogue, where the hook then runs per sub-tile.
 
+A dual (gated) kernel multiplies A by two B operands of the same shape, gate and up,
+and stores ``epilogue((gate, up), ...)`` per output element: the producer fills each
+B stage with two TMA loads, the first half of the MMA tile's columns from the gate
+weight and the second half from the up weight, both at the output tile's columns.
+The wgmma accumulator holds columns c and c + tile_n / 2 in the same thread, so the
+hook gets each gate value with its up value in registers, and the output tile is
+half as wide as the MMA tile (see ``_dual_partner``).
+
 Tiles go to cluster slots in the persistent scheduler's order. With stream-K
 (cooperative only) the last partial wave is instead split by k-iterations over
 every slot, and partial sums meet through global memory (see ``_schedule``).
@@ -26,6 +34,7 @@ serves every M, N, K, L and leading dimension with the alignment it assumes.
 """
 # No `from __future__ import annotations`: cute.struct reads real annotations.
 
+import itertools
 import types
 from typing import Callable
 
@@ -105,8 +114,9 @@ class Sm90Gemm:
         a_major: str,
         b_major: str,
         epilogue: Epilogue,
+        dual: bool = False,
     ) -> None:
-        reason = cfg.invalid_reason(2, DTYPES[out_dtype].width // 8)
+        reason = cfg.invalid_reason(2, DTYPES[out_dtype].width // 8) or (cfg.dual_reason() if dual else None)
         if reason:
             raise ValueError(f"invalid config {cfg.name()}: {reason}")
         if ab_dtype not in ("bfloat16", "float16"):
@@ -134,9 +144,15 @@ class Sm90Gemm:
                 "one staged operand per epilogue, cooperative schedule without stream-K, "
                 f"at least {MIN_STAGED_AB_STAGES} mainloop stages beside it"
             )
+        # A dual kernel's hook combines the two accumulator halves: never the identity.
+        if dual and (epilogue.is_identity or staged):
+            raise ValueError("a dual kernel needs an epilogue of (gate, up), without staged operands")
+        self.dual = dual
 
         self.pingpong = cfg.pingpong
         self.tile_shape_mnk = (cfg.tile_m, cfg.tile_n, cfg.tile_k)
+        # The output tile (half the MMA tile's columns in a dual kernel).
+        self.out_tile_mn = (cfg.tile_m, cfg.out_tile_n(dual))
         self.cluster_shape_mn = (cfg.cluster_m, cfg.cluster_n)
         self.atom_layout_mnk = (1, 1, 1) if cfg.pingpong else (2, 1, 1)
         self.num_consumer_wg = 2
@@ -156,9 +172,10 @@ class Sm90Gemm:
         """A ``cute.jit`` host function with a flat signature (pointers + ints).
 
         Signature: a, b, d, m, n, k, l, lda, ldb, ldd, batch_a, batch_b, batch_d,
-        max_clusters, with stream-K its workspace and flags (``stream_k_buffers``),
-        then per tensor operand (ptr, stride_m, stride_n, stride_l), then per scalar
-        operand a Float32, then the stream.
+        max_clusters, in a dual kernel the up weight (ptr, ld, batch stride; ``b`` is
+        the gate weight), with stream-K its workspace and flags
+        (``stream_k_buffers``), then per tensor operand (ptr, stride_m, stride_n,
+        stride_l), then per scalar operand a Float32, then the stream.
         """
         params = ["a", "b", "d", "m", "n", "k", "l", "lda", "ldb", "ldd", "sa", "sb", "sd", "mc"]
         ann = {
@@ -167,6 +184,9 @@ class Sm90Gemm:
             "lda": Int64, "ldb": Int64, "ldd": Int64, "sa": Int64, "sb": Int64, "sd": Int64,
             "mc": Int32,
         }  # fmt: skip
+        up_args = ["bu", "ldbu", "sbu"] if self.dual else []
+        params += up_args
+        ann.update(zip(up_args, (cute.Pointer, Int64, Int64)))
         sk_args = ["ws", "fl"] if self.cfg.stream_k else []
         params += sk_args
         ann.update({x: cute.Pointer for x in sk_args})
@@ -186,7 +206,7 @@ class Sm90Gemm:
         src = (
             f"def entry({', '.join(params)}):\n"
             f"    launch(a, b, d, m, n, k, l, lda, ldb, ldd, sa, sb, sd, mc,"
-            f" ({''.join(x + ', ' for x in sk_args)}),\n"
+            f" ({''.join(x + ', ' for x in up_args)}), ({''.join(x + ', ' for x in sk_args)}),\n"
             f"           ({''.join(x + ', ' for x in tensor_args)}),"
             f" ({''.join(x + ', ' for x in scalar_args)}), stream)\n"
         )
@@ -206,6 +226,8 @@ class Sm90Gemm:
             ptr(self.out_dtype, ALIGN_BYTES),
             *[Int32(1)] * 4, *[Int64(0)] * 6, Int32(1),
         ]  # fmt: skip
+        if self.dual:
+            args += [ptr(self.ab_dtype, ALIGN_BYTES), Int64(0), Int64(0)]
         if self.cfg.stream_k:
             args += [ptr(Float32, 16), ptr(Int32, 4)]
         for op in self.epilogue.operands:
@@ -219,12 +241,15 @@ class Sm90Gemm:
     def _aligned(self, x, dtype):
         return cute.assume(x, divby=ALIGN_BYTES * 8 // dtype.width)
 
-    def _launch(self, a, b, d, m, n, k, l, lda, ldb, ldd, sa, sb, sd, mc, sk, tops, scalars, stream):
+    def _b_stride(self, ld, batch_stride):
+        return (ld, 1, batch_stride) if self.b_major == "k" else (1, ld, batch_stride)
+
+    def _launch(self, a, b, d, m, n, k, l, lda, ldb, ldd, sa, sb, sd, mc, up, sk, tops, scalars, stream):
         ab, od = self.ab_dtype, self.out_dtype
         lda, ldb, ldd = self._aligned(lda, ab), self._aligned(ldb, ab), self._aligned(ldd, od)
         sa, sb, sd = self._aligned(sa, ab), self._aligned(sb, ab), self._aligned(sd, od)
         a_stride = (lda, 1, sa) if self.a_major == "k" else (1, lda, sa)
-        b_stride = (ldb, 1, sb) if self.b_major == "k" else (1, ldb, sb)
+        b_stride = self._b_stride(ldb, sb)
         mA = cute.make_tensor(a, cute.make_layout((m, k, l), stride=a_stride))
         mB = cute.make_tensor(b, cute.make_layout((n, k, l), stride=b_stride))
         mD = cute.make_tensor(d, cute.make_layout((m, n, l), stride=(ldd, 1, sd)))
@@ -251,7 +276,21 @@ class Sm90Gemm:
         )  # fmt: skip
         a_smem, b_smem, d_smem = self._smem_layouts(a_layout, b_layout)
         tma_a, tma_tA = self._tma_load(mA, a_smem, (self.tile_shape_mnk[0], self.tile_shape_mnk[2]), self.a_mcast)
-        tma_b, tma_tB = self._tma_load(mB, b_smem, (self.tile_shape_mnk[1], self.tile_shape_mnk[2]), self.b_mcast)
+        # The up weight's TMA load atom, else nothing.
+        up_load = ()
+        if cutlass.const_expr(self.dual):
+            # Each B load fills half a stage: tile_n / 2 columns of one weight, in the
+            # layout of the stage's first tile_n / 2 rows (the same swizzle atom).
+            tn, tk = self.tile_shape_mnk[1], self.tile_shape_mnk[2]
+            half = self._ab_smem(b_layout, tn // 2, tk if self.b_major == "k" else tn, self.b_major == "k")
+            tma_b, tma_tB = self._tma_load(mB, half, (tn // 2, tk), self.b_mcast)
+            bu, ldbu, sbu = up
+            bu_stride = self._b_stride(self._aligned(ldbu, ab), self._aligned(sbu, ab))
+            mBu = cute.make_tensor(bu, cute.make_layout((n, k, l), stride=bu_stride))
+            tma_bu, tma_tBu = self._tma_load(mBu, half, (tn // 2, tk), self.b_mcast)
+            up_load = (tma_bu, tma_tBu)
+        else:
+            tma_b, tma_tB = self._tma_load(mB, b_smem, (self.tile_shape_mnk[1], self.tile_shape_mnk[2]), self.b_mcast)
         tma_d, tma_tD = cute.nvgpu.cpasync.make_tiled_tma_atom(
             cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(),
             mD,
@@ -269,7 +308,7 @@ class Sm90Gemm:
                 self.epi_tile,
             )
             staged = (tma_c, tma_tC, c_smem)
-        ntiles = cute.ceil_div((m, n, l), (self.tile_shape_mnk[0], self.tile_shape_mnk[1], 1))
+        ntiles = cute.ceil_div((m, n, l), (*self.out_tile_mn, 1))
         sched = utils.PersistentTileSchedulerParams(
             ntiles, (*self.cluster_shape_mn, 1), self.cfg.swizzle, self.cfg.raster_along_m
         )
@@ -279,7 +318,7 @@ class Sm90Gemm:
         # Stream-K's partial sums (fp32, a tile per CTA) and per-CTA flags (zeroed).
         sk_buffers = tuple(cute.make_tensor(p, cute.make_layout(1)) for p in sk)
         self.kernel(
-            tma_a, tma_tA, tma_b, tma_tB, tma_d, tma_tD, staged,
+            tma_a, tma_tA, tma_b, tma_tB, up_load, tma_d, tma_tD, staged,
             tuple(ep_tensors), tuple(scalars), sk_buffers,
             tiled_mma, cute.make_layout((*self.cluster_shape_mn, 1)),
             a_smem, b_smem, d_smem, sched,
@@ -310,19 +349,18 @@ class Sm90Gemm:
 
     def _smem_layouts(self, a_layout, b_layout):
         tm, tn, tk = self.tile_shape_mnk
-        ab = self.ab_dtype
-
-        def staged(layout_enum, rows, major_size, k_major):
-            atom = cute.nvgpu.warpgroup.make_smem_layout_atom(
-                sm90_utils.get_smem_layout_atom(layout_enum, ab, major_size), ab
-            )
-            return cute.tile_to_shape(
-                atom, (rows, tk, self.ab_stage), order=(0, 1, 2) if k_major else (1, 0, 2)
-            )
-
-        a_smem = staged(a_layout, tm, tk if self.a_major == "k" else tm, self.a_major == "k")
-        b_smem = staged(b_layout, tn, tk if self.b_major == "k" else tn, self.b_major == "k")
+        a_smem = self._ab_smem(a_layout, tm, tk if self.a_major == "k" else tm, self.a_major == "k")
+        b_smem = self._ab_smem(b_layout, tn, tk if self.b_major == "k" else tn, self.b_major == "k")
         return a_smem, b_smem, self._epi_smem(self.out_dtype, self.epi_stage)
+
+    def _ab_smem(self, layout_enum, rows, major_size, k_major):
+        """A mainloop operand's staged shared-memory layout, (rows, tile_k, stages), its
+        swizzle atom chosen for ``major_size`` contiguous elements."""
+        ab, tk = self.ab_dtype, self.tile_shape_mnk[2]
+        atom = cute.nvgpu.warpgroup.make_smem_layout_atom(
+            sm90_utils.get_smem_layout_atom(layout_enum, ab, major_size), ab
+        )
+        return cute.tile_to_shape(atom, (rows, tk, self.ab_stage), order=(0, 1, 2) if k_major else (1, 0, 2))
 
     def _epi_smem(self, dtype, stages: int):
         """Row-major epilogue sub-tile buffers (the output's staging, a staged operand's)."""
@@ -351,6 +389,7 @@ class Sm90Gemm:
         mA: cute.Tensor,
         tma_b: cute.CopyAtom,
         mB: cute.Tensor,
+        up_load: tuple,
         tma_d: cute.CopyAtom,
         mD: cute.Tensor,
         staged: tuple,
@@ -370,6 +409,8 @@ class Sm90Gemm:
             cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_d)
+            if cutlass.const_expr(self.dual):
+                cute.nvgpu.cpasync.prefetch_descriptor(up_load[0])
 
         cta_rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
         cluster_coord = cta_layout.get_flat_coord(cta_rank)
@@ -424,8 +465,9 @@ class Sm90Gemm:
         sD = storage.sD.get_tensor(d_smem.outer, swizzle=d_smem.inner)
 
         tile_mk = cute.slice_(self.tile_shape_mnk, (None, 0, None))
-        tile_nk = cute.slice_(self.tile_shape_mnk, (0, None, None))
-        tile_mn = cute.slice_(self.tile_shape_mnk, (None, None, 0))
+        # A dual kernel's weights each fill half of B's MMA tile, as wide as D's tile.
+        tile_nk = (self.out_tile_mn[1], self.tile_shape_mnk[2])
+        tile_mn = self.out_tile_mn
         gA = cute.local_tile(mA, tile_mk, (None, None, None))  # (bM, bK, RestM, RestK, L)
         gB = cute.local_tile(mB, tile_nk, (None, None, None))  # (bN, bK, RestN, RestK, L)
         gD = cute.local_tile(mD, tile_mn, (None, None, None))  # (bM, bN, RestM, RestN, L)
@@ -441,13 +483,32 @@ class Sm90Gemm:
             cute.group_modes(sA, 0, 2),
             cute.group_modes(gA, 0, 2),
         )
-        tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
-            tma_b,
-            cluster_coord[0],
-            cute.make_layout(cute.slice_(cta_layout, (None, 0, 0)).shape),
-            cute.group_modes(sB, 0, 2),
-            cute.group_modes(gB, 0, 2),
-        )
+        b_cta_layout = cute.make_layout(cute.slice_(cta_layout, (None, 0, 0)).shape)
+        # The up weight's loads (dual only): its partitioned stage halves and tiles.
+        up_loads = ()
+        if cutlass.const_expr(self.dual):
+            # The gate weight loads into the first half of each stage's rows, the up
+            # weight into the second: (bN / 2, bK, half, 1, stage).
+            halves = cute.flat_divide(sB, (self.out_tile_mn[1], self.tile_shape_mnk[2]))
+            tma_bu, mBu = up_load
+            gBu = cute.local_tile(mBu, tile_nk, (None, None, None))
+            tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
+                tma_b, cluster_coord[0], b_cta_layout,
+                cute.group_modes(halves[(None, None, 0, 0, None)], 0, 2), cute.group_modes(gB, 0, 2),
+            )  # fmt: skip
+            tBusB, tBugB = cute.nvgpu.cpasync.tma_partition(
+                tma_bu, cluster_coord[0], b_cta_layout,
+                cute.group_modes(halves[(None, None, 1, 0, None)], 0, 2), cute.group_modes(gBu, 0, 2),
+            )  # fmt: skip
+            up_loads = (tma_bu, tBusB, tBugB)
+        else:
+            tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
+                tma_b,
+                cluster_coord[0],
+                b_cta_layout,
+                cute.group_modes(sB, 0, 2),
+                cute.group_modes(gB, 0, 2),
+            )
         k_tiles = cute.size(gA, mode=[3])
         pipeline_init_wait(cluster_shape_mn=self.cluster_shape_mn)
 
@@ -455,7 +516,9 @@ class Sm90Gemm:
         if wg_idx == 0:
             cute.arch.setmaxregister_decrease(_PRODUCER_REGS)
             if warp_idx == 0:
-                self._produce(ab_pipe, sched_params, tma_a, tAsA, tAgA, a_mask, tma_b, tBsB, tBgB, b_mask, k_tiles)
+                self._produce(
+                    ab_pipe, sched_params, tma_a, tAsA, tAgA, a_mask, tma_b, tBsB, tBgB, b_mask, up_loads, k_tiles
+                )
             if cutlass.const_expr(self.staged is not None):
                 if warp_idx == _STAGED_LOAD_WARP:
                     self._produce_staged(c_load, sched_params)
@@ -508,12 +571,12 @@ class Sm90Gemm:
         return ((iteration + 1) * sharers + iters - 1) // iters - 1
 
     @cute.jit
-    def _produce(self, ab_pipe, sched_params, tma_a, tAsA, tAgA, a_mask, tma_b, tBsB, tBgB, b_mask, k_tiles):
+    def _produce(self, ab_pipe, sched_params, tma_a, tAsA, tAgA, a_mask, tma_b, tBsB, tBgB, b_mask, up_loads, k_tiles):
         sched = utils.StaticPersistentTileScheduler.create(
             sched_params, cute.arch.block_idx(), cute.arch.grid_dim()
         )
         whole, first, start, end, _, _, _ = self._schedule(sched, k_tiles)
-        loads = (tma_a, tAsA, tAgA, a_mask, tma_b, tBsB, tBgB, b_mask)
+        loads = (tma_a, tAsA, tAgA, a_mask, tma_b, tBsB, tBgB, b_mask, up_loads)
         work = sched.initial_work_tile_info()
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.ab_stage)
         taken = Int32(0)
@@ -567,15 +630,21 @@ class Sm90Gemm:
 
     @cute.jit
     def _load(self, ab_pipe, state, tc, k0, k1, loads):
-        """Issue the TMA loads of k-tiles [k0, k1) of tile ``tc``."""
-        tma_a, tAsA, tAgA, a_mask, tma_b, tBsB, tBgB, b_mask = loads
+        """Issue the TMA loads of k-tiles [k0, k1) of tile ``tc`` (in a dual kernel, B's
+        two halves: both count toward the stage's expected bytes, and multicast alike)."""
+        tma_a, tAsA, tAgA, a_mask, tma_b, tBsB, tBgB, b_mask, up_loads = loads
         tAgA_t = tAgA[(None, tc[0], None, tc[2])]
         tBgB_t = tBgB[(None, tc[1], None, tc[2])]
+        tBugB_t = up_loads[2][(None, tc[1], None, tc[2])] if cutlass.const_expr(self.dual) else None
         for kt in range(k0, k1):
             ab_pipe.producer_acquire(state)
             bar = ab_pipe.producer_get_barrier(state)
             cute.copy(tma_a, tAgA_t[(None, kt)], tAsA[(None, state.index)], tma_bar_ptr=bar, mcast_mask=a_mask)
             cute.copy(tma_b, tBgB_t[(None, kt)], tBsB[(None, state.index)], tma_bar_ptr=bar, mcast_mask=b_mask)
+            if cutlass.const_expr(self.dual):
+                cute.copy(
+                    up_loads[0], tBugB_t[(None, kt)], up_loads[1][(None, state.index)], tma_bar_ptr=bar, mcast_mask=b_mask
+                )  # fmt: skip
             ab_pipe.producer_commit(state)
             state.advance()
         return state
@@ -598,7 +667,13 @@ class Sm90Gemm:
         thr_mma = tiled_mma.get_slice(0 if pingpong else wg * _WG_THREADS)
         tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
         tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
-        acc = cute.make_rmem_tensor(thr_mma.partition_C(gD).shape[:3], self.acc_dtype)
+        if cutlass.const_expr(self.dual):
+            # The MMA tile, twice as wide as the output tile (gD).
+            acc_shape = thr_mma.partition_C(cute.make_identity_tensor(self.tile_shape_mnk[:2])).shape
+            self._dual_partner(tiled_mma)
+        else:
+            acc_shape = thr_mma.partition_C(gD).shape[:3]
+        acc = cute.make_rmem_tensor(acc_shape, self.acc_dtype)
         # Every wgmma accumulates (each tile starts from a zero-filled acc). Set once, here:
         # a value staged inside the tile loops could not be used after them.
         tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
@@ -630,7 +705,7 @@ class Sm90Gemm:
         if cutlass.const_expr(cute.size(tRS_rOut) != cute.size(tRS_rD)):
             raise NotImplementedError("store and sub-tile fragments differ in size")
         epi_m = self.tile_shape_mnk[0] // self.epi_tile[0]
-        epi_n = self.tile_shape_mnk[1] // self.epi_tile[1]
+        epi_n = self.out_tile_mn[1] // self.epi_tile[1]
         epi_bar = pipeline.NamedBarrier(
             barrier_id=_BAR_EPI + (wg if pingpong else 0), num_threads=self.epi_threads
         )
@@ -644,7 +719,9 @@ class Sm90Gemm:
         )
         epi = types.SimpleNamespace(
             r2s=r2s, tRS_sD=thr_r2s.partition_D(sD), tRS_acc=tRS_acc, tRS_rD=tRS_rD, tRS_rOut=tRS_rOut,
-            geometry=self._subtile_geometry(tRS_acc, tRS_rD, epi_m, epi_n), epi_m=epi_m, epi_n=epi_n,
+            # A dual kernel's accumulator holds two output tiles' columns (gate, up).
+            geometry=self._subtile_geometry(tRS_acc, tRS_rD, epi_m, epi_n * (2 if self.dual else 1)),
+            epi_m=epi_m, epi_n=epi_n,
             bar=epi_bar, store_pipe=store_pipe, store_warp=store_warp, warp_idx=warp_idx,
             tma_d=tma_d, sD=sD, gD=gD, ep_tensors=ep_tensors, ep_scalars=ep_scalars,
             size_m=size_m, size_n=size_n, geo=geo,
@@ -684,7 +761,7 @@ class Sm90Gemm:
         while work.is_valid_tile & (taken < whole):
             tc = work.tile_idx
             # Global (m, n) of each accumulator element, from the MMA's own C partition.
-            tCcD = tiled_mma.get_slice(etidx).partition_C(cD[(None, None, tc[0], tc[1])])
+            tCcD = tiled_mma.get_slice(etidx).partition_C(self._mma_coords(cD, tc))
             if cutlass.const_expr(pingpong):
                 self._turn_wait(_BAR_MMA_TURN, wg)
             read, release = self._mainloop(ab_pipe, mma, read, release, Int32(0), k_tiles, tCcD, tc, wg, epi)
@@ -733,6 +810,40 @@ class Sm90Gemm:
 
         if warp_idx == store_warp:
             store_pipe.producer_tail()
+
+    def _mma_coords(self, cD, tc):
+        """Global (m, n) of each element of tile ``tc``'s MMA tile. In a dual kernel the
+        MMA tile is twice as wide as the output tile: its first half (gate) has the
+        output tile's coordinates, the second half's run on past it and are never used
+        (each up value is read beside its gate value, see ``_dual_partner``)."""
+        if not self.dual:
+            return cD[(None, None, tc[0], tc[1])]
+        origin = (tc[0] * self.out_tile_mn[0], tc[1] * self.out_tile_mn[1])
+        return cute.domain_offset(origin, cute.make_identity_tensor(self.tile_shape_mnk[:2]))
+
+    def _dual_partner(self, tiled_mma):
+        """Check, at trace time, the pairing a dual epilogue relies on: accumulator value
+        ((p, h, c), i, j) holds MMA column n < tile_n / 2 (gate) and value
+        ((p, h, c + X / 2), i, j) of the same thread column n + tile_n / 2 (up), in the
+        same row. (m64nNk16 wgmma: per 8-column block a thread holds two adjacent
+        columns of two rows; one MMA atom spans the tile's N, so X = tile_n / 8.)
+        A thread's coordinates are its first value's plus a static offset per value,
+        so thread 0's static coordinates decide for all."""
+        tm, tn = self.tile_shape_mnk[:2]
+        coords = tiled_mma.get_slice(0).partition_C(cute.make_identity_tensor((tm, tn)))
+        frag = _fragment(coords)
+        half = frag[2] // 2
+        ok = frag[2] % 2 == 0 and cute.size(coords, mode=[2]) == 1
+        for i in range(cute.size(coords, mode=[1]) if ok else 0):
+            for p, h, c in itertools.product(range(2), range(2), range(half)):
+                m, n = coords[((p, h, c), i, 0)]
+                ok = ok and n < tn // 2 and tuple(coords[((p, h, c + half), i, 0)]) == (m, n + tn // 2)
+        if not ok:
+            raise NotImplementedError(f"accumulator {coords.layout} does not pair column n with n + {tn // 2}")
+
+    def _hook_columns(self, frag) -> int:
+        """Accumulator column blocks the hook runs on: in a dual kernel the gate half."""
+        return frag[2] // 2 if self.dual else frag[2]
 
     @cute.jit
     def _mainloop(self, ab_pipe, mma, read, release, k0, k1, tCcD, tc, wg, epi):
@@ -892,9 +1003,9 @@ class Sm90Gemm:
     def _subtile_geometry(tRS_acc, tRS_rD, epi_m, epi_n):
         """Static sizes relating the retiled accumulator to one epilogue sub-tile.
 
-        The retiled accumulator is ((V, N-blocks), M-blocks, 1) and a sub-tile
-        (V, m-blocks, n-blocks); anything else is refused at trace time rather
-        than indexed wrongly.
+        The retiled accumulator is ((V, N-blocks), M-blocks, 1), ``epi_m`` x ``epi_n``
+        sub-tiles of (V, m-blocks, n-blocks) each; anything else is refused at trace
+        time rather than indexed wrongly.
         """
         acc_shape, sub_shape = tRS_acc.shape, tRS_rD.shape
         rv, rm, rn = (cute.size(tRS_rD, mode=[i]) for i in range(3))
@@ -913,8 +1024,7 @@ class Sm90Gemm:
             )
         return rv, rm, rn
 
-    @staticmethod
-    def _prefetch_full_operands(coords, batch, tensors, size_m, size_n):
+    def _prefetch_full_operands(self, coords, batch, tensors, size_m, size_n):
         """Prefetch into L2 the lines of ``tensors`` that this thread's epilogue reads.
 
         Without it every SM fetches its tile of a residual or gate from DRAM in the same
@@ -935,14 +1045,15 @@ class Sm90Gemm:
             for i in range(cute.size(coords, mode=[1])):
                 for j in range(cute.size(coords, mode=[2])):
                     for h in range(2):
-                        for c in range(0, frag[2], step):
+                        for c in range(0, self._hook_columns(frag), step):
                             m, n = coords[((0, h, c), i, j)]
                             at = cute.crd2idx((cutlass.min(m, last_m), cutlass.min(n, last_n), batch), t.layout)
                             cute.arch.prefetch((t.iterator + at).llvm_ptr, cache_level="L2")
 
     def _apply_hook(self, acc, coords, batch, ep_tensors, ep_scalars, size_m, size_n):
         """The hook on every accumulator element, a column pair (n, n + 1) at a time:
-        ``pairs`` operands are read once per pair."""
+        ``pairs`` operands are read once per pair. In a dual kernel, on every gate
+        element with its up element (``_dual_partner``), the result in the gate's place."""
         # Trace-time Python (not preprocessed): every loop here unrolls.
         frag = _fragment(coords)
         last_m = size_m - 1
@@ -950,10 +1061,11 @@ class Sm90Gemm:
         last_pair = size_n - 2  # N is even where pairs are declared
         inputs = [(t, op) for t, op in zip(ep_tensors, self.tensor_ops) if not op.is_output]
         outputs = [t for t, op in zip(ep_tensors, self.tensor_ops) if op.is_output]
+        columns = self._hook_columns(frag)
         for i in range(cute.size(coords, mode=[1])):
             for j in range(cute.size(coords, mode=[2])):
                 for h in range(2):
-                    for c in range(frag[2]):
+                    for c in range(columns):
                         # Clamp so elements past M/N (clipped by the TMA store) read in bounds.
                         m, n = coords[((0, h, c), i, j)]
                         mc = cutlass.min(m, last_m)
@@ -969,12 +1081,14 @@ class Sm90Gemm:
                                 pair[p] if pair is not None else t[(mc, nc, batch)].to(Float32)
                                 for (t, _), pair in zip(inputs, paired)
                             )  # fmt: skip
-                            acc[v] = self._hook_value(acc[v], m, n, batch, loaded, ep_scalars, outputs, size_m, size_n)
+                            value = (acc[v], acc[((p, h, c + columns), i, j)]) if self.dual else acc[v]
+                            acc[v] = self._hook_value(value, m, n, batch, loaded, ep_scalars, outputs, size_m, size_n)
 
     def _hook_value(self, value, m, n, batch, loaded, ep_scalars, outputs, size_m, size_n):
-        """The hook on one element (``value`` at (m, n, batch)), ``loaded`` yielding the
-        input operands' values in declaration order. Extra outputs leave straight from
-        registers (D goes through TMA). Returns the value for D."""
+        """The hook on one element (``value`` at (m, n, batch), a (gate, up) pair in a
+        dual kernel), ``loaded`` yielding the input operands' values in declaration
+        order. Extra outputs leave straight from registers (D goes through TMA).
+        Returns the value for D."""
         scalars = iter(ep_scalars)
         vals = tuple(
             None if op.is_output else next(loaded) if op.is_tensor else next(scalars)

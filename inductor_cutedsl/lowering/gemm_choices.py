@@ -17,7 +17,8 @@ from ..runtime import compiler
 from ..runtime.launch import default_cache
 from ..runtime.spec import ALIGNMENT, KernelSpec
 from ..runtime.support import A_MAJOR, AB_DTYPES, B_MAJOR, OUT_DTYPES, device_reason
-from .template import gemm_template, render_args
+from .candidate import GemmCandidate
+from .template import gemm_template
 
 log = logging.getLogger("inductor_cutedsl.lowering")
 
@@ -85,8 +86,8 @@ def bias_kind(stride: Sequence[Any]) -> str:
     return "full"
 
 
-def gemm_specs(kernel_inputs: Any, op_name: str) -> tuple[list[KernelSpec], dict]:
-    """Candidate specs for this GEMM and the template arguments they share.
+def gemm_candidates(kernel_inputs: Any, op_name: str) -> tuple[list[GemmCandidate], Any]:
+    """The candidates for this GEMM, and the output layout they share.
 
     Raises Refusal when the GEMM must not get a CuteDSL candidate.
     """
@@ -139,13 +140,8 @@ def gemm_specs(kernel_inputs: Any, op_name: str) -> tuple[list[KernelSpec], dict
     specs = candidate_specs(
         (m, n, k, batch), AB_DTYPES[ab_dtype], OUT_DTYPES[out_dtype], a_major, b_major, epilogue
     )
-    names = ["c", "a", "b"] if has_c else ["a", "b"]
-    shared = {
-        "layout": layout,
-        "scalars_literal": repr(tuple(scalars)),
-        **render_args(names, ["c"] if has_c else []),
-    }
-    return specs, shared
+    names, operands = (("c", "a", "b"), ("c",)) if has_c else (("a", "b"), ())
+    return [GemmCandidate(spec, names, operands, scalars=tuple(scalars)) for spec in specs], layout
 
 
 def gemm_choices(kernel_inputs: Any, op_name: str) -> list[Any]:
@@ -153,7 +149,7 @@ def gemm_choices(kernel_inputs: Any, op_name: str) -> list[Any]:
     if not config.enabled or op_name not in GEMM_OPS:
         return []
     try:
-        specs, shared = gemm_specs(kernel_inputs, op_name)
+        candidates, layout = gemm_candidates(kernel_inputs, op_name)
     except Refusal as why:
         log.info("no CuteDSL candidate for %s: %s", op_name, why)
         return []
@@ -161,31 +157,27 @@ def gemm_choices(kernel_inputs: Any, op_name: str) -> list[Any]:
     # candidate waits for its own when Inductor precompiles or benchmarks it.
     # A build that fails later makes Inductor drop that candidate at precompile.
     builds = {}
-    for spec in specs:
+    for cand in candidates:
         try:
-            build = compiler.build_async(spec, default_cache(), config.compile_workers)
+            build = compiler.build_async(cand.spec, default_cache(), config.compile_workers)
             if build.done() and build.exception() is not None:
                 raise build.exception()
         except Exception as exc:  # a kernel that did not build is simply not offered
-            log.warning("CuteDSL candidate %s for %s not offered: compile failed: %s", spec.describe(), op_name, exc)
+            log.warning("CuteDSL candidate %s for %s not offered: compile failed: %s",
+                        cand.spec.describe(), op_name, exc)  # fmt: skip
         else:
-            builds[spec] = build
-    return list(_callers(builds, shared, kernel_inputs.nodes(), op_name))
+            builds[cand] = build
+    return list(_callers(builds, layout, kernel_inputs.nodes(), op_name))
 
 
-def _callers(builds: dict, shared: dict, nodes: list, op_name: str):
+def _callers(builds: dict, layout: Any, nodes: list, op_name: str):
     template = gemm_template()
-    for spec, build in builds.items():
+    for cand, build in builds.items():
         try:
-            caller = template.generate(
-                input_nodes=nodes,
-                spec_literal=repr(spec.to_json()),
-                kernel_key=spec.key(),
-                **shared,
-            )
+            caller = template.generate(input_nodes=nodes, layout=layout, candidate=cand)
         except Exception as exc:  # one bad candidate must not sink the others
-            log.warning("CuteDSL candidate %s for %s not offered: %s", spec.describe(), op_name, exc)
+            log.warning("CuteDSL candidate %s for %s not offered: %s", cand.spec.describe(), op_name, exc)
         else:
             caller.build = build
-            log.debug("offering CuteDSL %s for %s", spec.describe(), op_name)
+            log.debug("offering CuteDSL %s for %s", cand.spec.describe(), op_name)
             yield caller

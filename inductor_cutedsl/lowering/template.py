@@ -1,21 +1,23 @@
 """The Inductor template whose generated code calls our runtime.
 
-Rendering yields a small Python module: it builds the kernel launcher once, at
-import (a cache hit when the candidates were precompiled), and defines the
-``<kernel>_main(inputs..., out, stream)`` function that Inductor's wrapper calls.
+Rendering a ``GemmCandidate`` yields a small Python module: it builds the kernel
+launcher once, at import (a cache hit when the candidates were precompiled), and
+defines the ``<kernel>_main(inputs..., out, stream)`` function that Inductor's
+wrapper calls.
 """
 from __future__ import annotations
 
 import concurrent.futures
 import functools
-import hashlib
 import time
 from typing import Any
 
 import torch
 
-from .._compat import CuteDSLTemplate, CuteDSLTemplateCaller
+from .. import _compat
+from .._compat import CuteDSLTemplate, CuteDSLTemplateBuffer, CuteDSLTemplateCaller
 from ..runtime import compiler
+from .candidate import GemmCandidate
 
 TEMPLATE_NAME = "inductor_cutedsl_gemm"
 
@@ -25,26 +27,21 @@ stats = {"benchmark_s": 0.0}
 # The kernel key (sources, DSL version, ...) is in the text so that Inductor's own
 # caches of this module and of its autotuning timings change when our kernel does.
 SOURCE = r"""
-# inductor_cutedsl kernel {{kernel_key}}
-from inductor_cutedsl.runtime.generated import launcher
-_launch = launcher({{spec_literal}}, {{scalars_literal}}, {{views_literal}})
-{{def_kernel(*argnames)}}
-    _launch(a, b, {{get_output()}}{% for op in operand_args %}, {{op}}{% endfor %}, stream=stream)
+# inductor_cutedsl kernel {{candidate.spec.key()}}
+from inductor_cutedsl.runtime.generated import launcher, KernelSpec, GemmConfig, Epilogue, EpilogueOperand
+_launch = launcher({{candidate.launcher_source()}})
+{{def_kernel(*candidate.input_names)}}
+    _launch(a, b, {{get_output()}}{% for op in candidate.operand_args %}, {{op}}{% endfor %}{% if candidate.spec.dual %}, b_up=b_up{% endif %}, stream=stream)
 """
 
 
-def render_args(input_names: list[str], operand_names: list[str], views: tuple = ()) -> dict:
-    """Template arguments naming the kernel inputs (in input-node order) and the
-    epilogue's tensor operands (in operand order), with their strided views
-    (None: the operand is passed as Inductor's view of it)."""
-    views = tuple(views) or (None,) * len(operand_names)
-    if len(views) != len(operand_names):
-        raise ValueError(f"{len(operand_names)} tensor operands but {len(views)} views")
-    return {
-        "argnames": input_names,
-        "operand_args": operand_names,
-        "views_literal": repr(views),
-    }
+class GemmTemplateBuffer(CuteDSLTemplateBuffer):
+    """The IR buffer of a GEMM our template won: it carries the candidate, which
+    epilogue fusion renders again with the epilogue in it."""
+
+    def __init__(self, candidate: GemmCandidate, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.candidate = candidate
 
 
 class GemmCaller(CuteDSLTemplateCaller):
@@ -57,7 +54,7 @@ class GemmCaller(CuteDSLTemplateCaller):
     other than RuntimeError, so DSL errors are converted.
     """
 
-    render_kwargs: dict[str, Any] = {}
+    candidate: GemmCandidate
     build: concurrent.futures.Future | None = None  # this candidate's kernel build
 
     def precompile(self) -> None:
@@ -85,25 +82,23 @@ class GemmCaller(CuteDSLTemplateCaller):
         return tuple(meta.to_tensor() for meta in self.bmreq.input_tensor_meta)
 
     def hash_key(self) -> str:
-        """Stable across renders of the same kernel for the same inputs (the stock key
-        hashes the source, which names the kernel by a running counter), so Inductor's
-        autotuning cache recognises a repeated GEMM and a second run."""
-        k = self.render_kwargs
-        parts = [k.get("kernel_key"), k.get("scalars_literal"), k.get("views_literal"), k.get("argnames")]
-        return "inductor_cutedsl-" + hashlib.sha256(repr(parts).encode()).hexdigest()[:32]
+        """The candidate's key (the stock key hashes the source, which names the kernel
+        by a running counter)."""
+        return self.candidate.key()
 
     def info_dict(self) -> dict[str, Any]:
         return {**super().info_dict(), "backend": "inductor_cutedsl"}
 
     def output_node(self):
-        box = super().output_node()
-        box.data.data.cutedsl_render_kwargs = self.render_kwargs
-        return box
+        return _compat.tensor_box(GemmTemplateBuffer(
+            self.candidate, layout=self.layout, inputs=self.input_nodes,
+            make_kernel_render=self.make_kernel_render, template=self.template, mutated_inputs=self.mutated_inputs,
+        ))  # fmt: skip
 
 
 class GemmTemplate(CuteDSLTemplate):
-    def generate(self, **kwargs: Any) -> GemmCaller:
-        base = super().generate(**kwargs)
+    def generate(self, *, candidate: GemmCandidate, **kwargs: Any) -> GemmCaller:
+        base = super().generate(candidate=candidate, **kwargs)
         caller = GemmCaller(
             name=base.name,
             input_nodes=base.input_nodes,
@@ -113,8 +108,7 @@ class GemmTemplate(CuteDSLTemplate):
             template=self,
             mutated_inputs=base.mutated_inputs,
         )
-        # What the epilogue-fusion codegen needs to render this GEMM again.
-        caller.render_kwargs = {k: v for k, v in kwargs.items() if k not in ("input_nodes", "layout")}
+        caller.candidate = candidate
         return caller
 
 

@@ -12,6 +12,8 @@ _LAZY = {
     "KernelCache": "cache",
     "KernelSpec": "spec",
     "default_cache_dir": "cache",
+    "gated_gemm": "launch",
+    "gated_reason": "support",
     "gemm": "launch",
     "gemm_reason": "support",
     "get_gemm": "launch",

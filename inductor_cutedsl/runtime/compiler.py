@@ -35,7 +35,7 @@ def export_object(spec: KernelSpec, out_dir: Path, name: str) -> None:
 
     t0 = time.perf_counter()
     gemm = Sm90Gemm(
-        spec.config, spec.ab_dtype, spec.out_dtype, spec.a_major, spec.b_major, spec.epilogue
+        spec.config, spec.ab_dtype, spec.out_dtype, spec.a_major, spec.b_major, spec.epilogue, spec.dual
     )
     compiled = cute.compile(gemm.make_entry(), *gemm.fake_args())
     compiled.export_to_c(str(out_dir), name, function_prefix=spec.symbol())

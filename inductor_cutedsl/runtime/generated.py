@@ -2,11 +2,15 @@
 
 A generated kernel module does, at import::
 
-    _launch = launcher('<KernelSpec JSON>', scalars=(...))
+    from inductor_cutedsl.runtime.generated import launcher, KernelSpec, GemmConfig, Epilogue, EpilogueOperand
+    _launch = launcher(KernelSpec(...), scalars=(...), views=(...), out_view=...)
 
 which loads the kernel (memo, disk cache, or compile), and then, per call,
-``_launch(a, b, out, *tensor_operands, stream=stream)``. Shapes and strides are
-read from the tensors, so one module serves every size of a dynamic graph.
+``_launch(a, b, out, *tensor_operands, stream=stream)`` (a dual kernel's up weight as
+``b_up=``). Shapes and strides are
+read from the tensors, so one module serves every size of a dynamic graph. The spec
+is written as the dataclasses' own constructor calls (``lowering.candidate``), whose
+names this module exports.
 """
 from __future__ import annotations
 
@@ -16,18 +20,21 @@ from typing import Callable, Sequence
 
 import torch
 
-from ..kernels.epilogue import Epilogue
+from ..kernels.config import GemmConfig
+from ..kernels.epilogue import Epilogue, EpilogueOperand
 from .launch import get_gemm
 from .spec import KernelSpec
 from .support import declaration_reason, declared_args
 
+__all__ = ["launcher", "KernelSpec", "GemmConfig", "Epilogue", "EpilogueOperand"]
+
 
 def launcher(
-    spec_json: str, scalars: Sequence[float] = (), views: Sequence = ()
+    spec: KernelSpec, scalars: Sequence[float] = (), views: Sequence = (), out_view=None
 ) -> Callable[..., None]:
     """``scalars``: values of the epilogue's scalar operands, in declaration order;
-    ``views``: per tensor operand, how to read it (see ``operand_args``)."""
-    spec = KernelSpec.from_json(spec_json)
+    ``views``: per tensor operand, how to read it (see ``operand_args``); ``out_view``:
+    how the output is written, where not as the GEMM's own (see ``CompiledGemm.launch``)."""
     kernel = get_gemm(spec)
     fallback = functools.cache(lambda: get_gemm(unpaired(spec)))  # keyed and loaded once
     scalars = tuple(float(s) for s in scalars)
@@ -40,8 +47,9 @@ def launcher(
     )
 
     def launch(
-        a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *tensors: torch.Tensor, stream: int
-    ) -> None:
+        a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *tensors: torch.Tensor, stream: int,
+        b_up: torch.Tensor | None = None,
+    ) -> None:  # fmt: skip
         batch = a.shape[0] if a.dim() == 3 else 1
         m, n = a.shape[-2], b.shape[-1]
         run, values, t = kernel, [], iter(tensors)
@@ -54,7 +62,7 @@ def launcher(
             if declaration_reason(op, args, batch, m, n, tensor.element_size()):
                 run = fallback()
             values += args
-        run.launch(a, b, out, values, stream)
+        run.launch(a, b, out, values, stream, out_view, b_up=b_up)
 
     return launch
 

@@ -12,8 +12,8 @@ import threading
 import torch
 
 from .. import config
-from ..kernels.config import GemmConfig, shortlist
-from ..kernels.epilogue import IDENTITY, Epilogue
+from ..kernels.config import GemmConfig, dual_shortlist, shortlist
+from ..kernels.epilogue import GATED_ACTIVATIONS, IDENTITY, Epilogue, gated
 from .cache import KernelCache
 from .compiler import build
 from .fast_call import F32, I32, I64, PTR, FastCaller
@@ -24,6 +24,7 @@ from .support import (
     a_major,
     b_major,
     declared_args,
+    gated_reason,
     gemm_reason,
     leading_stride,
     operands_reason,
@@ -60,7 +61,8 @@ def _batch_stride(t: torch.Tensor, rows: int, ld: int) -> int:
 
 
 class CompiledGemm:
-    """A loaded kernel: ``gemm(a, b, out, *operands)`` writes ``out``."""
+    """A loaded kernel: ``gemm(a, b, out, *operands)`` writes ``out``; a dual kernel's
+    (``KernelSpec.dual``) ``b`` is the gate weight, and ``b_up`` the up weight."""
 
     def __init__(self, spec: KernelSpec, object_path: str) -> None:
         from .. import arch  # noqa: F401
@@ -77,6 +79,9 @@ class CompiledGemm:
         kinds = [PTR, PTR, PTR, I32, I32, I32, I32, I64, I64, I64, I64, I64, I64, I32]
         ptr_types = {0: (dt[spec.ab_dtype], ALIGNMENT), 1: (dt[spec.ab_dtype], ALIGNMENT),
                      2: (dt[spec.out_dtype], ALIGNMENT)}  # fmt: skip
+        if spec.dual:  # the up weight: pointer, leading and batch strides
+            ptr_types[len(kinds)] = (dt[spec.ab_dtype], ALIGNMENT)
+            kinds += [PTR, I64, I64]
         if spec.config.stream_k:  # partial sums (fp32) and flags (int32)
             ptr_types.update({len(kinds): (cutlass.Float32, 16), len(kinds) + 1: (cutlass.Int32, 4)})
             kinds += [PTR, PTR]
@@ -99,8 +104,9 @@ class CompiledGemm:
         self._call = FastCaller(getattr(self._module, spec.symbol()), kinds, to_dsl_args)
 
     def __call__(
-        self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *operands, stream: int | None = None
-    ) -> torch.Tensor:
+        self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *operands, stream: int | None = None,
+        b_up: torch.Tensor | None = None,
+    ) -> torch.Tensor:  # fmt: skip
         """Launch on ``stream`` (a raw CUDA stream handle), by default torch's current one."""
         batch = a.shape[0] if a.dim() == 3 else 1
         m, n = a.shape[-2], b.shape[-1]
@@ -110,29 +116,44 @@ class CompiledGemm:
                 args += declared_args(op, value, None, batch, m, n)
             else:
                 args.append(float(value))
-        self.launch(a, b, out, args, stream)
+        self.launch(a, b, out, args, stream, b_up=b_up)
         return out
 
     def launch(
-        self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, operand_values: list, stream: int | None
-    ) -> None:
+        self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, operand_values: list, stream: int | None,
+        out_view=None, b_up: torch.Tensor | None = None,
+    ) -> None:  # fmt: skip
         """Launch with the epilogue operands already flat, as the entry takes them:
-        per tensor operand ``declared_args``, per scalar a float."""
+        per tensor operand ``declared_args``, per scalar a float. ``out_view``:
+        ((stride_m, 1, stride_l), offset) where ``out`` is not laid out as the GEMM's
+        (L, M, N) output itself (a fused consumer's (B, T, N) buffer). ``b_up``: a dual
+        kernel's up weight (required there), shaped and laid out as ``b``."""
         spec = self.spec
         m, k = a.shape[-2], a.shape[-1]
         n = b.shape[-1]
         batch = a.shape[0] if a.dim() == 3 else 1
         lda = leading_stride(a, spec.a_major == "k")
         ldb = leading_stride(b, spec.b_major == "n")
-        ldd = out.stride(-2)
+        if out_view is None:
+            out_ptr, ldd = out.data_ptr(), out.stride(-2)
+            out_batch = _batch_stride(out, m, ldd)
+        else:
+            (ldd, _, out_batch), offset = out_view
+            out_ptr = out.data_ptr() + offset * out.element_size()
+            out_batch = out_batch if batch > 1 else single_batch_stride(m, ldd, out.element_size())
         args = [
-            a.data_ptr(), b.data_ptr(), out.data_ptr(),
+            a.data_ptr(), b.data_ptr(), out_ptr,
             m, n, k, batch, lda, ldb, ldd,
             _batch_stride(a, m if spec.a_major == "k" else k, lda),
             _batch_stride(b, k if spec.b_major == "n" else n, ldb),
-            _batch_stride(out, m, ldd),
+            out_batch,
             max_active_clusters(spec.config.cluster_size, a.device.index),
         ]  # fmt: skip
+        if spec.dual:
+            if b_up is None:
+                raise ValueError(f"kernel {spec.describe()} needs the up weight (b_up)")
+            ldbu = leading_stride(b_up, spec.b_major == "n")
+            args += [b_up.data_ptr(), ldbu, _batch_stride(b_up, k if spec.b_major == "n" else n, ldbu)]
         if stream is None:
             stream = torch.cuda.current_stream(a.device).cuda_stream
         if spec.config.stream_k:
@@ -177,9 +198,10 @@ def spec_for(
     out_dtype: torch.dtype,
     config: GemmConfig,
     epilogue: Epilogue = IDENTITY,
+    dual: bool = False,
 ) -> KernelSpec:
     return KernelSpec(
-        config, AB_DTYPES[a.dtype], OUT_DTYPES[out_dtype], a_major(a), b_major(b), epilogue
+        config, AB_DTYPES[a.dtype], OUT_DTYPES[out_dtype], a_major(a), b_major(b), epilogue, dual
     )
 
 
@@ -206,3 +228,57 @@ def gemm(
         config = shortlist(a.shape[-2], b.shape[-1], a.shape[-1], batch)[0]
     get_gemm(spec_for(a, b, out.dtype, config, epilogue))(a, b, out, *operands)
     return out
+
+
+def gated_gemm(
+    a: torch.Tensor,
+    b_gate: torch.Tensor,
+    b_up: torch.Tensor,
+    act: str = "silu",
+    *,
+    bias_gate: torch.Tensor | None = None,
+    bias_up: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+    keep: bool = False,
+    keep_out: tuple[torch.Tensor, torch.Tensor] | None = None,
+    config: GemmConfig | None = None,
+):
+    """``act(a @ b_gate + bias_gate) * (a @ b_up + bias_up)`` as one dual kernel (A read
+    once for both products); raises ValueError for inputs it refuses.
+
+    ``b_gate`` and ``b_up`` (K x N, alike in layout) may be two weights or two column
+    ranges of one fused weight (``w.chunk(2, -1)`` views). Biases are length-N vectors.
+    Returns ``out``, or with ``keep`` (or ``keep_out``, the two tensors to write)
+    ``(out, gate, up)``: the pre-activations with their biases, of ``out``'s dtype
+    unless ``keep_out`` says otherwise.
+    """
+    batch = a.shape[0] if a.dim() == 3 else 1
+    m, n = a.shape[-2], b_gate.shape[-1]
+    out_dtype = out.dtype if out is not None else out_dtype or a.dtype
+    keep = keep or keep_out is not None
+    given = [t for t in (bias_gate, bias_up, *(keep_out or ())) if t is not None]
+    reason = gated_reason(a, b_gate, b_up, out, out_dtype)
+    if reason is None and act not in GATED_ACTIVATIONS:
+        reason = f"activation {act!r} not in {GATED_ACTIVATIONS}"
+    if reason is None and keep_out is not None and len(keep_out) != 2:
+        reason = "keep_out must be two tensors (gate, up)"
+    if reason is None and not all(isinstance(t, torch.Tensor) and t.dtype in OUT_DTYPES for t in given):
+        reason = f"biases and kept outputs must be tensors of {sorted(map(str, OUT_DTYPES))}"
+    if reason is None and config is not None:
+        reason = config.invalid_reason(2, out_dtype.itemsize) or config.dual_reason()
+    if reason is None:
+        shape = (*a.shape[:-1], n)
+        out = out if out is not None else torch.empty(shape, dtype=out_dtype, device=a.device)
+        if keep and keep_out is None:
+            keep_out = tuple(torch.empty(shape, dtype=out_dtype, device=a.device) for _ in range(2))
+        bias_dtypes = [None if t is None else OUT_DTYPES[t.dtype] for t in (bias_gate, bias_up)]
+        epilogue = gated(act, *bias_dtypes, OUT_DTYPES[keep_out[0].dtype] if keep else None)
+        operands = [t for t in (bias_gate, bias_up, *(keep_out or ())) if t is not None]
+        # The output checked again where it was made here: its rows must be 16-byte aligned.
+        reason = gated_reason(a, b_gate, b_up, out) or operands_reason(epilogue, operands, batch, m, n)
+    if reason:
+        raise ValueError(f"inductor_cutedsl cannot run this gated GEMM: {reason}")
+    config = config or dual_shortlist(m, n, a.shape[-1], batch)[0]
+    get_gemm(spec_for(a, b_gate, out.dtype, config, epilogue, dual=True))(a, b_gate, out, *operands, b_up=b_up)
+    return (out, *keep_out) if keep else out

@@ -40,7 +40,11 @@ def dsl_version() -> str:
 
 @dataclasses.dataclass(frozen=True)
 class KernelSpec:
-    """Everything that changes the generated binary."""
+    """Everything that changes the generated binary.
+
+    ``dual``: a gated kernel, ``epilogue((A @ B_gate, A @ B_up), ...)``, two B operands
+    of one shape and major; its epilogue takes ``acc`` as the (gate, up) pair
+    (``kernels.epilogue.gated``)."""
 
     config: GemmConfig
     ab_dtype: str
@@ -48,6 +52,7 @@ class KernelSpec:
     a_major: str  # "k" (row-major A) or "m"
     b_major: str  # "k" (B is K x N column-major) or "n" (row-major B)
     epilogue: Epilogue
+    dual: bool = False
 
     def key(self) -> str:
         parts = (
@@ -61,6 +66,7 @@ class KernelSpec:
             self.epilogue.fingerprint(),
             dsl_arch(),
             dsl_version(),
+            *(("dual",) if self.dual else ()),
         )
         return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
 
@@ -72,6 +78,7 @@ class KernelSpec:
         return (
             f"{self.config.name()} {self.ab_dtype}->{self.out_dtype} "
             f"A{self.a_major.upper()} B{self.b_major.upper()} epi={self.epilogue.name}"
+            + (" dual" if self.dual else "")
         )
 
     def to_json(self) -> str:
@@ -88,6 +95,7 @@ class KernelSpec:
                     "source": self.epilogue.source,
                     "operands": [dataclasses.asdict(op) for op in self.epilogue.operands],
                 },
+                **({"dual": True} if self.dual else {}),
             },
             sort_keys=True,
         )
@@ -103,4 +111,5 @@ class KernelSpec:
             d["a_major"],
             d["b_major"],
             Epilogue(epi["name"], epi["source"], tuple(EpilogueOperand(**o) for o in epi["operands"])),
+            d.get("dual", False),
         )

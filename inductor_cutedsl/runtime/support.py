@@ -111,6 +111,26 @@ def gemm_reason(
     return None
 
 
+def gated_reason(
+    a: torch.Tensor, b_gate: torch.Tensor, b_up: torch.Tensor, out: torch.Tensor | None = None, out_dtype=None
+) -> str | None:
+    """None if a dual kernel can compute ``out`` from ``a @ b_gate`` and ``a @ b_up``, else
+    why not: each product as ``gemm_reason`` requires, and the two weights alike in
+    shape and major (one kernel reads both the same way; two column ranges of one
+    fused weight qualify)."""
+    for name, b in (("gate", b_gate), ("up", b_up)):
+        if reason := gemm_reason(a, b, out, out_dtype):
+            return f"{name} weight: {reason}"
+    if b_gate.shape != b_up.shape:
+        return f"gate and up weights differ in shape ({tuple(b_gate.shape)} vs {tuple(b_up.shape)})"
+    if b_major(b_gate) != b_major(b_up):
+        return f"gate and up weights differ in major (strides {tuple(b_gate.stride())} vs {tuple(b_up.stride())})"
+    shape = (*a.shape[:-1], b_gate.shape[-1])
+    if out is not None and tuple(out.shape) != shape:
+        return f"output shape {tuple(out.shape)} is not {shape}"
+    return None
+
+
 def operand_args(t: torch.Tensor, view, batch: int, m: int, n: int) -> tuple[int, int, int, int]:
     """(address, stride_m, stride_n, stride_l) of the (L, M, N) view an epilogue reads,
     as the kernel entry takes them: ``view`` is None (``t`` broadcast as ``expand``

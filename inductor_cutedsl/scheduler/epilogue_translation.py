@@ -61,6 +61,63 @@ class Value:
 
 
 @dataclasses.dataclass(frozen=True)
+class Coordinates:
+    """The loop variables of one replayed node, as the GEMM output coordinates they
+    stand for.
+
+    ``atoms``: symbols with their extents; each output coordinate (m, n, l) is a
+    row-major combination of consecutive atoms (``dims[i]``: (atom, weight) pairs, empty
+    for a coordinate of extent 1). A node whose loops merge coordinates or split them
+    (a (B, T, N) consumer of a (B*T, N) GEMM) is replayed with its loop variables
+    written over atoms, so every index it computes is a polynomial in the atoms;
+    ``linear`` turns one back into strides over (m, n, l), or refuses it.
+    """
+
+    atoms: tuple[tuple[sympy.Symbol, int], ...]
+    dims: tuple[tuple[tuple[sympy.Symbol, int], ...], ...]  # (m, n, l)
+    simplify: Callable[[sympy.Expr, dict], sympy.Expr] = lambda e, ranges: e
+
+    @classmethod
+    def identity(cls, mnl: tuple[sympy.Symbol, sympy.Symbol, sympy.Symbol], sizes: tuple[int, int, int],
+                 simplify: Callable[[sympy.Expr], sympy.Expr] = lambda e: e) -> "Coordinates":  # fmt: skip
+        """Loop variables that are the coordinates themselves."""
+        return cls(tuple(zip(mnl, sizes)), tuple(((s, 1),) for s in mnl), lambda e, ranges: simplify(e))
+
+    def linear(self, index: sympy.Expr) -> tuple[tuple[int, int, int], int]:
+        """(strides over (m, n, l), offset) of ``index``, when it is provably linear in
+        the coordinates. A coordinate of extent 1 gets stride 0."""
+        ranges = dict(self.atoms)
+        index = sympy.expand(self.simplify(sympy.sympify(index), ranges))
+        symbols = [s for s, _ in self.atoms]
+        extra = index.free_symbols - set(symbols)
+        if extra:
+            raise NotImplementedError(f"index {index} depends on {sorted(map(str, extra))}")
+        try:
+            poly = sympy.Poly(index, *symbols)
+        except sympy.PolynomialError as exc:
+            raise NotImplementedError(f"index {index} is not polynomial") from exc
+        if poly.total_degree() > 1:
+            raise NotImplementedError(f"index {index} is not linear in (m, n, l)")
+        coeff = {s: index.coeff(s, 1) for s in symbols}
+        offset = index.subs({s: 0 for s in symbols})
+        if not all(c.is_Integer for c in coeff.values()) or not offset.is_Integer:
+            raise NotImplementedError(f"index {index} has non-integer coefficients")
+        strides = []
+        for dim in self.dims:
+            dim = tuple((s, w) for s, w in dim if ranges[s] > 1)  # extent 1: stride 0
+            # Coordinate = sum(weight * atom): the index is linear in it only if each
+            # atom's coefficient is the same multiple of that atom's weight.
+            stride = int(coeff[dim[0][0]]) // dim[0][1] if dim else 0
+            if any(int(coeff[s]) != stride * w for s, w in dim):
+                raise NotImplementedError(
+                    f"index {index} is not linear in the GEMM output's coordinates "
+                    "(the node's loops are not a pure reshape of them)"
+                )
+            strides.append(stride)
+        return (strides[0], strides[1], strides[2]), int(offset)
+
+
+@dataclasses.dataclass(frozen=True)
 class OperandRef:
     """A tensor the epilogue reads: element (m, n, l) is at offset + strides . (m, n, l)."""
 
@@ -70,21 +127,31 @@ class OperandRef:
     dtype: torch.dtype
 
 
+View = tuple[tuple[int, int, int], int]  # (strides over (m, n, l), offset)
+
+
 @dataclasses.dataclass(frozen=True)
 class Translation:
     epilogue: Epilogue
     operands: tuple[OperandRef, ...]  # inputs, then the kept outputs (``out`` operands)
     outputs: tuple[str, ...]  # buffers the epilogue's stores would write, in order
     kept: tuple[str, ...] = ()  # buffers written besides the last output
+    out_view: View = ((0, 1, 0), 0)  # where the last output's element (m, n, l) goes
 
 
 class EpilogueTranslator(OpsHandlerBase):
     """Ops handler that records an epilogue while Inductor bodies are replayed.
 
     ``acc_buffer``: the GEMM's output buffer; ``mnl``: the symbols of the output
-    coordinates (m, n, l) used by the replayed index expressions; ``sizes``:
-    (M, N, L) ints; ``dtype_of``: the dtype of a buffer by name; ``simplify``:
-    index simplification under the coordinates' ranges (ModularIndexing etc.).
+    coordinates (m, n, l) used by the replayed index expressions, unless a node's
+    replay sets other ``coords`` (``begin_node``); ``sizes``: (M, N, L) ints;
+    ``dtype_of``: the dtype of a buffer by name; ``simplify``: index simplification
+    under the coordinates' ranges (ModularIndexing etc.).
+
+    Rules that make a chain's indexing provably right: the GEMM output is read
+    element-for-element (the acc at (m, n, l)); a buffer the chain stored is read
+    back exactly as it was stored; every node reads one of those two, which pins its
+    loops to the GEMM output's coordinates; every other index is linear in (m, n, l).
     """
 
     def __init__(
@@ -96,15 +163,16 @@ class EpilogueTranslator(OpsHandlerBase):
         simplify: Callable[[sympy.Expr], sympy.Expr] = lambda e: e,
     ) -> None:
         self.acc_buffer = acc_buffer
-        self.simplify = simplify
-        self.mnl = mnl
+        self.coords = Coordinates.identity(mnl, sizes, simplify)
         self.sizes = sizes
         self.dtype_of = dtype_of
         self.lines: list[str] = []
         self.operands: list[OperandRef] = []
         self.stored: dict[str, Value] = {}  # buffer -> value (later loads reuse it)
+        self.views: dict[str, View] = {acc_buffer: self.acc_view()}  # how each is laid out
         self.outputs: list[str] = []
         self.reads_acc = False
+        self.anchored = True
 
     # -- bookkeeping
     def _emit(self, expr: str, dtype: torch.dtype | None) -> Value:
@@ -118,53 +186,37 @@ class EpilogueTranslator(OpsHandlerBase):
     def indirect_indexing(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("indirect indexing")
 
-    def _linear(self, index: sympy.Expr) -> tuple[tuple[int, int, int], int]:
-        """(strides, offset) of an index that is provably linear in (m, n, l)."""
-        index = sympy.expand(self.simplify(sympy.sympify(index)))
-        m, n, l = self.mnl
-        extra = index.free_symbols - {m, n, l}
-        if extra:
-            raise NotImplementedError(f"index {index} depends on {sorted(map(str, extra))}")
-        try:
-            poly = sympy.Poly(index, m, n, l)
-        except sympy.PolynomialError as exc:
-            raise NotImplementedError(f"index {index} is not polynomial") from exc
-        if poly.total_degree() > 1:
-            raise NotImplementedError(f"index {index} is not linear in (m, n, l)")
-        coeffs = [index.coeff(v, 1) for v in (m, n, l)]
-        offset = index.subs({m: 0, n: 0, l: 0})
-        if not all(c.is_Integer for c in coeffs) or not offset.is_Integer:
-            raise NotImplementedError(f"index {index} has non-integer coefficients")
-        return tuple(int(c) for c in coeffs), int(offset)
+    def begin_node(self, name: str, coords: Coordinates) -> None:
+        """Replay the next node, whose loop variables are written over ``coords``."""
+        self.coords, self.node, self.anchored = coords, name, False
 
-    def _acc_index(self) -> tuple[tuple[int, int, int], int]:
+    def end_node(self) -> None:
+        if not self.anchored:
+            raise NotImplementedError(
+                f"{self.node} reads neither the GEMM output nor a buffer of the chain element-for-element"
+            )
+
+    def _normal(self, view: View) -> View:
+        """``view`` with stride 0 along every coordinate of extent 1 (never stepped)."""
+        strides, offset = view
+        return tuple(s if size > 1 else 0 for s, size in zip(strides, self.sizes)), offset
+
+    def acc_view(self) -> View:
+        """(strides, offset) of a buffer laid out like the GEMM output."""
         big_m, big_n, _ = self.sizes
-        return (big_n, 1, big_m * big_n), 0
+        return self._normal(((big_n, 1, big_m * big_n), 0))
 
-    def _batched(self, strides: tuple[int, int, int]) -> tuple[int, int, int]:
-        """Strides as an operand view takes them: no L stride when there is one batch."""
-        return strides if self.sizes[2] > 1 else (strides[0], strides[1], 0)
-
-    def acc_view(self) -> tuple[tuple[int, int, int], int]:
-        """(strides, offset) of a buffer laid out like the GEMM output, as an operand view."""
-        strides, offset = self._acc_index()
-        return self._batched(strides), offset
-
-    def _check_own_index(self, name: str, index: sympy.Expr) -> None:
-        strides, offset = self._linear(index)
-        want_strides, want_offset = self._acc_index()
-        same = offset == want_offset and strides[:2] == want_strides[:2]
-        if self.sizes[2] > 1:
-            same = same and strides[2] == want_strides[2]
-        if not same:
+    def _check_same_view(self, name: str, index: sympy.Expr) -> None:
+        if self._normal(self.coords.linear(index)) != self.views[name]:
             raise NotImplementedError(
                 f"{name} is accessed at {index}, not element-for-element with the GEMM output"
             )
+        self.anchored = True
 
     # -- memory
     def load(self, name: str, index: sympy.Expr) -> Value:
         if name == self.acc_buffer or name in self.stored:
-            self._check_own_index(name, index)
+            self._check_same_view(name, index)
             if name == self.acc_buffer:
                 self.reads_acc = True
                 return Value("acc", torch.float32)
@@ -172,8 +224,7 @@ class EpilogueTranslator(OpsHandlerBase):
         dtype = self.dtype_of(name)
         if dtype not in OUT_DTYPES:
             raise NotImplementedError(f"load of {name} with dtype {dtype} (integer data or indirect indexing)")
-        strides, offset = self._linear(index)
-        strides = self._batched(strides)
+        strides, offset = self._normal(self.coords.linear(index))
         if min(strides) < 0 or offset < 0:
             raise NotImplementedError(f"{name} is read with a negative stride or offset")
         if strides[1] > 1 and strides[0] < strides[1] and self.sizes[1] > 1:
@@ -187,8 +238,15 @@ class EpilogueTranslator(OpsHandlerBase):
     def store(self, name: str, index: sympy.Expr, value: Value, mode: Any = None) -> None:
         if mode is not None:
             raise NotImplementedError(f"store mode {mode!r}")
-        self._check_own_index(name, index)
+        view = self._normal(self.coords.linear(index))
+        (s_m, s_n, s_l), offset = view
+        if (s_n != 1 and self.sizes[1] > 1) or min(s_m, s_l, offset) < 0:
+            # The kernel writes whole rows of a tile (TMA, or row-wise plain stores).
+            raise NotImplementedError(
+                f"{name} is stored at {index}, not element-for-element in rows like the GEMM output"
+            )
         self.stored[name] = value
+        self.views[name] = view
         self.outputs.append(name)
 
     # -- values
@@ -271,7 +329,7 @@ def finish(tr: EpilogueTranslator, name: str, keep: tuple[str, ...] = ()) -> Tra
         if dtype not in OUT_DTYPES:
             raise NotImplementedError(f"{buf} has dtype {dtype}")
         values.append("acc" if buf == tr.acc_buffer else tr.stored[buf].name)
-        operands.append(OperandRef(buf, *tr.acc_view(), dtype))
+        operands.append(OperandRef(buf, *tr.views[buf], dtype))
     source = "\n".join(
         ["def epilogue(acc, m, n, l, ops):", *tr.lines, f"    return {', '.join(values)}", ""]
     )
@@ -282,4 +340,6 @@ def finish(tr: EpilogueTranslator, name: str, keep: tuple[str, ...] = ()) -> Tra
         EpilogueOperand(f"out{i}", "out", OUT_DTYPES[op.dtype])
         for i, op in enumerate(operands[len(tr.operands) :])
     )
-    return Translation(Epilogue(name, source, decls), tuple(operands), tuple(tr.outputs), tuple(keep))
+    return Translation(
+        Epilogue(name, source, decls), tuple(operands), tuple(tr.outputs), tuple(keep), tr.views[tr.outputs[-1]]
+    )

@@ -2,7 +2,6 @@
 and the template arguments of the fused kernel."""
 from __future__ import annotations
 
-import ast
 import dataclasses
 
 import torch
@@ -10,7 +9,7 @@ import torch
 from .. import config
 from ..kernels.config import GemmConfig
 from ..kernels.epilogue import Epilogue
-from ..lowering.template import render_args
+from ..lowering.candidate import GemmCandidate
 from ..runtime.spec import KernelSpec
 from ..runtime.support import staged_reason
 from .epilogue_translation import OperandRef, Translation
@@ -78,23 +77,20 @@ def staged(epi: Epilogue, first_fused: int, tr: Translation, spec: KernelSpec) -
     return dataclasses.replace(epi, operands=tuple(ops))
 
 
-def fused_render_kwargs(render_kwargs: dict, tr: Translation, out_dtype: str) -> tuple[KernelSpec, dict]:
-    """The spec and template arguments of a GEMM (rendered with ``render_kwargs``) with
-    the translated chain ``tr`` fused in: its operands become extra kernel inputs
-    ``e0, e1, ...`` and its result, of ``out_dtype``, the kernel's output."""
-    kwargs = dict(render_kwargs)
-    base = KernelSpec.from_json(ast.literal_eval(kwargs["spec_literal"]))
+def fuse(candidate: GemmCandidate, tr: Translation, out_dtype: str) -> GemmCandidate:
+    """``candidate`` with the translated chain ``tr`` fused in: the chain's operands
+    become extra kernel inputs ``e0, e1, ...`` read through their views, and its
+    result, of ``out_dtype``, the kernel's output, written through its view."""
+    base = candidate.spec
     epi = compose(base.epilogue, base.out_dtype, tr.epilogue, f"{base.epilogue.name}+{tr.epilogue.name}")
     spec = dataclasses.replace(base, out_dtype=out_dtype)
     spec = dataclasses.replace(spec, epilogue=staged(epi, len(base.epilogue.operands), tr, spec))
-    extra = [f"e{i}" for i in range(len(tr.operands))]
-    kwargs.update(
-        spec_literal=repr(spec.to_json()),
-        kernel_key=spec.key(),
-        **render_args(
-            kwargs["argnames"] + extra,
-            kwargs["operand_args"] + extra,
-            ast.literal_eval(kwargs["views_literal"]) + tuple((op.strides, op.offset) for op in tr.operands),
-        ),
+    extra = tuple(f"e{i}" for i in range(len(tr.operands)))
+    return dataclasses.replace(
+        candidate,
+        spec=spec,
+        input_names=candidate.input_names + extra,
+        operand_args=candidate.operand_args + extra,
+        views=candidate.views + tuple((op.strides, op.offset) for op in tr.operands),
+        out_view=tr.out_view,
     )
-    return spec, kwargs

@@ -21,28 +21,30 @@ import weakref
 from typing import Any, Sequence
 
 from .. import _compat, config
-from ..lowering.template import gemm_template
+from ..lowering.candidate import GemmCandidate
+from ..lowering.choices import CuteDSLChoices
+from ..lowering.template import GemmTemplateBuffer, gemm_template
 from ..runtime import compiler
 from ..runtime.launch import default_cache
 from ..runtime.spec import ALIGNMENT
 from ..runtime.support import OUT_DTYPES
 from . import selection
 from .epilogue_translation import Translation
-from .fusion import fused_render_kwargs
+from .fusion import fuse
 from .node_translation import translate_nodes
 
 log = logging.getLogger("inductor_cutedsl.scheduler")
 
 
-def render_source(buffer: Any) -> tuple[dict, list] | None:
-    """(template arguments, input nodes) to render ``buffer`` as our GEMM: our template
-    buffer, or a MultiTemplateBuffer whose epilogue one of our candidates won."""
-    if _compat.is_cutedsl_template_buffer(buffer) and buffer.template is gemm_template():
-        return buffer.cutedsl_render_kwargs, list(buffer.inputs)
+def render_source(buffer: Any) -> tuple[GemmCandidate, list] | None:
+    """(candidate, input nodes) to render ``buffer`` as our GEMM: our template buffer,
+    or a MultiTemplateBuffer whose epilogue one of our candidates won."""
+    if isinstance(buffer, GemmTemplateBuffer):
+        return buffer.candidate, list(buffer.inputs)
     decision = selection.decision_of(buffer)
     if decision is None or decision.way != "cutedsl":
         return None
-    return decision.choice.render_kwargs, list(decision.choice.input_nodes)
+    return decision.choice.candidate, list(decision.choice.input_nodes)
 
 
 def gemm_template_node(node: Any) -> Any | None:
@@ -73,6 +75,27 @@ def fusion_verdict(node1: Any, node2: Any) -> bool | None:
         _compat.finalize_as_triton(buffer, decision.choice)
         return True
     return None
+
+
+def pairs_through_view(scheduler: Any, node1: Any, node2: Any) -> bool:
+    """Whether ``node2`` is a candidate epilogue of our GEMM ``node1`` (ours, or still
+    undecided) that reads its output: Inductor may see other loops than the GEMM's
+    (a model's (B, T, N) consumer of a (B*T, N) GEMM) and refuse to pair them, while
+    our translation can prove the indexing (``can_fuse_vertical`` then decides)."""
+    if node2.is_template() or node2.is_reduction() or node2.has_aliasing_or_mutation():
+        return False
+    if gemm_template_node(node1) is None and selection.undecided_multi_template(node1) is None:
+        return False
+    return bool(node1.get_buffer_names() & {dep.name for dep in node2.read_writes.reads})
+
+
+def view_score(scheduler: Any, node1: Any, node2: Any) -> int:
+    """A fusion score for a pair ``pairs_through_view`` admits: the bytes of the GEMM
+    output that ``node2`` would no longer read back (Inductor's score counts matching
+    dependencies only, and a view matches none)."""
+    if not pairs_through_view(scheduler, node1, node2):
+        return 0
+    return sum(scheduler.dep_size_hint(dep) for dep in node1.read_writes.writes)
 
 
 def _mnl(template_node: Any) -> tuple[int, int, int]:
@@ -111,6 +134,10 @@ MAX_KEPT_OUTPUTS = 2
 
 def translate_chain(scheduler: Any, template_node: Any, chain: Sequence[Any]) -> Translation:
     """The translated chain, or FusionRefused with the reason."""
+    source = render_source(template_node.node)
+    if source is not None and any(op.is_output for op in source[0].spec.epilogue.operands):
+        # Its epilogue returns a tuple (a dual GEMM keeping gate and up for backward).
+        raise FusionRefused(f"{template_node.get_name()} already writes extra outputs")
     for node in chain:
         if node.is_reduction():
             raise FusionRefused(f"{node.get_name()} is a reduction")
@@ -150,6 +177,16 @@ def _consumers(template: Any) -> dict[str, Any]:
         for user in buf.users
         if hasattr(user.node, "is_template")
     }
+
+
+class CuteDSLFusionChoices(CuteDSLChoices):
+    """Inductor's choices with our candidates, scoring the fusions our GEMMs take."""
+
+    @staticmethod
+    def can_fuse(scheduler: Any, node1: Any, node2: Any, shared_data_score: int) -> bool:
+        if shared_data_score == 0:  # no matching dependency: perhaps a view we prove
+            shared_data_score = view_score(scheduler, node1, node2)
+        return CuteDSLChoices.can_fuse(scheduler, node1, node2, shared_data_score)
 
 
 #: Graphs whose fused candidate builds were started (``_start_fused_builds``).
@@ -204,8 +241,13 @@ class CuteDSLFusionScheduling(_compat.cuda_combined_scheduling()):
         tr = self._translate_pair(template, node1, node2)
         if tr is None:
             return
+        # A Triton template's epilogue codegen relies on matching dependencies: a pair
+        # that only our translation admits (a view) is no Triton fusion.
+        triton = _compat.stock_pairs(self.scheduler, node1, node2)
         try:
-            decision = selection.decide(self.scheduler, template, tr, _epilogue_chain(node1, node2), node2.get_name())
+            decision = selection.decide(
+                self.scheduler, template, tr, _epilogue_chain(node1, node2), node2.get_name(), triton
+            )
         except Exception as exc:  # measuring failed: Inductor decides as it would without us
             log.warning("fused CuteDSL candidate for %s not considered: %s", template.get_name(), exc)
             decision = None
@@ -234,15 +276,15 @@ class CuteDSLFusionScheduling(_compat.cuda_combined_scheduling()):
         assert not prologue_nodes, "CuteDSL GEMMs take no prologue"
         tr = translate_chain(self.scheduler, template, list(epilogue_nodes))
         buffer = template.node
-        render_kwargs, inputs = render_source(buffer)
+        candidate, inputs = render_source(buffer)
         out = _compat.V.graph.get_buffer(tr.outputs[-1])
-        spec, kwargs = fused_render_kwargs(render_kwargs, tr, OUT_DTYPES[out.get_dtype()])
+        fused = fuse(candidate, tr, OUT_DTYPES[out.get_dtype()])
         # Build now, in a worker: the generated module loads the kernel only after every
         # kernel of the graph is generated, so fused kernels compile in parallel meanwhile.
-        compiler.build_async(spec, default_cache(), config.compile_workers)
+        compiler.build_async(fused.spec, default_cache(), config.compile_workers)
         inputs += [_compat.V.graph.get_buffer(op.buffer) for op in tr.operands]
         kernel = _compat.template_kernel(inputs, out)
-        src = kernel.render(gemm_template().template, **kwargs).finalize_all()
+        src = kernel.render(gemm_template().template, candidate=fused).finalize_all()
         # Never allocated: the GEMM's own output and the chain's intermediates, unless kept.
         _compat.V.graph.removed_buffers |= {buffer.get_name(), *tr.outputs[:-1]} - set(tr.kept)
         template.mark_run()

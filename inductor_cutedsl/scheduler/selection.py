@@ -34,7 +34,6 @@ ours is not worth measuring, Inductor decides as it would without us.
 """
 from __future__ import annotations
 
-import ast
 import dataclasses
 import logging
 import math
@@ -44,13 +43,12 @@ import torch
 
 from .. import _compat, config
 from ..kernels.config import GemmConfig
+from ..lowering.candidate import GemmCandidate
 from ..lowering.template import GemmCaller
 from ..runtime import compiler
-from ..runtime.generated import launcher
 from ..runtime.launch import default_cache
-from ..runtime.spec import KernelSpec
 from ..runtime.support import OUT_DTYPES
-from ..timing import graph_median, interleaved
+from ..timing import graphs_side_by_side
 from . import fusion
 from .epilogue_translation import Translation
 
@@ -124,11 +122,10 @@ def _random_tensor(layout: Any, fill: bool) -> torch.Tensor:
     return storage.as_strided(size, stride, offset)
 
 
-def _fused(caller: GemmCaller, tr: Translation) -> tuple[Any, KernelSpec, dict]:
-    """(output buffer, kernel spec, template arguments) of ``caller`` with ``tr`` fused."""
+def _fused(caller: GemmCaller, tr: Translation) -> tuple[Any, GemmCandidate]:
+    """(output buffer, candidate) of ``caller`` with ``tr`` fused."""
     out = _compat.V.graph.get_buffer(tr.outputs[-1])
-    spec, kwargs = fusion.fused_render_kwargs(caller.render_kwargs, tr, OUT_DTYPES[out.get_dtype()])
-    return out, spec, kwargs
+    return out, fusion.fuse(caller.candidate, tr, OUT_DTYPES[out.get_dtype()])
 
 
 def _fastest(timings: dict, keep: Callable[[Any], bool]) -> Any | None:
@@ -144,7 +141,7 @@ def _candidates(buffer: Any) -> tuple[GemmCaller | None, dict]:
 
 
 def _config(caller: GemmCaller) -> GemmConfig:
-    return KernelSpec.from_json(ast.literal_eval(caller.render_kwargs["spec_literal"])).config
+    return caller.candidate.spec.config
 
 
 def _in_range(choice: Any, timings: dict) -> bool:
@@ -172,13 +169,14 @@ def _alternative(choice: GemmCaller, timings: dict) -> GemmCaller | None:
     return alt if _in_range(alt, timings) else None
 
 
-def _contenders(caller: GemmCaller, timings: dict, tr: Translation) -> dict[str, Any]:
+def _contenders(caller: GemmCaller, timings: dict, tr: Translation, triton: bool = True) -> dict[str, Any]:
     """The choice each way in ``WAYS`` runs (the GEMM of a separate way), for the ways
-    that exist among these candidates."""
+    that exist among these candidates (``triton``: whether a Triton template may take
+    the epilogue)."""
     fused = _fused_choice(caller, timings, tr)
     ways = {
         "fused": fused, "fused_alt": _alternative(fused, timings),
-        "triton_fused": _fastest(timings, _compat.is_triton_template_caller),
+        "triton_fused": _fastest(timings, _compat.is_triton_template_caller) if triton else None,
         "ours_separate": caller, "other_separate": _fastest(timings, lambda c: not isinstance(c, GemmCaller)),
     }  # fmt: skip
     return {way: choice for way, choice in ways.items() if choice is not None}
@@ -192,8 +190,7 @@ def start_fused_build(template: Any, tr: Translation) -> None:
     if caller is not None:
         for way, choice in _contenders(caller, timings, tr).items():
             if WAYS[way] == "cutedsl":
-                _, spec, _ = _fused(choice, tr)
-                compiler.build_async(spec, default_cache(), config.compile_workers)
+                compiler.build_async(_fused(choice, tr)[1].spec, default_cache(), config.compile_workers)
 
 
 Maker = Callable[[], Callable[[], object]]
@@ -217,7 +214,7 @@ def side_by_side_runs(scheduler: Any, template: Any, contenders: dict[str, Any],
     fused = {way: _fused(c, tr) for way, c in contenders.items() if WAYS[way] == "cutedsl"}
     # Through the worker pool: a build started early for this chain (start_fused_build)
     # is waited for, not redone.
-    builds = [compiler.build_async(spec, default_cache(), config.compile_workers) for _, spec, _ in fused.values()]
+    builds = [compiler.build_async(c.spec, default_cache(), config.compile_workers) for _, c in fused.values()]
     epilogue = _compat.nodes_module(scheduler, chain)
     triton_fused = (
         _compat.nodes_module(scheduler, [template, *chain], contenders["triton_fused"])
@@ -226,27 +223,25 @@ def side_by_side_runs(scheduler: Any, template: Any, contenders: dict[str, Any],
     compiler.wait(builds)
     caller = contenders["ours_separate"]
 
-    def ours(kw: dict, spec_json: str, layout: Any) -> Maker:
+    def ours(cand: GemmCandidate, layout: Any) -> Maker:
         def make() -> Callable[[], None]:
             inputs = caller.benchmark_inputs()
-            named = dict(zip(kw["argnames"], inputs))
+            named = dict(zip(cand.input_names, inputs))
             kept = set(tr.kept)
-            for name, op in zip(kw["argnames"][len(inputs):], tr.operands):
+            for name, op in zip(cand.input_names[len(inputs):], tr.operands):
                 op_layout = _compat.V.graph.get_buffer(op.buffer).get_layout()
                 named[name] = _random_tensor(op_layout, fill=op.buffer not in kept)
             result = _random_tensor(layout, fill=False)
-            scalars, views = ast.literal_eval(kw["scalars_literal"]), ast.literal_eval(kw["views_literal"])
-            launch = launcher(spec_json, scalars, views)
-            operands = [named[name] for name in kw["operand_args"]]
+            launch = cand.launcher()
+            operands = [named[name] for name in cand.operand_args]
             stream = torch.cuda.current_stream().cuda_stream
             return lambda: launch(named["a"], named["b"], result, *operands, stream=stream)
 
         return make
 
     epilogue_run: Maker = lambda: _compat.module_run_fn(*epilogue)  # noqa: E731
-    plain = ast.literal_eval(caller.render_kwargs["spec_literal"])
-    runs = {name: ours(kwargs, spec.to_json(), out.get_layout()) for name, (out, spec, kwargs) in fused.items()}
-    runs["ours_separate"] = _then(ours(caller.render_kwargs, plain, caller.layout), epilogue_run)
+    runs = {name: ours(cand, out.get_layout()) for name, (out, cand) in fused.items()}
+    runs["ours_separate"] = _then(ours(caller.candidate, caller.layout), epilogue_run)
     if "other_separate" in contenders:
         runs["other_separate"] = _then(lambda: _compat.choice_run_fn(contenders["other_separate"]), epilogue_run)
     if triton_fused is not None:
@@ -257,14 +252,8 @@ def side_by_side_runs(scheduler: Any, template: Any, contenders: dict[str, Any],
 def side_by_side_ms(runs: dict[str, Maker], device: Any) -> dict[str, float]:
     """Milliseconds of each run, measured side by side as CUDA graph replays (medians
     over interleaved rounds); inf for one that fails to build or run."""
-    measures = {}
     with torch.cuda.device(device):
-        for name, make in runs.items():
-            try:
-                measures[name] = graph_median(make)
-            except Exception as exc:  # e.g. a Triton template out of shared memory once fused
-                log.info("side-by-side %s not measured: %s", name, exc)
-        times = interleaved(measures, ROUNDS)
+        times = graphs_side_by_side(runs, ROUNDS)
     return {name: times.get(name, math.inf) for name in WAYS}
 
 
@@ -274,16 +263,18 @@ def fastest_way(times: dict[str, float]) -> str | None:
     return min(finite, key=finite.get) if finite else None
 
 
-def decide(scheduler: Any, template: Any, tr: Translation, chain: Sequence[Any], consumer: str) -> Decision | None:
+def decide(scheduler: Any, template: Any, tr: Translation, chain: Sequence[Any], consumer: str,
+           triton: bool = True) -> Decision | None:  # fmt: skip
     """How the GEMM of ``template`` runs with the epilogue ``chain`` (ending in the
-    scheduler node ``consumer``), or None to leave it to Inductor."""
+    scheduler node ``consumer``), or None to leave it to Inductor (``triton``: whether
+    a Triton template may take the epilogue)."""
     buffer = template.node
     caller, timings = _candidates(buffer)
     names = f"{buffer.get_name()} + [{', '.join(n.get_name() for n in chain)}]"
     if caller is None:
         log.info("%s: left to Inductor (no CuteDSL candidate within %.2fx of the fastest)", names, SCREEN)
         return None
-    contenders = _contenders(caller, timings, tr)
+    contenders = _contenders(caller, timings, tr, triton)
     with _compat.preserve_rng_state():
         runs = side_by_side_runs(scheduler, template, contenders, tr, chain)
         times = side_by_side_ms(runs, buffer.get_device())

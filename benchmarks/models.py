@@ -1,0 +1,1007 @@
+"""Transformer blocks of real model families: stock max-autotune vs max-autotune with inductor_cutedsl.
+
+    python benchmarks/models.py --json benchmarks/results/h200-models.json
+    python benchmarks/models.py --blocks gpt2:prefill,qwen2 --runs inference --json part1.json
+    python benchmarks/models.py --combine part1.json part2.json --json benchmarks/results/h200-models.json
+
+In pieces (a time limit per command): each piece starts only the blocks it expects to
+finish within its budget and carries the earlier pieces' rows forward; repeat it, with
+its result as the next piece's --resume, until it lists no block left:
+
+    python benchmarks/models.py --budget 480 --resume prev.json --json next.json
+
+Each block is written here (bf16, no downloads) the way its family's models write it:
+(batch, seq, hidden) activations, Linear layers, attention through
+F.scaled_dot_product_attention on (B, H, T, D) views. Rotary embeddings are left
+out: each column they write mixes two columns of a projection's output, which is not
+an element-wise epilogue, yet their kernel would count in the fusion bound.
+
+Per block (family x size x run), stock and ours are compiled in one process, in each
+mode, and measured on the same tensors, interleaved: wall time per call, GPU time (the
+sum of the kernel times under the profiler), host time per call, which GEMMs ran our
+kernel, what fused, the fusion bound, and the error against stock and eager. Cold
+compiles (``--cold``) run in fresh processes. Results are rewritten after every block,
+so a run cut short keeps its rows; ``--combine`` merges partial runs.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import gc
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from typing import Callable, Iterable, Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from inductor_cutedsl import disable, enable  # noqa: E402
+from inductor_cutedsl.job.kernel_profile import CUTEDSL_KERNEL, kernel_times  # noqa: E402
+from inductor_cutedsl.job.model import RMSNorm  # noqa: E402
+from inductor_cutedsl.job.run import TOLERANCE, compile_options, json_process  # noqa: E402
+from inductor_cutedsl.timing import geomean, rel_err, rotations, run_info, side_by_side, write_json  # noqa: E402
+
+# ---------------------------------------------------------------------------------------
+# The blocks
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """One model family's block. Sizes are (batch, seq): ``prefill`` near 4096 tokens,
+    ``small`` at most 256."""
+
+    hidden: int
+    heads: int
+    mlp: int
+    norm: str  # "layer" (LayerNorm) or "rms" (RMSNorm)
+    mlp_kind: str  # "gelu_tanh", "gelu_erf", "swiglu" (gate and up Linear), "swiglu_fused" (gate_up + chunk)
+    prefill: tuple[int, int]
+    small: tuple[int, int]
+    kv_heads: int | None = None  # grouped-query attention; None: one kv head per q head
+    bias: bool = False  # a bias on every Linear
+    qkv_bias: bool = False  # a bias on the q/k/v projections only
+    fused_qkv: bool = False  # one Linear for q, k and v
+    post_norm: bool = False  # x = norm(x + f(x)) rather than x = x + f(norm(x))
+    causal: bool = True
+    eps: float = 1e-5
+    train: bool = False  # also measured as a training step
+
+
+FAMILIES: dict[str, Family] = {
+    "gpt2": Family(hidden=1024, heads=16, mlp=4096, norm="layer", mlp_kind="gelu_tanh", bias=True,
+                   fused_qkv=True, prefill=(2, 2048), small=(2, 128), train=True),
+    "llama": Family(hidden=2048, heads=32, kv_heads=8, mlp=8192, norm="rms", mlp_kind="swiglu",
+                    prefill=(2, 2048), small=(2, 128), train=True),
+    "qwen2": Family(hidden=1536, heads=12, kv_heads=2, mlp=8960, norm="rms", mlp_kind="swiglu", qkv_bias=True,
+                    eps=1e-6, prefill=(2, 2048), small=(2, 128)),
+    "phi3": Family(hidden=3072, heads=32, mlp=8192, norm="rms", mlp_kind="swiglu_fused", fused_qkv=True,
+                   prefill=(2, 2048), small=(2, 128), train=True),
+    "bert": Family(hidden=768, heads=12, mlp=3072, norm="layer", mlp_kind="gelu_erf", bias=True, post_norm=True,
+                   causal=False, eps=1e-12, prefill=(8, 512), small=(2, 128)),
+    # An image of 14 x 14 patches and a class token: 197 tokens per image.
+    "vit": Family(hidden=768, heads=12, mlp=3072, norm="layer", mlp_kind="gelu_erf", bias=True, fused_qkv=True,
+                  causal=False, eps=1e-6, prefill=(16, 197), small=(1, 197)),
+}  # fmt: skip
+SIZES = ("prefill", "small")
+RUNS = ("inference", "train")
+CUDAGRAPHS, NO_CUDAGRAPHS = "max-autotune", "max-autotune-no-cudagraphs"
+MODES = (CUDAGRAPHS, NO_CUDAGRAPHS)
+BACKENDS = ("stock", "ours")
+
+
+class Attention(nn.Module):
+    def __init__(self, f: Family, hidden: int) -> None:
+        super().__init__()
+        self.heads, self.kv_heads = f.heads, f.kv_heads or f.heads
+        self.head_dim = hidden // f.heads
+        self.causal = f.causal
+        self.widths = [hidden, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim]
+        bias = f.bias or f.qkv_bias
+        if f.fused_qkv:
+            self.qkv = nn.Linear(hidden, sum(self.widths), bias=bias)
+        else:
+            self.q_proj, self.k_proj, self.v_proj = (nn.Linear(hidden, w, bias=bias) for w in self.widths)
+        self.o_proj = nn.Linear(hidden, hidden, bias=f.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        if hasattr(self, "qkv"):
+            q, k, v = self.qkv(x).split(self.widths, dim=-1)
+        else:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q = q.view(b, t, self.heads, self.head_dim).transpose(1, 2)
+        k = k.view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = v.view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+        if self.kv_heads != self.heads:  # each kv head serves a group of q heads (HF's repeat_kv)
+            group = self.heads // self.kv_heads
+            k = k[:, :, None].expand(b, self.kv_heads, group, t, self.head_dim).reshape(b, self.heads, t, -1)
+            v = v[:, :, None].expand(b, self.kv_heads, group, t, self.head_dim).reshape(b, self.heads, t, -1)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, f: Family, hidden: int, width: int) -> None:
+        super().__init__()
+        self.kind = f.mlp_kind
+        if self.kind in ("gelu_tanh", "gelu_erf"):
+            self.fc1, self.fc2 = nn.Linear(hidden, width, bias=f.bias), nn.Linear(width, hidden, bias=f.bias)
+        elif self.kind == "swiglu":
+            self.gate_proj = nn.Linear(hidden, width, bias=f.bias)
+            self.up_proj = nn.Linear(hidden, width, bias=f.bias)
+            self.down_proj = nn.Linear(width, hidden, bias=f.bias)
+        elif self.kind == "swiglu_fused":
+            self.gate_up_proj = nn.Linear(hidden, 2 * width, bias=f.bias)
+            self.down_proj = nn.Linear(width, hidden, bias=f.bias)
+        else:
+            raise ValueError(f"unknown MLP kind {self.kind!r}")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kind == "swiglu":
+            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        if self.kind == "swiglu_fused":
+            gate, up = self.gate_up_proj(x).chunk(2, -1)
+            return self.down_proj(F.silu(gate) * up)
+        return self.fc2(F.gelu(self.fc1(x), approximate="tanh" if self.kind == "gelu_tanh" else "none"))
+
+
+class Block(nn.Module):
+    """One transformer block of ``f``, its widths divided by ``scale`` (the CPU tests'
+    tiny blocks; the head count stays)."""
+
+    def __init__(self, f: Family, scale: int = 1) -> None:
+        super().__init__()
+        hidden, width = f.hidden // scale, f.mlp // scale
+        if hidden * scale != f.hidden or hidden % f.heads or width * scale != f.mlp:
+            raise ValueError(f"scale {scale} does not divide the widths into {f.heads} whole heads")
+        self.norm1, self.norm2 = (
+            nn.LayerNorm(hidden, eps=f.eps) if f.norm == "layer" else RMSNorm(hidden, eps=f.eps) for _ in range(2)
+        )
+        self.attn, self.mlp = Attention(f, hidden), MLP(f, hidden, width)
+        self.post_norm = f.post_norm
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.post_norm:
+            x = self.norm1(x + self.attn(x))
+            return self.norm2(x + self.mlp(x))
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class ScalarLoss(nn.Module):
+    """A training step's loss over the block's output: one scalar to backpropagate."""
+
+    def __init__(self, block: nn.Module) -> None:
+        super().__init__()
+        self.block = block
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block(x).float().square().mean()
+
+
+def make_block(
+    family: str, size: str, device: str = "cuda", dtype: torch.dtype = torch.bfloat16, scale: int = 1, seed: int = 0
+) -> tuple[Block, torch.Tensor]:
+    """The block with deterministic, well-scaled weights (normal, std 0.02; biases too,
+    so that bias epilogues compute something; norm weights near 1) and a randn input."""
+    f = FAMILIES[family]
+    batch, seq = getattr(f, size)
+    torch.manual_seed(seed)
+    block = Block(f, scale).to(device=device, dtype=dtype)
+    with torch.no_grad():
+        for name, p in block.named_parameters():
+            p.normal_(0.0, 0.02)
+            if p.dim() == 1 and "norm" in name and name.endswith("weight"):
+                p.add_(1.0)
+    x = torch.randn(batch, seq, f.hidden // scale, device=device).to(dtype)
+    return block, x
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockId:
+    family: str
+    size: str
+    run: str  # "inference": forward under no_grad; "train": forward + backward of a scalar loss
+
+    @property
+    def name(self) -> str:
+        return f"{self.family}:{self.size}:{self.run}"
+
+    @staticmethod
+    def parse(text: str) -> BlockId:
+        family, size, run = text.split(":")
+        bid = BlockId(family, size, run)
+        if family not in FAMILIES or size not in SIZES or run not in RUNS:
+            raise ValueError(f"unknown block {text!r}: FAMILY:SIZE:RUN with FAMILY in {sorted(FAMILIES)}, "
+                             f"SIZE in {list(SIZES)}, RUN in {list(RUNS)}")  # fmt: skip
+        return bid
+
+
+def describe(bid: BlockId, scale: int = 1) -> dict:
+    """A row's identity: the block and its token count."""
+    f = FAMILIES[bid.family]
+    batch, seq = getattr(f, bid.size)
+    return {"block": bid.name, "family": bid.family, "size": bid.size, "run": bid.run,
+            "batch": batch, "seq": seq, "tokens": batch * seq, "hidden": f.hidden // scale}  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------
+# What one call runs
+
+
+def target_of(block: nn.Module, run: str) -> nn.Module:
+    """What is compiled: the block, or for a training step the block with its loss."""
+    return block if run == "inference" else ScalarLoss(block)
+
+
+def make_step(
+    fn: Callable, x: torch.Tensor, run: str, params: list[torch.Tensor], cudagraphs: bool = False
+) -> Callable[[], list[torch.Tensor]]:
+    """One call of the block through ``fn`` (eager or compiled), returning what it
+    computed: the output, or for a training step the loss and every gradient (input's
+    and parameters'). A training step drops the previous gradients first, so every call
+    does the same work. Under CUDA graphs each call starts a new step, as a training or
+    serving loop would: the previous call's outputs are not read again."""
+    if run == "inference":
+
+        def step() -> list[torch.Tensor]:
+            if cudagraphs:
+                torch.compiler.cudagraph_mark_step_begin()
+            with torch.no_grad():
+                return [fn(x)]
+
+        return step
+
+    def train_step() -> list[torch.Tensor]:
+        if cudagraphs:
+            torch.compiler.cudagraph_mark_step_begin()
+        x.grad = None
+        for p in params:
+            p.grad = None
+        loss = fn(x)
+        loss.backward()
+        return [loss, x.grad, *(p.grad for p in params)]
+
+    return train_step
+
+
+def outputs(step: Callable[[], list[torch.Tensor]]) -> list[torch.Tensor]:
+    """One call's results, copied (a CUDA graph's outputs are overwritten by its next replay)."""
+    return [t.detach().clone() for t in step()]
+
+
+def max_err(outs: list[torch.Tensor], refs: list[torch.Tensor]) -> float:
+    return max(rel_err(o, r) for o, r in zip(outs, refs, strict=True))
+
+
+def uses_cudagraphs(mode: str) -> bool:
+    return bool(torch._inductor.list_mode_options(mode).get("triton.cudagraphs", False))
+
+
+def compile_block(target: nn.Module, mode: str) -> Callable:
+    """``target`` compiled in ``mode``, with the GEMM backends as now configured (so stock
+    and ours stay two dynamo entries). The FX graph cache is off so that every compile
+    generates its code (captured for the fusion bound) and records its fused epilogues;
+    the autotuning results and Triton kernels of one mode's compile serve the other's."""
+    return torch.compile(target, options={**compile_options(mode), "fx_graph_cache": False})
+
+
+@contextlib.contextmanager
+def backend(name: str) -> Iterator[None]:
+    """Stock Inductor inside for "stock" (our backend is restored after), ours for "ours"."""
+    if name == "ours":
+        enable()
+        yield
+        return
+    disable()
+    try:
+        yield
+    finally:
+        enable()
+
+
+@contextlib.contextmanager
+def captured_code(into: list[str]) -> Iterator[list[str]]:
+    """Every wrapper module Inductor generates inside, appended to ``into`` (through
+    ``GraphLowering.save_output_code``, the hook Inductor's own tests patch)."""
+    from torch._inductor.graph import GraphLowering
+
+    prior = GraphLowering.save_output_code
+
+    def save(code: str) -> None:
+        into.append(code)
+        if prior is not None:
+            prior(code)
+
+    GraphLowering.save_output_code = save
+    try:
+        yield into
+    finally:
+        GraphLowering.save_output_code = prior
+
+
+# ---------------------------------------------------------------------------------------
+# Reading Inductor's wrapper code: which GEMMs ran, and which pointwise kernels read a
+# GEMM's output directly (the kernels a fused epilogue could absorb).
+
+_KERNEL_SOURCE = re.compile(r"'''.*?'''", re.S)
+_KERNEL_DEF = re.compile(r"^def (\w+)\(([^)]*)\)", re.M)
+_RUN = re.compile(r"^\s*(\w+)\.run\((.*)\)\s*$")
+_EXTERN = re.compile(r"^\s*extern_kernels\.(\w+)\((.*)\)\s*$")
+_ASSIGN = re.compile(r"^\s*(\w+) = (.+)$")
+_KWARG = re.compile(r"^\s*(\w+)\s*=(?!=)\s*(.*)$", re.S)
+_NAME = re.compile(r"^\s*(?:reinterpret_tensor\(\s*)?([A-Za-z_]\w*)")
+#: The wrapper's names of GEMM kernels, by kind (extern GEMM calls are matched apart).
+GEMM_KERNEL_PREFIXES = {"template": "triton_tem_", "cutedsl": "cutedsl_"}
+POINTWISE_PREFIX = "triton_poi_"
+
+
+def split_args(text: str) -> list[str]:
+    """A call's arguments, split at the commas outside brackets."""
+    args, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            args.append(text[start:i].strip())
+            start = i + 1
+    if text[start:].strip():
+        args.append(text[start:].strip())
+    return args
+
+
+def buffer_name(arg: str) -> str | None:
+    """The buffer an argument passes (``buf3``, ``reinterpret_tensor(buf3, ...)``), or
+    None for a literal."""
+    m = _NAME.match(arg)
+    return m.group(1) if m else None
+
+
+def _alias_of(rhs: str) -> str | None:
+    """The buffer an assignment's right side names as a whole or reinterprets."""
+    m = re.match(r"reinterpret_tensor\((\w+),", rhs) or re.match(r"([A-Za-z_]\w*)\s*(?:;|#|$)", rhs)
+    return m.group(1) if m else None
+
+
+@dataclasses.dataclass
+class WrapperAnalysis:
+    #: Every GEMM launched, in order: ("extern", op), ("template", kernel) or ("cutedsl", kernel).
+    gemms: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    #: Triton pointwise kernels that read a buffer a GEMM wrote, as the GEMM left it.
+    pointwise_after_gemm: list[str] = dataclasses.field(default_factory=list)
+
+
+def analyse_wrapper(code: str, into: WrapperAnalysis | None = None) -> WrapperAnalysis:
+    """Follow one wrapper module's launches in order.
+
+    Rules: memory holds a GEMM output after an extern ``*mm*`` call writes it
+    (``out=``) or a GEMM kernel (Triton template, ours) writes it; any other write
+    ends that. An alias (``bufB = bufA``, ``reinterpret_tensor(bufA, ...)``) is the
+    same memory. A Triton kernel reads its arguments bound to ``in_ptr*``,
+    ``in_out_ptr*`` and template inputs, and writes those bound to ``out_ptr*`` and
+    ``in_out_ptr*`` (its signature is in the module). A kernel whose signature is not
+    there (ours) writes the buffers it is the first to touch after their allocation
+    or reuse, and reads the rest. Reductions (``triton_red_``, ``triton_per_``) are
+    not pointwise and never count."""
+    out = into if into is not None else WrapperAnalysis()
+    params = {name: [p.split(":")[0].strip() for p in split_args(args)] for name, args in _KERNEL_DEF.findall(code)}
+    root: dict[str, str] = {}  # alias -> the buffer whose memory it is
+    gemm_out: set[str] = set()  # memory holding a GEMM's output
+    fresh: set[str] = set()  # memory allocated or reused, not yet written
+
+    def mem(name: str) -> str:
+        return root.get(name, name)
+
+    def written(buf: str, by_gemm: bool) -> None:
+        fresh.discard(buf)
+        (gemm_out.add if by_gemm else gemm_out.discard)(buf)
+
+    for line in _KERNEL_SOURCE.sub("''", code).splitlines():
+        if m := _EXTERN.match(line):
+            op, args = m.groups()
+            is_gemm = "mm" in op
+            if is_gemm:
+                out.gemms.append(("extern", op))
+            for arg in split_args(args):
+                kw = _KWARG.match(arg)
+                if kw and kw.group(1) == "out" and (buf := buffer_name(kw.group(2))):
+                    written(mem(buf), is_gemm)
+        elif m := _RUN.match(line):
+            kernel, args = m.groups()
+            kind = next((k for k, prefix in GEMM_KERNEL_PREFIXES.items() if kernel.startswith(prefix)), None)
+            if kind:
+                out.gemms.append((kind, kernel))
+            names = params.get(kernel)
+            reads, writes = [], []
+            for i, arg in enumerate(a for a in split_args(args) if not _KWARG.match(a)):
+                buf = buffer_name(arg)
+                if buf is None:
+                    continue
+                buf = mem(buf)
+                param = names[i] if names is not None and i < len(names) else None
+                if param is None:
+                    (writes if names is None and buf in fresh else reads).append(buf)
+                    continue
+                if not param.startswith("out_ptr"):
+                    reads.append(buf)
+                if "out_ptr" in param:
+                    writes.append(buf)
+            if kernel.startswith(POINTWISE_PREFIX) and any(b in gemm_out for b in reads):
+                if kernel not in out.pointwise_after_gemm:
+                    out.pointwise_after_gemm.append(kernel)
+            for buf in writes:
+                written(buf, kind is not None)
+        elif m := _ASSIGN.match(line):
+            name, rhs = m.groups()
+            alias = _alias_of(rhs)
+            if alias is not None:
+                root[name] = mem(alias)
+                if "# reuse" in rhs:
+                    fresh.add(root[name])
+            else:
+                root.pop(name, None)
+                written(name, False)
+                if rhs.startswith("empty_strided"):
+                    fresh.add(name)
+    return out
+
+
+def analyse_wrappers(codes: Iterable[str]) -> WrapperAnalysis:
+    """``analyse_wrapper`` over every module of a compile (forward and backward graphs).
+    Kernel names are numbered per module, so a name may stand for two kernels; one that
+    reads a GEMM output in any module counts."""
+    result = WrapperAnalysis()
+    for code in codes:
+        analyse_wrapper(code, result)
+    return result
+
+
+# ---------------------------------------------------------------------------------------
+# Profiles, bounds and the summary (pure: tested on the CPU)
+
+#: GEMM kernels other than ours, by their GPU names (cuBLAS's nvjet / xmma / *gemm*, Triton templates).
+OTHER_GEMM_KERNEL = re.compile(r"gemm|nvjet|xmma|" + GEMM_KERNEL_PREFIXES["template"], re.I)
+
+
+def merge_profiles(profiles: list[list[dict]]) -> dict:
+    """Several ``kernel_times`` profiles of one function (rows with "kernel", "launches"
+    and "ms" per call) as one: the median total per call in us, and each kernel's median
+    time (0 in a profile that lacks it), longest first."""
+    names = list(dict.fromkeys(row["kernel"] for rows in profiles for row in rows))
+    by_name = [{row["kernel"]: row for row in rows} for rows in profiles]
+    kernels = []
+    for name in names:
+        us = statistics.median(rows[name]["ms"] * 1e3 if name in rows else 0.0 for rows in by_name)
+        launches = max(rows[name]["launches"] for rows in by_name if name in rows)
+        kernels.append({"kernel": name, "launches": launches, "us": round(us, 2)})
+    total = statistics.median(sum(row["ms"] for row in rows) * 1e3 for rows in profiles)
+    return {"us": round(total, 2), "kernels": sorted(kernels, key=lambda k: -k["us"])}
+
+
+def gemm_kernels(kernels: list[dict]) -> list[dict]:
+    """The GEMM kernels of a merged profile, each marked ours or not."""
+    rows = []
+    for k in kernels:
+        ours = CUTEDSL_KERNEL in k["kernel"]
+        if ours or OTHER_GEMM_KERNEL.search(k["kernel"]):
+            rows.append({**k, "ours": ours})
+    return rows
+
+
+def fusion_bound(profile: dict, absorbable: Iterable[str]) -> tuple[float | None, list[dict]]:
+    """Stock GPU time over stock GPU time less its ``absorbable`` kernels (pointwise
+    kernels reading a GEMM output): what fused epilogues could gain at most, on GEMMs
+    as fast as stock's. Returns the bound and those kernels' rows."""
+    names = set(absorbable)
+    rows = [k for k in profile["kernels"] if k["kernel"] in names]
+    rest = profile["us"] - sum(k["us"] for k in rows)
+    return (round(profile["us"] / rest, 4) if rest > 0 else None), rows
+
+
+def _geomean(values: list[float]) -> float | None:
+    return round(geomean(values), 4) if values else None
+
+
+def _min(values: list[float]) -> float | None:
+    return min(values) if values else None
+
+
+def summarize(rows: list[dict], info: dict) -> dict:
+    """The result file: summary figures over the rows that measured them (a failed row
+    counts in none), then the rows, then where it ran."""
+    ok = [r for r in rows if "error" not in r]
+    gpu = [r["gpu_speedup"] for r in ok if r.get("gpu_speedup") is not None]
+    bound = [r["bound"] for r in ok if r.get("bound") is not None]
+    wall = {mode: [r["wall_speedup"][mode] for r in ok if mode in r.get("wall_speedup", {})] for mode in MODES}
+    compile_ratio = [r["compile_ratio"] for r in rows if r.get("compile_ratio") is not None]
+    return {
+        "gpu_speedup_geomean": _geomean(gpu), "gpu_speedup_min": _min(gpu),
+        "gpu_bound_geomean": _geomean(bound),
+        "wall_speedup_geomean_cudagraphs": _geomean(wall[CUDAGRAPHS]),
+        "wall_speedup_min_cudagraphs": _min(wall[CUDAGRAPHS]),
+        "wall_speedup_geomean_no_cudagraphs": _geomean(wall[NO_CUDAGRAPHS]),
+        "wall_speedup_min_no_cudagraphs": _min(wall[NO_CUDAGRAPHS]),
+        "compile_ratio_geomean": _geomean(compile_ratio),
+        "compile_ratio_max": max(compile_ratio) if compile_ratio else None,
+        "rows": rows,
+        "device": info.get("device"), "torch": info.get("torch"),
+    }  # fmt: skip
+
+
+#: A row's cold-compile figures, which a cold-compile-only run adds to a measured row.
+COLD_KEYS = ("cold_compile_s", "compile_ratio", "cold_error")
+
+
+def merge_rows(rows: Iterable[dict]) -> list[dict]:
+    """Rows of several partial runs, one per block, in order of first appearance. Rows
+    of one block merge key by key, the later winning, except: a failed row adds only
+    its cold-compile figures to a row that did not fail, and a measured row replaces a
+    failed one (keeping the failed one's cold-compile figures)."""
+    merged: dict[str, dict] = {}
+    for row in rows:
+        old = merged.get(row["block"])
+        if old is None:
+            merged[row["block"]] = dict(row)
+        elif "error" in row and "error" not in old:
+            old.update({k: v for k, v in row.items() if k in COLD_KEYS})
+        elif "error" in old and "error" not in row and "gpu_us" in row:
+            merged[row["block"]] = {**{k: v for k, v in old.items() if k in COLD_KEYS}, **row}
+        else:
+            old.update(row)
+    return list(merged.values())
+
+
+def combine(results: list[dict]) -> dict:
+    """Several result files as one, summary figures computed again over the merged rows."""
+    info = next(({"device": r.get("device"), "torch": r.get("torch")} for r in results if r.get("device")), {})
+    return summarize(merge_rows(row for r in results for row in r["rows"]), info)
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 4) if a is not None and b else None
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    """``value`` formatted, or a dash as wide."""
+    if value is not None:
+        return format(value, spec)
+    width = int(re.match(r"\D*(\d*)", spec).group(1) or 0)
+    return "-".ljust(width) if spec.startswith("<") else "-".rjust(width)
+
+
+def print_table(result: dict) -> None:
+    head = (f"{'block':<24} {'GPU us stock/ours':>19} {'GPU x':>6} {'bound':>6} {'wall cg':>7} {'no-cg':>6} "
+            f"{'host us stock/ours':>18} {'cold s':>11}  {'our GEMMs':>9}  fused")  # fmt: skip
+    print("\n" + head)
+    for r in result["rows"]:
+        if "error" in r:
+            print(f"{r['block']:<24} FAILED: {r['error'][:150]}")
+            continue
+        gpu, host, wall = r.get("gpu_us", {}), r.get("host_us", {}), r.get("wall_speedup", {})
+        cold = r.get("cold_compile_s", {})
+        ours_gemms = r.get("gemm_kernels", {}).get("ours", [])
+        launches = sum(k["launches"] for k in ours_gemms)
+        mine = sum(k["launches"] for k in ours_gemms if k["ours"])
+        fused = "; ".join("+".join(f["ops"]) for f in r.get("fused", [])) or "-"
+        print(f"{r['block']:<24} {_fmt(gpu.get('stock'), '9.1f')}/{_fmt(gpu.get('ours'), '<9.1f')} "
+              f"{_fmt(r.get('gpu_speedup'), '6.3f')} {_fmt(r.get('bound'), '6.3f')} "
+              f"{_fmt(wall.get(CUDAGRAPHS), '7.3f')} {_fmt(wall.get(NO_CUDAGRAPHS), '6.3f')} "
+              f"{_fmt(host.get('stock'), '9.0f')}/{_fmt(host.get('ours'), '<8.0f')} "
+              f"{_fmt(cold.get('stock'), '5.1f')}/{_fmt(cold.get('ours'), '<5.1f')}  "
+              f"{f'{mine:g}/{launches:g}' if ours_gemms else '-':>9}  {fused[:80]}")  # fmt: skip
+    summary = {k: v for k, v in result.items() if k not in ("rows",)}
+    print(json.dumps(summary))
+
+
+# ---------------------------------------------------------------------------------------
+# Measurements on the GPU
+
+
+class GpuProbe:
+    """The measurements that need the GPU (the CPU tests stand a fake in its place).
+    Each takes {"stock": step, "ours": step} and measures both interleaved."""
+
+    profile_rounds = 4  # profiles per contender, in a balanced order
+    profile_calls = 10  # calls per profile
+    host_rounds = 4
+    max_queued_launches = 400  # well inside the GPU's launch queue: enqueueing never blocks
+
+    def synchronize(self) -> None:
+        torch.cuda.synchronize()
+
+    def wall_ms(self, steps: dict) -> dict:
+        """Median ms per call (``side_by_side``: do_bench on the stream, host included
+        where it is longer than the GPU's work)."""
+        return {name: round(ms, 4) for name, ms in side_by_side(steps).items()}
+
+    def profile(self, steps: dict) -> dict:
+        """Each step's kernels under the profiler, merged over interleaved rounds
+        (``merge_profiles``): a kernel's time depends on the clock the one before left."""
+        runs: dict = {name: [] for name in steps}
+        for order in rotations(list(steps), self.profile_rounds):
+            for name in order:
+                runs[name].append(kernel_times(steps[name], calls=self.profile_calls, top=None, name_chars=None))
+        return {name: merge_profiles(profiles) for name, profiles in runs.items()}
+
+    def host_us(self, steps: dict, launches: dict) -> dict:
+        """Host time per call: calls enqueued behind a GPU sleep long enough that the GPU
+        starts none of them while the host times them (``gpu_busy`` says whether it held
+        every time), so nothing the GPU does can slow the host. Few enough calls that
+        their launches fit in the launch queue."""
+        per_ms = self._sleep_cycles_per_ms()
+        calls = {n: max(2, min(20, int(self.max_queued_launches // max(launches[n], 1)))) for n in steps}
+        times: dict = {name: [] for name in steps}
+        busy = True
+        for order in rotations(list(steps), self.host_rounds):
+            for name in order:
+                fn, n = steps[name], calls[name]
+                fn()
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    fn()
+                guess_ms = (time.perf_counter() - t0) * 1e3
+                torch.cuda.synchronize()
+                torch.cuda._sleep(int(per_ms * (2 * guess_ms + 5)))
+                slept = torch.cuda.Event()
+                slept.record()
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    fn()
+                seconds = time.perf_counter() - t0
+                busy &= not slept.query()
+                torch.cuda.synchronize()
+                times[name].append(seconds / n * 1e6)
+        return {**{name: round(statistics.median(t), 1) for name, t in times.items()}, "calls": calls,
+                "gpu_busy": busy}  # fmt: skip
+
+    @staticmethod
+    def _sleep_cycles_per_ms() -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        cycles = 10**7
+        torch.cuda._sleep(cycles)  # the first launch sets the kernel up
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        return cycles / start.elapsed_time(end)
+
+
+class AccuracyError(AssertionError):
+    pass
+
+
+def measure_block(
+    bid: BlockId, row: dict, modes: list[str], probe: GpuProbe, *, device: str = "cuda",
+    dtype: torch.dtype = torch.bfloat16, scale: int = 1, compile_fn: Callable = compile_block,
+) -> None:  # fmt: skip
+    """Fill ``row`` with the block's figures (as far as it gets: an exception leaves
+    what was measured before it).
+
+    Each backend compiles once per mode, the mode without CUDA graphs first (its wrapper
+    code has no graph partitions to follow); stock under ``disable()``. The first call
+    compiles (a training step's backward compiles at its first backward), so it runs in
+    its backend's state. Outputs are compared after two more calls, the first replay
+    of a CUDA graph."""
+    from inductor_cutedsl.scheduler import scheduling
+
+    block, x = make_block(bid.family, bid.size, device, dtype, scale)
+    params = list(block.parameters())
+    if bid.run == "train":
+        x.requires_grad_(True)
+    target = target_of(block, bid.run)
+    eager = outputs(make_step(target, x, bid.run, params))
+    order = sorted(modes, key=lambda m: uses_cudagraphs(m))
+    steps: dict = {b: {} for b in BACKENDS}
+    outs: dict = {b: {} for b in BACKENDS}
+    codes: dict = {b: [] for b in BACKENDS}
+    row["compile_s_in_process"] = {b: {} for b in BACKENDS}
+    for name in BACKENDS:
+        with backend(name):
+            for i, mode in enumerate(order):
+                fused_before = len(scheduling.fused_epilogues)
+                step = make_step(compile_fn(target, mode), x, bid.run, params, uses_cudagraphs(mode))
+                # The first mode's compile is read: the second generates the same code again.
+                with captured_code(codes[name]) if i == 0 else contextlib.nullcontext():
+                    t0 = time.perf_counter()
+                    step()
+                    probe.synchronize()
+                row["compile_s_in_process"][name][mode] = round(time.perf_counter() - t0, 1)
+                if name == "ours" and i == 0:  # (plain JSON: a size may be a sympy integer)
+                    row["fused"] = json.loads(json.dumps(scheduling.fused_epilogues[fused_before:], default=str))
+                step()
+                outs[name][mode] = outputs(step)
+                steps[name][mode] = step
+    analysis = {b: analyse_wrappers(codes[b]) for b in BACKENDS}
+    row["gemm_sites"] = {b: [list(g) for g in analysis[b].gemms] for b in BACKENDS}
+    row["rel_err"] = {
+        "stock_vs_eager": max(max_err(outs["stock"][m], eager) for m in modes),
+        "ours_vs_eager": max(max_err(outs["ours"][m], eager) for m in modes),
+        "ours_vs_stock": max(max_err(outs["ours"][m], outs["stock"][m]) for m in modes),
+    }
+    # Ours must match stock within bf16 tolerance, and be no further from eager than the
+    # tolerance or than twice stock's own distance (bf16 gradients of eager and of any
+    # compile differ by rounding alone).
+    limits = {"ours_vs_stock": TOLERANCE, "ours_vs_eager": max(TOLERANCE, 2 * row["rel_err"]["stock_vs_eager"])}
+    for key, limit in limits.items():
+        if not row["rel_err"][key] < limit:
+            raise AccuracyError(f"{bid.name}: {key} rel err {row['rel_err'][key]:.3e} >= {limit:.3e}")
+    del eager, outs
+
+    wall = {mode: probe.wall_ms({b: steps[b][mode] for b in BACKENDS}) for mode in modes}
+    row["wall_ms"] = wall
+    row["wall_speedup"] = {mode: _ratio(t["stock"], t["ours"]) for mode, t in wall.items()}
+
+    profiled = NO_CUDAGRAPHS if NO_CUDAGRAPHS in modes else modes[0]
+    prof = probe.profile({b: steps[b][profiled] for b in BACKENDS})
+    if any(CUTEDSL_KERNEL in k["kernel"] for k in prof["stock"]["kernels"]):
+        raise AssertionError(f"{bid.name}: the stock compile ran CuteDSL kernels: the comparison would be void")
+    row["profiled_mode"] = profiled
+    row["gpu_us"] = {b: prof[b]["us"] for b in BACKENDS}
+    row["gpu_speedup"] = _ratio(prof["stock"]["us"], prof["ours"]["us"])
+    row["bound"], row["bound_kernels"] = fusion_bound(prof["stock"], analysis["stock"].pointwise_after_gemm)
+    if not codes["stock"]:
+        row["bound_note"] = "no wrapper code captured: the bound counts no kernel"
+    row["gemm_kernels"] = {b: gemm_kernels(prof[b]["kernels"]) for b in BACKENDS}
+    row["kernels"] = {b: prof[b]["kernels"] for b in BACKENDS}
+    if NO_CUDAGRAPHS in modes:
+        launches = {b: sum(k["launches"] for k in prof[b]["kernels"]) for b in BACKENDS}
+        row["host_us"] = probe.host_us({b: steps[b][NO_CUDAGRAPHS] for b in BACKENDS}, launches)
+
+
+def release() -> None:
+    """Free the block's GPU memory and compiled code before the next block. Only here,
+    after both backends are done: a reset between two compiles makes the first recompile.
+    The reset also drops our backend's compile hook, so the backend is installed again."""
+    torch._dynamo.reset()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    disable()
+    enable()
+
+
+#: Where Inductor, Triton and our backend keep what they compiled: new and empty for a cold compile.
+COLD_CACHE_DIRS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "INDUCTOR_CUTEDSL_CACHE_DIR")
+
+
+def cold_compile(bid: BlockId, mode: str, timeout: float = 900) -> dict:
+    """Cold compile seconds of stock and ours, each in a fresh process with every cache
+    empty: Inductor's caches off, and new Inductor, Triton and kernel cache directories."""
+    result = {"mode": mode}
+    for name in BACKENDS:
+        with tempfile.TemporaryDirectory(prefix="models-cold-", ignore_cleanup_errors=True) as tmp:
+            env = {key: os.path.join(tmp, key) for key in COLD_CACHE_DIRS}
+            report = json_process([os.path.abspath(__file__), "--compile-once", f"{bid.name}:{mode}:{name}"], env,
+                                  timeout)  # fmt: skip
+        result[name] = round(report["compile_s"], 1)
+        if name == "ours":
+            result["ours_cutedsl_builds"] = report["cutedsl_builds"]
+    return result
+
+
+def compile_once(spec: str) -> None:
+    """One cold compile (``FAMILY:SIZE:RUN:MODE:BACKEND``) in this fresh process: the
+    first call's seconds, compile included, printed as one JSON line."""
+    from inductor_cutedsl import _compat
+    from inductor_cutedsl.runtime.launch import default_cache
+
+    family, size, run, mode, name = spec.split(":")
+    bid = BlockId.parse(f"{family}:{size}:{run}")
+    if name not in BACKENDS or mode not in MODES:
+        raise ValueError(f"bad --compile-once {spec!r}: MODE in {list(MODES)}, BACKEND in {list(BACKENDS)}")
+    with backend(name):  # stock: disabled before anything compiles, so none of our workers start
+        block, x = make_block(bid.family, bid.size)
+        if run == "train":
+            x.requires_grad_(True)
+        with _compat.caches_disabled():
+            fn = torch.compile(target_of(block, run), options=compile_options(mode))
+            step = make_step(fn, x, run, list(block.parameters()), uses_cudagraphs(mode))
+            t0 = time.perf_counter()
+            step()
+            torch.cuda.synchronize()
+            seconds = time.perf_counter() - t0
+    print(json.dumps({"compile_s": seconds, "cutedsl_builds": default_cache().builds}))
+
+
+def run_blocks(
+    blocks: list[BlockId], modes: list[str], json_path: str | None, *, cold: bool = False, measure: bool = True,
+    probe: GpuProbe | None = None, info: dict | None = None, prior: list[dict] | None = None,
+    retry_failed: bool = False, budget: float | None = None, **measure_kw,
+) -> dict:  # fmt: skip
+    """Measure each block in turn, rewriting ``json_path`` after each. A block that
+    fails records its error and the run goes on.
+
+    The ``prior`` rows (an earlier run's) are kept; a block they hold all that is asked
+    for (measured, cold compiles; failed counts as done unless ``retry_failed``) is not
+    run again. With a ``budget`` (seconds from now), a block starts only if it is
+    expected to end within it: it is expected to take as long as the longest block of
+    its run so far, or for a first training block twice the longest block so far."""
+    probe = probe or GpuProbe()
+    info = info if info is not None else run_info()
+    rows: list[dict] = list(prior or [])
+
+    def finished(r: dict, figures: str, error: str) -> bool:
+        return figures in r or (error in r and not retry_failed)
+
+    done = {r["block"] for r in merge_rows(rows) if (not measure or finished(r, "gpu_us", "error"))
+            and (not cold or finished(r, "cold_compile_s", "cold_error"))}  # fmt: skip
+    result = summarize(merge_rows(rows), info)
+    if rows:
+        write_json(result, json_path)
+    start, seconds, left = time.perf_counter(), {run: [] for run in RUNS}, []
+    for bid in blocks:
+        if bid.name in done:
+            print(f"== {bid.name}: done in the earlier run, skipped", flush=True)
+            continue
+        every = [t for ts in seconds.values() for t in ts]
+        expected = max(seconds[bid.run] or [t * (2 if bid.run == "train" else 1) for t in every] or [0.0])
+        if budget is not None and time.perf_counter() - start + expected > budget:
+            print(f"== {bid.name}: not started (expected {expected:.0f} s, "
+                  f"{budget - (time.perf_counter() - start):.0f} s of the budget left)", flush=True)  # fmt: skip
+            left.append(bid.name)
+            continue
+        row = describe(bid, measure_kw.get("scale", 1))
+        t0 = time.perf_counter()
+        print(f"== {bid.name} ({row['tokens']} tokens)", flush=True)
+        if measure:
+            try:
+                measure_block(bid, row, modes, probe, **measure_kw)
+            except Exception as exc:  # noqa: BLE001 -- one block's failure must not end the suite
+                traceback.print_exc()
+                row["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+            finally:
+                release()
+        if cold:
+            try:
+                row["cold_compile_s"] = cold_compile(bid, modes[0])
+                row["compile_ratio"] = _ratio(row["cold_compile_s"]["ours"], row["cold_compile_s"]["stock"])
+            except Exception as exc:  # noqa: BLE001
+                row["cold_error"] = f"{type(exc).__name__}: {exc}"[-2000:]
+        row["seconds"] = round(time.perf_counter() - t0, 1)
+        seconds[bid.run].append(row["seconds"])
+        rows.append(row)
+        result = summarize(merge_rows(rows), info)
+        write_json(result, json_path)
+        print(f"{bid.name}: {_block_line(row)} [{row['seconds']} s]", flush=True)
+    print_table(result)
+    if left:
+        print(f"not started (run again with --resume): {','.join(left)}")
+    return result
+
+
+def _block_line(row: dict) -> str:
+    if "error" in row:
+        return f"FAILED {row['error'][:300]}"
+    parts = []
+    if "gpu_us" in row:
+        parts.append(f"GPU {row['gpu_us']['stock']:.1f}/{row['gpu_us']['ours']:.1f} us = {row.get('gpu_speedup')}x "
+                     f"(bound {row.get('bound')})")  # fmt: skip
+    parts += [f"wall {mode} {ratio}x" for mode, ratio in row.get("wall_speedup", {}).items()]
+    if "host_us" in row:
+        parts.append(f"host {row['host_us']['stock']}/{row['host_us']['ours']} us")
+    if "cold_compile_s" in row:
+        parts.append(f"cold {row['cold_compile_s']['stock']}/{row['cold_compile_s']['ours']} s")
+    return ", ".join(parts) or "-"
+
+
+# ---------------------------------------------------------------------------------------
+# Command line
+
+
+def parse_blocks(text: str) -> list[tuple[str, str]]:
+    """``--blocks``: comma-separated FAMILY or FAMILY:SIZE; a family alone means both sizes."""
+    picked = []
+    for token in filter(None, (t.strip() for t in text.split(","))):
+        family, _, size = token.partition(":")
+        if family not in FAMILIES:
+            raise argparse.ArgumentTypeError(f"unknown family {family!r} (known: {', '.join(FAMILIES)})")
+        if size and size not in SIZES:
+            raise argparse.ArgumentTypeError(f"unknown size {size!r} in {token!r} (known: {', '.join(SIZES)})")
+        picked += [(family, s) for s in ([size] if size else SIZES)]
+    if not picked:
+        raise argparse.ArgumentTypeError("no block named")
+    return list(dict.fromkeys(picked))
+
+
+def _choices(known: Iterable[str], what: str) -> Callable[[str], list[str]]:
+    known = list(known)
+
+    def parse(text: str) -> list[str]:
+        picked = [t.strip() for t in text.split(",") if t.strip()]
+        bad = [t for t in picked if t not in known]
+        if bad or not picked:
+            raise argparse.ArgumentTypeError(f"unknown {what} {bad or text!r} (known: {', '.join(known)})")
+        return list(dict.fromkeys(picked))
+
+    return parse
+
+
+def select(blocks: list[tuple[str, str]], runs: list[str]) -> list[BlockId]:
+    """The blocks to measure, in the order named: each (family, size) in every run asked
+    for; training only for the families that train."""
+    return [BlockId(f, s, r) for f, s in blocks for r in runs if r == "inference" or FAMILIES[f].train]
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--blocks", type=parse_blocks, default=parse_blocks(",".join(FAMILIES)),
+                    help=f"comma-separated FAMILY or FAMILY:SIZE (families: {', '.join(FAMILIES)}; sizes: "
+                         f"{', '.join(SIZES)}; a family alone: both sizes). Default: every block")  # fmt: skip
+    ap.add_argument("--runs", type=_choices(RUNS, "run"), default=list(RUNS),
+                    help="inference (forward under no_grad) and/or train (forward + backward; only the families "
+                         f"{', '.join(f for f in FAMILIES if FAMILIES[f].train)}). Default: both")  # fmt: skip
+    ap.add_argument("--modes", type=_choices(MODES, "mode"), default=list(MODES),
+                    help=f"torch.compile modes to time, comma-separated (the first is the cold compiles' mode). "
+                         f"Default: {','.join(MODES)}")  # fmt: skip
+    ap.add_argument("--cold", action="store_true",
+                    help="also cold-compile each block, stock and ours, each in a fresh process with empty caches "
+                         "(in the first of --modes)")  # fmt: skip
+    ap.add_argument("--cold-only", action="store_true",
+                    help="only the cold compiles (merge with a measured run's file through --combine)")
+    ap.add_argument("--json", default=None, help="result file, rewritten after every block")
+    ap.add_argument("--resume", metavar="FILE",
+                    help="an earlier run's result file (if it exists): its rows are kept in --json, and the "
+                         "blocks it holds all that is asked for (measured, and cold compiles with --cold; a failed "
+                         "one counts as done) are skipped")
+    ap.add_argument("--retry-failed", action="store_true", help="with --resume: run the failed blocks again")
+    ap.add_argument("--budget", type=float, metavar="SECONDS",
+                    help="start no block that would likely end later than SECONDS from the start (expected: the "
+                         "longest block of its run so far; a first training block, twice the longest block); "
+                         "the blocks left are listed for a --resume run")  # fmt: skip
+    ap.add_argument("--combine", nargs="+", metavar="FILE",
+                    help="merge these result files' rows into --json (summary figures computed again); no GPU")
+    ap.add_argument("--compile-once", metavar="FAMILY:SIZE:RUN:MODE:BACKEND",
+                    help="internal: one cold compile in this process, printed as a JSON line")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> dict | None:
+    args = parser().parse_args(argv)
+    if args.compile_once:
+        compile_once(args.compile_once)
+        return None
+    if args.combine:
+        results = []
+        for path in args.combine:
+            with open(path) as f:
+                results.append(json.load(f))
+        result = combine(results)
+        write_json(result, args.json)
+        print_table(result)
+        return result
+    if not torch.cuda.is_available():
+        print("no CUDA GPU on this machine: the model suite needs a Hopper GPU; nothing measured")
+        return None
+    # Static shapes, as in a first compile: every block reuses Block.forward's code, so
+    # dynamo must not take a new block's sizes for sizes that vary. A block that would
+    # fall back to eager after too many recompiles fails instead.
+    torch._dynamo.config.automatic_dynamic_shapes = False
+    torch._dynamo.config.fail_on_recompile_limit_hit = True
+    blocks = select(args.blocks, args.runs)
+    if not blocks:
+        print("no block to measure: training runs only for " + ", ".join(f for f in FAMILIES if FAMILIES[f].train))
+        return None
+    prior = None
+    if args.resume and os.path.exists(args.resume):
+        with open(args.resume) as f:
+            prior = json.load(f)["rows"]
+    return run_blocks(blocks, args.modes, args.json, cold=args.cold or args.cold_only, measure=not args.cold_only,
+                      prior=prior, retry_failed=args.retry_failed, budget=args.budget)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,183 @@
+"""The gated MLP as one dual-GEMM op: the graph rewrite, the op's eager and autograd
+behaviour (CPU, float64), and Inductor's code for a faked H200 (no GPU needed)."""
+from __future__ import annotations
+
+import operator
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch._inductor import config as inductor_config
+
+from fake_hopper import generated_code, launched
+from inductor_cutedsl import config
+from inductor_cutedsl.lowering import gated
+from test_fusion_codegen import backend, kernels
+
+ACTS = {
+    "silu": F.silu,
+    "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"),
+    "gelu_erf": F.gelu,
+    "relu": torch.relu,
+}
+
+
+def two_linears(act):
+    return lambda x, wg, wu, bg, bu: act(F.linear(x, wg, bg)) * F.linear(x, wu, bu)
+
+
+def fused_gate_up(act, split=False):
+    def fn(x, w, b):
+        y = F.linear(x, w, b)
+        halves = y.split(24, -1) if split else y.chunk(2, -1)  # 24: half of the 48 below
+        return act(halves[0]) * halves[1]
+
+    return fn
+
+
+def rewritten(fn, *args):
+    """``fn`` traced, with the gated products rewritten (as under max-autotune)."""
+    gm = torch.fx.symbolic_trace(fn)
+    torch.fx.passes.shape_prop.ShapeProp(gm).propagate(*args)
+    for node in gm.graph.nodes:  # what Dynamo's graphs carry
+        meta = node.meta.get("tensor_meta")
+        if hasattr(meta, "shape"):
+            node.meta["example_value"] = torch.empty(meta.shape)
+    with inductor_config.patch(max_autotune=True):
+        count = gated.rewrite(gm.graph)
+    gm.recompile()
+    return gm, count
+
+
+def f64(*shape):
+    return torch.randn(*shape, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("act", ACTS)
+def test_two_linears_become_one_op_with_eager_values_and_gradients(act):
+    fn = two_linears(ACTS[act])
+    args = [f64(2, 5, 16), f64(24, 16), f64(24, 16), f64(24), f64(24)]
+    gm, count = rewritten(fn, *args)
+    assert count == 1
+    targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    assert torch.ops.inductor_cutedsl.gated_mm.default in targets and F.linear not in targets
+    ref_args = [a.clone().requires_grad_() for a in args]
+    ours_args = [a.clone().requires_grad_() for a in args]
+    ref, out = fn(*ref_args), gm(*ours_args)
+    torch.testing.assert_close(out, ref)
+    grad = torch.randn_like(ref)
+    ref.backward(grad)
+    out.backward(grad)
+    for a, b in zip(ours_args, ref_args):
+        torch.testing.assert_close(a.grad, b.grad)
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["chunk", "split"])
+def test_fused_gate_up_halves_become_one_op(split):
+    fn = fused_gate_up(F.silu, split)
+    args = [f64(3, 16), f64(48, 16), f64(48)]
+    gm, count = rewritten(fn, *args)
+    assert count == 1
+    ours_args = [a.clone().requires_grad_() for a in args]
+    ref_args = [a.clone().requires_grad_() for a in args]
+    out, ref = gm(*ours_args), fn(*ref_args)
+    torch.testing.assert_close(out, ref)
+    out.sum().backward()
+    ref.sum().backward()
+    for a, b in zip(ours_args, ref_args):
+        torch.testing.assert_close(a.grad, b.grad)
+
+
+@pytest.mark.parametrize(
+    "fn,shapes",
+    [
+        # Gate and up read different inputs: not one dual GEMM.
+        (lambda x, y, wg, wu: F.silu(F.linear(x, wg)) * F.linear(y, wu), [(4, 16), (4, 16), (8, 16), (8, 16)]),
+        # The gate's pre-activation is read elsewhere too (kept as is).
+        (lambda x, wg, wu: (lambda g: (F.silu(g) * F.linear(x, wu), g))(F.linear(x, wg)), [(4, 16), (8, 16), (8, 16)]),
+        # An activation with no dual epilogue.
+        (lambda x, wg, wu: torch.tanh(F.linear(x, wg)) * F.linear(x, wu), [(4, 16), (8, 16), (8, 16)]),
+        # Halves of a Linear cut along another dim.
+        (lambda x, w: (lambda h: F.silu(h[0]) * h[1])(F.linear(x, w).chunk(2, 0)), [(4, 16), (8, 16)]),
+    ],
+    ids=["different_inputs", "gate_read_elsewhere", "tanh", "rows_not_columns"],
+)  # fmt: skip
+def test_other_patterns_are_left_alone(fn, shapes):
+    args = [f64(*s) for s in shapes]
+    gm, count = rewritten(fn, *args)
+    assert count == 0
+    torch.testing.assert_close(gm(*args), fn(*args))
+
+
+def test_nothing_is_rewritten_without_max_autotune_or_when_off():
+    fn = two_linears(F.silu)
+    gm = torch.fx.symbolic_trace(fn)
+    assert gated.rewrite(gm.graph) == 0  # max-autotune off: the graph stays stock
+    with inductor_config.patch(max_autotune=True), config.patch(dual_gemm=False):
+        assert gated.rewrite(gm.graph) == 0
+
+
+B, T, D, F4 = 2, 500, 1024, 4096  # a model's (batch, tokens), hidden and MLP widths
+
+
+def llama_mlp(x, wg, wu, wd):
+    return x + F.linear(F.silu(F.linear(x, wg)) * F.linear(x, wu), wd)
+
+
+def phi3_mlp(x, w, wd):
+    g, u = F.linear(x, w).chunk(2, -1)
+    return F.linear(F.silu(g) * u, wd)
+
+
+def test_llama_mlp_is_a_dual_kernel_and_a_down_projection_with_its_residual():
+    with backend():
+        code = generated_code(llama_mlp, (B, T, D), (F4, D), (F4, D), (D, F4))
+    assert kernels(code) == (2, 0)
+    spec = launched(code, 0)["spec"]
+    assert spec.dual and spec.epilogue.name.startswith("gated_silu")
+    assert not spec.epilogue.operands, "inference keeps neither gate nor up"
+    assert "b_up=b_up" in code
+
+
+def test_phi3_fused_gate_up_reads_the_two_halves_of_one_weight():
+    with backend():
+        code = generated_code(phi3_mlp, (B, T, D), (2 * F4, D), (D, F4))
+    assert kernels(code) == (2, 0)
+    assert launched(code, 0)["spec"].dual
+    # Both B operands are views of the one weight, the up half F4 rows on.
+    call = next(line for line in code.splitlines() if "cutedsl_fused_gated_mm" in line and ".run(" in line)
+    assert call.count("reinterpret_tensor(arg1_1") == 2 and f", {F4 * D})" in call
+
+
+@pytest.mark.parametrize("act", ["gelu_tanh", "gelu_erf", "relu"])
+def test_biases_and_other_activations(act):
+    fn = two_linears(ACTS[act])
+    with backend():
+        code = generated_code(fn, (B, T, D), (F4, D), (F4, D), (F4,), (F4,))
+    spec = launched(code, 0)["spec"]
+    assert spec.dual and spec.epilogue.name.startswith(f"gated_{act}_bias_gate_bias_up")
+    assert [op.kind for op in spec.epilogue.operands] == ["row", "row"]
+
+
+def test_alternative_measured_faster_keeps_two_gemms_and_a_pointwise_kernel():
+    with backend():
+        code = generated_code(llama_mlp, (B, T, D), (F4, D), (F4, D), (D, F4), gated_ms=(0.2, 0.1))
+    assert "dual=True" not in code
+    # Two GEMMs, the product fused into the second (reading the first's output), and
+    # the down projection with its residual.
+    assert kernels(code) == (3, 0)
+
+
+def test_dual_measurement_is_recorded():
+    before = len(gated.decisions)
+    with backend():
+        generated_code(llama_mlp, (B, T, D), (F4, D), (F4, D), (D, F4))
+    (row,) = gated.decisions[before:]
+    assert row["way"] == "dual" and row["shape"] == [B * T, F4, D] and row["activation"] == "silu"
+
+
+def test_getitem_targets_are_what_the_rewrite_emits():
+    """The op's outputs are read with operator.getitem (Inductor's multi-output rule)."""
+    gm, _ = rewritten(two_linears(F.silu), f64(4, 16), f64(8, 16), f64(8, 16), f64(8), f64(8))
+    users = [n for n in gm.graph.nodes if n.target is operator.getitem]
+    assert [u.args[1] for u in users] == [0]

@@ -1,0 +1,504 @@
+"""The model suite (benchmarks/models.py) without a GPU: the blocks, the reading of
+Inductor's wrapper code for the fusion bound, the summary and merging of result files,
+the command line, and one whole run with the GPU measurements faked."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import models  # noqa: E402
+
+from inductor_cutedsl import is_enabled  # noqa: E402
+
+TINY = 16  # the widths' divisor on the CPU (every family keeps whole heads)
+SUMMARY_KEYS = {
+    "gpu_speedup_geomean", "gpu_speedup_min", "gpu_bound_geomean",
+    "wall_speedup_geomean_cudagraphs", "wall_speedup_min_cudagraphs",
+    "wall_speedup_geomean_no_cudagraphs", "wall_speedup_min_no_cudagraphs",
+    "compile_ratio_geomean", "compile_ratio_max", "rows", "device", "torch",
+}  # fmt: skip
+
+
+# --- the blocks -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", list(models.FAMILIES))
+def test_block_runs_forward_and_backward(family):
+    f = models.FAMILIES[family]
+    assert f.small[0] * f.small[1] <= 256 and 3000 <= f.prefill[0] * f.prefill[1] <= 4200
+    block, x = models.make_block(family, "small", device="cpu", dtype=torch.float32, scale=TINY)
+    assert x.dim() == 3 and x.shape == (*f.small, f.hidden // TINY)
+    params = list(block.parameters())
+    with torch.no_grad():
+        (out,) = models.make_step(block, x, "inference", params)()
+    assert out.shape == x.shape and torch.isfinite(out).all()
+    x.requires_grad_(True)
+    loss, dx, *grads = models.make_step(models.target_of(block, "train"), x, "train", params)()
+    assert loss.dim() == 0 and dx.shape == x.shape
+    assert len(grads) == len(params) and all(g is not None and torch.isfinite(g).all() for g in [dx, *grads])
+
+
+def test_families_are_written_as_their_models_are():
+    def linears(family):
+        block, _ = models.make_block(family, "small", device="cpu", dtype=torch.float32, scale=TINY)
+        return {n: m for n, m in block.named_modules() if isinstance(m, torch.nn.Linear)}
+
+    gpt2, llama, qwen2, phi3 = (linears(f) for f in ("gpt2", "llama", "qwen2", "phi3"))
+    assert all(m.bias is not None for m in gpt2.values()) and "attn.qkv" in gpt2
+    assert not any(m.bias is not None for m in llama.values()) and {"mlp.gate_proj", "mlp.up_proj"} <= set(llama)
+    assert llama["attn.k_proj"].out_features == 2048 // TINY // 4  # 8 of 32 heads
+    assert {n for n, m in qwen2.items() if m.bias is not None} == {"attn.q_proj", "attn.k_proj", "attn.v_proj"}
+    assert phi3["mlp.gate_up_proj"].out_features == 2 * 8192 // TINY and "attn.qkv" in phi3
+    assert models.FAMILIES["bert"].post_norm and not models.FAMILIES["bert"].causal
+    assert models.FAMILIES["vit"].small == (1, 197)
+    assert sum(models.FAMILIES[f].train for f in models.FAMILIES) >= 3
+
+
+@pytest.mark.parametrize("family", list(models.FAMILIES))
+def test_block_traces_as_one_graph(family):
+    """No graph break: each block reaches Inductor whole, as one GEMM-bearing graph."""
+    torch._dynamo.reset()
+    block, x = models.make_block(family, "small", device="cpu", dtype=torch.float32, scale=TINY)
+    compiled = torch.compile(block, backend="eager", fullgraph=True)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), block(x))
+    torch._dynamo.reset()
+
+
+def test_block_ids_parse_and_refuse():
+    assert models.BlockId.parse("gpt2:small:train").name == "gpt2:small:train"
+    with pytest.raises(ValueError, match="unknown block"):
+        models.BlockId.parse("gpt2:medium:train")
+
+
+# --- reading the wrapper code ----------------------------------------------------------
+# Excerpts of wrapper modules as this torch's Inductor writes them (kernel bodies cut).
+
+ADDMM_GELU = """
+triton_poi_fused_add_gelu_view_0 = async_compile.triton('triton_poi_fused_add_gelu_view_0', '''
+@triton.jit
+def triton_poi_fused_add_gelu_view_0(in_out_ptr0, in_ptr0, xnumel, XBLOCK : tl.constexpr):
+    x0 = xindex
+''', device_str='cuda')
+
+    def call(self, args):
+        arg0_1, arg1_1, arg2_1, arg3_1 = args
+        with torch.cuda._DeviceGuard(0):
+            buf0 = empty_strided_cuda((128, 48), (48, 1), torch.bfloat16)
+            extern_kernels.bias_addmm(reinterpret_tensor(arg2_1, (128, 48), (0, 1), 0), reinterpret_tensor(arg0_1, (128, 32), (32, 1), 0), reinterpret_tensor(arg1_1, (32, 48), (1, 32), 0), alpha=1, beta=1, out=buf0)
+            del arg0_1
+            buf1 = reinterpret_tensor(buf0, (2, 64, 48), (3072, 48, 1), 0); del buf0  # reuse
+            stream0 = get_raw_stream(0)
+            triton_poi_fused_add_gelu_view_0.run(buf1, arg3_1, 6144, stream=stream0)
+        return (buf1, )
+"""  # noqa: E501
+
+MM_REDUCTION = """
+triton_per_fused_add_native_layer_norm_0 = async_compile.triton('triton_per_fused_add_native_layer_norm_0', '''
+def triton_per_fused_add_native_layer_norm_0(in_out_ptr0, in_ptr0, xnumel, r0_numel, XBLOCK : tl.constexpr):
+''', device_str='cuda')
+triton_red_fused_sum_1 = async_compile.triton('triton_red_fused_sum_1', '''
+def triton_red_fused_sum_1(in_ptr0, out_ptr0, xnumel, r0_numel, XBLOCK : tl.constexpr, R0_BLOCK : tl.constexpr):
+''', device_str='cuda')
+triton_poi_fused_mul_2 = async_compile.triton('triton_poi_fused_mul_2', '''
+def triton_poi_fused_mul_2(in_ptr0, out_ptr0, xnumel, XBLOCK : tl.constexpr):
+''', device_str='cuda')
+
+    def call(self, args):
+        buf0 = empty_strided_cuda((4096, 1024), (1024, 1), torch.bfloat16)
+        extern_kernels.mm(reinterpret_tensor(arg0_1, (4096, 1024), (1024, 1), 0), reinterpret_tensor(arg1_1, (1024, 1024), (1, 1024), 0), out=buf0)
+        buf1 = empty_strided_cuda((4096, ), (1, ), torch.float32)
+        triton_red_fused_sum_1.run(buf0, buf1, 4096, 1024, stream=stream0)
+        buf2 = reinterpret_tensor(buf0, (2, 2048, 1024), (2097152, 1024, 1), 0); del buf0  # reuse
+        triton_per_fused_add_native_layer_norm_0.run(buf2, arg2_1, 4096, 1024, stream=stream0)
+        buf3 = empty_strided_cuda((2, 2048, 1024), (2097152, 1024, 1), torch.bfloat16)
+        triton_poi_fused_mul_2.run(buf2, buf3, 4194304, stream=stream0)
+"""  # noqa: E501
+
+TEMPLATE_CHUNK = """
+triton_tem_fused_mm_t_view_0 = async_compile.triton('triton_tem_fused_mm_t_view_0', '''
+def triton_tem_fused_mm_t_view_0(arg_A, arg_B, out_ptr0):
+''', device_str='cuda')
+triton_poi_fused__unsafe_view_mul_silu_split_1 = async_compile.triton('triton_poi_fused__unsafe_view_mul_silu_split_1', '''
+def triton_poi_fused__unsafe_view_mul_silu_split_1(in_ptr0, out_ptr0, xnumel, XBLOCK : tl.constexpr):
+''', device_str='cuda')
+triton_tem_fused_mm_2 = async_compile.triton('triton_tem_fused_mm_2', '''
+def triton_tem_fused_mm_2(arg_A, arg_B, out_ptr0):
+''', device_str='cuda')
+triton_poi_fused_add_3 = async_compile.triton('triton_poi_fused_add_3', '''
+def triton_poi_fused_add_3(in_ptr0, in_ptr1, out_ptr0, xnumel, XBLOCK : tl.constexpr):
+''', device_str='cuda')
+
+    def call(self, args):
+        buf0 = empty_strided_cuda((128, 96), (96, 1), torch.bfloat16)
+        triton_tem_fused_mm_t_view_0.run(arg0_1, arg1_1, buf0, 12, 1, 1, stream=stream0)
+        buf1 = empty_strided_cuda((2, 64, 48), (3072, 48, 1), torch.bfloat16)
+        triton_poi_fused__unsafe_view_mul_silu_split_1.run(buf0, buf1, 6144, stream=stream0)
+        buf2 = buf0; del buf0  # reuse
+        triton_poi_fused_add_3.run(buf1, arg3_1, buf2, 6144, stream=stream0)
+        buf3 = empty_strided_cuda((128, 32), (32, 1), torch.bfloat16)
+        triton_tem_fused_mm_2.run(buf2, arg2_1, buf3, 4, 1, 1, stream=stream0)
+        buf4 = empty_strided_cuda((128, 32), (32, 1), torch.bfloat16)
+        triton_poi_fused_add_3.run(buf1, buf2, buf4, 4096, stream=stream0)
+"""  # noqa: E501
+
+OURS = """
+    def call(self, args):
+        buf0 = empty_strided_cuda((4096, 1024), (1024, 1), torch.bfloat16)
+        cutedsl_fused_mm_0.run(reinterpret_tensor(arg0_1, (4096, 1024), (1024, 1), 0), arg1_1, buf0, stream=stream0)
+        buf1 = empty_strided_cuda((4096, 1024), (1024, 1), torch.bfloat16)
+        triton_poi_fused_add_1.run(buf0, arg2_1, buf1, 4194304, stream=stream0)
+"""  # noqa: E501
+
+
+def test_bias_addmm_then_pointwise_in_place_counts():
+    a = models.analyse_wrapper(ADDMM_GELU)
+    assert a.gemms == [("extern", "bias_addmm")]
+    assert a.pointwise_after_gemm == ["triton_poi_fused_add_gelu_view_0"]
+
+
+def test_reductions_never_count_and_overwritten_gemm_output_is_not_one():
+    a = models.analyse_wrapper(MM_REDUCTION)
+    assert a.gemms == [("extern", "mm")]
+    # The layer norm rewrote the GEMM's memory in place: the pointwise after it reads
+    # the norm's output, not the GEMM's.
+    assert a.pointwise_after_gemm == []
+
+
+def test_template_chunk_and_reused_memory():
+    a = models.analyse_wrapper(TEMPLATE_CHUNK)
+    assert a.gemms == [("template", "triton_tem_fused_mm_t_view_0"), ("template", "triton_tem_fused_mm_2")]
+    # silu * up over both halves of one GEMM output counts; the add writing into the
+    # GEMM's reused memory (out_ptr0) reads no GEMM output, nor does its second launch.
+    assert a.pointwise_after_gemm == ["triton_poi_fused__unsafe_view_mul_silu_split_1"]
+
+
+def test_kernel_without_signature_writes_its_fresh_buffers():
+    a = models.analyse_wrapper(OURS)
+    assert a.gemms == [("cutedsl", "cutedsl_fused_mm_0")]
+    assert a.pointwise_after_gemm == ["triton_poi_fused_add_1"]
+
+
+def test_analysis_merges_the_modules_of_a_compile():
+    a = models.analyse_wrappers([ADDMM_GELU, MM_REDUCTION, OURS])
+    assert len(a.gemms) == 3
+    assert a.pointwise_after_gemm == ["triton_poi_fused_add_gelu_view_0", "triton_poi_fused_add_1"]
+
+
+def test_split_args_and_buffer_names():
+    args = models.split_args("reinterpret_tensor(buf0, (2, 3), (3, 1), 0), arg1_1, 6144, stream=stream0")
+    assert args == ["reinterpret_tensor(buf0, (2, 3), (3, 1), 0)", "arg1_1", "6144", "stream=stream0"]
+    assert [models.buffer_name(a) for a in args[:3]] == ["buf0", "arg1_1", None]
+
+
+def _stock_code(fn, *shapes) -> str:
+    """Inductor's wrapper code for ``fn`` with stock max-autotune (ATen GEMMs) on a faked H200."""
+    from fake_hopper import generated_code
+
+    import inductor_cutedsl
+
+    inductor_cutedsl.disable()
+    try:
+        return generated_code(fn, *shapes, backends="ATEN")
+    finally:
+        inductor_cutedsl.enable()
+
+
+def test_real_wrapper_code_of_a_3d_linear_gelu_residual():
+    """This torch's own wrapper code: the bias + GELU + residual kernel after a (B, T, N)
+    Linear reads the GEMM's output."""
+    code = _stock_code(lambda x, w, b, r: F.gelu(F.linear(x, w, b), approximate="tanh") + r,
+                       (2, 64, 32), (48, 32), (48,), (2, 64, 48))  # fmt: skip
+    a = models.analyse_wrapper(code)
+    assert [kind for kind, _ in a.gemms] == ["extern"]
+    assert len(a.pointwise_after_gemm) == 1 and "gelu" in a.pointwise_after_gemm[0]
+
+
+def test_real_wrapper_code_of_a_chunked_gate_up_and_a_norm():
+    def fn(x, w, w2):
+        gate, up = (x @ w.t()).chunk(2, -1)
+        y = (F.silu(gate) * up) @ w2.t()
+        return F.layer_norm(y + x, (32,))
+
+    a = models.analyse_wrapper(_stock_code(fn, (2, 64, 32), (96, 32), (32, 48)))
+    assert [kind for kind, _ in a.gemms] == ["extern", "extern"]
+    # silu * up counts; the residual add fused into the layer norm is a reduction.
+    assert len(a.pointwise_after_gemm) == 1 and "silu" in a.pointwise_after_gemm[0]
+
+
+# --- profiles, bound, summary, merging -------------------------------------------------
+
+
+def _profile(*pairs):
+    return [{"kernel": k, "launches": 1.0, "ms": ms} for k, ms in pairs]
+
+
+def test_profiles_merge_to_medians_and_the_bound_counts_what_reads_gemms():
+    rounds = [
+        _profile(("nvjet_gemm", 0.100), ("triton_poi_fused_gelu_1", 0.020), ("triton_per_fused_norm_0", 0.010)),
+        _profile(("nvjet_gemm", 0.104), ("triton_poi_fused_gelu_1", 0.022), ("triton_per_fused_norm_0", 0.012)),
+        _profile(("nvjet_gemm", 0.102), ("triton_poi_fused_gelu_1", 0.021)),
+    ]
+    merged = models.merge_profiles(rounds)
+    assert merged["us"] == pytest.approx(130.0)  # the median of the totals (130, 138, 123)
+    assert [k["kernel"] for k in merged["kernels"]] == ["nvjet_gemm", "triton_poi_fused_gelu_1",
+                                                         "triton_per_fused_norm_0"]  # fmt: skip
+    assert merged["kernels"][0]["us"] == pytest.approx(102.0) and merged["kernels"][2]["us"] == pytest.approx(10.0)
+    bound, rows = models.fusion_bound(merged, ["triton_poi_fused_gelu_1", "triton_poi_absent_9"])
+    assert bound == pytest.approx(130.0 / (130.0 - 21.0), abs=1e-4) and [r["kernel"] for r in rows] == [
+        "triton_poi_fused_gelu_1"]  # fmt: skip
+    assert models.fusion_bound(merged, [])[0] == 1.0
+    gemms = models.gemm_kernels(merged["kernels"] + [{"kernel": "kernel_cutlass_kernel_inductor_cutedsl_x",
+                                                      "launches": 2.0, "us": 50.0}])  # fmt: skip
+    assert [(g["kernel"][:9], g["ours"]) for g in gemms] == [("nvjet_gem", False), ("kernel_cu", True)]
+
+
+def _row(block, gpu, bound, cg, nocg, compile_ratio=None, **extra):
+    row = {"block": block, "gpu_us": {"stock": 100.0 * gpu, "ours": 100.0}, "gpu_speedup": gpu, "bound": bound,
+           "wall_speedup": {models.CUDAGRAPHS: cg, models.NO_CUDAGRAPHS: nocg}, **extra}  # fmt: skip
+    if compile_ratio is not None:
+        row.update(compile_ratio=compile_ratio, cold_compile_s={"stock": 20.0, "ours": 20.0 * compile_ratio})
+    return row
+
+
+def test_summary_from_rows():
+    rows = [_row("gpt2:small:inference", 1.1, 1.2, 1.05, 0.9), _row("llama:small:inference", 0.9, 1.1, 1.0, 0.8),
+            {"block": "phi3:small:inference", "error": "AccuracyError: ..."}]  # fmt: skip
+    result = models.summarize(rows, {"device": "H200", "torch": "2.11"})
+    assert set(result) == SUMMARY_KEYS
+    assert result["gpu_speedup_geomean"] == pytest.approx((1.1 * 0.9) ** 0.5, abs=1e-4)
+    assert result["gpu_speedup_min"] == 0.9 and result["wall_speedup_min_no_cudagraphs"] == 0.8
+    assert result["gpu_bound_geomean"] == pytest.approx((1.2 * 1.1) ** 0.5, abs=1e-4)
+    assert result["wall_speedup_geomean_cudagraphs"] == pytest.approx(1.05**0.5, abs=1e-4)
+    assert result["compile_ratio_geomean"] is None and result["compile_ratio_max"] is None
+    json.dumps(result)
+    assert models.summarize([], {})["gpu_speedup_geomean"] is None
+
+
+def test_combine_merges_partial_runs(tmp_path, capsys):
+    first = models.summarize([_row("gpt2:small:inference", 1.2, 1.3, 1.1, 0.9),
+                              {"block": "llama:small:inference", "error": "RuntimeError: out of time"}],
+                             {"device": "H200", "torch": "2.11"})  # fmt: skip
+    second = models.summarize([_row("llama:small:inference", 1.05, 1.1, 1.02, 0.95),
+                               {"block": "gpt2:small:inference", "cold_compile_s": {"stock": 20.0, "ours": 24.0},
+                                "compile_ratio": 1.2},
+                               {"block": "gpt2:small:inference", "error": "a later failure"}],
+                              {"device": None, "torch": None})  # fmt: skip
+    paths = []
+    for i, result in enumerate((first, second)):
+        paths.append(str(tmp_path / f"part{i}.json"))
+        models.write_json(result, paths[-1])
+    out = tmp_path / "all.json"
+    models.main(["--combine", *paths, "--json", str(out)])
+    combined = json.loads(out.read_text())
+    assert set(combined) == SUMMARY_KEYS and combined["device"] == "H200"
+    assert [r["block"] for r in combined["rows"]] == ["gpt2:small:inference", "llama:small:inference"]
+    gpt2, llama = combined["rows"]
+    assert "error" not in gpt2 and gpt2["gpu_speedup"] == 1.2 and gpt2["compile_ratio"] == 1.2
+    assert "error" not in llama and llama["gpu_speedup"] == 1.05
+    assert combined["gpu_speedup_min"] == 1.05 and combined["compile_ratio_max"] == 1.2
+    assert combined["gpu_speedup_geomean"] == pytest.approx((1.2 * 1.05) ** 0.5, abs=1e-4)
+    assert "gpt2:small:inference" in capsys.readouterr().out
+
+
+# --- the command line ------------------------------------------------------------------
+
+
+def test_blocks_option_selects_and_refuses_unknown_families(capsys):
+    args = models.parser().parse_args(["--blocks", "gpt2:prefill,qwen2:small,bert", "--runs", "inference,train"])
+    assert args.blocks == [("gpt2", "prefill"), ("qwen2", "small"), ("bert", "prefill"), ("bert", "small")]
+    picked = [b.name for b in models.select(args.blocks, args.runs)]
+    assert picked == ["gpt2:prefill:inference", "gpt2:prefill:train", "qwen2:small:inference",
+                      "bert:prefill:inference", "bert:small:inference"]  # fmt: skip
+    default = models.parser().parse_args([])
+    assert len(models.select(default.blocks, default.runs)) == 2 * len(models.FAMILIES) + 2 * 3
+    assert default.modes == [models.CUDAGRAPHS, models.NO_CUDAGRAPHS]
+    for bad, message in (("gpt5:small", "unknown family 'gpt5'"), ("llama:huge", "unknown size 'huge'")):
+        with pytest.raises(SystemExit):
+            models.parser().parse_args(["--blocks", bad])
+        assert message in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        models.parser().parse_args(["--runs", "inference,finetune"])
+    assert "unknown run" in capsys.readouterr().err
+
+
+def test_every_option_has_help():
+    for action in models.parser()._actions:
+        assert action.help, action.dest
+
+
+# --- a whole run, GPU measurements faked ------------------------------------------------
+
+
+class FakeProbe(models.GpuProbe):
+    def synchronize(self):
+        pass
+
+    def wall_ms(self, steps):
+        return {name: 2.0 if name == "stock" else 1.6 for name in steps}
+
+    def profile(self, steps):
+        for step in steps.values():
+            step()
+        return {
+            "stock": models.merge_profiles([_profile(("nvjet_tst_gemm", 0.3), ("triton_poi_fused_gelu_0", 0.05))]),
+            "ours": models.merge_profiles([_profile(("kernel_cutlass_kernel_inductor_cutedsl_0", 0.28))]),
+        }
+
+    def host_us(self, steps, launches):
+        assert launches == {"stock": 2.0, "ours": 1.0}
+        return {"stock": 300.0, "ours": 280.0, "calls": {"stock": 20, "ours": 20}, "gpu_busy": True}
+
+
+def test_run_measures_every_block_and_goes_on_after_a_failure(tmp_path, capsys):
+    blocks = [models.BlockId("gpt2", "small", "inference"), models.BlockId("llama", "small", "train"),
+              models.BlockId("bert", "small", "inference")]  # fmt: skip
+    compiled = []
+
+    def compile_fn(target, mode):
+        """No compile: the eager module, except for bert, whose "ours" is wrong."""
+        compiled.append((type(target).__name__, mode, not is_enabled()))
+        if isinstance(target, models.Block) and target.post_norm and is_enabled():
+            return lambda x: target(x) * 1.5
+        return target
+
+    path = tmp_path / "models.json"
+    result = models.run_blocks(blocks, list(models.MODES), str(path), probe=FakeProbe(), info={"device": "cpu"},
+                               device="cpu", dtype=torch.float32, scale=TINY, compile_fn=compile_fn)  # fmt: skip
+    assert json.loads(path.read_text()) == json.loads(json.dumps(result))
+    gpt2, llama, bert = result["rows"]
+    assert gpt2["gpu_speedup"] == pytest.approx(350 / 280, abs=1e-4)
+    assert gpt2["wall_speedup"] == {models.CUDAGRAPHS: 1.25, models.NO_CUDAGRAPHS: 1.25}
+    assert gpt2["host_us"]["stock"] == 300.0 and gpt2["rel_err"]["ours_vs_stock"] == 0.0
+    assert gpt2["bound"] == 1.0 and gpt2["bound_note"]  # nothing compiled, so no wrapper code to read
+    assert gpt2["gemm_kernels"]["ours"][0]["ours"] and not gpt2["gemm_kernels"]["stock"][0]["ours"]
+    assert llama["run"] == "train" and llama["rel_err"]["ours_vs_eager"] == 0.0 and "error" not in llama
+    assert "AccuracyError" in bert["error"] and bert["rel_err"]["ours_vs_stock"] > 0.1 and "gpu_us" not in bert
+    assert result["gpu_speedup_min"] == pytest.approx(350 / 280, abs=1e-4)
+    # Each backend compiled once per mode, the mode without CUDA graphs first, stock first.
+    assert compiled[:4] == [("Block", models.NO_CUDAGRAPHS, True), ("Block", models.CUDAGRAPHS, True),
+                            ("Block", models.NO_CUDAGRAPHS, False), ("Block", models.CUDAGRAPHS, False)]  # fmt: skip
+    assert compiled[4][0] == "ScalarLoss" and len(compiled) == 12
+    out = capsys.readouterr().out
+    assert "FAILED" in out and "gpt2:small:inference" in out and "gpu_speedup_geomean" in out
+    assert is_enabled()
+
+
+def test_a_resumed_run_keeps_earlier_rows_and_measures_the_rest(tmp_path):
+    prior = [_row("gpt2:small:inference", 1.3, 1.4, 1.2, 1.0),
+             {"block": "vit:small:inference", "error": "RuntimeError: cut short"}]  # fmt: skip
+    blocks = [models.BlockId("gpt2", "small", "inference"), models.BlockId("vit", "small", "inference")]
+    def resumed(retry_failed):
+        return models.run_blocks(blocks, list(models.MODES), str(tmp_path / "r.json"), probe=FakeProbe(), info={},
+                                 prior=prior, retry_failed=retry_failed, device="cpu", dtype=torch.float32,
+                                 scale=TINY, compile_fn=lambda target, mode: target)  # fmt: skip
+
+    assert resumed(retry_failed=False)["rows"] == prior  # a failed block counts as done
+    result = resumed(retry_failed=True)
+    gpt2, vit = result["rows"]
+    assert gpt2 == prior[0] and "error" not in vit and vit["gpu_speedup"] == pytest.approx(1.25)
+    assert result["gpu_speedup_min"] == pytest.approx(1.25) and result["gpu_speedup_geomean"] == pytest.approx(
+        (1.3 * 1.25) ** 0.5, abs=1e-4)  # fmt: skip
+
+
+def test_a_budget_starts_only_the_blocks_expected_to_end_within_it(monkeypatch, capsys):
+    clock = [0.0]
+    monkeypatch.setattr(models, "time", type("Clock", (), {"perf_counter": staticmethod(lambda: clock[0])}))
+
+    def measure_block(bid, row, modes, probe, **kw):
+        clock[0] += 250.0 if bid.run == "train" else 100.0
+        row.update(gpu_us={"stock": 1.0, "ours": 1.0}, gpu_speedup=1.0)
+
+    monkeypatch.setattr(models, "measure_block", measure_block)
+    names = ["gpt2:small:inference", "llama:small:inference", "gpt2:small:train", "bert:small:inference"]
+    result = models.run_blocks([models.BlockId.parse(n) for n in names], list(models.MODES), None, info={},
+                               budget=350.0)  # fmt: skip
+    # The training block, expected to take twice the longest inference block, would end past the budget.
+    assert [r["block"] for r in result["rows"]] == [names[0], names[1], names[3]]
+    assert "not started (run again with --resume): gpt2:small:train" in capsys.readouterr().out
+
+
+def test_cold_compiles_run_in_fresh_processes_with_empty_caches(monkeypatch, tmp_path):
+    calls = []
+
+    def json_process(args, env, timeout):
+        calls.append((args, env))
+        backend = args[-1].rsplit(":", 1)[1]
+        return {"compile_s": 20.0 if backend == "stock" else 25.0, "cutedsl_builds": 0 if backend == "stock" else 6}
+
+    monkeypatch.setattr(models, "json_process", json_process)
+    blocks = [models.BlockId("llama", "small", "train")]
+    measured = _row("llama:small:train", 1.1, 1.2, 1.0, 0.9)
+
+    def cold_run(prior):
+        return models.run_blocks(blocks, [models.CUDAGRAPHS], str(tmp_path / "cold.json"), cold=True, measure=False,
+                                 info={}, prior=prior)  # fmt: skip
+
+    result = cold_run([measured])
+    (row,) = result["rows"]
+    assert row["cold_compile_s"] == {"mode": models.CUDAGRAPHS, "stock": 20.0, "ours": 25.0, "ours_cutedsl_builds": 6}
+    assert row["compile_ratio"] == 1.25 and result["compile_ratio_max"] == 1.25 and row["gpu_speedup"] == 1.1
+    assert len(calls) == 2
+    assert cold_run(result["rows"])["rows"] == [row] and len(calls) == 2  # resumed: nothing left to run
+    assert [args[1:] for args, _ in calls] == [["--compile-once", f"llama:small:train:{models.CUDAGRAPHS}:{b}"]
+                                               for b in models.BACKENDS]  # fmt: skip
+    assert Path(calls[0][0][0]) == Path(models.__file__).resolve()
+    dirs = [env[key] for _, env in calls for key in models.COLD_CACHE_DIRS]
+    assert len(set(dirs)) == len(dirs)
+
+
+# --- the main job's --suite ---------------------------------------------------------------
+
+
+def test_suite_runs_one_small_inference_block_of_each_family():
+    from inductor_cutedsl.job import suite
+
+    args = models.parser().parse_args(suite.suite_args("out.json"))
+    assert [b.name for b in models.select(args.blocks, args.runs)] == [
+        f"{family}:small:inference" for family in models.FAMILIES
+    ]
+    assert args.json == "out.json" and args.modes == list(models.MODES)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="exercises the no-GPU path")
+def test_suite_without_gpu_says_so(capsys, tmp_path):
+    from inductor_cutedsl import __main__ as entry
+
+    entry.main(["--suite", "--json", str(tmp_path / "suite.json")])
+    assert "no CUDA GPU" in capsys.readouterr().out
+    assert not (tmp_path / "suite.json").exists()
+
+
+# --- on the GPU: the measurements themselves (no compile) ---------------------------------
+
+
+@pytest.mark.gpu
+def test_gpu_probe_measures_two_steps():
+    a = torch.randn(1024, 1024, device="cuda").to(torch.bfloat16)
+    steps = {"stock": lambda: [a @ a], "ours": lambda: [torch.relu(a @ a)]}
+    probe = models.GpuProbe()
+    assert all(ms > 0 for ms in probe.wall_ms(steps).values())
+    prof = probe.profile(steps)
+    assert prof["stock"]["us"] > 0 and len(prof["ours"]["kernels"]) == len(prof["stock"]["kernels"]) + 1  # relu
+    gemms = models.gemm_kernels(prof["stock"]["kernels"])
+    assert gemms and not any(k["ours"] for k in gemms)  # cuBLAS, by its kernel's name
+    host = probe.host_us(steps, {"stock": 1, "ours": 2})
+    assert host["gpu_busy"] and host["stock"] > 0 and host["calls"] == {"stock": 20, "ours": 20}
+
+
+@pytest.mark.gpu
+def test_blocks_run_through_the_real_measurements_uncompiled(tmp_path):
+    blocks = [models.BlockId("gpt2", "small", "inference"), models.BlockId("llama", "small", "train")]
+    result = models.run_blocks(blocks, list(models.MODES), str(tmp_path / "gpu.json"), scale=4,
+                               compile_fn=lambda target, mode: target)  # fmt: skip
+    for row in result["rows"]:
+        assert "error" not in row, row["error"]
+        assert row["gpu_us"]["stock"] > 0 and row["host_us"]["gpu_busy"] and row["bound"] == 1.0
+        assert set(row["wall_ms"]) == set(models.MODES) and row["rel_err"]["ours_vs_stock"] == 0.0
+    assert result["device"] == torch.cuda.get_device_name()
