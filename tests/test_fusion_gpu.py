@@ -232,7 +232,7 @@ REFUSALS = {
     "transposed_read": (lambda x, w, r: torch.relu(x @ w.t()) + r.t(), "read transposed|element-for-element"),
     "indirect_read": (lambda x, w, t, i: torch.relu(x @ w.t()) + t[i], "indirect"),
     "unsupported_op": (lambda x, w: torch.atan(x @ w.t()), "no CuteDSL epilogue translation"),
-    "mismatched_size": (lambda x, w: (x @ w.t())[:, :1000] * 2, "tile"),
+    "mismatched_size": (lambda x, w: (x @ w.t())[:, :1000] * 2, "tile|cover less"),
 }
 
 
