@@ -30,6 +30,7 @@ import contextlib
 import dataclasses
 import gc
 import json
+import logging
 import os
 import re
 import statistics
@@ -696,7 +697,8 @@ def measure_block(
     compiles (a training step's backward compiles at its first backward), so it runs in
     its backend's state. Outputs are compared after two more calls, the first replay
     of a CUDA graph."""
-    from inductor_cutedsl.scheduler import scheduling
+    from inductor_cutedsl.lowering import gated
+    from inductor_cutedsl.scheduler import scheduling, selection
 
     block, x = make_block(bid.family, bid.size, device, dtype, scale)
     params = list(block.parameters())
@@ -713,6 +715,7 @@ def measure_block(
         with backend(name):
             for i, mode in enumerate(order):
                 fused_before = len(scheduling.fused_epilogues)
+                decided_before = (len(selection.decisions), len(gated.decisions))
                 step = make_step(compile_fn(target, mode), x, bid.run, params, uses_cudagraphs(mode))
                 # The first mode's compile is read: the second generates the same code again.
                 with captured_code(codes[name]) if i == 0 else contextlib.nullcontext():
@@ -722,6 +725,11 @@ def measure_block(
                 row["compile_s_in_process"][name][mode] = round(time.perf_counter() - t0, 1)
                 if name == "ours" and i == 0:  # (plain JSON: a size may be a sympy integer)
                     row["fused"] = json.loads(json.dumps(scheduling.fused_epilogues[fused_before:], default=str))
+                    # What the epilogue selection and the gated MLP's lowering measured.
+                    row["decisions"] = json.loads(json.dumps({
+                        "epilogue": selection.decisions[decided_before[0]:],
+                        "gated": gated.decisions[decided_before[1]:],
+                    }, default=str))  # fmt: skip
                 step()
                 outs[name][mode] = outputs(step)
                 steps[name][mode] = step
@@ -989,6 +997,9 @@ def main(argv: list[str] | None = None) -> dict | None:
     # Static shapes, as in a first compile: every block reuses Block.forward's code, so
     # dynamo must not take a new block's sizes for sizes that vary. A block that would
     # fall back to eager after too many recompiles fails instead.
+    # Our lowering's and scheduler's decisions, with their reasons, go to the log.
+    logging.basicConfig(format="%(name)s: %(message)s")
+    logging.getLogger("inductor_cutedsl").setLevel(logging.INFO)
     torch._dynamo.config.automatic_dynamic_shapes = False
     torch._dynamo.config.fail_on_recompile_limit_hit = True
     blocks = select(args.blocks, args.runs)
