@@ -1,8 +1,9 @@
 """inductor_cutedsl: CuTe DSL GEMMs for TorchInductor on Hopper.
 
-``import inductor_cutedsl`` enables the backend (idempotent);
-``inductor_cutedsl.disable()`` restores Inductor as it was. Settings live in
-``inductor_cutedsl.config``.
+``import inductor_cutedsl`` enables the backend (idempotent) without importing
+Inductor: its settings change as Inductor's config is imported, the rest installs when
+the first compilation starts (``install``). ``inductor_cutedsl.disable()`` restores
+Inductor as it was. Settings live in ``inductor_cutedsl.config``.
 """
 import os
 

@@ -1,23 +1,25 @@
 """Every use of torch-private (``torch._inductor``) API, for torch 2.11.
 
 Keeping them here makes a torch upgrade a one-file review.
+
+Importing Inductor costs more than a second (``torch._inductor.config`` alone pulls in
+``torch._dynamo``), so nothing here imports it at import time: ``inductor_config``,
+``V``, ``ir`` and ``ir_ops`` are stand-ins that import their module on first use,
+and the classes our modules subclass load on first access (``__getattr__``).
+``when_imported`` runs code right after a module is imported (how ``enable()`` at
+import sets Inductor's settings without importing Inductor).
 """
 from __future__ import annotations
 
 import contextlib
+import importlib
+import importlib.abc
 import math
+import sys
+import threading
 from typing import Any, Callable, Iterator, Sequence
 
-import sympy
 import torch
-from torch._inductor import config as inductor_config
-from torch._inductor import ir
-from torch._inductor.choices import InductorChoices
-from torch._inductor.ops_handler import DefaultHandler as OpsHandlerBase
-from torch._inductor.codegen.cutedsl.cutedsl_template import CuteDSLTemplate, CuteDSLTemplateCaller
-from torch._inductor.ir import CuteDSLTemplateBuffer
-from torch._inductor.virtualized import V
-from torch._inductor.virtualized import ops as ir_ops  # Inductor's ops, for IR inner functions
 
 __all__ = [
     "CuteDSLTemplate",
@@ -38,7 +40,157 @@ __all__ = [
     "set_autotune_backends",
     "set_choices_class",
     "size_hint",
+    "when_imported",
 ]
+
+
+class _Lazy:
+    """Module ``module`` (or its attribute ``attr``), imported on first use; attribute
+    reads and writes go to it."""
+
+    def __init__(self, module: str, attr: str | None = None) -> None:
+        object.__setattr__(self, "_where", (module, attr))
+        object.__setattr__(self, "_target", None)
+
+    def _resolve(self) -> Any:
+        target = self._target
+        if target is None:
+            module, attr = self._where
+            target = importlib.import_module(module)
+            target = getattr(target, attr) if attr else target
+            object.__setattr__(self, "_target", target)
+        return target
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._resolve(), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._resolve(), name, value)
+
+    def __repr__(self) -> str:
+        return f"<lazy {'.'.join(filter(None, self._where))}>"
+
+
+inductor_config = _Lazy("torch._inductor.config")
+ir = _Lazy("torch._inductor.ir")
+V = _Lazy("torch._inductor.virtualized", "V")
+ir_ops = _Lazy("torch._inductor.virtualized", "ops")  # Inductor's ops, for IR inner functions
+
+# Classes our modules subclass: loaded when first asked for.
+_CLASSES = {
+    "CuteDSLTemplate": ("torch._inductor.codegen.cutedsl.cutedsl_template", "CuteDSLTemplate"),
+    "CuteDSLTemplateCaller": ("torch._inductor.codegen.cutedsl.cutedsl_template", "CuteDSLTemplateCaller"),
+    "CuteDSLTemplateBuffer": ("torch._inductor.ir", "CuteDSLTemplateBuffer"),
+    "InductorChoices": ("torch._inductor.choices", "InductorChoices"),
+    "OpsHandlerBase": ("torch._inductor.ops_handler", "DefaultHandler"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _CLASSES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, attr = _CLASSES[name]
+    value = getattr(importlib.import_module(module), attr)
+    globals()[name] = value
+    return value
+
+
+# -- running code when a module is imported ------------------------------------------
+
+
+def loaded(name: str) -> bool:
+    """Whether module ``name`` has been imported (and is not still executing)."""
+    module = sys.modules.get(name)
+    return module is not None and not getattr(getattr(module, "__spec__", None), "_initializing", False)
+
+
+class _HookedLoader(importlib.abc.Loader):
+    """Loads as ``loader`` does, then runs the hooks (the module keeps ``loader``)."""
+
+    def __init__(self, loader: Any, fire: Callable[[], None]) -> None:
+        self._loader, self._fire = loader, fire
+
+    def create_module(self, spec: Any) -> Any:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        module.__loader__ = self._loader
+        if getattr(module, "__spec__", None) is not None:
+            module.__spec__.loader = self._loader
+        self._loader.exec_module(module)
+        self._fire()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+
+class _ImportHooks(importlib.abc.MetaPathFinder):
+    """A ``sys.meta_path`` entry that finds nothing itself: for a watched module it takes
+    the spec the other finders give and has its loader run the hooks after loading."""
+
+    def __init__(self) -> None:
+        self.hooks: dict[str, list[Callable[[], None]]] = {}
+        self.lock = threading.RLock()
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name not in self.hooks:
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec = find(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is not None:
+            spec.loader = _HookedLoader(spec.loader, lambda: self.fire(name))
+        return spec
+
+    def fire(self, name: str) -> None:
+        with self.lock:
+            hooks = self.hooks.pop(name, [])
+            if not self.hooks and self in sys.meta_path:
+                sys.meta_path.remove(self)
+        for fn in hooks:
+            fn()
+
+    def add(self, name: str, fn: Callable[[], None]) -> None:
+        with self.lock:
+            self.hooks.setdefault(name, []).append(fn)
+            if self not in sys.meta_path:
+                sys.meta_path.insert(0, self)
+
+    def remove(self, name: str, fn: Callable[[], None]) -> None:
+        with self.lock:
+            if fn in self.hooks.get(name, ()):
+                self.hooks[name].remove(fn)
+                if not self.hooks[name]:
+                    del self.hooks[name]
+            if not self.hooks and self in sys.meta_path:
+                sys.meta_path.remove(self)
+
+
+_import_hooks = _ImportHooks()
+
+
+def when_imported(name: str, fn: Callable[[], None]) -> Any:
+    """Call ``fn()`` now if module ``name`` is imported, else right after it is (before
+    whatever imported it gets it back). Returns a handle for ``cancel_when_imported``,
+    None if ``fn`` ran now."""
+    if name in sys.modules:
+        fn()
+        return None
+    handle = (name, fn)
+    _import_hooks.add(name, fn)
+    return handle
+
+
+def cancel_when_imported(handle: Any) -> None:
+    """``fn`` of ``when_imported`` will not run (if it has not yet)."""
+    if handle is not None:
+        _import_hooks.remove(*handle)
 
 
 def autotune_backends() -> str:
@@ -71,10 +223,14 @@ def choices_class() -> Any:
     return inductor_config.inductor_choices_class
 
 
-def set_choices_class(cls: Any) -> None:
-    """Install ``cls`` for new threads (config) and for this thread (the live handler)."""
+def set_choices_class(cls: Any, live: bool = True) -> None:
+    """Install ``cls`` for new threads (config) and, with ``live``, for this thread (the
+    live handler, where one may exist: Inductor makes it from the config on first use)."""
     inductor_config.inductor_choices_class = cls
-    V.set_choices_handler(cls() if cls is not None else InductorChoices())
+    if live and loaded("torch._inductor.choices"):
+        from torch._inductor.choices import InductorChoices
+
+        V.set_choices_handler(cls() if cls is not None else InductorChoices())
 
 
 def size_hint(expr: Any) -> int:
@@ -83,6 +239,8 @@ def size_hint(expr: Any) -> int:
 
 def multiple_of(expr: Any, n: int) -> bool:
     """True only when ``expr`` is provably a multiple of ``n`` (adds no guard)."""
+    import sympy
+
     return bool(V.graph.sizevars.statically_known_multiple_of(sympy.sympify(expr), n))
 
 
@@ -416,18 +574,26 @@ def unregister_lowering(op: Any) -> None:
     lowerings.pop(op, None)
 
 
-def install_pre_grad_pass(fn: Callable[[torch.fx.Graph], Any]) -> Any:
-    """Run ``fn`` on each graph before autograd (after a user's own pre-grad pass);
-    returns what ``restore_pre_grad_pass`` needs."""
+class _PreGradPasses:
+    """A user's pre-grad pass (if any) and then ours. A module-level class, not a
+    closure: Inductor pickles its config for its compile cache's key, and an
+    unpicklable pass turns that cache off for every compile."""
+
+    def __init__(self, prior: Any, fn: Callable[[Any], Any]) -> None:
+        self.prior, self.fn = prior, fn
+
+    def __call__(self, graph: Any) -> None:
+        if self.prior is not None:
+            self.prior(graph)
+        self.fn(graph)
+
+
+def install_pre_grad_pass(fn: Callable[[Any], Any]) -> Any:
+    """Run ``fn`` (a module-level function: it is pickled) on each graph before
+    autograd, after a user's own pre-grad pass; returns what ``restore_pre_grad_pass``
+    needs."""
     prior = inductor_config.pre_grad_custom_pass
-
-    def both(graph: torch.fx.Graph) -> None:
-        if prior is not None:
-            prior(graph)
-        fn(graph)
-
-    both.__wrapped__ = fn
-    inductor_config.pre_grad_custom_pass = both
+    inductor_config.pre_grad_custom_pass = _PreGradPasses(prior, fn)
     return prior
 
 

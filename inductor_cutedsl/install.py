@@ -8,25 +8,35 @@ subclass also scores fusions our GEMMs take, and our CUDA scheduling fuses them
 ``max_autotune_gemm_backends``, and re-times our best candidate side by side with
 the fastest other choice after each autotuning pass (``fair_timing``);
 ``disable()`` restores all of it exactly.
+
+Two steps, so that ``import inductor_cutedsl`` does not import Inductor (more than a
+second): the settings (the backends token, the choices class, the pre-grad pass) are
+made as soon as ``torch._inductor.config`` is imported, or at once if it is; the rest
+(our choices classes, the patches of Inductor's classes, the lowering of the gated
+MLP op, the scheduling) is installed at once where Inductor is already imported, and
+otherwise when the first compilation starts (or Inductor first makes its choices
+handler, or runs the pre-grad passes, whichever comes first). Until then the choices
+class is ``_choices``, which installs the rest and makes an instance of ours.
 """
 from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from typing import Any, Iterator
 
 import torch
 
 from . import _compat, config
-from .lowering.choices import CuteDSLChoices
-from .lowering.fair_timing import rescale
-from .lowering.gemm_choices import BACKEND_TOKEN
 from .runtime import workers
 
 log = logging.getLogger("inductor_cutedsl")
 
+#: The token of ours in ``max_autotune_gemm_backends``.
+BACKEND_TOKEN = "CUTEDSL"
 
 _saved: dict[str, Any] | None = None
+_lock = threading.RLock()
 
 
 def is_enabled() -> bool:
@@ -38,58 +48,129 @@ def _start_workers() -> None:
         workers.start(config.compile_workers)
 
 
-def enable() -> None:
-    """Install the backend (idempotent)."""
-    global _saved
-    if _saved is not None:
-        return
-    prior_cls = _compat.choices_class()
-    if prior_cls is not None and not issubclass(prior_cls, CuteDSLChoices):
-        log.warning("replacing inductor_choices_class %r with CuteDSLChoices", prior_cls)
-    _saved = {"backends": _compat.autotune_backends(), "choices_class": prior_cls}
-    if not _compat.backend_enabled(BACKEND_TOKEN):
-        _compat.set_autotune_backends(f"{_saved['backends']},{BACKEND_TOKEN}")
-    _compat.set_choices_class(CuteDSLChoices)
-    _saved["benchmark_hook"] = _compat.install_benchmark_hook(rescale)
-    if config.dual_gemm:
-        from .lowering import gated
+def _choices_class() -> type:
+    """Our choices class, as ``enable()`` found ``config.epilogue_fusion``."""
+    if _saved["epilogue_fusion"]:
+        from .scheduler.scheduling import CuteDSLFusionChoices
 
-        _compat.register_lowering(torch.ops.inductor_cutedsl.gated_mm.default, gated.lower)
-        _saved["pre_grad_pass"] = _compat.install_pre_grad_pass(gated.rewrite)
+        return CuteDSLFusionChoices
+    from .lowering.choices import CuteDSLChoices
+
+    return CuteDSLChoices
+
+
+def _choices() -> Any:
+    """Inductor's choices handler, made from ``config.inductor_choices_class`` before the
+    rest of the backend is installed: installs it, then makes ours."""
+    _install_rest()
+    cls = _compat.choices_class()
+    if cls is _choices or cls is None:  # disabled meanwhile: Inductor's own
+        cls = _compat.InductorChoices
+    return cls()
+
+
+def _rewrite_gated(graph: torch.fx.Graph) -> None:
+    """The pre-grad pass: the gated MLP rewritten into our op (``lowering.gated``)."""
+    _install_rest()
+    from .lowering import gated
+
+    gated.rewrite(graph)
+
+
+def _compile_starts() -> None:
+    _install_rest()
     # Compile workers start with the first compilation (not at import): their DSL
     # import then overlaps tracing and lowering, before the first GEMM needs them.
-    _saved["compile_start_hook"] = _compat.on_compile_start(_start_workers)
-    if config.epilogue_fusion:
-        from .scheduler.scheduling import (
-            CuteDSLFusionChoices,
-            CuteDSLFusionScheduling,
-            fusion_verdict,
-            pairs_through_view,
-        )
+    _start_workers()
 
-        _compat.set_choices_class(CuteDSLFusionChoices)
-        _saved["scheduling"] = _compat.install_cuda_scheduling(CuteDSLFusionScheduling)
-        # A GEMM whose epilogue we measured is decided already: Inductor's own
-        # benchmark of the fusion (Triton candidates only) must not overrule it.
-        _saved["fusion_hooks"] = _compat.install_fusion_hooks(fusion_verdict, pairs_through_view)
+
+def enable() -> None:
+    """Install the backend (idempotent): all of it at once where Inductor is imported;
+    else its settings as soon as Inductor's config is imported and the rest when the
+    first compilation starts."""
+    global _saved
+    with _lock:
+        if _saved is not None:
+            return
+        # What enable() reads of our config, kept for the rest of the install.
+        _saved = {"epilogue_fusion": config.epilogue_fusion, "dual_gemm": config.dual_gemm}
+        inductor = _compat.loaded("torch._inductor.config")
+        _saved["settings_hook"] = _compat.when_imported("torch._inductor.config", _install_settings)
+        _saved["start_hook"] = _compat.when_imported("torch._dynamo.callback", _install_start_hook)
+        if inductor:
+            _install_rest()
+
+
+def _install_settings() -> None:
+    """Inductor's settings (its config module only: this may run inside its import)."""
+    with _lock:
+        if _saved is None or "backends" in _saved:
+            return
+        prior_cls = _compat.choices_class()
+        if prior_cls is not None and not getattr(prior_cls, "__module__", "").startswith(__package__):
+            log.warning("replacing inductor_choices_class %r with ours", prior_cls)
+        _saved.update(backends=_compat.autotune_backends(), choices_class=prior_cls)
+        if not _compat.backend_enabled(BACKEND_TOKEN):
+            _compat.set_autotune_backends(f"{_saved['backends']},{BACKEND_TOKEN}")
+        _compat.set_choices_class(_choices, live=False)  # Inductor makes its handler from it
+        if _saved["dual_gemm"]:
+            _saved["pre_grad_pass"] = _compat.install_pre_grad_pass(_rewrite_gated)
+
+
+def _install_start_hook() -> None:
+    with _lock:
+        if _saved is not None and "compile_start_hook" not in _saved:
+            _saved["compile_start_hook"] = _compat.on_compile_start(_compile_starts)
+
+
+def _install_rest() -> None:
+    """What needs Inductor imported (idempotent; nothing once disabled)."""
+    with _lock:
+        if _saved is None or "rest" in _saved:
+            return
+        _install_settings()
+        from .lowering.fair_timing import rescale
+
+        if _compat.choices_class() is _choices:
+            _compat.set_choices_class(_choices_class())
+        _saved["benchmark_hook"] = _compat.install_benchmark_hook(rescale)
+        if _saved["dual_gemm"]:
+            from .lowering import gated
+
+            _compat.register_lowering(torch.ops.inductor_cutedsl.gated_mm.default, gated.lower)
+        if _saved["epilogue_fusion"]:
+            from .scheduler.scheduling import CuteDSLFusionScheduling, fusion_verdict, pairs_through_view
+
+            _saved["scheduling"] = _compat.install_cuda_scheduling(CuteDSLFusionScheduling)
+            # A GEMM whose epilogue we measured is decided already: Inductor's own
+            # benchmark of the fusion (Triton candidates only) must not overrule it.
+            _saved["fusion_hooks"] = _compat.install_fusion_hooks(fusion_verdict, pairs_through_view)
+        _saved["rest"] = True
 
 
 def disable() -> None:
     """Restore Inductor's settings as they were before ``enable()`` (idempotent)."""
     global _saved
-    if _saved is None:
-        return
-    _compat.set_autotune_backends(_saved["backends"])
-    _compat.set_choices_class(_saved["choices_class"])
-    _compat.remove_compile_start_hook(_saved["compile_start_hook"])
-    _compat.restore_benchmark_hook(_saved["benchmark_hook"])
-    if "pre_grad_pass" in _saved:
-        _compat.restore_pre_grad_pass(_saved["pre_grad_pass"])
-        _compat.unregister_lowering(torch.ops.inductor_cutedsl.gated_mm.default)
-    if "scheduling" in _saved:
-        _compat.restore_cuda_scheduling(_saved["scheduling"])
-        _compat.restore_fusion_hooks(_saved["fusion_hooks"])
-    _saved = None
+    with _lock:
+        if _saved is None:
+            return
+        saved, _saved = _saved, None
+        _compat.cancel_when_imported(saved["settings_hook"])
+        _compat.cancel_when_imported(saved["start_hook"])
+        if "backends" in saved:
+            _compat.set_autotune_backends(saved["backends"])
+            _compat.set_choices_class(saved["choices_class"])
+        if "compile_start_hook" in saved:
+            _compat.remove_compile_start_hook(saved["compile_start_hook"])
+        if "pre_grad_pass" in saved:
+            _compat.restore_pre_grad_pass(saved["pre_grad_pass"])
+        if "benchmark_hook" in saved:
+            _compat.restore_benchmark_hook(saved["benchmark_hook"])
+        if "rest" in saved and saved["dual_gemm"]:
+            _compat.unregister_lowering(torch.ops.inductor_cutedsl.gated_mm.default)
+        if "scheduling" in saved:
+            _compat.restore_cuda_scheduling(saved["scheduling"])
+            _compat.restore_fusion_hooks(saved["fusion_hooks"])
 
 
 @contextlib.contextmanager

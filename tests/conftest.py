@@ -9,6 +9,16 @@ os.environ.setdefault(
     os.path.join(tempfile.gettempdir(), f"inductor_cutedsl_test_cache_{os.getuid()}"),
 )
 
+# The tests read what the backend installed into Inductor (its choices class, the patched
+# scheduler) right after `import inductor_cutedsl`: with Inductor imported first, enable()
+# installs it all at once. The deferred install of a fresh process (settings when
+# Inductor's config is imported, the rest at the first compile) is tested in
+# subprocesses (tests/test_import_time.py).
+try:
+    import torch._inductor.config  # noqa: F401
+except ImportError:
+    pass
+
 
 def _hopper_gpu() -> str | None:
     """None when a Hopper GPU and the DSL are here, else why GPU tests skip."""

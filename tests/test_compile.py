@@ -166,7 +166,7 @@ def test_loaded_entry_marshals_the_launchers_arguments(tmp_path, variant):
     )  # fmt: skip
     spec = KernelSpec(GemmConfig(128, 128, 1, 1, stream_k=stream_k), "bfloat16", "bfloat16", "k", "n", epi, dual)
     path, _ = build(spec, KernelCache(tmp_path))
-    call = CompiledGemm(spec, str(path))._call
+    call = CompiledGemm(spec, str(path)).call
     values = [0x1000, 0x2000, 0x3000, 64, 64, 64, 1, 64, 64, 64, 0, 0, 0, 1]
     values += [0x9000, 128, 0] if dual else []
     values += [0x7000, 0x8000] if stream_k else []

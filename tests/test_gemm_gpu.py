@@ -223,6 +223,45 @@ def check_launcher_falls_back(epi: E.Epilogue, cfg: GemmConfig) -> None:
         assert rel_err(out, reference(a, b) + r.view(m, n).double()) < 1e-2
 
 
+def test_launcher_reuse_across_sizes_alignments_and_a_cuda_graph():
+    """One launcher, as a generated module holds it, reuses what it worked out per
+    (sizes, strides, operand alignment): other sizes of a dynamic graph and a residual
+    2 bytes into its storage (the unpaired kernel) between aligned ones compute right,
+    and so do replays of its launch captured in a CUDA graph, on new data."""
+    from inductor_cutedsl.runtime import KernelSpec, generated
+
+    n, k = 1024, 256
+    spec = KernelSpec(CONFIGS[0], "bfloat16", "bfloat16", "k", "n", paired("acc + ops[0]"))
+    launch = generated.launcher(spec)  # the residual read as given: its sizes and strides are keyed
+    b = matrix(k, n, True, torch.bfloat16)
+    for m, shift in [(512, 0), (300, 0), (512, 1), (300, 1), (512, 0), (300, 0)]:
+        a = matrix(m, k, True, torch.bfloat16)
+        r = torch.randn(m * n + 1, device="cuda").to(torch.bfloat16)[shift : shift + m * n].view(m, n)
+        out = poisoned((m, n), torch.bfloat16)
+        launch(a, b, out, r, stream=torch.cuda.current_stream().cuda_stream)
+        torch.cuda.synchronize()
+        assert rel_err(out, reference(a, b) + r.double()) < 1e-2, (m, shift)
+    a, r = matrix(512, k, True, torch.bfloat16), matrix(512, n, True, torch.bfloat16)
+    out = poisoned((512, n), torch.bfloat16)
+    check_graph_replays(lambda: launch(a, b, out, r, stream=torch.cuda.current_stream().cuda_stream),
+                        (a, r), out, lambda: reference(a, b) + r.double())  # fmt: skip
+
+
+def check_graph_replays(run, inputs, out, expected, replays: int = 3) -> None:
+    """``run()`` captured in a CUDA graph; each replay, on new ``inputs``, writes ``out``
+    as ``expected()`` says."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    for _ in range(replays):
+        for t in inputs:
+            t.copy_(torch.randn_like(t, dtype=torch.float32))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert rel_err(out, expected()) < 1e-2
+
+
 def staged(expr: str, dtype: str = "bfloat16", *extra: E.EpilogueOperand) -> E.Epilogue:
     return E.Epilogue(
         f"staged_{dtype}", f"def epilogue(acc, m, n, l, ops):\n    return {expr}\n",
@@ -353,16 +392,7 @@ def test_stream_k_replays_in_a_cuda_graph():
     out = poisoned((m, n), torch.bfloat16)
     gemm(a, b, out=out, config=STREAM_K)  # load and first launch outside the capture
     torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        gemm(a, b, out=out, config=STREAM_K)
-    for _ in range(3):
-        a.copy_(torch.randn_like(a, dtype=torch.float32))
-        b.copy_(torch.randn_like(b, dtype=torch.float32))
-        out.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        assert rel_err(out, reference(a, b)) < 1e-2
+    check_graph_replays(lambda: gemm(a, b, out=out, config=STREAM_K), (a, b), out, lambda: reference(a, b))
 
 
 KEEP_PRE = E.Epilogue(

@@ -7,25 +7,28 @@ import torch
 from inductor_cutedsl.kernels import GemmConfig
 from inductor_cutedsl.kernels import epilogue as E
 from inductor_cutedsl.runtime import KernelSpec, generated
+from inductor_cutedsl.runtime import launch as runtime_launch
 
 PAIRED = E.Epilogue("residual", "def epilogue(acc, m, n, l, ops):\n    return acc + ops[0]\n",
                     (E.EpilogueOperand("r", "full", "bfloat16", pairs=True),))  # fmt: skip
 SPEC = KernelSpec(GemmConfig(128, 256, 2, 1), "bfloat16", "bfloat16", "k", "k", PAIRED)
+HEAD = 14  # the entry's values before the epilogue operands: 3 pointers, sizes, strides, clusters
 
 
 @pytest.fixture
 def ran(monkeypatch) -> list:
-    """(the launched spec's first operand, its values) per launch, of stand-in kernels."""
+    """(the launched spec, the entry's values) per launch, of stand-in kernels: real
+    ``CompiledGemm`` argument code, no loaded binary (its C call is recorded)."""
     launches = []
 
-    class Kernel:
-        def __init__(self, spec):
-            self.spec = spec
+    def stand_in(spec):
+        kernel = runtime_launch.CompiledGemm.__new__(runtime_launch.CompiledGemm)
+        kernel.spec = spec
+        kernel.call = lambda *values: launches.append((spec, list(values)))
+        return kernel
 
-        def launch(self, a, b, out, values, stream, out_view=None, b_up=None):
-            launches.append((self.spec.epilogue.operands[0], values))
-
-    monkeypatch.setattr(generated, "get_gemm", Kernel)
+    monkeypatch.setattr(generated, "get_gemm", stand_in)
+    monkeypatch.setattr(runtime_launch, "max_active_clusters", lambda cluster_size, device: 66)
     return launches
 
 
@@ -36,7 +39,9 @@ def test_operands_that_break_a_pairs_declaration_run_the_unpaired_kernel(ran):
     launch(a, b, out, aligned, stream=0)
     launch(a, b, out, aligned[1:], stream=0)  # the view starts 2 bytes in
     base = aligned.data_ptr()
-    assert [(op.pairs, values) for op, values in ran] == [(True, [base, 128, 1, 0]), (False, [base + 2, 128, 1, 0])]
+    assert [(spec.epilogue.operands[0].pairs, values[HEAD:-1]) for spec, values in ran] == [
+        (True, [base, 128, 1, 0]), (False, [base + 2, 128, 1, 0])
+    ]  # fmt: skip
     assert generated.unpaired(SPEC).epilogue.fingerprint() != SPEC.epilogue.fingerprint()
     assert generated.unpaired(SPEC).epilogue.source == SPEC.epilogue.source
 
@@ -50,4 +55,92 @@ def test_operands_that_break_a_staged_declaration_run_the_global_load_kernel(ran
     assert storage.data_ptr() % 16 == 0
     for r in (storage[: 64 * 128], storage[8:], storage[1 : 64 * 128 + 1]):  # 0, 16 and 2 bytes in
         launch(a, b, out, r, stream=0)
-    assert [op.staged for op, _ in ran] == [True, True, False]
+    assert [spec.epilogue.operands[0].staged for spec, _ in ran] == [True, True, False]
+
+
+def test_reused_launch_values_follow_the_alignment_of_each_call(ran):
+    """The launcher reuses what it worked out per key; an operand's address alignment
+    is part of the key, so a misaligned call between aligned ones (and back) runs the
+    unpaired kernel exactly for that call."""
+    launch = generated.launcher(SPEC, (), (((128, 1, 0), 0),))
+    a, b, out = torch.empty(64, 32), torch.empty(32, 128), torch.empty(64, 128)
+    storage = torch.empty(64 * 128 + 16, dtype=torch.bfloat16)
+    offsets = [0, 1, 0, 2, 8, 1, 0]  # elements: 0, 2, 0, 4, 16, 2, 0 bytes in
+    for i in offsets:
+        launch(a, b, out, storage[i:], stream=0)
+    assert [spec.epilogue.operands[0].pairs for spec, _ in ran] == [i % 2 == 0 for i in offsets]
+    assert [values[HEAD] for _, values in ran] == [storage.data_ptr() + 2 * i for i in offsets]
+
+
+def _tensors(m: int, n: int, k: int, batch: int | None = None):
+    lead = () if batch is None else (batch,)
+    a = torch.empty(*lead, m, k, dtype=torch.bfloat16)
+    b = torch.empty(*lead, n, k, dtype=torch.bfloat16).transpose(-1, -2)  # column-major B
+    return a, b, torch.empty(*lead, m, n, dtype=torch.bfloat16)
+
+
+MIXED = E.Epilogue(
+    "mixed", "def epilogue(acc, m, n, l, ops):\n    return ops[0] * acc + ops[1] + ops[2] * ops[3]\n",
+    (E.EpilogueOperand("s0", "scalar"), E.EpilogueOperand("bias", "row", "bfloat16"),
+     E.EpilogueOperand("s1", "scalar"), E.EpilogueOperand("r", "full", "bfloat16", staged=True)),
+)  # fmt: skip
+CASES = {
+    "plain": (E.IDENTITY, (), (), None, False),
+    "plain_out_view": (E.IDENTITY, (), (), ((256, 1, 0), 64), False),
+    "scalars_between_operands": (MIXED, (0.5, 2.0), (), None, False),
+    "dual_with_a_bias": (E.bias("row"), (), (), None, True),
+}
+
+
+def _operands(epi: E.Epilogue, m: int, n: int, batch: int | None, shift: int = 0) -> list:
+    lead = () if batch is None else (batch,)
+    made = []
+    for op in epi.operands:
+        if op.kind == "row":
+            made.append(torch.empty(n, dtype=torch.bfloat16))
+        elif op.is_tensor:  # full: ``shift`` elements into its storage
+            storage = torch.empty(m * n * (batch or 1) + 8, dtype=torch.bfloat16)
+            made.append(storage[shift:][: m * n * (batch or 1)].view(*lead, m, n))
+    return made
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_reused_launch_values_equal_a_fresh_launchers(ran, case):
+    """One launcher serving every size of a dynamic graph (and alignment of its
+    operands) passes, call for call, what a launcher that has seen nothing else passes."""
+    epi, scalars, views, out_view, dual = CASES[case]
+    spec = KernelSpec(GemmConfig(128, 256, 2, 1), "bfloat16", "bfloat16", "k", "k", epi, dual)
+    calls = []
+    for m, n, k, batch, shift in [(64, 128, 32, None, 0), (48, 256, 64, None, 0), (64, 128, 32, 3, 0),
+                                  (64, 128, 32, None, 1), (64, 128, 32, None, 0), (48, 256, 64, None, 1)]:  # fmt: skip
+        a, b, out = _tensors(m, n, k, batch)
+        kwargs = {"b_up": _tensors(m, n, k, batch)[1]} if dual else {}
+        calls.append(((a, b, out, *_operands(epi, m, n, batch, shift)), kwargs))
+    reused = generated.launcher(spec, scalars, views, out_view)
+    for args, kwargs in calls:
+        reused(*args, stream=7, **kwargs)
+        generated.launcher(spec, scalars, views, out_view)(*args, stream=7, **kwargs)
+    assert len(ran) == 2 * len(calls)
+    assert ran[0::2] == ran[1::2]
+    assert len({tuple(values[3:HEAD]) for _, values in ran}) == 3  # the sizes did change
+    assert all(values[-1] == 7 for _, values in ran)
+    if case == "scalars_between_operands":  # s0, bias (4 values), s1, r (4 values): declaration order
+        values = ran[0][1]
+        assert [values[HEAD], values[HEAD + 5]] == [0.5, 2.0]
+        assert [spec.epilogue.operands[3].staged for spec, _ in ran[0::2]] == [True, True, True, False, True, False]
+
+
+def test_dual_launch_needs_the_up_weight(ran):
+    spec = KernelSpec(GemmConfig(128, 256, 2, 1), "bfloat16", "bfloat16", "k", "k", E.IDENTITY, True)
+    a, b, out = _tensors(64, 128, 32)
+    with pytest.raises(ValueError, match="up weight"):
+        generated.launcher(spec)(a, b, out, stream=0)
+
+
+def test_launcher_keeps_a_bounded_number_of_entries(ran, monkeypatch):
+    monkeypatch.setattr(generated._Entries, "LIMIT", 2)
+    launch = generated.launcher(KernelSpec(GemmConfig(128, 256, 2, 1), "bfloat16", "bfloat16", "k", "k", E.IDENTITY))
+    for m in (16, 32, 48, 16):
+        launch(*_tensors(m, 128, 32), stream=0)
+    assert [values[3] for _, values in ran] == [16, 32, 48, 16]
+    assert len(launch.__globals__["table"]) <= 2

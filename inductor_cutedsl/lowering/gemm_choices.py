@@ -11,6 +11,7 @@ import logging
 from typing import Any, Sequence
 
 from .. import _compat, config
+from ..install import BACKEND_TOKEN
 from ..kernels import epilogue as E
 from ..kernels.config import shortlist
 from ..runtime import compiler
@@ -22,7 +23,6 @@ from .template import gemm_template
 
 log = logging.getLogger("inductor_cutedsl.lowering")
 
-BACKEND_TOKEN = "CUTEDSL"
 GEMM_OPS = ("mm", "addmm", "bmm", "baddbmm")
 
 

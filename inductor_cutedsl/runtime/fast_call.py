@@ -37,12 +37,12 @@ class FastCaller:
         self._generic_only = False
 
     def __call__(self, *values) -> None:
-        state = getattr(self._tls, "state", None)
-        if state is None or self._generic_only:
+        try:
+            pack, buffer, packed, capi, result = self._tls.state  # this thread's, after its first call
+        except AttributeError:
             self._generic_call(values)
             return
-        buffer, packed, capi, result = state
-        self._layout.pack_into(buffer, 0, *values)
+        pack(buffer, 0, *values)
         capi(packed)
         if result is not None and result.value != 0:
             raise RuntimeError(f"CuTe DSL kernel launch failed with CUDA error {result.value}")
@@ -52,9 +52,12 @@ class FastCaller:
         dsl_args = self._to_dsl_args(values)
         exe_args, _adapted = self._fn.generate_execution_args(*dsl_args)
         self._fn.run_compiled_program(exe_args)
-        if not self._generic_only and getattr(self._tls, "state", None) is None:
-            self._tls.state = self._build_fast_state(exe_args, values)
-            self._generic_only = self._tls.state is None
+        if not self._generic_only:
+            state = self._build_fast_state(exe_args, values)
+            if state is None:
+                self._generic_only = True
+            else:
+                self._tls.state = (self._layout.pack_into, *state)
 
     def _build_fast_state(self, exe_args, values):
         executor = getattr(self._fn, "_default_executor", None)

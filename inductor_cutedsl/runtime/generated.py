@@ -11,6 +11,11 @@ which loads the kernel (memo, disk cache, or compile), and then, per call,
 read from the tensors, so one module serves every size of a dynamic graph. The spec
 is written as the dataclasses' own constructor calls (``lowering.candidate``), whose
 names this module exports.
+
+The per-call host work is kept small: everything a launch passes besides addresses
+and the stream is worked out once per (sizes, strides, device, operand address
+alignment) and reused while those stay (``_Entries``); a call then reads the
+tensors' sizes, strides and addresses and makes one C call.
 """
 from __future__ import annotations
 
@@ -23,10 +28,13 @@ import torch
 from ..kernels.config import GemmConfig
 from ..kernels.epilogue import Epilogue, EpilogueOperand
 from .launch import get_gemm
-from .spec import KernelSpec
-from .support import declaration_reason, declared_args
+from .spec import ALIGNMENT, KernelSpec
+from .support import OUT_DTYPES, declaration_reason, declared_args
 
 __all__ = ["launcher", "KernelSpec", "GemmConfig", "Epilogue", "EpilogueOperand"]
+
+# Bytes per element of an operand dtype (as ``EpilogueOperand.dtype`` names them).
+_ITEMSIZE = {name: dtype.itemsize for dtype, name in OUT_DTYPES.items()}
 
 
 def launcher(
@@ -46,10 +54,9 @@ def launcher(
         for op in spec.epilogue.operands
     )
 
-    def launch(
-        a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *tensors: torch.Tensor, stream: int,
-        b_up: torch.Tensor | None = None,
-    ) -> None:  # fmt: skip
+    def checked(a, b, out, tensors, b_up) -> tuple:
+        """(the kernel to run, the operands' flat values) for these tensors: the
+        unpaired kernel where one breaks a ``pairs`` or ``staged`` declaration."""
         batch = a.shape[0] if a.dim() == 3 else 1
         m, n = a.shape[-2], b.shape[-1]
         run, values, t = kernel, [], iter(tensors)
@@ -62,9 +69,102 @@ def launcher(
             if declaration_reason(op, args, batch, m, n, tensor.element_size()):
                 run = fallback()
             values += args
-        run.launch(a, b, out, values, stream, out_view, b_up=b_up)
+        return run, values
 
-    return launch
+    if spec.config.stream_k:  # scratch buffers allocated per launch: nothing to reuse
+        def launch_stream_k(
+            a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *tensors: torch.Tensor, stream: int,
+            b_up: torch.Tensor | None = None,
+        ) -> None:  # fmt: skip
+            run, values = checked(a, b, out, tensors, b_up)
+            run.launch(a, b, out, values, stream, out_view, b_up=b_up)
+
+        return launch_stream_k
+    return _Entries(plan, out_view, checked, spec.dual).launcher()
+
+
+class _Entries:
+    """Per-call values a launcher reuses, keyed by what they are computed from.
+
+    Key: the sizes and strides of A and B (and a dual kernel's up weight's strides), the
+    output's strides, A's device, and per tensor operand its sizes and strides (where it
+    is read as Inductor's view, not a translated one) and, where it is declared for
+    paired or staged loads, its address modulo 16 (the declarations' alignments divide
+    16), so a tensor that breaks a declaration still gets the unpaired kernel. Entry:
+    (the kernel's fast caller, bytes to add to the output's address, the values after
+    the three pointers, the up weight's strides, the scalars before the first tensor
+    operand, then per tensor operand the values after its address: its three strides
+    and the scalars up to the next one). Dtypes are the spec's: not part of the key.
+    """
+
+    #: Entries kept per launcher; a dynamic graph seeing more sizes than this starts over.
+    LIMIT = 4096
+
+    def __init__(self, plan: tuple, out_view, checked: Callable, dual: bool) -> None:
+        self.plan, self.out_view, self.checked, self.dual = plan, out_view, checked, dual
+        self.table: dict = {}
+
+    def miss(self, key: tuple, a, b, out, tensors, b_up) -> tuple:
+        """Work the entry out as a launch without reuse would, and keep it."""
+        run, values = self.checked(a, b, out, tensors, b_up)
+        out_offset, sizes, up = run.layout(a, b, out, self.out_view, b_up)
+        lead, segments, flat = [], [], iter(values)
+        for is_tensor, _, _ in self.plan:
+            if is_tensor:
+                next(flat)  # the address: read per call
+                segments.append([next(flat), next(flat), next(flat)])
+            else:
+                (segments[-1] if segments else lead).append(next(flat))
+        if len(self.table) >= self.LIMIT:
+            self.table.clear()
+        entry = (run.call, out_offset, sizes, up, tuple(lead), *map(tuple, segments))
+        self.table[key] = entry
+        return entry
+
+    def launcher(self) -> Callable[..., None]:
+        """The launch function, written out for this plan: no loop over operands and
+        no test of what the plan fixes (``source``)."""
+        scope = {"table": self.table, "miss": self.miss, "current_stream": torch.cuda.current_stream}
+        exec(compile(self.source(), "<inductor_cutedsl launcher>", "exec"), scope)
+        return scope["launch"]
+
+    def source(self) -> str:
+        """``launch``'s text: it reads the key, looks the entry up (``miss`` on the
+        first call with a new key) and calls the kernel's fast caller with the
+        addresses read now and the entry's values between them."""
+        ops = [(op, view) for is_tensor, op, view in self.plan if is_tensor]
+        names = [f"t{i}" for i in range(len(ops))]
+        params = "".join(f"{t}, " for t in names)
+        key = ["a.shape", "a.stride()", "b.shape", "b.stride()", "out.stride()", "a.get_device()"]
+        if self.dual:
+            key.append("None if b_up is None else b_up.stride()")
+        lines = []
+        for t, (op, view) in zip(names, ops):
+            offset = 0 if view is None else view[1] * _ITEMSIZE[op.dtype]
+            lines.append(f"    p{t} = {t}.data_ptr()" + (f" + {offset}" if offset else ""))
+            if view is None:  # read as Inductor's view: its sizes and strides shape the entry
+                key += [f"{t}.shape", f"{t}.stride()"]
+            if op.pairs or op.staged:  # its alignment picks the kernel
+                key.append(f"p{t} % {ALIGNMENT}")
+        values = ["a.data_ptr()", "b.data_ptr()", "out.data_ptr()" + (" + e[1]" if self.out_view else ""), "*e[2]"]
+        if self.dual:
+            values += ["b_up.data_ptr()", "*e[3]"]
+        if self.plan and not self.plan[0][0]:  # scalars before the first tensor operand
+            values.append("*e[4]")
+        for i, t in enumerate(names):
+            values += [f"p{t}", f"*e[{5 + i}]"]
+        return "\n".join([
+            f"def launch(a, b, out, {params}*ignored, stream, b_up=None):",
+            *lines,
+            f"    key = ({', '.join(key)})",
+            "    e = table.get(key)",
+            "    if e is None:",
+            f"        e = miss(key, a, b, out, ({params}), b_up)",
+            "    if stream is None:",
+            "        stream = current_stream(a.device).cuda_stream",
+            f"    e[0]({', '.join(values)}, stream)",
+            "",
+        ])  # fmt: skip
 
 
 def unpaired(spec: KernelSpec) -> KernelSpec:

@@ -101,7 +101,7 @@ class CompiledGemm:
             ]
             return out + [cuda.CUstream(values[-1])]
 
-        self._call = FastCaller(getattr(self._module, spec.symbol()), kinds, to_dsl_args)
+        self.call = FastCaller(getattr(self._module, spec.symbol()), kinds, to_dsl_args)
 
     def __call__(
         self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *operands, stream: int | None = None,
@@ -128,6 +128,25 @@ class CompiledGemm:
         ((stride_m, 1, stride_l), offset) where ``out`` is not laid out as the GEMM's
         (L, M, N) output itself (a fused consumer's (B, T, N) buffer). ``b_up``: a dual
         kernel's up weight (required there), shaped and laid out as ``b``."""
+        out_offset, sizes, up = self.layout(a, b, out, out_view, b_up)
+        args = [a.data_ptr(), b.data_ptr(), out.data_ptr() + out_offset, *sizes]
+        if up:
+            args += [b_up.data_ptr(), *up]
+        if stream is None:
+            stream = torch.cuda.current_stream(a.device).cuda_stream
+        if self.spec.config.stream_k:
+            partials, flags = stream_k_buffers(self.spec.config, sizes[-1], a.device, stream)
+            args += [partials.data_ptr(), flags.data_ptr()]
+        self.call(*args, *operand_values, stream)
+
+    def layout(
+        self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, out_view=None, b_up: torch.Tensor | None = None
+    ) -> tuple[int, tuple, tuple]:  # fmt: skip
+        """What a launch passes besides addresses, operands and stream, read from the
+        tensors' sizes and strides only (so a launcher may reuse it while they stay):
+        (bytes to add to ``out``'s address, the entry's values after the three
+        pointers (m, n, k, l, leading and batch strides, resident clusters), a dual
+        kernel's up-weight strides after its pointer, else ())."""
         spec = self.spec
         m, k = a.shape[-2], a.shape[-1]
         n = b.shape[-1]
@@ -135,31 +154,26 @@ class CompiledGemm:
         lda = leading_stride(a, spec.a_major == "k")
         ldb = leading_stride(b, spec.b_major == "n")
         if out_view is None:
-            out_ptr, ldd = out.data_ptr(), out.stride(-2)
+            out_offset, ldd = 0, out.stride(-2)
             out_batch = _batch_stride(out, m, ldd)
         else:
             (ldd, _, out_batch), offset = out_view
-            out_ptr = out.data_ptr() + offset * out.element_size()
+            out_offset = offset * out.element_size()
             out_batch = out_batch if batch > 1 else single_batch_stride(m, ldd, out.element_size())
-        args = [
-            a.data_ptr(), b.data_ptr(), out_ptr,
+        sizes = (
             m, n, k, batch, lda, ldb, ldd,
             _batch_stride(a, m if spec.a_major == "k" else k, lda),
             _batch_stride(b, k if spec.b_major == "n" else n, ldb),
             out_batch,
             max_active_clusters(spec.config.cluster_size, a.device.index),
-        ]  # fmt: skip
+        )  # fmt: skip
+        up = ()
         if spec.dual:
             if b_up is None:
                 raise ValueError(f"kernel {spec.describe()} needs the up weight (b_up)")
             ldbu = leading_stride(b_up, spec.b_major == "n")
-            args += [b_up.data_ptr(), ldbu, _batch_stride(b_up, k if spec.b_major == "n" else n, ldbu)]
-        if stream is None:
-            stream = torch.cuda.current_stream(a.device).cuda_stream
-        if spec.config.stream_k:
-            partials, flags = stream_k_buffers(spec.config, args[-1], a.device, stream)
-            args += [partials.data_ptr(), flags.data_ptr()]
-        self._call(*args, *operand_values, stream)
+            up = (ldbu, _batch_stride(b_up, k if spec.b_major == "n" else n, ldbu))
+        return out_offset, sizes, up
 
 
 def stream_k_buffers(

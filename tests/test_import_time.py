@@ -1,0 +1,189 @@
+"""`import inductor_cutedsl` stays cheap: Inductor (and the DSL) load when first needed.
+
+Each check runs in a fresh interpreter (this test process has imported Inductor already).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import types
+from pathlib import Path
+
+import pytest
+
+from inductor_cutedsl import _compat
+
+ROOT = Path(__file__).resolve().parents[1]
+LIMIT_S = 1.0  # issue 17: at most this much over `import torch`
+
+
+def _run(code: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+
+
+def _seconds(code: str) -> float:
+    t0 = time.perf_counter()
+    done = _run(code)
+    assert done.returncode == 0, done.stderr
+    return time.perf_counter() - t0
+
+
+def test_import_costs_at_most_a_second_more_than_torch():
+    """Fresh interpreters, interleaved, the fastest of three each (the box is shared)."""
+    torch_s, ours_s = [], []
+    for _ in range(3):
+        torch_s.append(_seconds("import torch"))
+        ours_s.append(_seconds("import inductor_cutedsl"))
+    extra = min(ours_s) - min(torch_s)
+    assert extra <= LIMIT_S, f"import inductor_cutedsl: {min(ours_s):.2f} s, import torch: {min(torch_s):.2f} s"
+
+
+# What enable() changes in Inductor, as a fresh process reads it (json).
+FINGERPRINT = """
+import json, sys
+
+def fingerprint():
+    import torch._inductor.config as c
+    from torch._dynamo.callback import callback_handler
+    from torch._inductor.codegen import common
+    from torch._inductor.lowering import lowerings
+    from torch._inductor.scheduler import Scheduler
+    from torch._inductor.select_algorithm import AlgorithmSelectorCache
+
+    common.init_backend_registration()
+    scheduling = common.device_codegens["cuda"].scheduling
+    return {
+        "backends": c.max_autotune_gemm_backends,
+        "choices": repr(c.inductor_choices_class),
+        "pre_grad_pass": repr(c.pre_grad_custom_pass),
+        "scheduler": [getattr(Scheduler, n).__module__ for n in ("speedup_by_fusion", "can_fuse_vertical")],
+        "benchmark": AlgorithmSelectorCache.__dict__["benchmark_choices"].__func__.__module__,
+        "cuda_scheduling": getattr(scheduling, "__module__", None),
+        "start_callbacks": len(callback_handler.start_callbacks),
+        "our_lowerings": sorted(str(op) for op in lowerings if "inductor_cutedsl" in str(op)),
+        "meta_path": [type(f).__name__ for f in sys.meta_path],
+    }
+"""
+
+
+def _report(code: str) -> dict:
+    done = _run(FINGERPRINT + textwrap.dedent(code))
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def stock() -> dict:
+    return _report("print(json.dumps(fingerprint()))")
+
+
+def test_import_loads_no_inductor_and_settings_come_with_its_config(stock):
+    """Import loads neither Inductor, Dynamo nor the DSL; Inductor's settings are ours as
+    soon as its config is imported; the rest is installed when the first compilation
+    starts (any backend); disable() then restores Inductor exactly."""
+    seen = _report("""
+        import torch
+        import inductor_cutedsl
+        from inductor_cutedsl import install
+        heavy = [m for m in ("torch._inductor", "torch._dynamo", "cutlass", "sympy") if m in sys.modules]
+        import torch._inductor.config as c
+        settings = {"backends": c.max_autotune_gemm_backends, "choices": c.inductor_choices_class.__name__,
+                    "pre_grad_pass": c.pre_grad_custom_pass is not None, "rest": "rest" in install._saved}
+        torch.compile(lambda x: x + 1, backend="eager")(torch.ones(2))
+        installed = fingerprint()
+        from torch._inductor.virtualized import V
+        handler = type(V.choices).__name__
+        inductor_cutedsl.disable()
+        print(json.dumps({"heavy": heavy, "settings": settings, "installed": installed, "handler": handler,
+                          "restored": fingerprint()}))
+    """)  # fmt: skip
+    assert seen["heavy"] == []
+    assert seen["settings"] == {
+        "backends": f"{stock['backends']},CUTEDSL", "choices": "_choices", "pre_grad_pass": True, "rest": False,
+    }  # fmt: skip
+    installed = seen["installed"]
+    assert "CuteDSLFusionChoices" in installed["choices"] and seen["handler"] == "CuteDSLFusionChoices"
+    assert installed["scheduler"] == ["inductor_cutedsl._compat"] * 2
+    assert installed["benchmark"] == "inductor_cutedsl._compat"
+    assert installed["cuda_scheduling"] == "inductor_cutedsl.scheduler.scheduling"
+    assert installed["start_callbacks"] == stock["start_callbacks"] + 1
+    assert installed["our_lowerings"] == ["inductor_cutedsl.gated_mm.default"]
+    assert seen["restored"] == stock
+
+
+def test_inductors_first_choices_handler_installs_the_rest(stock):
+    """Without Dynamo (Inductor driven directly), the choices handler Inductor makes from
+    the config is ours, and installs the rest on the way."""
+    seen = _report("""
+        import torch
+        import inductor_cutedsl
+        from torch._inductor.virtualized import V
+        handler = type(V.choices).__name__
+        installed = fingerprint()
+        inductor_cutedsl.disable()
+        print(json.dumps({"handler": handler, "installed": installed, "restored": fingerprint()}))
+    """)
+    assert seen["handler"] == "CuteDSLFusionChoices"
+    assert "CuteDSLFusionChoices" in seen["installed"]["choices"]
+    assert seen["installed"]["scheduler"] == ["inductor_cutedsl._compat"] * 2
+    assert seen["restored"] == stock
+
+
+def test_disable_before_inductor_is_imported_leaves_it_untouched(stock):
+    seen = _report("""
+        import torch
+        import inductor_cutedsl
+        inductor_cutedsl.disable()
+        print(json.dumps(fingerprint()))
+    """)
+    assert seen == stock
+
+
+def test_when_imported_runs_after_the_module_executes_and_before_the_importer_sees_it(tmp_path, monkeypatch):
+    (tmp_path / "icd_probe_pkg").mkdir()
+    (tmp_path / "icd_probe_pkg" / "__init__.py").write_text("")
+    (tmp_path / "icd_probe_pkg" / "mod.py").write_text("VALUE = 1\n")
+    (tmp_path / "icd_probe_pkg" / "other.py").write_text("VALUE = 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("icd_probe_pkg", "icd_probe_pkg.mod", "icd_probe_pkg.other"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    seen = []
+
+    def hook():
+        module = sys.modules["icd_probe_pkg.mod"]
+        seen.append(module.VALUE)
+        module.VALUE = 10  # what the importer gets back
+
+    handle = _compat.when_imported("icd_probe_pkg.mod", hook)
+    cancelled = _compat.when_imported("icd_probe_pkg.other", lambda: seen.append("other"))
+    _compat.cancel_when_imported(cancelled)
+    assert handle is not None and any(isinstance(f, type(_compat._import_hooks)) for f in sys.meta_path)
+    from icd_probe_pkg import mod, other
+
+    assert (seen, mod.VALUE, other.VALUE) == ([1], 10, 2)
+    assert not isinstance(mod.__loader__, _compat._HookedLoader) and mod.__spec__.loader is mod.__loader__
+    assert not any(isinstance(f, type(_compat._import_hooks)) for f in sys.meta_path)  # nothing left to watch
+    assert _compat.when_imported("icd_probe_pkg.mod", lambda: seen.append("now")) is None
+    assert seen == [1, "now"]
+
+
+def test_lazy_stand_ins_reach_the_real_objects():
+    from torch._inductor import config as inductor_config
+    from torch._inductor.virtualized import V
+
+    stand_in = _compat._Lazy("torch._inductor.config")
+    assert stand_in.max_autotune_gemm_backends == inductor_config.max_autotune_gemm_backends
+    with inductor_config.patch(max_autotune_gemm_backends="ATEN"):
+        stand_in.max_autotune_gemm_backends = "TRITON"
+        assert inductor_config.max_autotune_gemm_backends == "TRITON"
+    assert _compat.V.set_choices_handler == V.set_choices_handler
+    assert _compat.InductorChoices.__module__ == "torch._inductor.choices"
+    with pytest.raises(AttributeError):
+        _compat.NoSuchName  # noqa: B018
+    assert isinstance(_compat, types.ModuleType)
