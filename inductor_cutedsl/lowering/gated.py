@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import math
 import operator
+import time
 from typing import Any, Callable
 
 import torch
@@ -263,8 +264,8 @@ def candidates(x2, w_gate, w_up, b_gate, b_up, activation: str, keep: bool) -> l
     for b in (b_gate, b_up):
         if b is not None and b.get_dtype() not in OUT_DTYPES:
             raise Refusal(f"bias dtype {b.get_dtype()}")
-    for name, node in (("w_gate", w_gate), ("w_up", w_up)):
-        _compat.freeze_layout(node)
+    for weight in (w_gate, w_up):
+        _compat.freeze_layout(weight)
     if list(w_gate.get_stride()) != list(w_up.get_stride()):
         raise Refusal("the two weights are laid out differently")
     reasons = [_operand_reason("x", x2, 1), _operand_reason("w_gate", w_gate, 1), _operand_reason("w_up", w_up, 1)]
@@ -293,6 +294,8 @@ def candidates(x2, w_gate, w_up, b_gate, b_up, activation: str, keep: bool) -> l
 
 #: Wall seconds spent measuring dual kernels against their alternative, this process.
 stats = {"measure_s": 0.0}
+#: One record per measured gated product in this process.
+decisions: list[dict] = []
 
 
 def measure(runs: dict[str, Callable[[], Callable[[], object]]], device: Any) -> dict[str, float]:
@@ -304,28 +307,34 @@ def measure(runs: dict[str, Callable[[], Callable[[], object]]], device: Any) ->
         return graphs_side_by_side(runs, rounds=4)
 
 
+def _operands(shapes, dtype, device, has_bias) -> tuple:
+    """Random x (M, K), gate and up weights (N, K) and the biases asked for."""
+    (m, k), n = shapes
+    x = torch.randn(m, k, dtype=dtype, device=device)
+    wg, wu = (torch.randn(n, k, dtype=dtype, device=device) * k**-0.5 for _ in range(2))
+    bg, bu = (torch.randn(n, dtype=dtype, device=device) if has else None for has in has_bias)
+    return x, wg, wu, bg, bu
+
+
 def _alternative_maker(shapes, dtype, device, activation, has_bias) -> Callable[[], Callable[[], object]]:
     """Two cuBLAS GEMMs and one fused pointwise kernel: what stock Inductor runs."""
-    (m, k), n = shapes
 
     def make():
-        x = torch.randn(m, k, dtype=dtype, device=device)
-        wg, wu = (torch.randn(n, k, dtype=dtype, device=device) * k**-0.5 for _ in range(2))
-        bg, bu = (torch.randn(n, dtype=dtype, device=device) if has else None for has in has_bias)
         from .gated_product import gated_product
 
+        x, wg, wu, bg, bu = _operands(shapes, dtype, device, has_bias)
         return lambda: gated_product(F.linear(x, wg, bg), F.linear(x, wu, bu), activation)
 
     return make
 
 
 def _dual_maker(cand: GemmCandidate, shapes, dtype, device, has_bias, keep) -> Callable[[], Callable[[], object]]:
-    (m, k), n = shapes
+    """One launch of our dual kernel ``cand``, as the generated code makes it."""
+    (m, _), n = shapes
 
     def make():
-        x = torch.randn(m, k, dtype=dtype, device=device)
-        wg, wu = (torch.randn(n, k, dtype=dtype, device=device) * k**-0.5 for _ in range(2))
-        ops = [torch.randn(n, dtype=dtype, device=device) for has in has_bias if has]
+        x, wg, wu, bg, bu = _operands(shapes, dtype, device, has_bias)
+        ops = [b for b in (bg, bu) if b is not None]
         ops += [torch.empty(m, n, dtype=dtype, device=device) for _ in range(2 * keep)]
         out = torch.empty(m, n, dtype=dtype, device=device)
         launch = cand.launcher()
@@ -337,8 +346,6 @@ def _dual_maker(cand: GemmCandidate, shapes, dtype, device, has_bias, keep) -> C
 
 def decide(cands: list[GemmCandidate], shapes, dtype, device, activation, has_bias, keep) -> GemmCandidate | None:
     """Our fastest dual candidate if it beats the alternative side by side, else None."""
-    import time
-
     builds = [compiler.build_async(c.spec, default_cache(), config.compile_workers) for c in cands]
     compiler.wait(builds)
     runs = {f"dual{i}": _dual_maker(c, shapes, dtype, device, has_bias, keep) for i, c in enumerate(cands)}
@@ -355,10 +362,6 @@ def decide(cands: list[GemmCandidate], shapes, dtype, device, activation, has_bi
     decisions.append({"shape": [m, n, k], "activation": activation, "dual_ms": ours, "alternative_ms": other,
                       "config": cands[best].spec.config.name(), "way": "dual" if ours < other else "alternative"})  # fmt: skip
     return cands[best] if ours < other else None
-
-
-#: One record per measured gated product in this process.
-decisions: list[dict] = []
 
 
 def lower(x, w_gate, w_up, b_gate, b_up, activation):
