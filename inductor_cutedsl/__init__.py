@@ -16,4 +16,5 @@ if os.environ.get("INDUCTOR_CUTEDSL_WORKER") != "1":
     from .install import disable, enable, is_enabled
 
     __all__ = ["config", "disable", "enable", "is_enabled"]
-    enable()
+    if config.enabled:  # INDUCTOR_CUTEDSL_ENABLED=0: installed only by an explicit enable()
+        enable()

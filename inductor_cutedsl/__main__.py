@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 
 import torch
@@ -52,14 +53,23 @@ def precompile_block(size: BlockSize, workers: int) -> None:
         print(f"  built {name:60s} {secs:5.2f}s")
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive whole number")
+    return value
+
+
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m inductor_cutedsl", description=__doc__)
+    # Named as it was run: `python -m inductor_cutedsl`, or the `inductor-cutedsl` script.
+    prog = "python -m inductor_cutedsl" if os.path.basename(sys.argv[0]) == "__main__.py" else None
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__)
     ap.add_argument("--json", default=None,
                     help="result file (default inductor_cutedsl-model.json, with --suite inductor_cutedsl-suite.json)")
     ap.add_argument("--png", default="inductor_cutedsl-model.png", help="the main job's plot")
-    ap.add_argument("--tokens", type=int, default=None, help="batch*seq (default 8192)")
-    ap.add_argument("--workers", type=int, default=config.compile_workers,
-                    help="processes compiling CuteDSL kernels")
+    ap.add_argument("--tokens", type=_positive, default=None, help="batch*seq (default 8192)")
+    ap.add_argument("--workers", type=_positive, default=config.compile_workers,
+                    help="processes compiling CuteDSL kernels (default %(default)s)")
     ap.add_argument("--gemm-bench", action="store_true", help="plain GEMMs vs cuBLAS instead")
     ap.add_argument("--suite", action="store_true",
                     help="one block of each model family (benchmarks/models.py: small size, inference, "

@@ -24,7 +24,15 @@ def _env_bool(name: str, default: bool) -> bool:
 
 def _env_int(name: str, default: int) -> int:
     value = os.environ.get(name)
-    return int(value) if value else default
+    if not value:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise ValueError(f"{name}={value!r}: a whole number is expected") from None
+    if number < 1:
+        raise ValueError(f"{name}={value!r}: at least 1 is expected")
+    return number
 
 
 #: Offer CuteDSL candidates at all (``INDUCTOR_CUTEDSL_ENABLED``).

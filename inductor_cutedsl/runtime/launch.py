@@ -229,6 +229,9 @@ def gemm(
     epilogue: Epilogue = IDENTITY,
 ) -> torch.Tensor:
     """``epilogue(a @ b)`` with our kernel; raises ValueError for inputs it refuses."""
+    for name, t in (("a", a), ("b", b), ("out", out)):
+        if not isinstance(t, torch.Tensor) and not (name == "out" and t is None):
+            raise ValueError(f"inductor_cutedsl cannot run this GEMM: {name} is a {type(t).__name__}, not a tensor")
     reason = gemm_reason(a, b, out, out_dtype) or operands_reason(
         epilogue, operands, a.shape[0] if a.dim() == 3 else 1, a.shape[-2], b.shape[-1]
     )

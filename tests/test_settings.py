@@ -1,0 +1,45 @@
+"""Settings from the environment, the command line's checks, and refused arguments."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+
+def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], env={**os.environ, **env},
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+
+
+def test_disabled_by_the_environment_is_not_installed():
+    done = run_python("import inductor_cutedsl; print(inductor_cutedsl.is_enabled())", INDUCTOR_CUTEDSL_ENABLED="0")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("value", ["abc", "0"])
+def test_a_bad_number_names_its_variable(value):
+    done = run_python("import inductor_cutedsl", INDUCTOR_CUTEDSL_MAX_CONFIGS=value)
+    assert done.returncode != 0
+    assert f"INDUCTOR_CUTEDSL_MAX_CONFIGS={value!r}" in done.stderr
+
+
+@pytest.mark.parametrize("argv", [["--tokens", "0"], ["--tokens", "-5"], ["--workers", "-1"]])
+def test_command_line_refuses_non_positive_counts(argv, capsys):
+    from inductor_cutedsl.__main__ import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    assert "positive" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("a,b", [([1.0], torch.ones(8, 8)), (torch.ones(8, 8), None)], ids=["list", "none"])
+def test_gemm_refuses_what_is_not_a_tensor(a, b):
+    from inductor_cutedsl.runtime import gemm
+
+    with pytest.raises(ValueError, match="not a tensor"):
+        gemm(a, b)
