@@ -42,6 +42,9 @@ def precompile_block(size: BlockSize, workers: int) -> None:
         for spec in candidate_specs((m, n, k, 1), "bfloat16", "bfloat16", "k", "k", IDENTITY)
     ))  # fmt: skip
     cache = default_cache()
+    if not cache.persistent:
+        raise SystemExit(f"the kernel cache directory {cache.read_only or config.cache_dir or ''} is not "
+                         "writable: nothing compiled now would be kept (set INDUCTOR_CUTEDSL_CACHE_DIR)")  # fmt: skip
     t0 = time.perf_counter()
     built = compiler.build_many(specs, cache, workers)
     fresh = sorted((s.describe(), secs) for s, (_, now, secs) in built.items() if now)

@@ -5,6 +5,7 @@ import dataclasses
 import json
 import logging
 import multiprocessing
+import tempfile
 import time
 from pathlib import Path
 
@@ -162,3 +163,26 @@ def test_default_cache_follows_config_and_opens_once(tmp_path, caplog):
             memory_only = default_cache()
             assert not memory_only.persistent and default_cache() is memory_only
     assert sum("not writable" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_read_only_warm_cache_is_still_used(tmp_path, monkeypatch):
+    """A shared cache that this process cannot write (e.g. a read-only mount): its
+    entries are found; a miss builds into a private directory, removed with the cache."""
+    warm = tmp_path / "warm"
+    KernelCache(warm).get_or_build("hit", fake_build())
+    real_temp = tempfile.NamedTemporaryFile
+
+    def unwritable(*args, dir=None, **kwargs):  # root ignores permissions: refuse the probe
+        if dir is not None and Path(dir) == warm:
+            raise PermissionError(13, "Read-only file system")
+        return real_temp(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", unwritable)
+    cache = KernelCache(warm)
+    assert not cache.persistent and cache.read_only == warm
+    path, built = cache.get_or_build("hit", fake_build())
+    assert not built and path == warm / "hit.o"
+    path, built = cache.get_or_build("miss", fake_build())
+    assert built and path.parent == cache.root and not (warm / "miss.o").exists()
+    cache.close()
+    assert not cache.root.exists()

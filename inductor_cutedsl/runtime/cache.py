@@ -12,8 +12,10 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import tempfile
 import threading
+import weakref
 from pathlib import Path
 from typing import Callable
 
@@ -38,11 +40,15 @@ def _sha256(path: Path) -> str:
 
 
 class KernelCache:
-    """Object files by key; falls back to a private temp dir if ``root`` is unwritable."""
+    """Object files by key. Where ``root`` is unwritable (a shared, read-only warm
+    cache), its entries are still used, and new builds go to a private temporary
+    directory removed when the cache is."""
 
     def __init__(self, root: Path | str | None = None) -> None:
         self.root = Path(root) if root is not None else default_cache_dir()
         self.persistent = True
+        self.read_only: Path | None = None  # the unwritable root, still looked up
+        self._private: weakref.finalize | None = None
         self.builds = 0  # compiles run by this process (for reports and tests)
         self._mutex = threading.Lock()
         try:
@@ -50,14 +56,23 @@ class KernelCache:
             probe = tempfile.NamedTemporaryFile(dir=self.root, prefix=".probe", delete=True)
             probe.close()
         except OSError as exc:
+            self.read_only = self.root if self.root.is_dir() else None
             self.root = Path(tempfile.mkdtemp(prefix="inductor_cutedsl_mem_"))
             self.persistent = False
+            # Removed with the cache, or at exit: no temporary directory is left behind.
+            self._private = weakref.finalize(self, shutil.rmtree, self.root, ignore_errors=True)
             log.warning(
-                "kernel cache dir is not writable (%s); compiled kernels will not be reused "
-                "across processes (set %s to a writable directory)",
+                "kernel cache dir is not writable (%s); %snew kernels are built in a temporary "
+                "directory and not reused across processes (set %s to a writable directory)",
                 exc,
+                "kernels cached there are used, " if self.read_only else "",
                 ENV_CACHE_DIR,
             )
+
+    def close(self) -> None:
+        """Remove what this cache keeps only for this process (nothing when persistent)."""
+        if self._private is not None:
+            self._private()
 
     def object_path(self, key: str) -> Path:
         return self.root / f"{key}.o"
@@ -66,8 +81,15 @@ class KernelCache:
         return self.root / f"{key}.json"
 
     def lookup(self, key: str) -> Path | None:
-        """The object of a complete, intact entry, else None."""
-        obj, meta = self.object_path(key), self._meta_path(key)
+        """The object of a complete, intact entry (in the read-only root first, where
+        there is one), else None."""
+        if self.read_only is not None:
+            hit = self._entry(self.read_only / f"{key}.o", self.read_only / f"{key}.json", key)
+            if hit is not None:
+                return hit
+        return self._entry(self.object_path(key), self._meta_path(key), key)
+
+    def _entry(self, obj: Path, meta: Path, key: str) -> Path | None:
         try:
             info = json.loads(meta.read_text())
             if obj.stat().st_size != info["size"] or _sha256(obj) != info["sha256"]:
