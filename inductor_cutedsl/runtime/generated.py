@@ -54,7 +54,7 @@ def launcher(
         for op in spec.epilogue.operands
     )
 
-    def checked(a, b, out, tensors, b_up) -> tuple:
+    def checked(a, b, tensors) -> tuple:
         """(the kernel to run, the operands' flat values) for these tensors: the
         unpaired kernel where one breaks a ``pairs`` or ``staged`` declaration."""
         batch = a.shape[0] if a.dim() == 3 else 1
@@ -76,7 +76,7 @@ def launcher(
             a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *tensors: torch.Tensor, stream: int,
             b_up: torch.Tensor | None = None,
         ) -> None:  # fmt: skip
-            run, values = checked(a, b, out, tensors, b_up)
+            run, values = checked(a, b, tensors)
             run.launch(a, b, out, values, stream, out_view, b_up=b_up)
 
         return launch_stream_k
@@ -106,7 +106,7 @@ class _Entries:
 
     def miss(self, key: tuple, a, b, out, tensors, b_up) -> tuple:
         """Work the entry out as a launch without reuse would, and keep it."""
-        run, values = self.checked(a, b, out, tensors, b_up)
+        run, values = self.checked(a, b, tensors)
         out_offset, sizes, up = run.layout(a, b, out, self.out_view, b_up)
         lead, segments, flat = [], [], iter(values)
         for is_tensor, _, _ in self.plan:
