@@ -20,8 +20,10 @@ gate and the up accumulator at the element's output coordinates (see ``gated``);
 the rest of the contract is the same, so a pointwise chain composes after it as
 after any epilogue.
 
-The source sees the names of :data:`EPILOGUE_NAMESPACE_DOC`: ``cute``,
-``cutlass``, ``Float32``, ``Int32`` and the helpers of ``epilogue_math``.
+The source sees the names of :data:`inductor_cutedsl.kernels.epilogue_math.NAMESPACE`:
+``cute``, ``cutlass``, ``Float32``, ``Int32`` and the helpers defined in
+``epilogue_math`` (``relu``, ``sigmoid``, ``silu``, ``tanh``, ``gelu_tanh``,
+``gelu_erf``, ``reciprocal``, ``fdiv``, ``select``, ``round_to``).
 """
 from __future__ import annotations
 
