@@ -33,7 +33,7 @@ def kernel_times(
     return sorted(rows, key=lambda r: -r["ms"])[:top]
 
 
-#: In the GPU names of our kernels (kernel_cutlass_kernel_inductor_cutedsl...).
+#: In the GPU names of our kernels (see Sm90Gemm.device_name).
 CUTEDSL_KERNEL = "inductor_cutedsl"
 
 

@@ -35,6 +35,7 @@ serves every M, N, K, L and leading dimension with the alignment it assumes.
 # No `from __future__ import annotations`: cute.struct reads real annotations.
 
 import itertools
+import re
 import types
 from typing import Callable
 
@@ -168,6 +169,14 @@ class Sm90Gemm:
         self.b_mcast = cfg.cluster_m
 
     # ------------------------------------------------------------------ host
+    def device_name(self) -> str:
+        """The device kernel's symbol prefix, which profilers show: the variant's config,
+        dtypes, majors and epilogue, so that each GEMM of a graph is told apart (the DSL's
+        default name is the same for every variant)."""
+        parts = ["inductor_cutedsl", self.cfg.name(), f"{self.ab_dtype}_{self.out_dtype}",
+                 f"a{self.a_major}b{self.b_major}", self.epilogue.name, "dual" if self.dual else ""]  # fmt: skip
+        return re.sub(r"[^0-9A-Za-z]+", "_", "_".join(p for p in parts if p)).strip("_")[:120]
+
     def make_entry(self) -> Callable:
         """A ``cute.jit`` host function with a flat signature (pointers + ints).
 
@@ -214,6 +223,9 @@ class Sm90Gemm:
         exec(compile(src, "<sm90_gemm entry>", "exec"), scope)
         entry = scope["entry"]
         entry.__annotations__ = ann
+        # The kernel function is shared by every variant: its name is set for the one
+        # being traced now (compiles in a process run one at a time).
+        type(self).kernel.set_name_prefix(self.device_name(), remove_cutlass_symbol=True, keep_mangled_name=False)
         return cute.jit(preprocess=False)(entry)
 
     def fake_args(self) -> list:
