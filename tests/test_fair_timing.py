@@ -57,6 +57,49 @@ def test_ours_take_the_side_by_side_ratio_to_the_fastest_other():
     assert out[mine2] / out[mine] == pytest.approx(1.60 / 1.49)  # our own order kept
 
 
+def test_close_others_are_settled_side_by_side():
+    """Two Triton configs within CLOSE of each other: the one Inductor's pass read
+    second is faster side by side, so it takes the fastest time; one far behind is
+    neither measured nor changed."""
+    t1, t2, far, mine = Other("t1"), Other("t2"), Other("far"), ours("a")
+    timings = {t1: 0.0050, t2: 0.0052, far: 0.0090, mine: 0.0056}
+    steady = {t1: 0.0070, t2: 0.0055, mine: 0.0060}
+    measured = []
+
+    def run_fn(choice):
+        def run():
+            measured.append(choice)
+            return steady[choice]
+
+        return run
+
+    out = fair_timing.rescale(timings, run_fn)
+    assert set(map(id, measured)) == set(map(id, [t1, t2, mine]))
+    assert len(measured) == 3 * fair_timing.ROUNDS
+    assert out[t2] == pytest.approx(0.0050)  # the fastest side by side reads the anchor
+    assert out[t1] == pytest.approx(0.0050 * 0.0070 / 0.0055)
+    assert out[mine] == pytest.approx(0.0050 * 0.0060 / 0.0055)
+    assert out[far] == 0.0090
+    assert min(out, key=out.get) is t2
+
+
+def test_at_most_OTHERS_others_are_re_timed():
+    others = [Other(f"t{i}") for i in range(6)]
+    mine = ours("a")
+    timings = {**{o: 1.0 + 0.001 * i for i, o in enumerate(others)}, mine: 1.2}
+    measured = set()
+
+    def run_fn(choice):
+        def run():
+            measured.add(choice.name)
+            return timings[choice]
+
+        return run
+
+    fair_timing.rescale(timings, run_fn)
+    assert measured == {"t0", "t1", "t2", "a"}
+
+
 def test_nothing_is_measured_without_both_sides():
     def run_fn(choice):
         raise AssertionError("measured")
