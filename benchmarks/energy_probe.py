@@ -27,11 +27,12 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from inductor_cutedsl.gemm_bench import SHAPES, build_per_shape, linear_operands  # noqa: E402
+from inductor_cutedsl.bench.gemm import SHAPES, build_per_shape, linear_operands  # noqa: E402
 from inductor_cutedsl.kernels.config import fitted_swizzle, shortlist  # noqa: E402
 from inductor_cutedsl.runtime import get_gemm  # noqa: E402
 from inductor_cutedsl.runtime.launch import default_cache, max_active_clusters  # noqa: E402
-from inductor_cutedsl.timing import graphed, rel_err, report_row, rotations, run_info  # noqa: E402
+from inductor_cutedsl.bench.report import graphed, rel_err, report_row, run_info  # noqa: E402
+from inductor_cutedsl.timing import rotations  # noqa: E402
 
 ROUNDS = 2
 WARM_S, WINDOW_S = 0.5, 0.6

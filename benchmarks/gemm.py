@@ -1,4 +1,4 @@
-"""Plain GEMM benchmark, ours vs cuBLAS: see inductor_cutedsl/gemm_bench.py.
+"""Plain GEMM benchmark, ours vs cuBLAS: see inductor_cutedsl/bench/gemm.py.
 
     python benchmarks/gemm.py --json benchmarks/results/h200-gemm.json
 """
@@ -7,7 +7,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from inductor_cutedsl.gemm_bench import main  # noqa: E402
+from inductor_cutedsl.bench.gemm import main  # noqa: E402
 
 if __name__ == "__main__":
     main()

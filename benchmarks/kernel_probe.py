@@ -26,12 +26,13 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from inductor_cutedsl import _compat  # noqa: E402
-from inductor_cutedsl.gemm_bench import SHAPES  # noqa: E402
+from inductor_cutedsl.bench.gemm import SHAPES  # noqa: E402
 from inductor_cutedsl.kernels.config import GemmConfig, shortlist  # noqa: E402
 from inductor_cutedsl.kernels.epilogue import Epilogue, EpilogueOperand  # noqa: E402
 from inductor_cutedsl.runtime import compiler, get_gemm, spec_for  # noqa: E402
 from inductor_cutedsl.runtime.launch import default_cache, max_active_clusters  # noqa: E402
-from inductor_cutedsl.timing import bench, interleaved, rel_err, run_info, write_json  # noqa: E402
+from inductor_cutedsl.bench.report import rel_err, run_info, write_json  # noqa: E402
+from inductor_cutedsl.timing import bench, interleaved  # noqa: E402
 
 BASE = GemmConfig(128, 256, 2, 1, False, False, 8, 64)  # the usual winner at 8192 x 4096
 K_SWEEP = [(8192, 4096, k) for k in (512, 2048, 8192, 16384)]

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from inductor_cutedsl.timing import geomean, run_info, write_json  # noqa: E402  (no Inductor: cheap)
+from inductor_cutedsl.bench.report import geomean, run_info, write_json  # noqa: E402  (no Inductor: cheap)
 
 MODE = "max-autotune-no-cudagraphs"
 #: name -> (M, N, K, op): op "matmul" is ``a @ b`` with a row-major B, "linear" is

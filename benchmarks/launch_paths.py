@@ -21,12 +21,13 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from inductor_cutedsl import _compat  # noqa: E402
-from inductor_cutedsl.gemm_bench import launch_us  # noqa: E402
+from inductor_cutedsl.bench.gemm import launch_us  # noqa: E402
 from inductor_cutedsl.kernels import epilogue as E  # noqa: E402
 from inductor_cutedsl.kernels.config import shortlist  # noqa: E402
 from inductor_cutedsl.runtime import get_gemm, spec_for  # noqa: E402
 from inductor_cutedsl.runtime.generated import launcher  # noqa: E402
-from inductor_cutedsl.timing import bench, graphed, interleaved, run_info, write_json  # noqa: E402
+from inductor_cutedsl.bench.report import graphed, run_info, write_json  # noqa: E402
+from inductor_cutedsl.timing import bench, interleaved  # noqa: E402
 
 SHAPE = (1024, 4096, 4096)
 EPILOGUES = {

@@ -52,7 +52,8 @@ from inductor_cutedsl import disable, enable  # noqa: E402
 from inductor_cutedsl.job.kernel_profile import CUTEDSL_KERNEL, kernel_times  # noqa: E402
 from inductor_cutedsl.job.model import RMSNorm  # noqa: E402
 from inductor_cutedsl.job.run import TOLERANCE, compile_options, json_process  # noqa: E402
-from inductor_cutedsl.timing import geomean, rel_err, rotations, run_info, side_by_side, write_json  # noqa: E402
+from inductor_cutedsl.bench.report import geomean, rel_err, run_info, side_by_side, write_json  # noqa: E402
+from inductor_cutedsl.timing import rotations  # noqa: E402
 
 # ---------------------------------------------------------------------------------------
 # The blocks

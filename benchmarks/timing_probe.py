@@ -29,7 +29,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from inductor_cutedsl.kernels.config import shortlist  # noqa: E402
 from inductor_cutedsl.runtime import get_gemm, spec_for  # noqa: E402
-from inductor_cutedsl.timing import bench, graphed, interleaved, report_row, run_info  # noqa: E402
+from inductor_cutedsl.bench.report import graphed, report_row, run_info  # noqa: E402
+from inductor_cutedsl.timing import bench, interleaved  # noqa: E402
 
 SHAPES = [(8192, 4096, 4096), (8192, 14336, 4096)]
 ROUNDS = 5

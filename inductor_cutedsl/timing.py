@@ -1,11 +1,12 @@
-"""Timing, accuracy checks and result files shared by the benchmarks and the main job."""
+"""How the product measures at compile time: medians of CUDA graph replays, taken in
+interleaved rounds of a balanced order (fair timing, the fused/unfused selection and the
+dual-GEMM gate). What the benchmarks add to report results is in ``bench/report.py``."""
 from __future__ import annotations
 
-import json
+import logging
 import math
-import os
 import statistics
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterator
 
 import torch
 
@@ -17,19 +18,13 @@ def bench(fn: Callable[[], object], rep: int = 100) -> float:
     return triton.testing.do_bench(fn, warmup=25, rep=rep, return_mode="median")
 
 
-def graphed(fn: Callable[[], object]) -> Callable[[], None]:
-    """``fn``'s GPU work captured once as a CUDA graph; returns its replay.
-
-    A replay costs the same few microseconds of host time whatever ``fn`` does in
-    Python, so short kernels are timed as kernels, not as their launch paths (what
-    a model compiled with CUDA graphs runs). ``fn`` must launch on the current stream.
-    """
-    return graphed_run(lambda: fn)
-
-
 def graphed_run(make: Callable[[], Callable[[], object]]) -> Callable[[], None]:
-    """``graphed(make())``, with ``make`` called on the capture stream: for run functions
-    that read the current stream once, when made (Inductor's benchmark run functions)."""
+    """The GPU work of ``make()``'s function captured once as a CUDA graph; returns its replay.
+
+    A replay costs the same few microseconds of host time whatever the function does in
+    Python, so short kernels are timed as kernels, not as their launch paths (what a
+    model compiled with CUDA graphs runs). ``make`` is called on the capture stream: run
+    functions read the current stream once, when made (Inductor's benchmark run functions)."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -95,20 +90,10 @@ def interleaved(measures: dict, rounds: int) -> dict:
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-def side_by_side(fns: dict, rounds: int = 5) -> dict:
-    """``bench`` medians of each function, over about ``rounds`` interleaved rounds
-    (rounded to whole ``rotations`` designs, at least one)."""
-    design = balanced_rounds(len(fns))
-    rounds = design * max(1, math.floor(rounds / design + 0.5))
-    return interleaved({name: (lambda fn=fn: bench(fn, rep=200)) for name, fn in fns.items()}, rounds)
-
-
 def graphs_side_by_side(makers: dict, rounds: int) -> dict:
     """Milliseconds of each run, measured as CUDA graph replays (``graph_median`` of each
     maker) over ``rounds`` interleaved rounds; inf for one that fails to build or run
     (the caller decides what a failure means; it is logged here)."""
-    import logging
-
     measures = {}
     for name, make in makers.items():
         try:
@@ -117,35 +102,3 @@ def graphs_side_by_side(makers: dict, rounds: int) -> dict:
             logging.getLogger("inductor_cutedsl").info("side-by-side %s not measured: %s", name, exc)
     times = interleaved(measures, rounds)
     return {name: times.get(name, math.inf) for name in makers}
-
-
-def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """Relative norm error of ``out`` against ``ref``, in float64; inf if ``out`` is not finite."""
-    out64, ref64 = out.double(), ref.double()
-    if not torch.isfinite(out64).all():
-        return float("inf")
-    return ((out64 - ref64).norm() / ref64.norm()).item()
-
-
-def geomean(values: Iterable[float]) -> float:
-    values = list(values)
-    return math.exp(sum(map(math.log, values)) / len(values))
-
-
-def run_info() -> dict:
-    return {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
-
-
-def report_row(result: dict, row: dict, path: str | None) -> None:
-    """Add ``row`` to ``result["rows"]``, print it and rewrite ``path``: a probe cut
-    short by its time limit keeps every row it measured."""
-    result["rows"].append(row)
-    print(row, flush=True)
-    write_json(result, path)
-
-
-def write_json(result: dict, path: str | None) -> None:
-    if path:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(path, "w") as f:
-            json.dump(result, f, indent=2)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from inductor_cutedsl.gemm_bench import SHAPES, plan_specs
+from inductor_cutedsl.bench.gemm import SHAPES, plan_specs
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import kernel_probe  # noqa: E402

@@ -63,7 +63,7 @@ def test_gemm_table_report_and_plot(tmp_path, capsys):
 
 
 def test_rel_err():
-    from inductor_cutedsl.timing import rel_err
+    from inductor_cutedsl.bench.report import rel_err
 
     a = torch.ones(4, 4)
     assert rel_err(a, a) == 0.0
@@ -78,6 +78,7 @@ def test_main_without_gpu_precompiles_the_block(tmp_path, capsys):
         entry.main(["--workers", "2"])
         out = capsys.readouterr().out
         assert "no CUDA GPU" in out and "compiled now" in out
+        assert "[1/" in out and "compiled in" in out  # each kernel as it is built, i of n
         entry.main(["--workers", "2"])  # second run: everything cached
         assert " 0 compiled now" in capsys.readouterr().out
     assert list(tmp_path.glob("*.o"))

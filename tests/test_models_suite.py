@@ -467,11 +467,12 @@ def test_suite_runs_one_small_inference_block_of_each_family():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="exercises the no-GPU path")
-def test_suite_without_gpu_says_so(capsys, tmp_path):
+def test_suite_without_gpu_says_so_and_fails(capsys, tmp_path):
     from inductor_cutedsl import __main__ as entry
 
-    entry.main(["--suite", "--json", str(tmp_path / "suite.json")])
-    assert "no CUDA GPU" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:
+        entry.main(["--suite", "--json", str(tmp_path / "suite.json")])
+    assert "--suite needs a Hopper GPU: no CUDA GPU" in str(exc.value.code)
     assert not (tmp_path / "suite.json").exists()
 
 

@@ -47,12 +47,12 @@ def test_gemm_refuses_what_is_not_a_tensor(a, b):
 
 def test_precompile_into_an_unwritable_cache_fails(monkeypatch, tmp_path):
     """Ahead-of-time compiles that no later process could find must not report success."""
-    import inductor_cutedsl.__main__ as cli
+    from inductor_cutedsl.job import precompile
     from inductor_cutedsl.job.model import BlockSize
     from inductor_cutedsl.runtime import KernelCache
 
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    monkeypatch.setattr(cli, "default_cache", lambda: KernelCache(blocker / "cache"))
+    monkeypatch.setattr(precompile, "default_cache", lambda: KernelCache(blocker / "cache"))
     with pytest.raises(SystemExit, match="not writable"):
-        cli.precompile_block(BlockSize(), workers=1)
+        precompile.precompile_block(BlockSize(), workers=1)

@@ -1,4 +1,4 @@
-"""Interleaved measurement order (no GPU needed)."""
+"""Interleaved measurement order, and the benchmarks' side-by-side rounds (no GPU needed)."""
 from __future__ import annotations
 
 import collections
@@ -6,6 +6,7 @@ import collections
 import pytest
 
 from inductor_cutedsl import timing
+from inductor_cutedsl.bench import report
 from inductor_cutedsl.timing import balanced_rounds, interleaved, rotations
 
 
@@ -36,5 +37,5 @@ def test_each_contender_takes_every_position_and_follows_every_other_equally_oft
 def test_side_by_side_runs_whole_designs(monkeypatch, count, asked, run):
     calls = []
     monkeypatch.setattr(timing, "bench", lambda fn, rep: calls.append(fn) or 1.0)
-    timing.side_by_side({i: i for i in range(count)}, rounds=asked)
+    report.side_by_side({i: i for i in range(count)}, rounds=asked)
     assert len(calls) == count * run

@@ -13,13 +13,13 @@ import argparse
 import torch
 import torch.nn.functional as F
 
-from . import disable
-from .gemm_bench import SHAPES
-from .job.kernel_profile import kernel_times, ran_cutedsl
-from .job.run import compile_options
-from .install import reenabled
-from .scheduler import scheduling, selection
-from .timing import geomean, graphed, rel_err, run_info, side_by_side, write_json
+from .. import disable
+from ..install import reenabled
+from ..job.kernel_profile import kernel_times, ran_cutedsl
+from ..job.run import compile_options
+from ..scheduler import scheduling, selection
+from .gemm import SHAPES
+from .report import geomean, graphed, rel_err, run_info, side_by_side, write_json
 
 PATTERNS = {
     "addmm_gelu_tanh": (
@@ -99,9 +99,9 @@ def run_case(name: str, m: int, n: int, k: int) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--json", default=None)
-    ap.add_argument("--shapes", default=None, help="indices into the shape list, e.g. 0,3")
-    ap.add_argument("--patterns", default=",".join(PATTERNS))
+    ap.add_argument("--json", metavar="PATH", default=None, help="where the results are written (default: nowhere)")
+    ap.add_argument("--shapes", default=None, help="indices into the shape list, e.g. 0,3 (default: all)")
+    ap.add_argument("--patterns", default=",".join(PATTERNS), help="comma-separated (default %(default)s)")
     args = ap.parse_args(argv)
     shapes = SHAPES if args.shapes is None else [SHAPES[int(i)] for i in args.shapes.split(",")]
     rows: list[dict] = []

@@ -18,11 +18,13 @@ from typing import Callable, Iterable
 
 import torch
 
-from .kernels.config import GemmConfig, shortlist
-from .kernels.epilogue import IDENTITY, Epilogue
-from .runtime import KernelSpec, compiler, gemm_reason, get_gemm, spec_for
-from .runtime.launch import default_cache
-from .timing import bench, geomean, rel_err, run_info, side_by_side, write_json
+from ..kernels.config import GemmConfig, shortlist
+from ..kernels.epilogue import IDENTITY, Epilogue
+from ..job.precompile import build_with_progress
+from ..runtime import KernelSpec, gemm_reason, get_gemm, spec_for
+from ..runtime.launch import default_cache
+from ..timing import bench
+from .report import geomean, rel_err, run_info, side_by_side, write_json
 
 SHAPES = [
     (8192, 4096, 4096),
@@ -68,8 +70,9 @@ def linear_spec(config: GemmConfig, epilogue: Epilogue = IDENTITY) -> KernelSpec
 
 
 def build_all(specs: Iterable[KernelSpec], workers: int | None = None) -> dict:
-    """Compile ``specs`` (each once) into the default cache, in parallel workers."""
-    return compiler.build_many(list(dict.fromkeys(specs)), default_cache(), workers or os.cpu_count() or 1)
+    """Compile ``specs`` (each once) into the default cache, in parallel workers, with a
+    line per kernel compiled."""
+    return build_with_progress(specs, default_cache(), workers or os.cpu_count() or 1)
 
 
 def build_per_shape(configs: Callable[[int, int, int], list[GemmConfig]]) -> dict:
@@ -113,8 +116,9 @@ def launch_us(fn) -> tuple[float, float]:
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--json", default=None)
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--json", metavar="PATH", default=None, help="where the results are written (default: nowhere)")
+    ap.add_argument("--workers", metavar="N", type=int, default=os.cpu_count() or 1,
+                    help="processes compiling the candidates (default: the CPU count, %(default)s)")
     args = ap.parse_args(argv)
     torch.manual_seed(0)
     dev = torch.device("cuda")

@@ -8,6 +8,7 @@ the block's speed come from both compiled in this process, timed on the same ten
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -15,12 +16,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from .. import _compat, config, disable, enable
-from ..timing import rel_err, run_info, side_by_side, write_json
+from ..bench.report import rel_err, run_info, side_by_side, write_json
 from ..scheduler import scheduling
 from .autotune_report import GemmTuning, record_gemm_tuning
 from .kernel_profile import kernel_times, ran_cutedsl
@@ -136,15 +137,26 @@ def plot(result: dict, path: str) -> None:
     fig.savefig(path, dpi=120)
 
 
+def steps(total: int) -> Callable[[str], None]:
+    """A printer for ``total`` long steps: each call announces the next, as i of ``total``."""
+    count = itertools.count(1)
+    return lambda what: print(f"[{next(count)}/{total}] {what}", flush=True)
+
+
 def run(size: BlockSize, json_path: str, png_path: str) -> dict:
     # Compile times: each cold compile in its own fresh process, then ours once more
     # with our kernel cache warm (it must compile no CuteDSL kernel).
     cache_dir = tempfile.mkdtemp(prefix="inductor_cutedsl_job_")
+    step = steps(5)
+    step("stock max-autotune, cold compile in a fresh process")
     stock_cold = compile_in_fresh_process(size, "stock", cache_dir)
+    step("inductor_cutedsl, cold compile in a fresh process (CuteDSL kernels built)")
     ours_cold = compile_in_fresh_process(size, "ours", cache_dir)
+    step("inductor_cutedsl, compile in a fresh process with the kernel cache warm")
     ours_warm = compile_in_fresh_process(size, "ours", cache_dir)
 
     # Correctness, autotuning tables and speed: both compiled here, on the same tensors.
+    step("both compiled in this process and checked against eager")
     block, x = make_block(size)
     with torch.no_grad():
         ref = block(x)
@@ -161,6 +173,7 @@ def run(size: BlockSize, json_path: str, png_path: str) -> dict:
     for name, err in errors.items():
         if not err < TOLERANCE:
             raise AssertionError(f"{name} output differs from eager: rel err {err:.3e}")
+    step("eager, stock and ours timed side by side, then profiled")
     with torch.no_grad():
         times = side_by_side({"eager": lambda: block(x), "stock": lambda: stock_fn(x), "ours": lambda: ours_fn(x)})
         kernels = {"stock": kernel_times(lambda: stock_fn(x)), "ours": kernel_times(lambda: ours_fn(x))}
@@ -189,6 +202,6 @@ def run(size: BlockSize, json_path: str, png_path: str) -> dict:
     print_report(result)
     write_json(result, json_path)
     plot(result, png_path)
-    print(f"wrote {json_path} and {png_path}")
+    print(f"wrote {json_path}\nwrote {png_path}")
     assert math.isfinite(result["model_speedup_vs_max_autotune"])
     return result

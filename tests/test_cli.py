@@ -1,0 +1,168 @@
+"""The command line: its help, what it refuses, what it loads before parsing, and what it
+prints (no GPU needed; the jobs themselves are faked)."""
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from inductor_cutedsl import __main__ as cli
+
+ROOT = Path(__file__).resolve().parents[1]
+HELP_EXTRA_S = 0.5  # --help over `import torch`: noise on a shared machine, no more
+
+
+def _python(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_every_option_has_help_with_its_default_and_no_markup():
+    ap = cli.parser("inductor-cutedsl")
+    for action in ap._actions:
+        if action.dest == "help":
+            continue
+        assert action.help, action.dest
+        if action.option_strings and action.nargs != 0:  # takes a value: its default is said
+            assert "default" in action.help, action.dest
+    text = ap.format_help()
+    assert "``" not in text and ":func:" not in text and "inductor-cutedsl" in text
+
+
+def test_the_default_token_count_is_the_blocks():
+    from inductor_cutedsl.job.model import BlockSize
+
+    assert BlockSize().tokens == cli.DEFAULT_TOKENS
+
+
+def test_help_loads_only_what_the_package_import_does():
+    """Nothing of the jobs, Inductor or the DSL loads before the arguments are parsed."""
+    code = textwrap.dedent("""
+        import json, runpy, sys
+        if sys.argv[1] == "help":
+            sys.argv = ["__main__.py", "--help"]
+            try:
+                runpy.run_module("inductor_cutedsl", run_name="__main__", alter_sys=True)
+            except SystemExit:
+                pass
+        else:
+            import inductor_cutedsl
+        print(json.dumps(sorted(sys.modules)))
+    """)
+    loaded = {}
+    for what in ("help", "import"):
+        done = _python("-c", code, what)
+        assert done.returncode == 0, done.stderr
+        loaded[what] = set(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert loaded["help"] - loaded["import"] <= {"inductor_cutedsl.__main__", "runpy", "pkgutil"}
+    assert not {"torch._inductor", "torch._dynamo", "cutlass", "matplotlib"} & loaded["help"]
+
+
+def test_help_costs_no_more_than_importing_torch():
+    """Fresh interpreters, interleaved, the fastest of three each (the box is shared)."""
+    times: dict = {"torch": [], "help": []}
+    for _ in range(3):
+        for what, args in (("torch", ("-c", "import torch")), ("help", ("-m", "inductor_cutedsl", "--help"))):
+            t0 = time.perf_counter()
+            done = _python(*args)
+            times[what].append(time.perf_counter() - t0)
+            assert done.returncode == 0, done.stderr
+    assert min(times["help"]) <= min(times["torch"]) + HELP_EXTRA_S, times
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--tokens", "abc"], "not a whole number"),
+    (["--tokens", "0"], "not a positive whole number"),
+    (["--workers", "-1"], "not a positive whole number"),
+    (["--png", "plot.jpg"], "does not end in .png"),
+    (["--json", "results.txt"], "does not end in .json"),
+    (["--gemm-bench", "--suite"], "not allowed with"),
+    (["--gemm-bench", "--tokens", "64"], "--tokens does not apply to --gemm-bench"),
+    (["--suite", "--png", "p.png"], "--png does not apply to --suite"),
+    (["--suite", "--workers", "2"], "--workers does not apply to --suite"),
+])  # fmt: skip
+def test_invalid_arguments_are_refused(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_an_existing_directory_is_no_output_file(tmp_path, capsys):
+    (tmp_path / "out.json").mkdir()
+    with pytest.raises(SystemExit):
+        cli.main(["--json", str(tmp_path / "out.json")])
+    assert "is a directory" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="exercises the no-GPU path")
+def test_gemm_bench_without_a_gpu_says_it_needs_one_and_fails():
+    done = _python("-m", "inductor_cutedsl", "--gemm-bench")
+    assert done.returncode == 1
+    assert "--gemm-bench needs a Hopper GPU: no CUDA GPU" in done.stderr
+    assert "compil" not in done.stdout  # and nothing else ran in its place
+
+
+@pytest.mark.parametrize("job", ["--gemm-bench", "--suite"])
+def test_gpu_jobs_print_where_their_results_went(job, tmp_path, monkeypatch, capsys):
+    from inductor_cutedsl.bench import gemm
+    from inductor_cutedsl.job import suite
+
+    seen = []
+    monkeypatch.setattr(cli, "gpu_reason", lambda: None)
+    monkeypatch.setattr(gemm, "main", lambda argv: seen.append(argv) or {})
+    monkeypatch.setattr(suite, "run_suite", lambda path: seen.append(path) or {})
+    monkeypatch.chdir(tmp_path)
+    cli.main([job])
+    default = cli.DEFAULT_JSON[job.removeprefix("--")]
+    assert f"wrote {tmp_path / default}" in capsys.readouterr().out
+    assert str(tmp_path / default) in str(seen)
+
+
+def test_main_job_steps_are_numbered(capsys):
+    from inductor_cutedsl.job.run import steps
+
+    step = steps(2)
+    step("first")
+    step("second")
+    assert capsys.readouterr().out.splitlines() == ["[1/2] first", "[2/2] second"]
+
+
+class _Spec:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def describe(self) -> str:
+        return self.name
+
+
+def test_kernel_builds_report_each_kernel_compiled_as_i_of_n(monkeypatch):
+    from inductor_cutedsl.job import precompile
+    from inductor_cutedsl.runtime import compiler
+
+    def build_async(spec, cache, workers):
+        future = concurrent.futures.Future()
+        if spec.name == "bad":
+            future.set_exception(RuntimeError("ptxas"))
+        else:
+            future.set_result((Path(spec.name), spec.name != "hit", 1.25))
+        return future
+
+    monkeypatch.setattr(compiler, "build_async", build_async)
+    lines: list[str] = []
+    specs = [_Spec("a"), _Spec("hit"), _Spec("b")]
+    built = precompile.build_with_progress(specs, cache=None, workers=1, out=lines.append)
+    assert lines == ["  [1/3] a: compiled in 1.2s", "  [3/3] b: compiled in 1.2s"]
+    assert [now for _, now, _ in built.values()] == [True, False, True]
+    lines.clear()
+    with pytest.raises(RuntimeError, match="ptxas"):
+        precompile.build_with_progress([_Spec("bad")], cache=None, workers=1, out=lines.append)
+    assert lines == ["  [1/1] bad: failed (RuntimeError)"]
