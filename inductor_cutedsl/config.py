@@ -40,7 +40,8 @@ enabled: bool = _env_bool("INDUCTOR_CUTEDSL_ENABLED", True)
 #: Kernel cache directory (``INDUCTOR_CUTEDSL_CACHE_DIR``); None means the per-user default.
 cache_dir: str | None = os.environ.get("INDUCTOR_CUTEDSL_CACHE_DIR") or None
 #: Most CuteDSL configs offered to the autotuner per GEMM (``INDUCTOR_CUTEDSL_MAX_CONFIGS``).
-#: Three: in the H200 runs so far the winner was among the shortlist's first three.
+#: The shortlist (``kernels/config.py``) puts the likeliest winners first; each config
+#: past the first few adds a compile and a benchmark for little chance of winning.
 max_configs: int = _env_int("INDUCTOR_CUTEDSL_MAX_CONFIGS", 3)
 #: Processes that compile candidates in parallel (``INDUCTOR_CUTEDSL_COMPILE_WORKERS``).
 compile_workers: int = _env_int("INDUCTOR_CUTEDSL_COMPILE_WORKERS", min(8, os.cpu_count() or 1))
@@ -51,9 +52,9 @@ compile_workers: int = _env_int("INDUCTOR_CUTEDSL_COMPILE_WORKERS", min(8, os.cp
 epilogue_fusion: bool = _env_bool("INDUCTOR_CUTEDSL_EPILOGUE_FUSION", True)
 
 #: Fused epilogues TMA-load their first M x N input into shared memory ahead of the
-#: epilogue (``EpilogueOperand.staged``; ``INDUCTOR_CUTEDSL_STAGED_OPERANDS``, on): on the
-#: H200 relu + residual then cost the plain kernel +3.0% over five shapes (geomean),
-#: +4.3% with paired global loads (``benchmarks/results/h200-bias.json``).
+#: epilogue (``EpilogueOperand.staged``; ``INDUCTOR_CUTEDSL_STAGED_OPERANDS``, on): that
+#: costs the kernel less than loading it from global memory in the epilogue
+#: (``benchmarks/results/h200-bias.json``).
 staged_operands: bool = _env_bool("INDUCTOR_CUTEDSL_STAGED_OPERANDS", True)
 
 #: Run a gated MLP's two GEMMs and product as one dual-GEMM kernel where it measures

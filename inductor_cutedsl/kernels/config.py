@@ -18,8 +18,8 @@ MAX_AB_STAGES = 8
 MIN_AB_STAGES = 2
 # Shared-memory buffers of a staged epilogue input (one epilogue sub-tile each).
 STAGED_BUFFERS = 2
-# Fewest mainloop stages a staged input may leave. With two (128x256 with whole-tile
-# store buffers) fused relu + residual ran 50% slower than the plain kernel on the H200.
+# Fewest mainloop stages a staged input may leave: with two, a fused kernel runs far
+# slower than the plain one.
 MIN_STAGED_AB_STAGES = 3
 
 _TILE_N_CHOICES = (64, 128, 192, 256)
@@ -182,8 +182,8 @@ def fitted_swizzle(cfg: GemmConfig, m: int, n: int) -> int:
     The persistent scheduler rounds the cluster count along the swizzled dimension (N
     when rastering along M, else M) up to a multiple of the swizzle, and the padding
     tiles are scheduled like real ones (loaded as zeros, stores clipped): at 1024 rows a
-    256x128 tile swizzled by 8 along M ran 3-4x slower than unswizzled (4 tile rows
-    padded to 8, on the H200)."""
+    256x128 tile swizzled by 8 along M pads 4 tile rows to 8, so twice the tiles
+    are scheduled."""
     if cfg.raster_along_m:
         clusters = math.ceil(math.ceil(n / cfg.tile_n) / cfg.cluster_n)
     else:
@@ -202,8 +202,7 @@ def shortlist(m: int, n: int, k: int, batch: int = 1, limit: int = 6) -> list[Ge
     epilogue stores and a rasterization swizzle once there are several waves of tiles;
     small ones want narrower tiles so all 132 SMs get work. A pair cluster multicasts
     the wider of a tile's two operands (a 128x256 tile pairs along M, sharing B): the
-    least L2 -> SM traffic per MAC, and at the power limit the least energy per GEMM
-    (at 8192x14336x4096 the pair along N ran 3.5% slower, sustained).
+    least L2 -> SM traffic per MAC, and at the power limit the least energy per GEMM.
     """
     sms = 132
     raster_m = m >= n

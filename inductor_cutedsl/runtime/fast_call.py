@@ -1,12 +1,12 @@
 """Low-overhead calls into an exported CuTe DSL host function.
 
 The DSL's generic ``__call__`` re-marshals every argument through its adapter
-registry (about 100 us for a GEMM launch). Our entry takes only pointers and
-scalars, so after one generic call we keep our own argument buffer (one 8-byte
-slot per parameter, filled by a single ``struct.pack_into``) and packed argument
-array, and call the C entry directly. The first call checks, byte by
-byte, that our slots hold exactly what the DSL marshalled; if anything differs
-(a DSL change), every call stays on the generic path.
+registry, which costs a launch more host time than a small GEMM's kernel takes. Our
+entry takes only pointers and scalars, so after one generic call we keep our own
+argument buffer (one 8-byte slot per parameter, filled by a single
+``struct.pack_into``) and packed argument array, and call the C entry directly. The
+first call checks, byte by byte, that our slots hold exactly what the DSL marshalled;
+if anything differs (a DSL change), every call stays on the generic path.
 """
 from __future__ import annotations
 
