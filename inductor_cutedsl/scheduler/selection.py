@@ -24,7 +24,7 @@ All are measured side by side, as CUDA graph replays of the whole sequence (so t
 separate ways pay their second kernel's launch gap and tail, as in a model), timed by
 medians in interleaved rounds. Autotuning's figures only decide whether ours is worth
 a fused build: they are taken one choice after another as the GPU heats, so they
-can order two backends that run level side by side.
+can rank apart two backends that run level side by side.
 
 The fastest way wins: ours fused renders our GEMM with the epilogue; Triton fused
 finalizes the MultiTemplateBuffer as that Triton template, with the epilogue fused;
