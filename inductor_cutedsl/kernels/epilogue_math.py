@@ -1,7 +1,11 @@
 """DSL-side helpers that epilogue sources may call, and the source-to-hook step."""
 from __future__ import annotations
 
+import ast
+import builtins
 import math
+import symtable
+import traceback
 from typing import Callable
 
 from .. import arch  # noqa: F401  (pins CUTE_DSL_ARCH before cutlass)
@@ -88,13 +92,110 @@ NAMESPACE = {
 }
 
 
-def materialize(epi: Epilogue) -> Callable | None:
-    """The trace-time hook function of an epilogue (None for identity)."""
-    if epi.is_identity:
-        return None
+class EpilogueError(ValueError):
+    """An epilogue whose source cannot become a kernel: the message names the epilogue
+    and, where one is to blame, the line of its source."""
+
+
+def _filename(epi: Epilogue) -> str:
+    return f"<epilogue {epi.name}>"
+
+
+def _unknown_names(epi: Epilogue) -> list[tuple[str, int]]:
+    """(name, line) of each name the source reads that nothing defines: not a
+    parameter, local or module-level name of the source, not in ``NAMESPACE``, not a
+    builtin."""
+    tables = [symtable.symtable(epi.source, _filename(epi), "exec")]
+    top = tables[0]
+    defined = set(NAMESPACE) | set(dir(builtins)) | {s.get_name() for s in top.get_symbols() if s.is_assigned()}
+    unknown: set[str] = set()
+    while tables:
+        table = tables.pop()
+        tables += table.get_children()
+        for sym in table.get_symbols():
+            if sym.is_referenced() and (sym.is_global() or table is top) and sym.get_name() not in defined:
+                unknown.add(sym.get_name())
+    lines = {}
+    for node in ast.walk(ast.parse(epi.source)):
+        if isinstance(node, ast.Name) and node.id in unknown:
+            lines[node.id] = min(lines.get(node.id, node.lineno), node.lineno)
+    return sorted(lines.items(), key=lambda item: item[1])
+
+
+def _source_line(epi: Epilogue, tb) -> int | None:
+    """The last line of ``epi``'s source in the traceback ``tb``."""
+    line = None
+    for frame, lineno in traceback.walk_tb(tb):
+        if frame.f_code.co_filename == _filename(epi):
+            line = lineno
+    return line
+
+
+def _check_source(epi: Epilogue) -> Callable:
+    """The source's ``epilogue`` function, or an EpilogueError saying what is wrong."""
+    try:
+        code = compile(epi.source, _filename(epi), "exec")
+    except SyntaxError as exc:
+        raise EpilogueError(f"epilogue {epi.name!r}, line {exc.lineno}: {exc.msg}") from None
+    unknown = _unknown_names(epi)
+    if unknown:
+        name, line = unknown[0]
+        raise EpilogueError(
+            f"epilogue {epi.name!r}, line {line}: unknown name {name!r} (the source sees its own names, "
+            f"Python's builtins and {', '.join(sorted(NAMESPACE))})"
+        )
     scope = dict(NAMESPACE)
-    exec(compile(epi.source, f"<epilogue {epi.name}>", "exec"), scope)
+    try:
+        exec(code, scope)
+    except Exception as exc:
+        raise EpilogueError(
+            f"epilogue {epi.name!r}, line {_source_line(epi, exc.__traceback__)}: {type(exc).__name__}: {exc}"
+        ) from exc
     fn = scope.get("epilogue")
     if not callable(fn):
-        raise ValueError(f"epilogue {epi.name!r} source defines no `epilogue` function")
+        raise EpilogueError(f"epilogue {epi.name!r} source defines no `epilogue` function")
     return fn
+
+
+def materialize(epi: Epilogue) -> Callable | None:
+    """The trace-time hook function of an epilogue (None for identity).
+
+    Raises EpilogueError (a ValueError) for a source that does not parse, reads an
+    unknown name or defines no ``epilogue``; the hook raises it at trace time for an
+    error raised inside the source (with its line) or a result that does not match the
+    ``out`` operands (one value without them, a tuple of 1 + their count with them).
+    """
+    if epi.is_identity:
+        return None
+    fn = _check_source(epi)
+    outputs = sum(op.is_output for op in epi.operands)
+    returns = [node.lineno for node in ast.walk(ast.parse(epi.source)) if isinstance(node, ast.Return)]
+    where = f", line {returns[0]}" if len(returns) == 1 else ""
+
+    def hook(acc, m, n, l, ops):
+        try:
+            result = fn(acc, m, n, l, ops)
+        except EpilogueError:
+            raise
+        except Exception as exc:
+            line = _source_line(epi, exc.__traceback__)
+            if line is None:
+                raise
+            raise EpilogueError(f"epilogue {epi.name!r}, line {line}: {type(exc).__name__}: {exc}") from exc
+        count = len(result) if isinstance(result, (tuple, list)) else None
+        if outputs == 0 and count is not None:
+            raise EpilogueError(
+                f"epilogue {epi.name!r}{where} returns {count} values but declares no `out` operand: return one "
+                "value (for the output), or declare an `out` operand for each value after the first"
+            )
+        if outputs and count != outputs + 1:
+            got = "one value" if count is None else f"{count} values"
+            raise EpilogueError(
+                f"epilogue {epi.name!r}{where} returns {got}, but its {outputs} `out` operand(s) want a tuple of "
+                f"{outputs + 1}: the output's value, then one per `out` operand"
+            )
+        if result is None or (count is not None and any(v is None for v in result)):
+            raise EpilogueError(f"epilogue {epi.name!r}{where} returns None")
+        return result
+
+    return hook

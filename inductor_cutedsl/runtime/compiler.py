@@ -33,13 +33,33 @@ def export_object(spec: KernelSpec, out_dir: Path, name: str) -> None:
 
     from ..kernels.sm90_gemm import Sm90Gemm
 
+    from ..kernels.epilogue_math import EpilogueError
+
     t0 = time.perf_counter()
-    gemm = Sm90Gemm(
-        spec.config, spec.ab_dtype, spec.out_dtype, spec.a_major, spec.b_major, spec.epilogue, spec.dual
-    )
-    compiled = cute.compile(gemm.make_entry(), *gemm.fake_args())
+    try:
+        gemm = Sm90Gemm(
+            spec.config, spec.ab_dtype, spec.out_dtype, spec.a_major, spec.b_major, spec.epilogue, spec.dual
+        )
+        compiled = cute.compile(gemm.make_entry(), *gemm.fake_args())
+    except Exception as exc:
+        # The DSL may wrap an error of the epilogue's source in its own (coloured) one.
+        cause = _find_cause(exc, EpilogueError)
+        if cause is None or cause is exc:
+            raise
+        raise cause.with_traceback(cause.__traceback__) from None
     compiled.export_to_c(str(out_dir), name, function_prefix=spec.symbol())
     log.info("compiled %s in %.2fs", spec.describe(), time.perf_counter() - t0)
+
+
+def _find_cause(exc: BaseException, kind: type) -> BaseException | None:
+    """The first exception of type ``kind`` in ``exc``'s cause/context chain (itself included)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, kind):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def build(spec: KernelSpec, cache: KernelCache) -> tuple[Path, bool]:

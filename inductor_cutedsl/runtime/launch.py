@@ -21,6 +21,7 @@ from .spec import ALIGNMENT, KernelSpec
 from .support import (
     AB_DTYPES,
     OUT_DTYPES,
+    ArgumentTypeError,
     a_major,
     b_major,
     declared_args,
@@ -29,6 +30,7 @@ from .support import (
     leading_stride,
     operands_reason,
     single_batch_stride,
+    type_reason,
 )
 
 _memo: dict[str, "CompiledGemm"] = {}
@@ -219,6 +221,20 @@ def spec_for(
     )
 
 
+def _check_types(what: str, *checks: tuple) -> None:
+    """Refuse an argument of the wrong type: ``checks`` are (name, value, type, optional)."""
+    for name, value, want, optional in checks:
+        if why := type_reason(name, value, want, optional):
+            raise ArgumentTypeError(f"inductor_cutedsl cannot run this {what}: {why}")
+
+
+def _config_reason(config, out_bytes: int, dual: bool = False) -> str | None:
+    if config is None:
+        return None
+    why = config.invalid_reason(2, out_bytes) or (config.dual_reason() if dual else None)
+    return f"config {config.name()}: {why}" if why else None
+
+
 def gemm(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -228,18 +244,30 @@ def gemm(
     config: GemmConfig | None = None,
     epilogue: Epilogue = IDENTITY,
 ) -> torch.Tensor:
-    """``epilogue(a @ b)`` with our kernel; raises ValueError for inputs it refuses."""
-    for name, t in (("a", a), ("b", b), ("out", out)):
-        if not isinstance(t, torch.Tensor) and not (name == "out" and t is None):
-            raise ValueError(f"inductor_cutedsl cannot run this GEMM: {name} is a {type(t).__name__}, not a tensor")
-    reason = gemm_reason(a, b, out, out_dtype) or operands_reason(
-        epilogue, operands, a.shape[0] if a.dim() == 3 else 1, a.shape[-2], b.shape[-1]
-    )
+    """``epilogue(a @ b)`` with our kernel.
+
+    Raises ValueError for inputs it refuses, naming the argument (``a``, ``b``, ``out``,
+    ``out_dtype``, ``config``, ``epilogue`` or an operand by its declared name); an
+    argument of the wrong type raises ``support.ArgumentTypeError``, which is both a
+    TypeError and a ValueError. An epilogue whose source cannot be compiled raises
+    ValueError naming the epilogue and the line (``kernels.epilogue_math.EpilogueError``).
+    """
+    _check_types(
+        "GEMM", ("a", a, torch.Tensor, False), ("b", b, torch.Tensor, False), ("out", out, torch.Tensor, True),
+        ("out_dtype", out_dtype, torch.dtype, True), ("config", config, GemmConfig, True),
+        ("epilogue", epilogue, Epilogue, False),
+    )  # fmt: skip
+    reason = gemm_reason(a, b, out, out_dtype)
+    if reason is None:
+        reason = operands_reason(epilogue, operands, a.shape[0] if a.dim() == 3 else 1, a.shape[-2], b.shape[-1])
+    if reason is None:
+        out_dtype = out.dtype if out is not None else out_dtype or a.dtype
+        reason = _config_reason(config, out_dtype.itemsize)
     if reason:
         raise ValueError(f"inductor_cutedsl cannot run this GEMM: {reason}")
     if out is None:
         shape = (*a.shape[:-1], b.shape[-1])
-        out = torch.empty(shape, dtype=out_dtype or a.dtype, device=a.device)
+        out = torch.empty(shape, dtype=out_dtype, device=a.device)
     if config is None:
         batch = a.shape[0] if a.dim() == 3 else 1
         config = shortlist(a.shape[-2], b.shape[-1], a.shape[-1], batch)[0]
@@ -262,7 +290,8 @@ def gated_gemm(
     config: GemmConfig | None = None,
 ):
     """``act(a @ b_gate + bias_gate) * (a @ b_up + bias_up)`` as one dual kernel (A read
-    once for both products); raises ValueError for inputs it refuses.
+    once for both products); raises ValueError for inputs it refuses, naming the
+    argument (wrong types: ``support.ArgumentTypeError``, a TypeError and a ValueError).
 
     ``b_gate`` and ``b_up`` (K x N, alike in layout) may be two weights or two column
     ranges of one fused weight (``w.chunk(2, -1)`` views). Biases are length-N vectors.
@@ -270,21 +299,29 @@ def gated_gemm(
     ``(out, gate, up)``: the pre-activations with their biases, of ``out``'s dtype
     unless ``keep_out`` says otherwise.
     """
-    batch = a.shape[0] if a.dim() == 3 else 1
-    m, n = a.shape[-2], b_gate.shape[-1]
-    out_dtype = out.dtype if out is not None else out_dtype or a.dtype
-    keep = keep or keep_out is not None
-    given = [t for t in (bias_gate, bias_up, *(keep_out or ())) if t is not None]
+    _check_types(
+        "gated GEMM", ("a", a, torch.Tensor, False), ("b_gate", b_gate, torch.Tensor, False),
+        ("b_up", b_up, torch.Tensor, False), ("act", act, str, False), ("bias_gate", bias_gate, torch.Tensor, True),
+        ("bias_up", bias_up, torch.Tensor, True), ("out", out, torch.Tensor, True),
+        ("out_dtype", out_dtype, torch.dtype, True), ("keep_out", keep_out, (tuple, list), True),
+        ("config", config, GemmConfig, True),
+    )  # fmt: skip
     reason = gated_reason(a, b_gate, b_up, out, out_dtype)
     if reason is None and act not in GATED_ACTIVATIONS:
-        reason = f"activation {act!r} not in {GATED_ACTIVATIONS}"
+        reason = f"act: activation {act!r} not in {GATED_ACTIVATIONS}"
     if reason is None and keep_out is not None and len(keep_out) != 2:
         reason = "keep_out must be two tensors (gate, up)"
-    if reason is None and not all(isinstance(t, torch.Tensor) and t.dtype in OUT_DTYPES for t in given):
-        reason = f"biases and kept outputs must be tensors of {sorted(map(str, OUT_DTYPES))}"
-    if reason is None and config is not None:
-        reason = config.invalid_reason(2, out_dtype.itemsize) or config.dual_reason()
+    for name, t in (("bias_gate", bias_gate), ("bias_up", bias_up), *zip(("keep_out[0]", "keep_out[1]"), keep_out or ())):
+        if reason is None and t is not None and not (isinstance(t, torch.Tensor) and t.dtype in OUT_DTYPES):
+            got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
+            reason = f"{name} is {got}: biases and kept outputs must be tensors of {sorted(map(str, OUT_DTYPES))}"
     if reason is None:
+        out_dtype = out.dtype if out is not None else out_dtype or a.dtype
+        reason = _config_reason(config, out_dtype.itemsize, dual=True)
+    if reason is None:
+        batch = a.shape[0] if a.dim() == 3 else 1
+        m, n = a.shape[-2], b_gate.shape[-1]
+        keep = keep or keep_out is not None
         shape = (*a.shape[:-1], n)
         out = out if out is not None else torch.empty(shape, dtype=out_dtype, device=a.device)
         if keep and keep_out is None:

@@ -5,6 +5,8 @@ offered no CuteDSL candidate); it is never run on a guess.
 """
 from __future__ import annotations
 
+import numbers
+
 import torch
 
 from ..arch import SM_MAJOR, SM_MINOR
@@ -49,6 +51,20 @@ def leading_stride(t: torch.Tensor, major_is_last: bool) -> int:
     return t.stride(-2) if major_is_last else t.stride(-1)
 
 
+class ArgumentTypeError(TypeError, ValueError):
+    """An argument of the wrong type: a TypeError, and a ValueError as every refusal
+    of ``runtime.gemm`` and ``runtime.gated_gemm`` is."""
+
+
+def type_reason(name: str, value, want: type | tuple[type, ...], optional: bool = False) -> str | None:
+    """Why ``value``, the argument ``name``, is not a ``want``, if it is not."""
+    if isinstance(value, want) or (optional and value is None):
+        return None
+    spoken = {torch.Tensor: "tensor", torch.dtype: "torch.dtype"}
+    names = " or ".join(spoken.get(t, t.__name__) for t in (want if isinstance(want, tuple) else (want,)))
+    return f"{name} is a {type(value).__name__}, not a {names}" + (" (or None)" if optional else "")
+
+
 def device_reason(device: torch.device) -> str | None:
     if device.type != "cuda":
         return f"tensor on {device.type}, not a CUDA device"
@@ -56,6 +72,12 @@ def device_reason(device: torch.device) -> str | None:
     if cap != (SM_MAJOR, SM_MINOR):
         return f"device is sm_{cap[0]}{cap[1]}, kernel is built for sm_90a only"
     return None
+
+
+def _named_device_reason(name: str, device: torch.device) -> str | None:
+    """``device_reason`` naming the argument ``name``."""
+    why = device_reason(device)
+    return f"{name}: {why}" if why else None
 
 
 def _alignment_reason(name: str, t: torch.Tensor, ld: int) -> str | None:
@@ -74,40 +96,55 @@ def _alignment_reason(name: str, t: torch.Tensor, ld: int) -> str | None:
 
 
 def gemm_reason(
-    a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, out_dtype=None
+    a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, out_dtype=None, *, b_name: str = "b"
 ) -> str | None:
-    """None if ``out = a @ b`` (2-D, or 3-D batched) can run, else why not."""
-    if a.dim() != b.dim() or a.dim() not in (2, 3):
-        return f"unsupported ranks A{a.dim()}D B{b.dim()}D (want 2-D or 3-D each)"
+    """None if ``out = a @ b`` (2-D, or 3-D batched) can run, else why not, naming the
+    argument at fault (``b_name``: what the caller calls ``b``)."""
+    for name, value in (("a", a), (b_name, b)):
+        if why := type_reason(name, value, torch.Tensor):
+            return why
+    if why := type_reason("out", out, torch.Tensor, optional=True):
+        return why
+    if why := type_reason("out_dtype", out_dtype, torch.dtype, optional=True):
+        return why
+    if a.dim() not in (2, 3) or b.dim() != a.dim():
+        return f"unsupported ranks: a is {a.dim()}-D, {b_name} is {b.dim()}-D (want both 2-D or both 3-D)"
     if a.dim() == 3 and a.size(0) != b.size(0):
-        return f"batch sizes differ ({a.size(0)} vs {b.size(0)})"
+        return f"batch sizes differ (a {a.size(0)}, {b_name} {b.size(0)})"
     if a.size(-1) != b.size(-2):
-        return f"inner sizes differ ({a.size(-1)} vs {b.size(-2)})"
+        return f"inner sizes differ (a has K={a.size(-1)} columns, {b_name} has {b.size(-2)} rows)"
     if min(a.size(-2), a.size(-1), b.size(-1)) == 0:
-        return "empty GEMM (a zero size)"
+        return f"empty GEMM (a is {tuple(a.shape)}, {b_name} is {tuple(b.shape)})"
     if a.dtype not in AB_DTYPES or b.dtype != a.dtype:
-        return f"operand dtypes {a.dtype}/{b.dtype} unsupported (bf16 or fp16, equal)"
+        return f"operand dtypes a {a.dtype} / {b_name} {b.dtype} unsupported (bf16 or fp16, equal)"
+    if out is not None:
+        shape = (*a.shape[:-1], b.shape[-1])
+        if tuple(out.shape) != shape:
+            return f"out: output shape {tuple(out.shape)} is not the product's {shape}"
+        if out_dtype is not None and out.dtype != out_dtype:
+            return f"out is {out.dtype} but out_dtype is {out_dtype}"
     out_dtype = out.dtype if out is not None else (out_dtype or a.dtype)
     if out_dtype not in OUT_DTYPES:
-        return f"output dtype {out_dtype} unsupported"
-    for t in (a, b) + ((out,) if out is not None else ()):
-        reason = device_reason(t.device)
-        if reason:
+        return f"output dtype {out_dtype} unsupported ({'out' if out is not None else 'out_dtype'}; want one of bf16, fp16, fp32)"
+    for name, t in (("a", a), (b_name, b), ("out", out)):
+        if t is not None and (reason := _named_device_reason(name, t.device)):
             return reason
+    if len({t.device for t in (a, b, out) if t is not None}) > 1:
+        return f"a, {b_name}{' and out' if out is not None else ''} are on different devices"
     am, bm = a_major(a), b_major(b)
     if am is None:
-        return f"A has no unit-stride matrix mode (strides {tuple(a.stride())})"
+        return f"a has no unit-stride matrix mode (strides {tuple(a.stride())})"
     if bm is None:
-        return f"B has no unit-stride matrix mode (strides {tuple(b.stride())})"
-    reason = _alignment_reason("A", a, leading_stride(a, am == "k")) or _alignment_reason(
-        "B", b, leading_stride(b, bm == "n")
+        return f"{b_name} has no unit-stride matrix mode (strides {tuple(b.stride())})"
+    reason = _alignment_reason("a", a, leading_stride(a, am == "k")) or _alignment_reason(
+        b_name, b, leading_stride(b, bm == "n")
     )
     if reason:
         return reason
     if out is not None:
         if out.stride(-1) != 1:
-            return "output is not row-major (the kernel stores row-major D)"
-        return _alignment_reason("D", out, out.stride(-2))
+            return f"out is not row-major (strides {tuple(out.stride())}; the kernel stores row-major D)"
+        return _alignment_reason("out", out, out.stride(-2))
     return None
 
 
@@ -118,16 +155,13 @@ def gated_reason(
     why not: each product as ``gemm_reason`` requires, and the two weights alike in
     shape and major (one kernel reads both the same way; two column ranges of one
     fused weight qualify)."""
-    for name, b in (("gate", b_gate), ("up", b_up)):
-        if reason := gemm_reason(a, b, out, out_dtype):
-            return f"{name} weight: {reason}"
+    for name, b in (("b_gate", b_gate), ("b_up", b_up)):
+        if reason := gemm_reason(a, b, out, out_dtype, b_name=name):
+            return reason
     if b_gate.shape != b_up.shape:
-        return f"gate and up weights differ in shape ({tuple(b_gate.shape)} vs {tuple(b_up.shape)})"
+        return f"b_gate and b_up differ in shape ({tuple(b_gate.shape)} vs {tuple(b_up.shape)})"
     if b_major(b_gate) != b_major(b_up):
-        return f"gate and up weights differ in major (strides {tuple(b_gate.stride())} vs {tuple(b_up.stride())})"
-    shape = (*a.shape[:-1], b_gate.shape[-1])
-    if out is not None and tuple(out.shape) != shape:
-        return f"output shape {tuple(out.shape)} is not {shape}"
+        return f"b_gate and b_up differ in major (strides {tuple(b_gate.stride())} vs {tuple(b_up.stride())})"
     return None
 
 
@@ -217,14 +251,19 @@ def declaration_reason(decl: EpilogueOperand, args: tuple[int, int, int, int], b
 def operands_reason(epilogue: Epilogue, operands, batch: int, m: int, n: int) -> str | None:
     """Epilogue operands must match their declared kind once broadcast to (L, M, N)."""
     if len(operands) != len(epilogue.operands):
-        return f"epilogue {epilogue.name} takes {len(epilogue.operands)} operands"
+        declared = ", ".join(f"{d.name} ({d.kind})" for d in epilogue.operands) or "none"
+        return f"epilogue {epilogue.name} takes {len(epilogue.operands)} operands ({declared}), got {len(operands)}"
     for decl, value in zip(epilogue.operands, operands):
         if not decl.is_tensor:
             if isinstance(value, torch.Tensor):
                 return f"operand {decl.name} is a scalar, got a tensor"
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                return f"operand {decl.name} is a scalar: want a float, got a {type(value).__name__}"
             continue
-        if not isinstance(value, torch.Tensor) or OUT_DTYPES.get(value.dtype) != decl.dtype:
-            return f"operand {decl.name} must be a {decl.dtype} tensor"
+        if not isinstance(value, torch.Tensor):
+            return f"operand {decl.name} must be a {decl.dtype} tensor, got a {type(value).__name__}"
+        if OUT_DTYPES.get(value.dtype) != decl.dtype:
+            return f"operand {decl.name} must be a {decl.dtype} tensor, got {value.dtype}"
         try:
             args = operand_args(value, None, batch, m, n)
         except ValueError:
@@ -236,5 +275,5 @@ def operands_reason(epilogue: Epilogue, operands, batch: int, m: int, n: int) ->
             return f"output operand {decl.name} is broadcast (each element must be written once)"
         if why := declaration_reason(decl, args, batch, m, n, value.element_size()):
             return f"operand {decl.name} is {why}"
-    tensors = [v for d, v in zip(epilogue.operands, operands) if d.is_tensor]
-    return next(filter(None, (device_reason(v.device) for v in tensors)), None)
+    named = [(f"operand {d.name}", v) for d, v in zip(epilogue.operands, operands) if d.is_tensor]
+    return next(filter(None, (_named_device_reason(name, v.device) for name, v in named)), None)
