@@ -625,6 +625,33 @@ class GpuProbe:
     def synchronize(self) -> None:
         torch.cuda.synchronize()
 
+    def quiet(self) -> dict:
+        """Wait for our builds still in flight (a compile may leave speculative ones
+        running in worker processes), then say how loaded the host is: host-bound
+        timings move with whatever else takes the CPU."""
+        from inductor_cutedsl.runtime import compiler
+
+        t0 = time.perf_counter()
+        waited = compiler.wait_idle(timeout=600)
+        return {"builds_waited": waited, "waited_s": round(time.perf_counter() - t0, 1),
+                "loadavg_1m": round(os.getloadavg()[0], 2)}  # fmt: skip
+
+    def loop_ms(self, steps: dict, calls: int = 50, rounds: int = 4) -> dict:
+        """Median ms per call of ``calls`` back-to-back calls and one sync, in
+        interleaved rounds: what a loop without CUDA graphs sees (each call's host
+        work overlaps the previous call's GPU work; no L2 flush between calls)."""
+        times: dict = {name: [] for name in steps}
+        for order in rotations(list(steps), rounds):
+            for name in order:
+                steps[name]()
+                self.synchronize()
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    steps[name]()
+                self.synchronize()
+                times[name].append((time.perf_counter() - t0) / calls * 1e3)
+        return {name: round(statistics.median(t), 4) for name, t in times.items()}
+
     def wall_ms(self, steps: dict) -> dict:
         """Median ms per call (``side_by_side``: do_bench on the stream, host included
         where it is longer than the GPU's work)."""
@@ -750,9 +777,14 @@ def measure_block(
             raise AccuracyError(f"{bid.name}: {key} rel err {row['rel_err'][key]:.3e} >= {limit:.3e}")
     del eager, outs
 
+    row["host_state"] = probe.quiet()
     wall = {mode: probe.wall_ms({b: steps[b][mode] for b in BACKENDS}) for mode in modes}
     row["wall_ms"] = wall
     row["wall_speedup"] = {mode: _ratio(t["stock"], t["ours"]) for mode, t in wall.items()}
+    if NO_CUDAGRAPHS in modes:  # host-bound: cross-checked by a plain loop of calls
+        loop = probe.loop_ms({b: steps[b][NO_CUDAGRAPHS] for b in BACKENDS})
+        row["wall_loop_ms"] = {NO_CUDAGRAPHS: loop}
+        row["wall_loop_speedup"] = {NO_CUDAGRAPHS: _ratio(loop["stock"], loop["ours"])}
 
     profiled = NO_CUDAGRAPHS if NO_CUDAGRAPHS in modes else modes[0]
     prof = probe.profile({b: steps[b][profiled] for b in BACKENDS})
@@ -900,6 +932,9 @@ def _block_line(row: dict) -> str:
         parts.append(f"GPU {row['gpu_us']['stock']:.1f}/{row['gpu_us']['ours']:.1f} us = {row.get('gpu_speedup')}x "
                      f"(bound {row.get('bound')})")  # fmt: skip
     parts += [f"wall {mode} {ratio}x" for mode, ratio in row.get("wall_speedup", {}).items()]
+    parts += [f"loop {mode} {ratio}x" for mode, ratio in row.get("wall_loop_speedup", {}).items()]
+    if "host_state" in row:
+        parts.append(f"load {row['host_state']['loadavg_1m']} after {row['host_state']['builds_waited']} builds")
     if "host_us" in row:
         parts.append(f"host {row['host_us']['stock']}/{row['host_us']['ours']} us")
     if "cold_compile_s" in row:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -343,6 +344,9 @@ class FakeProbe(models.GpuProbe):
     def wall_ms(self, steps):
         return {name: 2.0 if name == "stock" else 1.6 for name in steps}
 
+    def loop_ms(self, steps):
+        return {name: 2.2 if name == "stock" else 2.0 for name in steps}
+
     def profile(self, steps):
         for step in steps.values():
             step()
@@ -376,6 +380,8 @@ def test_run_measures_every_block_and_goes_on_after_a_failure(tmp_path, capsys):
     assert gpt2["gpu_speedup"] == pytest.approx(350 / 280, abs=1e-4)
     assert gpt2["wall_speedup"] == {models.CUDAGRAPHS: 1.25, models.NO_CUDAGRAPHS: 1.25}
     assert gpt2["host_us"]["stock"] == 300.0 and gpt2["rel_err"]["ours_vs_stock"] == 0.0
+    assert gpt2["wall_loop_speedup"] == {models.NO_CUDAGRAPHS: 1.1}
+    assert gpt2["host_state"]["builds_waited"] == 0 and gpt2["host_state"]["loadavg_1m"] >= 0
     assert gpt2["bound"] == 1.0 and gpt2["bound_note"]  # nothing compiled, so no wrapper code to read
     assert gpt2["gemm_kernels"]["ours"][0]["ours"] and not gpt2["gemm_kernels"]["stock"][0]["ours"]
     assert llama["run"] == "train" and llama["rel_err"]["ours_vs_eager"] == 0.0 and "error" not in llama
@@ -503,3 +509,37 @@ def test_blocks_run_through_the_real_measurements_uncompiled(tmp_path):
         assert row["gpu_us"]["stock"] > 0 and row["host_us"]["gpu_busy"] and row["bound"] == 1.0
         assert set(row["wall_ms"]) == set(models.MODES) and row["rel_err"]["ours_vs_stock"] == 0.0
     assert result["device"] == torch.cuda.get_device_name()
+
+
+def test_quiet_waits_for_builds_still_in_flight(monkeypatch):
+    """A build handed to a worker and not finished is waited for before timing."""
+    import concurrent.futures
+    import threading
+
+    from inductor_cutedsl.runtime import compiler
+
+    release = threading.Event()
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    fut = pool.submit(release.wait)
+    monkeypatch.setitem(compiler._inflight, ("root", "key"), fut)
+    threading.Timer(0.2, release.set).start()
+    state = models.GpuProbe().quiet()
+    assert fut.done() and state["builds_waited"] == 1 and state["waited_s"] >= 0.1
+    pool.shutdown()
+
+
+def test_loop_ms_times_back_to_back_calls_interleaved():
+    calls = {"stock": 0, "ours": 0}
+
+    def step(name):
+        def run():
+            calls[name] += 1
+            time.sleep(0.002 if name == "stock" else 0.001)
+
+        return run
+
+    probe = FakeProbe()
+    out = models.GpuProbe.loop_ms(probe, {n: step(n) for n in calls}, calls=5, rounds=2)
+    assert calls == {"stock": 12, "ours": 12}  # a warm-up call and five timed, per round
+    assert out["stock"] > out["ours"] > 0.9
+

@@ -125,6 +125,16 @@ def _forget(slot: tuple[str, str]) -> None:
         _inflight.pop(slot, None)
 
 
+def wait_idle(timeout: float | None = None) -> int:
+    """Wait until no build handed to a worker is in flight (speculative ones included),
+    at most ``timeout`` seconds; returns how many were waited for. Builds take CPU
+    from the process: anything timed on the host waits for them first."""
+    with _inflight_lock:
+        pending = list(_inflight.values())
+    concurrent.futures.wait(pending, timeout=timeout)
+    return len(pending)
+
+
 def wait(futures: Iterable[concurrent.futures.Future]) -> list[Built]:
     """The builds' results (raising the first failure), counting the time spent waiting."""
     t0 = time.perf_counter()
