@@ -7,8 +7,10 @@ setup(
     packages=find_packages(include=["inductor_cutedsl", "inductor_cutedsl.*"]),
     python_requires=">=3.10",
     install_requires=[
-        # The GPU machine runs torch 2.11: CI imports the same release.
-        "torch==2.11.*",
+        # The releases whose Inductor this package is written against (``_compat.py``
+        # checks the same range at import): a range, so that installing keeps the
+        # user's torch. CI tests both ends.
+        "torch>=2.11,<2.16",
         "nvidia-cutlass-dsl[cu13]==4.8.1",
         "sympy",
         "filelock",

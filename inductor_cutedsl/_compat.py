@@ -1,6 +1,9 @@
-"""Every use of torch-private (``torch._inductor``) API, for torch 2.11.
+"""Every use of torch-private (``torch._inductor``) API, and every difference between
+the torch releases we support (``SUPPORTED_TORCH``).
 
-Keeping them here makes a torch upgrade a one-file review.
+Keeping them here makes a torch upgrade a one-file review: widen ``SUPPORTED_TORCH``
+(and setup.py's ``install_requires``, which states the same range) only after the CPU
+suite passes on the new release.
 
 Importing Inductor costs more than a second (``torch._inductor.config`` alone pulls in
 ``torch._dynamo``), so nothing here imports it at import time: ``inductor_config``,
@@ -15,8 +18,10 @@ import contextlib
 import importlib
 import importlib.abc
 import math
+import re
 import sys
 import threading
+import warnings
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
@@ -40,8 +45,60 @@ __all__ = [
     "set_autotune_backends",
     "set_choices_class",
     "size_hint",
+    "stock_choices",
+    "torch_supported",
     "when_imported",
 ]
+
+
+# -- the torch releases we support -----------------------------------------------------
+
+#: torch releases (major, minor) whose Inductor this module is written against: from the
+#: first (included) up to the second (excluded). setup.py's ``install_requires`` states
+#: the same range; ``tests/test_torch_range.py`` checks that the two agree.
+SUPPORTED_TORCH: tuple[tuple[int, int], tuple[int, int]] = ((2, 11), (2, 16))
+
+
+def supported_range_text() -> str:
+    (lo_major, lo_minor), (hi_major, hi_minor) = SUPPORTED_TORCH
+    return f"torch>={lo_major}.{lo_minor},<{hi_major}.{hi_minor}"
+
+
+def torch_release(version: str | None = None) -> tuple[int, int] | None:
+    """(major, minor) of ``version`` (default: the imported torch's), None if it does not
+    start with two numbers. Local and pre-release tags count as their release
+    (``2.15.0+cpu`` and ``2.16.0a0+git1234`` are 2.15 and 2.16)."""
+    text = str(torch.__version__ if version is None else version)
+    match = re.match(r"\s*(\d+)\.(\d+)", text)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def torch_supported(version: str | None = None) -> bool:
+    release = torch_release(version)
+    return release is not None and SUPPORTED_TORCH[0] <= release < SUPPORTED_TORCH[1]
+
+
+_torch_warned = False
+
+
+def check_torch() -> bool:
+    """Whether the imported torch is one we support; if not, warn (once per process).
+
+    Outside the range Inductor's private API may have moved, so the backend must not
+    touch Inductor at all: a user's ``torch.compile`` has to keep working."""
+    global _torch_warned
+    if torch_supported():
+        return True
+    if not _torch_warned:
+        _torch_warned = True
+        warnings.warn(
+            f"inductor_cutedsl supports {supported_range_text()}, not torch {torch.__version__}: "
+            "the CuteDSL backend stays off and Inductor is left as it is "
+            f"(install a torch in that range to use it: pip install '{supported_range_text()}')",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return False
 
 
 class _Lazy:
@@ -206,6 +263,15 @@ def backend_enabled(token: str) -> bool:
     return token.upper() in [x.strip() for x in autotune_backends().upper().split(",")]
 
 
+def benchmark_fusion_setting() -> str:
+    """The name of Inductor's setting that times a template's fusions (on every
+    supported release): newer releases renamed ``benchmark_epilogue_fusion``, keeping
+    the old name as a deprecated alias."""
+    if hasattr(inductor_config, "benchmark_template_fusion"):
+        return "benchmark_template_fusion"
+    return "benchmark_epilogue_fusion"
+
+
 def max_autotune_on() -> bool:
     return bool(inductor_config.max_autotune or inductor_config.max_autotune_gemm)
 
@@ -223,6 +289,25 @@ def choices_class() -> Any:
     return inductor_config.inductor_choices_class
 
 
+_stock_choices_class: Any = None
+
+
+def stock_choices() -> Any:
+    """A handler with Inductor's own heuristics, usable as ``inductor_choices_class``'s
+    product on every supported release (newer Inductor asks it for ``uuid()``, a part
+    of its compile cache's key, and its base class has none)."""
+    global _stock_choices_class
+    if _stock_choices_class is None:
+        from torch._inductor.choices import InductorChoices
+
+        class StockChoices(InductorChoices):
+            def uuid(self) -> Any:
+                return "inductor_cutedsl.stock"
+
+        _stock_choices_class = StockChoices
+    return _stock_choices_class()
+
+
 def set_choices_class(cls: Any, live: bool = True) -> None:
     """Install ``cls`` for new threads (config) and, with ``live``, for this thread (the
     live handler, where one may exist: Inductor makes it from the config on first use)."""
@@ -234,7 +319,11 @@ def set_choices_class(cls: Any, live: bool = True) -> None:
 
 
 def size_hint(expr: Any) -> int:
-    return int(V.graph.sizevars.size_hint(expr, fallback=inductor_config.unbacked_symint_fallback))
+    """A concrete value of ``expr`` to size a kernel for (adds no guard). Newer releases
+    dropped ``size_hint`` for ``optimization_hint``."""
+    sizevars = V.graph.sizevars
+    hint = getattr(sizevars, "size_hint", None) or sizevars.optimization_hint
+    return int(hint(expr, fallback=inductor_config.unbacked_symint_fallback))
 
 
 def multiple_of(expr: Any, n: int) -> bool:
@@ -577,23 +666,51 @@ def unregister_lowering(op: Any) -> None:
 class _PreGradPasses:
     """A user's pre-grad pass (if any) and then ours. A module-level class, not a
     closure: Inductor pickles its config for its compile cache's key, and an
-    unpicklable pass turns that cache off for every compile."""
+    unpicklable pass turns that cache off for every compile.
 
-    def __init__(self, prior: Any, fn: Callable[[Any], Any]) -> None:
-        self.prior, self.fn = prior, fn
+    Registered as Inductor's ``CustomGraphPass``, with ``uuid()``: newer Inductor runs a
+    custom pre-grad pass that has one after its compile cache's lookup (and keys the
+    cache on it), and logs a warning on every process for a pass without one. ``uuid()``
+    is None (the pass runs before the lookup, as on older releases) where a user's pass
+    has none of its own."""
+
+    def __init__(self, prior: Any, fn: Callable[[Any], Any], key: Callable[[], Any]) -> None:
+        self.prior, self.fn, self.key = prior, fn, key
 
     def __call__(self, graph: Any) -> None:
-        if self.prior is not None:
-            self.prior(graph)
+        for prior in _graph_passes(self.prior):
+            prior(graph)
         self.fn(graph)
 
+    def uuid(self) -> Any:
+        priors = []
+        for prior in _graph_passes(self.prior):
+            uuid = getattr(prior, "uuid", None)
+            key = uuid() if callable(uuid) else None
+            if key is None:
+                return None
+            priors.append(key)
+        return ("inductor_cutedsl.pre_grad", tuple(priors), self.key())
 
-def install_pre_grad_pass(fn: Callable[[Any], Any]) -> Any:
+
+def _graph_passes(value: Any) -> tuple:
+    """The passes a ``pre_grad_custom_pass`` setting holds (newer releases also take a
+    list or tuple of them)."""
+    if value is None:
+        return ()
+    return tuple(value) if isinstance(value, (list, tuple)) else (value,)
+
+
+def install_pre_grad_pass(fn: Callable[[Any], Any], key: Callable[[], Any]) -> Any:
     """Run ``fn`` (a module-level function: it is pickled) on each graph before
-    autograd, after a user's own pre-grad pass; returns what ``restore_pre_grad_pass``
+    autograd, after a user's own pre-grad pass; ``key()`` (module-level too) says what
+    ``fn`` does, for Inductor's compile cache. Returns what ``restore_pre_grad_pass``
     needs."""
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    CustomGraphPass.register(_PreGradPasses)
     prior = inductor_config.pre_grad_custom_pass
-    inductor_config.pre_grad_custom_pass = _PreGradPasses(prior, fn)
+    inductor_config.pre_grad_custom_pass = _PreGradPasses(prior, fn, key)
     return prior
 
 

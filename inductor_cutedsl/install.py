@@ -17,12 +17,18 @@ MLP op, the scheduling) is installed at once where Inductor is already imported,
 otherwise when the first compilation starts (or Inductor first makes its choices
 handler, or runs the pre-grad passes, whichever comes first). Until then the choices
 class is ``_choices``, which installs the rest and makes an instance of ours.
+
+On a torch outside the supported range (``_compat.SUPPORTED_TORCH``) ``enable()``
+warns once and installs nothing: Inductor stays exactly as it is.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import logging
 import threading
+from pathlib import Path
 from typing import Any, Iterator
 
 import torch
@@ -65,8 +71,32 @@ def _choices() -> Any:
     _install_rest()
     cls = _compat.choices_class()
     if cls is _choices or cls is None:  # disabled meanwhile: Inductor's own
-        cls = _compat.InductorChoices
+        return _compat.stock_choices()
     return cls()
+
+
+@functools.lru_cache(maxsize=1)
+def _source_digest() -> str:
+    """A digest of this package's Python source (what our kernels and lowering are)."""
+    root = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def cache_key() -> tuple:
+    """What our part of a compiled graph depends on, for Inductor's compile caches
+    (the ``uuid()`` of our choices classes and of our pre-grad pass): this package's
+    source and the settings read while compiling. Where settings change between
+    compiles, a cached graph must not be reused."""
+    from . import __version__
+
+    settings = config.as_dict()
+    for name in ("cache_dir", "compile_workers"):  # where and how fast, not what
+        settings.pop(name)
+    return ("inductor_cutedsl", __version__, _source_digest(), tuple(sorted(settings.items())))
 
 
 def _rewrite_gated(graph: torch.fx.Graph) -> None:
@@ -87,10 +117,11 @@ def _compile_starts() -> None:
 def enable() -> None:
     """Install the backend (idempotent): all of it at once where Inductor is imported;
     else its settings as soon as Inductor's config is imported and the rest when the
-    first compilation starts."""
+    first compilation starts. On a torch outside the supported range: a warning (once)
+    and nothing else."""
     global _saved
     with _lock:
-        if _saved is not None:
+        if _saved is not None or not _compat.check_torch():
             return
         # What enable() reads of our config, kept for the rest of the install.
         _saved = {"epilogue_fusion": config.epilogue_fusion, "dual_gemm": config.dual_gemm}
@@ -114,7 +145,7 @@ def _install_settings() -> None:
             _compat.set_autotune_backends(f"{_saved['backends']},{BACKEND_TOKEN}")
         _compat.set_choices_class(_choices, live=False)  # Inductor makes its handler from it
         if _saved["dual_gemm"]:
-            _saved["pre_grad_pass"] = _compat.install_pre_grad_pass(_rewrite_gated)
+            _saved["pre_grad_pass"] = _compat.install_pre_grad_pass(_rewrite_gated, cache_key)
 
 
 def _install_start_hook() -> None:

@@ -33,16 +33,18 @@ def fusion_enabled():
 def compiled_code(fn, *args, backends="CUTEDSL", measure_epilogues=False):
     """Compiled ``fn``'s output and generated code.
 
-    By default the GEMM is autotuned at lowering (``benchmark_epilogue_fusion`` off),
+    By default the GEMM is autotuned at lowering (Inductor's fusion benchmarking off),
     so with CuteDSL the only backend our template is chosen and the fusion decision
     is made by translation alone: deterministic, whatever else loads the GPU. With
     ``measure_epilogues`` the choice is timed (``scheduler/selection.py``)."""
     from torch._inductor import config as ic
     from torch._inductor.utils import run_and_get_code
 
+    from inductor_cutedsl import _compat
+
     with ic.patch(
         max_autotune_gemm_backends=backends, force_disable_caches=True,
-        benchmark_epilogue_fusion=measure_epilogues,
+        **{_compat.benchmark_fusion_setting(): measure_epilogues},
     ):  # fmt: skip
         return run_and_get_code(torch.compile(fn, mode="max-autotune-no-cudagraphs"), *args)
 

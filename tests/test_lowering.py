@@ -13,7 +13,7 @@ from torch._inductor.sizevars import SizeVarAllocator
 from torch._inductor.virtualized import V
 
 import inductor_cutedsl
-from inductor_cutedsl import config
+from inductor_cutedsl import _compat, config
 from inductor_cutedsl.lowering import gemm_choices as gc
 from inductor_cutedsl.lowering.choices import CuteDSLChoices
 
@@ -214,7 +214,7 @@ def test_epilogue_fusion_setting_installs_and_restores_the_scheduling():
     inductor_cutedsl.disable()
     prior = common.device_codegens.get("cuda")
     prior_speedup, prior_vertical = Scheduler.speedup_by_fusion, Scheduler.can_fuse_vertical
-    prior_bef = inductor_config.benchmark_epilogue_fusion
+    prior_bef = getattr(inductor_config, _compat.benchmark_fusion_setting())
     try:
         with config.patch(epilogue_fusion=True):
             inductor_cutedsl.enable()
@@ -222,7 +222,7 @@ def test_epilogue_fusion_setting_installs_and_restores_the_scheduling():
             assert Scheduler.speedup_by_fusion is not prior_speedup
             assert Scheduler.can_fuse_vertical is not prior_vertical
             # Inductor's epilogue benchmarking stays on: our candidates join it.
-            assert inductor_config.benchmark_epilogue_fusion == prior_bef
+            assert getattr(inductor_config, _compat.benchmark_fusion_setting()) == prior_bef
             inductor_cutedsl.disable()
         restored = common.device_codegens.get("cuda")
         assert restored is not None and restored.scheduling is not CuteDSLFusionScheduling

@@ -12,6 +12,13 @@ log = logging.getLogger("inductor_cutedsl.lowering")
 class CuteDSLChoices(_compat.InductorChoices):
     """Inductor's default heuristics, plus CuteDSL GEMM candidates."""
 
+    def uuid(self) -> tuple:
+        """Part of Inductor's compile cache key (newer Inductor refuses a choices class
+        without it): which of our classes, our source and our settings."""
+        from ..install import cache_key
+
+        return (f"{type(self).__module__}.{type(self).__qualname__}", *cache_key())
+
     def get_template_configs(self, kernel_inputs, templates, op_name, kwarg_overrides=None):
         choices = super().get_template_configs(kernel_inputs, templates, op_name, kwarg_overrides)
         ours = gemm_choices(kernel_inputs, op_name)
