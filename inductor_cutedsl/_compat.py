@@ -34,6 +34,7 @@ __all__ = [
     "OpsHandlerBase",
     "caches_disabled",
     "aten_choice",
+    "aten_dtype_choice",
     "autotune_backends",
     "choices_class",
     "codegen_blocked",
@@ -364,6 +365,13 @@ def aten_choice(op_name: str) -> Any:
         "bmm": bmm.aten_bmm,
         "baddbmm": bmm.aten_baddbmm,
     }[op_name]
+
+
+def aten_dtype_choice(op_name: str) -> Any:
+    """ATen's ExternKernelChoice for mm / bmm with an ``out_dtype`` of their own."""
+    from torch._inductor.kernel import bmm, mm
+
+    return {"mm": mm.aten_mm_dtype, "bmm": bmm.aten_bmm_dtype}[op_name]
 
 
 @contextlib.contextmanager

@@ -1,6 +1,7 @@
 """The lowering's generated code for a faked H200 (see fake_hopper; no GPU needed)."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from fake_hopper import generated_code
@@ -27,3 +28,20 @@ def test_faster_aten_wins_the_autotuning():
     code = generated_code(lambda x, w: x @ w.t(), (M, K), (N, K), candidate_ms=timing, backends="ATEN,CUTEDSL")
     assert "extern_kernels.mm" in code
     assert "inductor_cutedsl" not in code
+
+
+def _bmm_out_fp32(a, b):
+    return torch.bmm(a, b, out_dtype=torch.float32)
+
+
+def test_refused_bmm_with_its_own_out_dtype_falls_back_to_atens_dtype_kernel():
+    # Inductor's own test_bmm_out_dtype: fp16 inputs, fp32 out, rows of 8 bytes (refused).
+    code = generated_code(_bmm_out_fp32, (2, 3, 4), (2, 4, 5), dtype=torch.float16)
+    assert "extern_kernels.bmm_dtype" in code
+    assert "inductor_cutedsl" not in code
+
+
+def test_no_fallback_while_another_backend_is_on():
+    # Stock Inductor finds no choice here (Triton takes no out_dtype): neither do we.
+    with pytest.raises(Exception, match="NoValidChoicesError"):
+        generated_code(_bmm_out_fp32, (2, 3, 4), (2, 4, 5), dtype=torch.float16, backends="TRITON,CUTEDSL")

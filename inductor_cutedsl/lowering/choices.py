@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 
 from .. import _compat
+from ..install import BACKEND_TOKEN
 from .gemm_choices import GEMM_OPS, gemm_choices
 
 log = logging.getLogger("inductor_cutedsl.lowering")
@@ -22,10 +23,28 @@ class CuteDSLChoices(_compat.InductorChoices):
     def get_template_configs(self, kernel_inputs, templates, op_name, kwarg_overrides=None):
         choices = super().get_template_configs(kernel_inputs, templates, op_name, kwarg_overrides)
         ours = gemm_choices(kernel_inputs, op_name)
-        if not choices and not ours and op_name in GEMM_OPS:
+        if not choices and not ours and op_name in GEMM_OPS and _only_backend_is_ours():
             # CUTEDSL is the only backend and this GEMM was refused: compile it with ATen
-            # rather than leave Inductor with no choice at all.
+            # rather than leave Inductor with no choice at all. With another backend on,
+            # no choice stays an error, as on stock Inductor.
             log.info("%s falls back to ATen (the only other backend is off)", op_name)
-            fallback = [_compat.aten_choice(op_name)]
-            choices = super().get_template_configs(kernel_inputs, fallback, op_name)
+            fallback, overrides = _aten_fallback(kernel_inputs, op_name)
+            choices = super().get_template_configs(
+                kernel_inputs, [fallback], op_name, kwarg_overrides=overrides
+            )
         return [*choices, *ours]
+
+
+def _only_backend_is_ours() -> bool:
+    tokens = [t.strip().upper() for t in _compat.autotune_backends().split(",")]
+    return [t for t in tokens if t] == [BACKEND_TOKEN]
+
+
+def _aten_fallback(kernel_inputs, op_name: str):
+    """ATen's choice for this GEMM and its kwargs: an output dtype other than the
+    inputs' (``torch.bmm(a, b, out_dtype=...)``) needs ATen's ``*_dtype`` kernel."""
+    out_dtype = getattr(kernel_inputs, "_out_dtype", None)
+    if out_dtype is not None and op_name in ("mm", "bmm"):
+        choice = _compat.aten_dtype_choice(op_name)
+        return choice, {choice.uid: {"out_dtype": out_dtype}}
+    return _compat.aten_choice(op_name), None

@@ -1,0 +1,282 @@
+"""Inductor's own GEMM tests, stock and with the CuteDSL backend on, compared test by test.
+
+    python benchmarks/inductor_tests.py --tests .device/inductor_tests --json $OUT/inductor-tests.json
+
+``--tests`` holds PyTorch's ``test/inductor/test_max_autotune.py`` and
+``test_select_algorithm.py`` from the torch release that runs them (they are PyTorch's
+code: never committed; a ``_deps/`` folder beside them, if any, goes on ``PYTHONPATH``
+for their test-only dependencies such as ``expecttest``). Each mode runs pytest
+(pytest-xdist ``-n``) in its own process with its own Inductor cache:
+
+* ``stock``: plain Inductor;
+* ``ours``: ``benchmarks/inductor_tests_plugin.py`` loaded with ``-p``: it imports
+  ``inductor_cutedsl`` and keeps ``CUTEDSL`` in every value a test gives
+  ``max_autotune_gemm_backends``.
+
+The JSON has, per mode, the counts (passed / failed / skipped / error / xfailed /
+xpassed) and every test's outcome; ``regressions`` lists the tests that pass stock and
+fail ours, with the last lines of our failure. Modes can be run in separate calls
+(``--mode stock``, ``--mode ours``) and joined with ``--merge a.json b.json``. Each mode
+has its own time limit (``--budget``); a mode cut short keeps the outcomes pytest
+printed so far, and only tests with an outcome in both modes are compared.
+
+Without a CUDA GPU it says so and exits 0 (Inductor's GPU tests skip there);
+``--cpu`` runs anyway, to check the mechanics.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+DEFAULT_FILES = ("test_max_autotune.py", "test_select_algorithm.py")
+MODES = ("stock", "ours")
+OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
+# `-v` under xdist: "[gw3] [ 12%] PASSED test_x.py::Cls::test_y"; without xdist:
+# "test_x.py::Cls::test_y PASSED [ 12%]".
+_XDIST_LINE = re.compile(r"^\[gw\d+\]\s+(?:\[\s*\d+%\]\s+)?([A-Z]+)\s+(\S+::\S+)")
+_PLAIN_LINE = re.compile(r"^(\S+::\S+)\s+([A-Z]+)\b")
+_WORDS = {"PASSED": "passed", "FAILED": "failed", "ERROR": "error", "SKIPPED": "skipped",
+          "XFAIL": "xfailed", "XPASS": "xpassed"}  # fmt: skip
+TAIL_LINES = 12
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python benchmarks/inductor_tests.py",
+        description="Inductor's own GEMM tests, stock vs with the CuteDSL backend.",
+    )
+    p.add_argument("--tests", type=Path, default=REPO / ".device" / "inductor_tests",
+                   help="folder with PyTorch's test files (default: %(default)s)")
+    p.add_argument("--files", nargs="+", default=list(DEFAULT_FILES),
+                   help="test files in --tests to run (default: %(default)s)")
+    p.add_argument("-k", dest="keyword", default=None, help="pytest -k expression")
+    p.add_argument("--mode", choices=("both", *MODES), default="both",
+                   help="which runs to make (default: %(default)s)")
+    p.add_argument("-n", "--workers", type=int, default=8,
+                   help="pytest-xdist workers; 0 runs in one process (default: %(default)s)")
+    p.add_argument("--budget", type=float, default=270.0,
+                   help="seconds each mode may run before it is cut short (default: %(default)s)")
+    p.add_argument("--json", type=Path, default=None, help="where to write the results")
+    p.add_argument("--logs", type=Path, default=None,
+                   help="folder for each mode's pytest log (default: beside --json)")
+    p.add_argument("--merge", nargs="+", type=Path, default=None,
+                   help="join the modes of earlier --json files instead of running")
+    p.add_argument("--cpu", action="store_true", help="run even without a CUDA GPU")
+    args = p.parse_args(argv)
+    if args.workers < 0:
+        p.error("--workers must be 0 or more")
+    if args.budget <= 0:
+        p.error("--budget must be positive")
+    return args
+
+
+def has_gpu() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def pytest_command(args: argparse.Namespace, mode: str, junit: Path, ini: Path) -> list[str]:
+    cmd = [sys.executable, "-m", "pytest", *[str(args.tests / f) for f in args.files],
+           "-c", str(ini), "--rootdir", str(args.tests), "-p", "no:cacheprovider",
+           "-v", "-rN", "--tb=short", f"--junitxml={junit}", "-o", "junit_family=xunit1"]
+    if args.workers:
+        cmd += ["-n", str(args.workers)]
+    if args.keyword:
+        cmd += ["-k", args.keyword]
+    if mode == "ours":
+        cmd += ["-p", "inductor_tests_plugin"]
+    return cmd
+
+
+def mode_env(args: argparse.Namespace, mode: str, cache: str) -> dict[str, str]:
+    env = dict(os.environ)
+    paths = [str(args.tests / "_deps"), str(args.tests), str(REPO)]
+    if mode == "ours":
+        paths.append(str(HERE))
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env["TORCHINDUCTOR_CACHE_DIR"] = cache  # no compiled graph shared between the modes
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTORCH_PRINT_REPRO_ON_FAILURE"] = "0"
+    if mode == "stock":
+        env["INDUCTOR_CUTEDSL_ENABLED"] = "0"  # in case something imports the package anyway
+    return env
+
+
+def run_mode(args: argparse.Namespace, mode: str, log_dir: Path) -> dict:
+    """Run one mode's pytest; its counts and per-test outcomes."""
+    work = Path(tempfile.mkdtemp(prefix=f"inductor_tests_{mode}_"))
+    ini = work / "pytest.ini"
+    ini.write_text("[pytest]\n")
+    junit = work / "junit.xml"
+    log_path = log_dir / f"inductor-tests-{mode}.log"
+    cmd = pytest_command(args, mode, junit, ini)
+    print(f"== {mode}: {' '.join(cmd[1:])}", flush=True)
+    t0 = time.monotonic()
+    timed_out = False
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, cwd=args.tests, env=mode_env(args, mode, str(work / "cache")),
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=args.budget)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                rc = proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                rc = proc.wait()
+    seconds = round(time.monotonic() - t0, 1)
+    text = log_path.read_text(errors="replace")
+    tests = outcomes_from_log(text)
+    if junit.exists():
+        tests.update(outcomes_from_junit(junit.read_text(errors="replace")))
+    counts = {o: sum(1 for t in tests.values() if t["outcome"] == o) for o in OUTCOMES}
+    tail = text.strip().splitlines()[-3:]
+    print(f"== {mode}: rc={rc} in {seconds} s{' (cut short)' if timed_out else ''}: "
+          + ", ".join(f"{v} {k}" for k, v in counts.items() if v), flush=True)
+    return {"rc": rc, "seconds": seconds, "timed_out": timed_out, "log": str(log_path),
+            "counts": counts, "last_lines": tail, "tests": tests}
+
+
+def _test_id(classname: str, name: str, file: str | None = None) -> str:
+    """``file.py::Class::test`` from junit's dotted classname (xunit1 gives ``file``)."""
+    parts = classname.split(".") if classname else []
+    cls = parts[-1] if parts else ""
+    mod = file or (("/".join(parts[:-1]) + ".py") if len(parts) > 1 else "")
+    return "::".join(x for x in (Path(mod).name if mod else "", cls, name) if x)
+
+
+def outcomes_from_junit(xml_text: str) -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    root = ET.fromstring(xml_text)
+    for case in root.iter("testcase"):
+        tid = _test_id(case.get("classname", ""), case.get("name", ""), case.get("file"))
+        outcome, message = "passed", ""
+        for child in case:
+            tag = child.tag
+            if tag in ("failure", "error"):
+                outcome = "failed" if tag == "failure" else "error"
+                message = child.text or child.get("message") or ""
+                break
+            if tag == "skipped":
+                kind = child.get("type", "")
+                outcome = "xfailed" if "xfail" in kind else "skipped"
+                message = child.get("message") or ""
+                break
+        entry = {"outcome": outcome}
+        if message:
+            lines = message.strip().splitlines()[-TAIL_LINES:]
+            entry["message"] = "\n".join(line[:300] for line in lines)
+        out[tid] = entry
+    return out
+
+
+def outcomes_from_log(text: str) -> dict[str, dict]:
+    """What ``-v`` printed so far (all a run that was cut short leaves)."""
+    out: dict[str, dict] = {}
+    for line in text.splitlines():
+        m = _XDIST_LINE.match(line)
+        if m:
+            word, nodeid = m.groups()
+        else:
+            m = _PLAIN_LINE.match(line)
+            if not m:
+                continue
+            nodeid, word = m.groups()
+        if word in _WORDS:
+            out[_norm_nodeid(nodeid)] = {"outcome": _WORDS[word]}
+    return out
+
+
+def _norm_nodeid(nodeid: str) -> str:
+    path, _, rest = nodeid.partition("::")
+    return f"{Path(path).name}::{rest}"
+
+
+def compare(modes: dict[str, dict]) -> dict:
+    stock, ours = modes.get("stock"), modes.get("ours")
+    if not stock or not ours:
+        return {}
+    s, o = stock["tests"], ours["tests"]
+    both = sorted(set(s) & set(o))
+    regressions = [
+        {"test": t, "ours": o[t]["outcome"], "message": o[t].get("message", "")}
+        for t in both
+        if s[t]["outcome"] == "passed" and o[t]["outcome"] in ("failed", "error")
+    ]
+    fixed = [t for t in both
+             if s[t]["outcome"] in ("failed", "error") and o[t]["outcome"] == "passed"]
+    return {
+        "compared": len(both),
+        "only_stock": len(set(s) - set(o)),
+        "only_ours": len(set(o) - set(s)),
+        "regressions": regressions,
+        "passes_ours_fails_stock": fixed,
+        "failing_both": [t for t in both if s[t]["outcome"] in ("failed", "error")
+                         and o[t]["outcome"] in ("failed", "error")],
+    }
+
+
+def report(result: dict) -> None:
+    for mode, r in result["modes"].items():
+        print(f"{mode:6s}: " + ", ".join(f"{v} {k}" for k, v in r["counts"].items() if v)
+              + (" (cut short)" if r.get("timed_out") else ""))
+    cmp_ = result.get("comparison") or {}
+    if cmp_:
+        print(f"compared {cmp_['compared']} tests; pass stock and fail ours: "
+              f"{len(cmp_['regressions'])}")
+        for r in cmp_["regressions"]:
+            last = r["message"].strip().splitlines()[-1:] or [""]
+            print(f"  {r['test']}: {last[0][:200]}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.merge:
+        modes: dict[str, dict] = {}
+        for path in args.merge:
+            modes.update(json.loads(path.read_text())["modes"])
+        result = {"modes": modes, "comparison": compare(modes)}
+    else:
+        if not has_gpu() and not args.cpu:
+            print("no CUDA GPU: Inductor's GPU tests would all skip; nothing to compare "
+                  "(--cpu runs them anyway)")
+            return 0
+        args.tests = args.tests.resolve()
+        missing = [f for f in args.files if not (args.tests / f).is_file()]
+        if missing:
+            print(f"not found in {args.tests}: {', '.join(missing)}", file=sys.stderr)
+            return 2
+        log_dir = args.logs or (args.json.parent if args.json else Path(tempfile.gettempdir()))
+        log_dir.mkdir(parents=True, exist_ok=True)
+        wanted = MODES if args.mode == "both" else (args.mode,)
+        modes = {mode: run_mode(args, mode, log_dir) for mode in wanted}
+        result = {"files": args.files, "keyword": args.keyword, "workers": args.workers,
+                  "gpu": has_gpu(), "modes": modes, "comparison": compare(modes)}
+    report(result)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=1))
+        print(f"results: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

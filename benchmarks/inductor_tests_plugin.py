@@ -1,0 +1,59 @@
+"""pytest plugin for ``benchmarks/inductor_tests.py``: Inductor's own tests with the
+CuteDSL backend on.
+
+Loaded only for the "ours" run (``-p inductor_tests_plugin``, with ``benchmarks/`` on
+``PYTHONPATH``). At load time it:
+
+* imports ``inductor_cutedsl``, which installs the backend and adds ``CUTEDSL`` to the
+  default ``max_autotune_gemm_backends``;
+* makes every later assignment of ``max_autotune_gemm_backends`` (``config.patch``, a
+  decorator or a plain ``config.x = ...``: all of them go through the config module's
+  ``__setattr__``) keep ``CUTEDSL`` in the list. A test that hard-patches the backends
+  to ``"TRITON"`` then runs with ``"TRITON,CUTEDSL"``.
+
+An empty value is left empty: it asks for no GEMM backend at all, and the tests that
+set it check exactly that (Inductor must find no choice).
+"""
+from __future__ import annotations
+
+import inductor_cutedsl  # noqa: F401  (installs the backend)
+from torch._inductor import config as inductor_config
+
+from inductor_cutedsl.install import BACKEND_TOKEN
+
+SETTING = "max_autotune_gemm_backends"
+
+
+def with_token(value: object) -> object:
+    """``value`` with ``CUTEDSL`` added, unless it is empty, not a string, or has it."""
+    if not isinstance(value, str) or not value.strip():
+        return value
+    tokens = [t.strip().upper() for t in value.split(",")]
+    if BACKEND_TOKEN in tokens:
+        return value
+    return f"{value},{BACKEND_TOKEN}"
+
+
+def install() -> None:
+    """Wrap the config module class's ``__setattr__`` (once) for Inductor's config only."""
+    cls = type(inductor_config)
+    if getattr(cls.__setattr__, "_cutedsl_adds_token", False):
+        return
+    original = cls.__setattr__
+
+    def __setattr__(self, name, value):  # noqa: N807
+        if self is inductor_config and name == SETTING:
+            value = with_token(value)
+        original(self, name, value)
+
+    __setattr__._cutedsl_adds_token = True  # type: ignore[attr-defined]
+    cls.__setattr__ = __setattr__
+    # The value already in force (the environment's, or the default) gets it too.
+    setattr(inductor_config, SETTING, getattr(inductor_config, SETTING))
+
+
+install()
+
+
+def pytest_report_header(config):
+    return f"inductor_cutedsl on: {SETTING}={getattr(inductor_config, SETTING)!r}"
