@@ -5,6 +5,11 @@ import dataclasses
 import json
 import logging
 import multiprocessing
+import os
+import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -13,7 +18,7 @@ import pytest
 
 from inductor_cutedsl.kernels import GemmConfig
 from inductor_cutedsl.kernels import epilogue as E
-from inductor_cutedsl.runtime import KernelCache, KernelSpec, spec as spec_mod
+from inductor_cutedsl.runtime import KernelCache, KernelSpec, cache as cache_mod, spec as spec_mod
 from inductor_cutedsl.runtime.compiler import build, build_many
 
 SPEC = KernelSpec(GemmConfig(128, 64, 1, 1), "bfloat16", "bfloat16", "k", "k", E.IDENTITY)
@@ -72,8 +77,11 @@ def test_corrupt_entry_is_detected_and_rebuilt(tmp_path, damage, caplog):
         meta.write_text("{not json")
     with caplog.at_level(logging.WARNING, logger="inductor_cutedsl.cache"):
         assert cache.lookup("k") is None
-        _, built = cache.get_or_build("k", fake_build())
+        assert cache.lookup("k") is None
+        _, built = cache.get_or_build("k", fake_build(), "gemm damaged")
     assert built
+    corrupt = [r.getMessage() for r in caplog.records if "corrupt" in r.getMessage()]
+    assert len(corrupt) == 1 and "gemm damaged" in corrupt[0], corrupt
     assert cache.lookup("k") == obj
     assert json.loads(meta.read_text())["size"] == obj.stat().st_size
 
@@ -91,16 +99,47 @@ def test_failed_build_leaves_no_entry(tmp_path):
     assert not list(tmp_path.glob("k.o")) and not list(tmp_path.glob(".build-*"))
 
 
-def test_unwritable_dir_degrades_to_memory_with_one_warning(tmp_path, caplog):
-    blocker = tmp_path / "file"
-    blocker.write_text("not a directory")
+def _fallback_warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "not writable" in r.getMessage()]
+
+
+@pytest.fixture
+def fresh_warnings(monkeypatch):
+    """The fallback warning is once per directory per process: start each test afresh."""
+    monkeypatch.setattr(cache_mod, "_warned_unwritable", set())
+
+
+@pytest.mark.parametrize("how", ["not-a-directory", "writable=False"])
+def test_unwritable_dir_falls_back_at_the_first_needed_write(tmp_path, caplog, how, fresh_warnings):
+    """Opening and looking up write and warn nothing; the first miss falls back, with
+    one warning that names the kernel; the next misses stay quiet."""
+    if how == "not-a-directory":
+        blocker = tmp_path / "file"
+        blocker.write_text("not a directory")
+        opened = lambda: KernelCache(blocker / "cache")  # noqa: E731  (ENOTDIR, even as root)
+    else:
+        opened = lambda: KernelCache(tmp_path / "shared", writable=False)  # noqa: E731
     with caplog.at_level(logging.WARNING, logger="inductor_cutedsl.cache"):
-        cache = KernelCache(blocker / "cache")
-    warnings = [r for r in caplog.records if "not writable" in r.getMessage()]
-    assert len(warnings) == 1
-    assert not cache.persistent
-    path, built = cache.get_or_build("k", fake_build())
-    assert built and path.exists()
+        cache = opened()
+        assert cache.lookup("k") is None and cache._private is None
+        assert not cache.persistent and cache._private is None
+        assert _fallback_warnings(caplog) == []
+        path, built = cache.get_or_build("k", fake_build(), "gemm 128x64 bf16")
+        assert built and path.exists() and path.parent == cache.root
+        cache.get_or_build("k2", fake_build(), "gemm other")
+        opened().get_or_build("k3", fake_build(), "gemm third")  # a second cache on the dir
+    warnings = _fallback_warnings(caplog)
+    assert len(warnings) == 1 and "gemm 128x64 bf16" in warnings[0] and "gemm other" not in warnings[0], warnings
+    assert not (tmp_path / "shared").exists()
+    cache.close()
+    assert not path.parent.exists()
+
+
+def test_a_worker_cache_never_falls_back(tmp_path):
+    """A compile worker's private dir would die with its job: it raises instead."""
+    cache = KernelCache(tmp_path / "shared", writable=False, fallback=False)
+    with pytest.raises(PermissionError, match="not writable.*cannot store gemm x"):
+        cache.get_or_build("k", fake_build(), "gemm x")
 
 
 def test_cache_dir_env_override(tmp_path, monkeypatch):
@@ -149,7 +188,7 @@ def test_build_many_compiles_in_worker_processes(tmp_path):
     assert not any(built for _, built, _ in again.values())
 
 
-def test_default_cache_follows_config_and_opens_once(tmp_path, caplog):
+def test_default_cache_follows_config_and_opens_once(tmp_path, caplog, fresh_warnings):
     from inductor_cutedsl import config
     from inductor_cutedsl.runtime.launch import default_cache
 
@@ -162,27 +201,293 @@ def test_default_cache_follows_config_and_opens_once(tmp_path, caplog):
         with config.patch(cache_dir=str(blocker / "c")):
             memory_only = default_cache()
             assert not memory_only.persistent and default_cache() is memory_only
-    assert sum("not writable" in r.getMessage() for r in caplog.records) == 1
+            assert _fallback_warnings(caplog) == []  # nothing needed writing yet
+            default_cache().get_or_build("k", fake_build(), "gemm y")
+            default_cache().get_or_build("k2", fake_build(), "gemm z")
+    assert len(_fallback_warnings(caplog)) == 1
 
 
-def test_read_only_warm_cache_is_still_used(tmp_path, monkeypatch):
-    """A shared cache that this process cannot write (e.g. a read-only mount): its
-    entries are found; a miss builds into a private directory, removed with the cache."""
+def test_read_only_warm_cache_is_still_used(tmp_path, monkeypatch, caplog, fresh_warnings):
+    """A shared cache opened read-only: its entries are found, with no warning and no
+    write anywhere; a miss builds into a private directory, removed with the cache."""
     warm = tmp_path / "warm"
     KernelCache(warm).get_or_build("hit", fake_build())
-    real_temp = tempfile.NamedTemporaryFile
-
-    def unwritable(*args, dir=None, **kwargs):  # root ignores permissions: refuse the probe
-        if dir is not None and Path(dir) == warm:
-            raise PermissionError(13, "Read-only file system")
-        return real_temp(*args, dir=dir, **kwargs)
-
-    monkeypatch.setattr(tempfile, "NamedTemporaryFile", unwritable)
-    cache = KernelCache(warm)
-    assert not cache.persistent and cache.read_only == warm
-    path, built = cache.get_or_build("hit", fake_build())
-    assert not built and path == warm / "hit.o"
-    path, built = cache.get_or_build("miss", fake_build())
-    assert built and path.parent == cache.root and not (warm / "miss.o").exists()
+    before = sorted(p.name for p in warm.iterdir())
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    with caplog.at_level(logging.WARNING, logger="inductor_cutedsl.cache"):
+        cache = KernelCache(warm, writable=False)
+        path, built = cache.get_or_build("hit", fake_build())
+        assert not built and path == warm / "hit.o"
+        assert caplog.records == [] and list(tmp.iterdir()) == []
+        assert cache.read_only == warm and not cache.persistent
+        path, built = cache.get_or_build("miss", fake_build(), "gemm miss")
+    assert built and path.parent == cache.root and path.parent.parent == tmp
+    assert cache.lookup("miss") == path and cache.lookup("hit") == warm / "hit.o"
+    assert sorted(p.name for p in warm.iterdir()) == before, "nothing written into the shared dir"
     cache.close()
-    assert not cache.root.exists()
+    assert list(tmp.iterdir()) == []
+
+
+def test_corrupt_entry_warning_names_the_kernel_once(tmp_path, monkeypatch, caplog):
+    """Through the compile path (build_async looks up, get_or_build looks up twice):
+    one warning, naming the kernel, not its hash."""
+    from inductor_cutedsl.runtime import compiler
+
+    monkeypatch.setattr(compiler, "export_object", lambda spec, d, n: fake_build()(d, n))
+    cache = KernelCache(tmp_path)
+    obj, _ = compiler.build(SPEC, cache)
+    obj.write_bytes(b"truncated")
+    with caplog.at_level(logging.DEBUG, logger="inductor_cutedsl.cache"):
+        (path, built, _), = compiler.wait([compiler.build_async(SPEC, cache, workers=1)])
+    assert built and cache.lookup(SPEC.key()) == path
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and SPEC.describe() in warnings[0] and SPEC.key() not in warnings[0], warnings
+
+
+def _leftovers(root: Path) -> list[str]:
+    return sorted(p.name for p in root.iterdir() if p.suffix == ".lock" or p.name.startswith((".build", ".probe")))
+
+
+def test_no_lock_file_outlives_its_build(tmp_path):
+    cache = KernelCache(tmp_path)
+    cache.get_or_build("ok", fake_build())
+
+    def broken(out_dir, name):
+        (out_dir / f"{name}.o").write_bytes(b"partial")
+        raise RuntimeError("compiler crashed")
+
+    with pytest.raises(RuntimeError, match="crashed"):
+        cache.get_or_build("bad", broken)
+    assert _leftovers(tmp_path) == []
+    # A process killed while building leaves its lock file: the next build takes it over.
+    (tmp_path / "stale.lock").touch()
+    assert cache.get_or_build("stale", fake_build())[1]
+    assert _leftovers(tmp_path) == []
+
+
+def test_key_lock_excludes_while_lock_files_are_removed(tmp_path):
+    """Holders remove the lock file on release while others wait on it: still at most
+    one holder at a time (flock is per open file, so threads contend like processes)."""
+    import threading
+
+    path, inside, overlaps = tmp_path / "k.lock", [0], []
+
+    def hammer():
+        for _ in range(200):
+            with cache_mod._key_lock(path, "k"):
+                inside[0] += 1
+                overlaps.append(inside[0])
+                time.sleep(0.0002)
+                inside[0] -= 1
+
+    threads = [threading.Thread(target=hammer) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(overlaps) == 1200 and max(overlaps) == 1
+    assert not path.exists()
+
+
+def _flaky_worker(root: str, start: float) -> tuple[int, int]:
+    """Builds "k"; the first attempt across all processes fails. Returns (built, failed)."""
+    time.sleep(max(0.0, start - time.time()))
+
+    def build_once(out_dir: Path, name: str) -> None:
+        time.sleep(0.2)
+        try:
+            fd = os.open(os.path.join(root, "failed-once"), os.O_CREAT | os.O_EXCL)
+        except FileExistsError:
+            (out_dir / f"{name}.o").write_bytes(b"\x7fELF" + b"x" * 1000)
+            with open(os.path.join(root, "builds"), "a") as f:
+                f.write("1")
+            return
+        os.close(fd)
+        raise RuntimeError("first build fails")
+
+    try:
+        return int(KernelCache(root).get_or_build("k", build_once)[1]), 0
+    except RuntimeError:
+        return 0, 1
+
+
+def test_waiters_of_a_failed_build_recheck_and_build_once(tmp_path):
+    """Eight processes race on a key whose first build fails: the failure is one
+    process's, the key is then built once, and no lock file is left."""
+    ctx = multiprocessing.get_context("spawn")
+    start = time.time() + 3.0
+    with ctx.Pool(8) as pool:
+        results = pool.starmap(_flaky_worker, [(str(tmp_path), start) for _ in range(8)])
+    assert [sum(r) for r in zip(*results)] == [1, 1], results
+    assert (tmp_path / "builds").read_text() == "1"
+    assert KernelCache(tmp_path).lookup("k") is not None
+    assert _leftovers(tmp_path) == []
+
+
+# A program that uses a read-only warm cache, builds a miss (real compiles in worker
+# processes when REAL is set), and has a build fail; argv: cache dir, writable flag, real.
+PROGRAM = r"""
+import logging, sys
+logging.basicConfig(level=logging.WARNING, format="WARNING %(message)s")
+from pathlib import Path
+from inductor_cutedsl.runtime import KernelCache
+from inductor_cutedsl.runtime.compiler import build_many
+
+warm, writable, real = Path(sys.argv[1]), sys.argv[2] == "1", sys.argv[3] == "1"
+cache = KernelCache(warm, writable=writable)
+assert cache.get_or_build("hit", lambda d, n: 1 / 0)[1] is False
+def build(d, n): (d / (n + ".o")).write_bytes(b"\x7fELF" + b"y" * 100)
+def broken(d, n): (d / (n + ".o")).write_bytes(b"partial"); raise RuntimeError("crash")
+assert cache.get_or_build("miss", build, "gemm MISS")[1]
+try:
+    cache.get_or_build("bad", broken, "gemm BAD")
+except RuntimeError:
+    print("FAILED-AS-EXPECTED")
+if real:
+    sys.path.insert(0, str(Path(sys.argv[4])))
+    from test_workers import SPEC, BROKEN
+    from inductor_cutedsl.runtime.compiler import build_async, wait
+    out = build_many([SPEC], KernelCache(sys.argv[5]), workers=2)
+    try:
+        wait([build_async(BROKEN, KernelCache(sys.argv[5]), 2)])
+    except RuntimeError:
+        print("WORKER-FAILED-AS-EXPECTED")
+print("PRIVATE", cache.root != warm, flush=True)
+"""
+
+
+def _left_in_tmp(tmp: Path) -> list[Path]:
+    """What is left under ``tmp``, less the CuTe DSL's own per-user JIT cache dir
+    (``$TMPDIR/$USER/cutlass_python_cache``, made at its import and reused by every
+    run, as Inductor's ``/tmp/torchinductor_$USER`` is): not ours, and not one per run."""
+    import getpass
+
+    dsl = tmp / (os.getenv("USER") or getpass.getuser())
+    return sorted(p for p in tmp.rglob("*") if p not in (dsl, dsl / "cutlass_python_cache"))
+
+
+def _run_program(tmp_path: Path, warm: Path, writable: bool, real: bool = False, wrap: list[str] = ()):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir(exist_ok=True)
+    script = tmp_path / "program.py"
+    script.write_text(PROGRAM)
+    repo = Path(__file__).resolve().parents[1]
+    path = os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": path}
+    args = [str(warm), "1" if writable else "0", "1" if real else "0", str(repo / "tests"), str(tmp_path / "rw")]
+    command = [*wrap, sys.executable, str(script), *args]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done, tmp
+
+
+def _warm(tmp_path: Path) -> tuple[Path, list[str]]:
+    warm = tmp_path / "warm"
+    KernelCache(warm).get_or_build("hit", fake_build())
+    return warm, sorted(p.name for p in warm.iterdir())
+
+
+def test_read_only_program_leaves_nothing_in_tmp(tmp_path):
+    """A whole process on a cache opened read-only: one fallback warning naming the
+    kernel, the shared dir untouched, and after exit nothing in $TMPDIR, failed build
+    and compile workers included (real compiles, so the DSL's own files count too)."""
+    warm, before = _warm(tmp_path)
+    done, tmp = _run_program(tmp_path, warm, writable=False, real=True)
+    assert "FAILED-AS-EXPECTED" in done.stdout and "WORKER-FAILED-AS-EXPECTED" in done.stdout
+    assert "PRIVATE True" in done.stdout
+    warnings = [line for line in done.stderr.splitlines() if "not writable" in line]
+    assert len(warnings) == 1 and "gemm MISS" in warnings[0], done.stderr[-3000:]
+    assert sorted(p.name for p in warm.iterdir()) == before
+    assert _left_in_tmp(tmp) == []
+    assert _leftovers(tmp_path / "rw") == []
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None or shutil.which("mount") is None, reason="needs unshare")
+def test_read_only_mount(tmp_path):
+    """The same on a real read-only bind mount (writes fail with EROFS even as root),
+    opened with the default settings: found unwritable at the first miss, not before."""
+    warm, before = _warm(tmp_path)
+    probe = subprocess.run(["unshare", "-rm", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"no user+mount namespaces here: {probe.stderr.decode()[-200:]}")
+    remount = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"'
+    wrap = ["unshare", "-rm", "sh", "-c", remount, str(warm)]
+    done, tmp = _run_program(tmp_path, warm, writable=True, wrap=wrap)
+    assert "FAILED-AS-EXPECTED" in done.stdout and "PRIVATE True" in done.stdout
+    warnings = [line for line in done.stderr.splitlines() if "not writable" in line]
+    assert len(warnings) == 1 and "gemm MISS" in warnings[0] and "Read-only file system" in warnings[0], done.stderr
+    assert sorted(p.name for p in warm.iterdir()) == before
+    assert _left_in_tmp(tmp) == []
+
+
+def test_private_dirs_of_dead_processes_are_swept(tmp_path, monkeypatch, fresh_warnings):
+    """A process killed outright cannot clean up: the next fallback removes its dir
+    (its owner lock is free), never a live process's."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    code = (
+        "import os, sys, tempfile; tempfile.tempdir = sys.argv[1]\n"
+        "from inductor_cutedsl.runtime import KernelCache\n"
+        "c = KernelCache(sys.argv[1] + '/nope', writable=False)\n"
+        "c.get_or_build('k', lambda d, n: (d / (n + '.o')).write_bytes(b'x'))\n"
+        "os._exit(0)\n"
+    )
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True, capture_output=True)
+    dead = list(tmp_path.glob(cache_mod.PRIVATE_PREFIX + "*"))
+    assert len(dead) == 1
+    alive = KernelCache(tmp_path / "nope", writable=False)
+    alive.get_or_build("k", fake_build())
+    assert list(tmp_path.glob(cache_mod.PRIVATE_PREFIX + "*")) == [alive.root]
+    KernelCache(tmp_path / "nope", writable=False).get_or_build("k", fake_build())  # sweeps again
+    assert alive.root.exists()
+    alive.close()
+    assert list(tmp_path.glob(cache_mod.PRIVATE_PREFIX + "*")) == []
+
+
+def test_stopping_a_busy_worker_cleans_its_build(tmp_path):
+    """A worker stopped mid-compile (pool shut down) removes its build dir and lock."""
+    import threading
+
+    from inductor_cutedsl.runtime import workers
+
+    pool = workers.WorkerPool(1)
+    result = {}
+    thread = threading.Thread(
+        target=lambda: result.setdefault("r", _catch(lambda: pool.build(SPEC.to_json(), str(tmp_path))))
+    )
+    thread.start()
+    deadline = time.time() + 120
+    while not list(tmp_path.glob("*.lock")) and time.time() < deadline:
+        time.sleep(0.01)
+    assert list(tmp_path.glob("*.lock")), "the worker never started building"
+    t0 = time.time()
+    worker, = pool._all
+    pool.closed = True
+    workers._stop(pool._all, grace_s=0.0)  # no grace: the compile is still running
+    thread.join()
+    assert isinstance(result["r"], Exception) and time.time() - t0 < 10
+    assert worker.proc.returncode == 128 + signal.SIGTERM and pool._all == [worker]
+    # Stopped mid-compile, or (where the DSL swallowed the signal) once the build ended.
+    assert _leftovers(tmp_path) == []
+
+
+def _catch(fn):
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001
+        return exc
+
+
+def test_corrupt_entry_rebuilt_by_a_worker_is_reported_once_here(tmp_path, caplog):
+    """A worker's warnings come back in its reply and are logged by this process."""
+    cache = KernelCache(tmp_path)
+    (obj, built, _), = build_many([SPEC], cache, workers=2).values()
+    assert built
+    obj.write_bytes(obj.read_bytes()[:-1])
+    with caplog.at_level(logging.WARNING):
+        (path, built, _), = build_many([SPEC], cache, workers=2).values()
+    assert built and path == obj and cache.lookup(SPEC.key()) == obj
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and warnings[0].name == "inductor_cutedsl.cache", warnings
+    assert SPEC.describe() in warnings[0].getMessage() and SPEC.key() not in warnings[0].getMessage()

@@ -3,11 +3,18 @@
 Entry ``<root>/<key>.o`` plus ``<root>/<key>.json`` (size and sha256 of the
 object). The JSON is renamed into place last, so its presence marks a complete
 entry; an entry whose object does not match it is treated as absent and rebuilt.
-A per-key ``filelock`` makes N racing processes build a key once: the first
-builds, the rest wait and then find the entry.
+A per-key lock (``_key_lock``) makes N racing processes build a key once: the
+first builds, the rest wait and then find the entry.
+
+Only a miss writes. A cache directory that cannot be written (a shared warm cache
+on a read-only mount, or one opened with ``writable=False``) is still read; the
+first kernel it lacks falls back to a private directory removed at exit, with one
+warning naming that kernel.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import logging
@@ -15,16 +22,20 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 import weakref
 from pathlib import Path
-from typing import Callable
-
-import filelock
+from typing import Callable, Iterator
 
 log = logging.getLogger("inductor_cutedsl.cache")
 
 ENV_CACHE_DIR = "INDUCTOR_CUTEDSL_CACHE_DIR"
 LOCK_TIMEOUT_S = 600
+PRIVATE_PREFIX = "inductor_cutedsl_mem_"  # private build dirs, under tempfile.gettempdir()
+
+_building: dict[int, Path] = {}  # what this process's builds in progress wrote (abandon_builds)
+_warned_unwritable: set[Path] = set()  # dirs whose fallback was announced (once per process)
+_warned_lock = threading.Lock()
 
 
 def default_cache_dir() -> Path:
@@ -39,35 +50,165 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-class KernelCache:
-    """Object files by key. Where ``root`` is unwritable (a shared, read-only warm
-    cache), its entries are still used, and new builds go to a private temporary
-    directory removed when the cache is."""
+@contextlib.contextmanager
+def _key_lock(path: Path, what: str, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+    """Hold the exclusive cross-process lock of one key: ``flock`` on ``path``.
 
-    def __init__(self, root: Path | str | None = None) -> None:
-        self.root = Path(root) if root is not None else default_cache_dir()
-        self.persistent = True
-        self.read_only: Path | None = None  # the unwritable root, still looked up
+    Rule: a lock file exists only while a build holds it. The holder removes it
+    before releasing, whether the entry was written or the build failed, so no
+    lock file outlives its build. Removing a file that other processes may have
+    open and be waiting on is sound only with the second half of the rule: whoever
+    acquires the lock checks that ``path`` still names the file it locked. If the
+    holder before it removed that file, the lock guards nothing; it lets go and
+    starts over on the current path (creating it when absent). So at any time at
+    most one process holds the lock of the file at ``path``, and only that process
+    removes it. Whoever gets the lock then looks the entry up again: waiters of a
+    finished build use its entry, waiters of a failed one build it themselves.
+    A process killed while building leaves its file behind; the kernel released
+    its lock, so the next build of that key takes the file over and removes it.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            delay = 0.005
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise TimeoutError(
+                            f"waited {timeout:.0f}s for another process building {what} (lock {path})"
+                        ) from None
+                    time.sleep(delay)
+                    delay = min(2 * delay, 0.05)
+            held = os.fstat(fd)
+            try:
+                now = os.stat(path)
+                current = (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
+            except FileNotFoundError:
+                current = False
+        except BaseException:
+            os.close(fd)
+            raise
+        if current:
+            break
+        os.close(fd)  # a removed file's lock: start over on the current path
+    try:
+        yield
+    finally:
+        try:
+            with contextlib.suppress(OSError):
+                os.unlink(path)  # while still held: see the rule above
+        finally:
+            os.close(fd)  # releases the lock
+
+
+@contextlib.contextmanager
+def _in_progress(path: Path) -> Iterator[None]:
+    token = object()
+    _building[id(token)] = path
+    try:
+        yield
+    finally:
+        del _building[id(token)]
+
+
+def abandon_builds() -> None:
+    """Remove the build dirs and lock files of this process's builds in progress,
+    newest first (a build dir before its lock). For a process about to end without
+    unwinding (``os._exit`` in a signal handler); never raises."""
+    for path in reversed(list(_building.values())):
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
+def _sweep_private_dirs() -> None:
+    """Remove the private build dirs of processes that died without cleaning up.
+
+    A live owner holds an ``flock`` on its dir's ``.owner`` file for its lifetime
+    (the file appears only once locked), and the kernel drops that lock when the
+    process ends, however it ends: a lock we can take marks a dead owner's dir."""
+    for path in Path(tempfile.gettempdir()).glob(PRIVATE_PREFIX + "*"):
+        try:
+            fd = os.open(path / ".owner", os.O_RDONLY)
+        except OSError:
+            continue  # being made, or not ours to judge
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # owner alive
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+        finally:
+            os.close(fd)
+
+
+def _make_private_dir() -> tuple[Path, int]:
+    """A fresh private build dir and the fd of its held ``.owner`` lock."""
+    _sweep_private_dirs()
+    path = Path(tempfile.mkdtemp(prefix=PRIVATE_PREFIX))
+    fd = os.open(path / ".owner.new", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.rename(path / ".owner.new", path / ".owner")  # visible to sweepers only once locked
+    return path, fd
+
+
+def _remove_private_dir(path: Path, fd: int, pid: int) -> None:
+    if os.getpid() != pid:
+        return  # a forked child exiting: the dir is its parent's
+    shutil.rmtree(path, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
+class KernelCache:
+    """Object files by key.
+
+    ``dir`` is the cache directory; ``root`` is where new builds go: ``dir``, or
+    after a fallback a private temporary directory removed with the cache (or at
+    exit). Entries in ``dir`` are used either way. ``writable=False`` never writes
+    into ``dir`` (a shared warm cache); ``fallback=False`` raises instead of
+    falling back (a compile worker, whose private dir would die with the job).
+    """
+
+    def __init__(
+        self, root: Path | str | None = None, *, writable: bool = True, fallback: bool = True
+    ) -> None:
+        self.dir = Path(root) if root is not None else default_cache_dir()
+        self.root = self.dir
+        self.read_only: Path | None = None if writable else self.dir  # set once known unwritable
+        self._writable: bool | None = None if writable else False  # None: not probed yet
+        self._why_unwritable = "" if writable else "opened read-only"
+        self._fallback = fallback
         self._private: weakref.finalize | None = None
+        self._corrupt: dict[str, str] = {}  # key -> why its entry was rejected (warned on rebuild)
         self.builds = 0  # compiles run by this process (for reports and tests)
         self._mutex = threading.Lock()
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            probe = tempfile.NamedTemporaryFile(dir=self.root, prefix=".probe", delete=True)
-            probe.close()
-        except OSError as exc:
-            self.read_only = self.root if self.root.is_dir() else None
-            self.root = Path(tempfile.mkdtemp(prefix="inductor_cutedsl_mem_"))
-            self.persistent = False
-            # Removed with the cache, or at exit: no temporary directory is left behind.
-            self._private = weakref.finalize(self, shutil.rmtree, self.root, ignore_errors=True)
-            log.warning(
-                "kernel cache dir is not writable (%s); %snew kernels are built in a temporary "
-                "directory and not reused across processes (set %s to a writable directory)",
-                exc,
-                "kernels cached there are used, " if self.read_only else "",
-                ENV_CACHE_DIR,
-            )
+
+    @property
+    def persistent(self) -> bool:
+        """Whether kernels built now are kept in ``dir`` for later processes."""
+        return self._private is None and self._probe()
+
+    def _probe(self) -> bool:
+        """Whether ``dir`` can be written (tried once, leaving nothing behind)."""
+        if self._writable is None:
+            try:
+                self.dir.mkdir(parents=True, exist_ok=True)
+                fd, probe = tempfile.mkstemp(dir=self.dir, prefix=".probe")
+                os.close(fd)
+                os.unlink(probe)
+                self._writable = True
+            except OSError as exc:
+                self._writable = False
+                self._why_unwritable = str(exc)
+                self.read_only = self.dir
+        return self._writable
 
     def close(self) -> None:
         """Remove what this cache keeps only for this process (nothing when persistent)."""
@@ -81,45 +222,82 @@ class KernelCache:
         return self.root / f"{key}.json"
 
     def lookup(self, key: str) -> Path | None:
-        """The object of a complete, intact entry (in the read-only root first, where
-        there is one), else None."""
-        if self.read_only is not None:
-            hit = self._entry(self.read_only / f"{key}.o", self.read_only / f"{key}.json", key)
+        """The object of a complete, intact entry (in ``dir`` first, then in the
+        private dir where there is one), else None. Writes nothing, warns nothing: a
+        rejected entry is reported once, by the build that replaces it."""
+        for root in dict.fromkeys((self.dir, self.root)):
+            hit = self._entry(root / f"{key}.o", root / f"{key}.json", key)
             if hit is not None:
                 return hit
-        return self._entry(self.object_path(key), self._meta_path(key), key)
+        return None
 
     def _entry(self, obj: Path, meta: Path, key: str) -> Path | None:
         try:
-            info = json.loads(meta.read_text())
+            text = meta.read_text()
+        except (FileNotFoundError, NotADirectoryError):
+            return None  # no manifest: no entry (it is renamed into place last)
+        except OSError as exc:
+            log.debug("cache entry %s is unreadable (%s)", meta, exc)
+            return None
+        try:
+            info = json.loads(text)
             if obj.stat().st_size != info["size"] or _sha256(obj) != info["sha256"]:
                 raise ValueError("object does not match its manifest")
-        except FileNotFoundError:
-            return None
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            log.warning("cache entry %s is corrupt (%s); rebuilding", key, exc)
+            log.debug("cache entry %s is corrupt (%s)", meta, exc)
+            self._corrupt[key] = f"{meta.parent}: {exc}"
             return None
         return obj
 
-    def get_or_build(self, key: str, build: Callable[[Path, str], None]) -> tuple[Path, bool]:
+    def _build_root(self, what: str) -> Path:
+        """Where a build of ``what`` goes: ``dir``, or the private dir when ``dir``
+        cannot be written (made, and announced once per dir, here: a write is needed)."""
+        if self._private is None and not self._probe():
+            msg = f"kernel cache dir {self.dir} is not writable ({self._why_unwritable})"
+            if not self._fallback:
+                raise PermissionError(f"{msg}: cannot store {what}")
+            path, fd = _make_private_dir()
+            self._private = weakref.finalize(self, _remove_private_dir, path, fd, os.getpid())
+            self.root = path
+            with _warned_lock:
+                first = self.dir not in _warned_unwritable
+                _warned_unwritable.add(self.dir)
+            (log.warning if first else log.debug)(
+                "%s; compiling %s, and any other kernel missing there, in a temporary directory "
+                "removed at exit: kernels cached there are still used, new ones are not kept "
+                "(set %s to a writable directory to keep them)",
+                msg, what, ENV_CACHE_DIR,
+            )  # fmt: skip
+        return self.root
+
+    def get_or_build(
+        self, key: str, build: Callable[[Path, str], None], what: str | None = None
+    ) -> tuple[Path, bool]:
         """Path of the object for ``key`` and whether this call compiled it.
 
-        ``build(dir, name)`` must write ``dir/name.o``.
+        ``build(dir, name)`` must write ``dir/name.o``. ``what`` names the kernel in
+        messages (``KernelSpec.describe()``; the key when not given).
         """
         hit = self.lookup(key)
         if hit is not None:
             return hit, False
-        lock = filelock.FileLock(str(self.root / f"{key}.lock"), timeout=LOCK_TIMEOUT_S)
-        with self._mutex, lock:
-            hit = self.lookup(key)
-            if hit is not None:
-                return hit, False
-            self._build_entry(key, build)
-            self.builds += 1
-            return self.object_path(key), True
+        what = what or key
+        with self._mutex:
+            root = self._build_root(what)
+            lock = root / f"{key}.lock"
+            with _key_lock(lock, what), _in_progress(lock):
+                hit = self.lookup(key)
+                if hit is not None:
+                    return hit, False
+                why = self._corrupt.pop(key, None)
+                if why is not None:
+                    log.warning("kernel cache entry of %s is corrupt (%s); rebuilding it", what, why)
+                self._build_entry(key, build)
+                self.builds += 1
+                return self.object_path(key), True
 
     def _build_entry(self, key: str, build: Callable[[Path, str], None]) -> None:
-        with tempfile.TemporaryDirectory(dir=self.root, prefix=f".build-{key[:8]}-") as tmp:
+        with tempfile.TemporaryDirectory(dir=self.root, prefix=f".build-{key[:8]}-") as tmp, _in_progress(Path(tmp)):
             build(Path(tmp), "kernel")
             obj = Path(tmp) / "kernel.o"
             meta = Path(tmp) / "kernel.json"

@@ -64,7 +64,7 @@ def _find_cause(exc: BaseException, kind: type) -> BaseException | None:
 
 def build(spec: KernelSpec, cache: KernelCache) -> tuple[Path, bool]:
     """Object path for ``spec`` from the cache, compiling it on a miss."""
-    return cache.get_or_build(spec.key(), lambda d, n: export_object(spec, d, n))
+    return cache.get_or_build(spec.key(), lambda d, n: export_object(spec, d, n), spec.describe())
 
 
 _inflight: dict[tuple[str, str], concurrent.futures.Future] = {}

@@ -9,6 +9,7 @@ imports overlap whatever the program does before its first compile.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import logging
 import os
@@ -16,6 +17,7 @@ import queue
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 from ..arch import ARCH
@@ -58,12 +60,7 @@ class _Worker:
         return self._read()
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.stdin.close()
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        _stop([self])
 
 
 class WorkerPool:
@@ -71,6 +68,7 @@ class WorkerPool:
         self.size = 0
         self._idle: queue.Queue[_Worker] = queue.Queue()
         self._all: list[_Worker] = []
+        self.closed = False
         self.grow(size)
 
     def grow(self, size: int) -> None:
@@ -88,20 +86,47 @@ class WorkerPool:
             reply = worker.run(spec_json, root)
         except (WorkerError, OSError, ValueError) as exc:
             worker.close()
-            self._all.remove(worker)
-            worker = _Worker()
-            self._all.append(worker)
+            if not self.closed:  # not when it was stopped on purpose
+                self._all.remove(worker)
+                worker = _Worker()
+                self._all.append(worker)
             raise WorkerError(str(exc)) from exc
         finally:
             self._idle.put(worker)
+        for rec in reply.get("logs", ()):
+            logging.getLogger(rec["name"]).log(rec["level"], "%s", rec["msg"])
         if "error" in reply:
             log.debug("worker traceback:\n%s", reply.get("trace", ""))
             raise WorkerError(reply["error"])
         return Path(reply["path"]), reply["built"], reply["secs"]
 
     def close(self) -> None:
-        for w in self._all:
-            w.close()
+        self.closed = True
+        _stop(self._all)
+
+
+def _stop(workers: list[_Worker], grace_s: float = 1.0, term_s: float = 5.0) -> None:
+    """End the workers' processes. An idle worker exits at the end of its input; one
+    still busy after ``grace_s`` gets SIGTERM, on which it removes its build dir and
+    lock file and exits; only one still running after ``term_s`` more is killed."""
+    workers = list(workers)  # the pool's list may change meanwhile
+    for w in workers:
+        with contextlib.suppress(OSError):
+            w.proc.stdin.close()
+    for signal_them, wait_s in ((False, grace_s), (True, term_s)):
+        running = [w for w in workers if w.proc.poll() is None]
+        if signal_them:
+            for w in running:
+                with contextlib.suppress(OSError):
+                    w.proc.terminate()
+        deadline = time.monotonic() + wait_s
+        for w in running:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                w.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    for w in workers:
+        if w.proc.poll() is None:
+            w.proc.kill()
+            w.proc.wait()
 
 
 _pool: WorkerPool | None = None
