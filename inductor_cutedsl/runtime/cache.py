@@ -3,7 +3,7 @@
 Entry ``<root>/<key>.o`` plus ``<root>/<key>.json`` (size and sha256 of the
 object). The JSON is renamed into place last, so its presence marks a complete
 entry; an entry whose object does not match it is treated as absent and rebuilt.
-A per-key lock (``_key_lock``) makes N racing processes build a key once: the
+A per-key ``filelock`` (``_key_lock``) makes N racing processes build a key once: the
 first builds, the rest wait and then find the entry.
 
 Only a miss writes. A cache directory that cannot be written (a shared warm cache
@@ -26,6 +26,8 @@ import time
 import weakref
 from pathlib import Path
 from typing import Callable, Iterator
+
+import filelock
 
 log = logging.getLogger("inductor_cutedsl.cache")
 
@@ -52,49 +54,23 @@ def _sha256(path: Path) -> str:
 
 @contextlib.contextmanager
 def _key_lock(path: Path, what: str, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
-    """Hold the exclusive cross-process lock of one key: ``flock`` on ``path``.
+    """Hold the exclusive cross-process lock of one key (a ``filelock`` on ``path``).
 
     Rule: a lock file exists only while a build holds it. The holder removes it
     before releasing, whether the entry was written or the build failed, so no
-    lock file outlives its build. Removing a file that other processes may have
-    open and be waiting on is sound only with the second half of the rule: whoever
-    acquires the lock checks that ``path`` still names the file it locked. If the
-    holder before it removed that file, the lock guards nothing; it lets go and
-    starts over on the current path (creating it when absent). So at any time at
-    most one process holds the lock of the file at ``path``, and only that process
-    removes it. Whoever gets the lock then looks the entry up again: waiters of a
-    finished build use its entry, waiters of a failed one build it themselves.
-    A process killed while building leaves its file behind; the kernel released
-    its lock, so the next build of that key takes the file over and removes it.
+    lock file outlives its build. This is sound because filelock takes a lock only
+    on a file that still has a name: a waiter that locks the removed file lets go
+    and starts over on the current path. Whoever gets the lock then looks the entry
+    up again: waiters of a finished build use its entry, waiters of a failed one
+    build it themselves. A process killed while building leaves its file behind;
+    the kernel released its lock, so the next build of that key takes the file over
+    and removes it.
     """
-    deadline = time.monotonic() + timeout
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            delay = 0.005
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        raise TimeoutError(
-                            f"waited {timeout:.0f}s for another process building {what} (lock {path})"
-                        ) from None
-                    time.sleep(delay)
-                    delay = min(2 * delay, 0.05)
-            held = os.fstat(fd)
-            try:
-                now = os.stat(path)
-                current = (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
-            except FileNotFoundError:
-                current = False
-        except BaseException:
-            os.close(fd)
-            raise
-        if current:
-            break
-        os.close(fd)  # a removed file's lock: start over on the current path
+    lock = filelock.FileLock(path, timeout=timeout, thread_local=False, is_singleton=False)
+    try:
+        lock.acquire()
+    except filelock.Timeout:
+        raise TimeoutError(f"waited {timeout:.0f}s for another process building {what} (lock {path})") from None
     try:
         yield
     finally:
@@ -102,7 +78,7 @@ def _key_lock(path: Path, what: str, timeout: float = LOCK_TIMEOUT_S) -> Iterato
             with contextlib.suppress(OSError):
                 os.unlink(path)  # while still held: see the rule above
         finally:
-            os.close(fd)  # releases the lock
+            lock.release()
 
 
 @contextlib.contextmanager
