@@ -537,14 +537,16 @@ def install_fusion_hooks(
 
     saved = {"speedup_by_fusion": Scheduler.speedup_by_fusion, "can_fuse_vertical": Scheduler.can_fuse_vertical}
 
-    def speedup_by_fusion(self, node1, node2):
+    def speedup_by_fusion(self, node1, node2, **kwargs):
         decided = verdict(node1, node2)
         if decided is not None:
             return FusionResult.fuse(decided)
-        return saved["speedup_by_fusion"](self, node1, node2)
+        return saved["speedup_by_fusion"](self, node1, node2, **kwargs)
 
-    def can_fuse_vertical(self, node1, node2):
-        if saved["can_fuse_vertical"](self, node1, node2):
+    # Some releases pass keyword arguments (2.14: ``index_equivalent_dep_names``): they go
+    # through to Inductor's rule unchanged.
+    def can_fuse_vertical(self, node1, node2, **kwargs):
+        if saved["can_fuse_vertical"](self, node1, node2, **kwargs):
             return True
         return pairs_through_view(self, node1, node2) and not _computed_between(self, node1, node2)
 

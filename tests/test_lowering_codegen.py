@@ -41,7 +41,17 @@ def test_refused_bmm_with_its_own_out_dtype_falls_back_to_atens_dtype_kernel():
     assert "inductor_cutedsl" not in code
 
 
+def _bmm_out_fp32_outcome(backends: str) -> str:
+    try:
+        generated_code(_bmm_out_fp32, (2, 3, 4), (2, 4, 5), dtype=torch.float16, backends=backends)
+    except Exception as e:  # noqa: BLE001 - the outcome is what is compared
+        return "NoValidChoicesError" if "NoValidChoicesError" in str(e) else repr(e)
+    return "compiled"
+
+
 def test_no_fallback_while_another_backend_is_on():
-    # Stock Inductor finds no choice here (Triton takes no out_dtype): neither do we.
-    with pytest.raises(Exception, match="NoValidChoicesError"):
-        generated_code(_bmm_out_fp32, (2, 3, 4), (2, 4, 5), dtype=torch.float16, backends="TRITON,CUTEDSL")
+    # With another backend on, we find a choice exactly where stock Inductor does: on
+    # torch 2.11 Triton takes no out_dtype (no choice at all), newer releases' Triton does.
+    stock = _bmm_out_fp32_outcome("TRITON")
+    assert stock in ("compiled", "NoValidChoicesError")
+    assert _bmm_out_fp32_outcome("TRITON,CUTEDSL") == stock
