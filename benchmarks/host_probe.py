@@ -5,8 +5,9 @@
 Per block, stock and ours are compiled with ``max-autotune-no-cudagraphs`` (as the
 model suite does) and then, for each backend:
 
-- wall ms per call: N calls then one sync, timed on the host clock (no L2 flush);
-- enqueue us per call: N calls queued behind a GPU sleep, so none waits for the GPU;
+- wall ms per call: N back-to-back calls then one sync (``GpuProbe.loop_ms``);
+- enqueue us per call: calls queued behind a GPU sleep, so none waits for the GPU
+  (``GpuProbe.host_us``);
 - the CUDA runtime/driver calls one call makes, from the profiler's CPU events
   (``cudaLaunchKernel``, ``cuLaunchKernelEx``, synchronizations, allocations), with
   their counts and host us: a synchronizing call shows up here;
@@ -23,7 +24,6 @@ import json
 import os
 import pstats
 import sys
-import time
 from collections import defaultdict
 
 import torch
@@ -34,30 +34,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import models  # noqa: E402  (the suite's blocks and helpers)
 
 MODE = "max-autotune-no-cudagraphs"
-
-
-def wall_ms(step, calls: int) -> float:
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        step()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / calls * 1e3
-
-
-def enqueue_us(step, calls: int) -> tuple[float, bool]:
-    per_ms = models.GpuProbe._sleep_cycles_per_ms()
-    torch.cuda.synchronize()
-    torch.cuda._sleep(int(per_ms * 50))
-    slept = torch.cuda.Event()
-    slept.record()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        step()
-    seconds = time.perf_counter() - t0
-    busy = not slept.query()
-    torch.cuda.synchronize()
-    return seconds / calls * 1e6, busy
 
 
 def api_calls(step, calls: int) -> dict:
@@ -108,12 +84,12 @@ def probe(bid: models.BlockId, out_dir: str, calls: int) -> dict:
             step()
             torch.cuda.synchronize()
             steps[name] = step
-    result: dict = {"block": bid.name}
-    for rnd in range(2):  # interleaved: the second round's figures are kept
-        for name, step in steps.items():
-            result[name] = {"wall_ms": round(wall_ms(step, calls), 4)}
-            us, busy = enqueue_us(step, 20)
-            result[name].update(enqueue_us=round(us, 1), gpu_busy=busy)
+    probe_ = models.GpuProbe()
+    result: dict = {"block": bid.name, "host_state": probe_.quiet()}
+    wall = probe_.loop_ms(steps, calls=calls)
+    host = probe_.host_us(steps, {name: 20 for name in steps})
+    for name in steps:
+        result[name] = {"wall_ms": wall[name], "enqueue_us": host[name], "gpu_busy": host["gpu_busy"]}
     for name, step in steps.items():
         result[name]["api"] = api_calls(step, 20)
         text = python_profile(step, calls)
