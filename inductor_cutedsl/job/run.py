@@ -7,11 +7,13 @@ the block's speed come from both compiled in this process, timed on the same ten
 """
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import itertools
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -147,6 +149,8 @@ def run(size: BlockSize, json_path: str, png_path: str) -> dict:
     # Compile times: each cold compile in its own fresh process, then ours once more
     # with our kernel cache warm (it must compile no CuteDSL kernel).
     cache_dir = tempfile.mkdtemp(prefix="inductor_cutedsl_job_")
+    # Kernels loaded from it stay loaded: the directory goes when the process ends.
+    atexit.register(shutil.rmtree, cache_dir, ignore_errors=True)
     step = steps(5)
     step("stock max-autotune, cold compile in a fresh process")
     stock_cold = compile_in_fresh_process(size, "stock", cache_dir)
