@@ -67,7 +67,8 @@ _WG_THREADS = 128
 _PRODUCER_REGS = 40
 _CONSUMER_REGS = 232
 # k-tiles before a tile's end at which its full epilogue inputs are prefetched to L2:
-# ~4 us at 128x256 (a DRAM round trip plus every SM's 64 KiB at once).
+# enough mainloop time left to cover a DRAM round trip with every SM prefetching its
+# operand tile at once, yet late enough that the tile's own A/B loads do not evict it.
 _PREFETCH_LEAD_K_TILES = 8
 # Most stream-K shares summed into one tile: its owner reads the others' partial
 # tiles (128 KiB each at 128x256) alone, before its epilogue.
