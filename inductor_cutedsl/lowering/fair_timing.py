@@ -32,12 +32,15 @@ from .template import GemmCaller
 log = logging.getLogger("inductor_cutedsl.lowering")
 
 #: Interleaved rounds: compile time added per distinct GEMM shape (about ROUNDS *
-#: contenders * (40 ms + 25 ms warm-up)), so kept small.
+#: contenders * (REP_MS + 25 ms warm-up)), so kept small.
 ROUNDS = 3
 #: Other choices within this factor of the fastest other are re-timed with ours.
 CLOSE = 1.10
 #: At most this many other choices are re-timed (the fastest ones).
 OTHERS = 3
+#: Milliseconds of replays per measurement: a stable median needs a few dozen replays
+#: of the slowest GEMMs re-timed here; four contenders then cost what two did at twice this.
+REP_MS = 20
 
 
 def rescale(timings: dict[Any, float], run_fn: Callable[[Any], Callable[[], Any]]) -> dict[Any, float]:
@@ -54,7 +57,7 @@ def rescale(timings: dict[Any, float], run_fn: Callable[[Any], Callable[[], Any]
     close = [c for c in ranked[:OTHERS] if others[c] <= best * CLOSE]
     contenders = [*close, mine]
     try:
-        timers = {i: graph_median(lambda c=c: run_fn(c)) for i, c in enumerate(contenders)}
+        timers = {i: graph_median(lambda c=c: run_fn(c), rep=REP_MS) for i, c in enumerate(contenders)}
         side = interleaved(timers, ROUNDS)
     except Exception as exc:  # the first pass timed them all: keep its figures
         log.warning("side-by-side timing of %s against %s failed: %s", mine.name, ranked[0].name, exc)
