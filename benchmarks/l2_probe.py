@@ -8,7 +8,8 @@ on every replay, while inside a transformer block it comes from HBM. If the kern
 order changes between the two, the selection picks by the wrong one.
 
 Per shape (the Linear layers of the model suite's small blocks), for cuBLAS and the
-shortlist's first configs of ours: the graph replay alone ("hot"), and a graph of an
+shortlist's first configs of ours (with ``--fill``, also configs that keep more SMs
+busy): the graph replay alone ("hot"), and a graph of an
 L2 flush followed by the GEMM, less a graph of the flush alone ("cold"); do_bench
 medians over interleaved rounds. Each of ours is checked against cuBLAS first.
 """
@@ -24,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from inductor_cutedsl.bench.gemm import build_all, linear_operands, linear_spec  # noqa: E402
 from inductor_cutedsl.bench.report import graphed, rel_err, report_row, run_info  # noqa: E402
-from inductor_cutedsl.kernels.config import shortlist  # noqa: E402
+from inductor_cutedsl.kernels.config import GemmConfig, shortlist  # noqa: E402
 from inductor_cutedsl.runtime import get_gemm  # noqa: E402
 from inductor_cutedsl.runtime.launch import default_cache  # noqa: E402
 from inductor_cutedsl.timing import bench, interleaved  # noqa: E402
@@ -38,6 +39,15 @@ SHAPES = [
     (197, 2304, 768), (197, 3072, 768), (197, 768, 3072),
 ]  # fmt: skip
 CONFIGS = 3
+#: Configs that keep more SMs busy at these shapes (a 128x256 tile leaves 60 of 132 idle
+#: at 256x9216): 64-row pingpong tiles, 192-wide tiles, stream-K over the partial wave.
+FILL = [
+    GemmConfig(64, 128, 1, 2, True, False),
+    GemmConfig(64, 256, 2, 1, True, False),
+    GemmConfig(128, 192, 2, 1, False, False),
+    GemmConfig(128, 128, 1, 2, True, False, stream_k=True),
+    GemmConfig(128, 128, 1, 2, False, False, stream_k=True),
+]
 ROUNDS = 4
 FLUSH_BYTES = 256 << 20  # over four times the L2
 
@@ -46,11 +56,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", default=None, help="result file, rewritten after every shape")
     ap.add_argument("--configs", type=int, default=CONFIGS, help=f"our shortlist's first configs (default {CONFIGS})")
+    ap.add_argument("--fill", action="store_true", help="also time the FILL configs (more SMs busy at small M)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("no CUDA GPU: nothing to probe")
         return
-    specs = {s: [linear_spec(c) for c in shortlist(*s)[: args.configs]] for s in SHAPES}
+    configs = {s: list(dict.fromkeys([*shortlist(*s)[: args.configs], *(FILL if args.fill else [])])) for s in SHAPES}
+    specs = {s: [linear_spec(c) for c in cfgs if c.invalid_reason() is None] for s, cfgs in configs.items()}
     build_all(spec for v in specs.values() for spec in v)
     cache = default_cache()
     scratch = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
