@@ -716,6 +716,7 @@ class AccuracyError(AssertionError):
 def measure_block(
     bid: BlockId, row: dict, modes: list[str], probe: GpuProbe, *, device: str = "cuda",
     dtype: torch.dtype = torch.bfloat16, scale: int = 1, compile_fn: Callable = compile_block,
+    first: str = "stock",
 ) -> None:  # fmt: skip
     """Fill ``row`` with the block's figures (as far as it gets: an exception leaves
     what was measured before it).
@@ -739,7 +740,10 @@ def measure_block(
     outs: dict = {b: {} for b in BACKENDS}
     codes: dict = {b: [] for b in BACKENDS}
     row["compile_s_in_process"] = {b: {} for b in BACKENDS}
-    for name in BACKENDS:
+    # Autotuning results and Triton kernels of the first backend's compile serve the
+    # second's: ``first`` picks who pays for them (in-process compile times only).
+    row["compiled_first"] = first
+    for name in sorted(BACKENDS, key=lambda b: b != first):
         with backend(name):
             for i, mode in enumerate(order):
                 fused_before = len(scheduling.fused_epilogues)
@@ -1001,6 +1005,9 @@ def parser() -> argparse.ArgumentParser:
                     help="an earlier run's result file (if it exists): its rows are kept in --json, and the "
                          "blocks it holds all that is asked for (measured, and cold compiles with --cold; a failed "
                          "one counts as done) are skipped")
+    ap.add_argument("--compile-first", choices=BACKENDS, default="stock",
+                    help="which backend compiles first in each block's process and so pays for the autotuning "
+                         "both share (default stock)")
     ap.add_argument("--retry-failed", action="store_true", help="with --resume: run the failed blocks again")
     ap.add_argument("--budget", type=float, metavar="SECONDS",
                     help="start no block that would likely end later than SECONDS from the start (expected: the "
@@ -1047,7 +1054,8 @@ def main(argv: list[str] | None = None) -> dict | None:
         with open(args.resume) as f:
             prior = json.load(f)["rows"]
     return run_blocks(blocks, args.modes, args.json, cold=args.cold or args.cold_only, measure=not args.cold_only,
-                      prior=prior, retry_failed=args.retry_failed, budget=args.budget)  # fmt: skip
+                      prior=prior, retry_failed=args.retry_failed, budget=args.budget,
+                      first=args.compile_first)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -396,6 +396,22 @@ def test_run_measures_every_block_and_goes_on_after_a_failure(tmp_path, capsys):
     assert is_enabled()
 
 
+def test_compile_first_ours_compiles_ours_before_stock(tmp_path):
+    compiled = []
+
+    def compile_fn(target, mode):
+        compiled.append((mode, not is_enabled()))
+        return target
+
+    result = models.run_blocks([models.BlockId("gpt2", "small", "inference")], list(models.MODES), None,
+                               probe=FakeProbe(), info={"device": "cpu"}, device="cpu", dtype=torch.float32,
+                               scale=TINY, compile_fn=compile_fn, first="ours")  # fmt: skip
+    assert compiled == [(models.NO_CUDAGRAPHS, False), (models.CUDAGRAPHS, False),
+                        (models.NO_CUDAGRAPHS, True), (models.CUDAGRAPHS, True)]  # fmt: skip
+    assert result["rows"][0]["compiled_first"] == "ours" and is_enabled()
+    assert models.parser().parse_args(["--compile-first", "ours"]).compile_first == "ours"
+
+
 def test_a_resumed_run_keeps_earlier_rows_and_measures_the_rest(tmp_path):
     prior = [_row("gpt2:small:inference", 1.3, 1.4, 1.2, 1.0),
              {"block": "vit:small:inference", "error": "RuntimeError: cut short"}]  # fmt: skip
