@@ -16,15 +16,12 @@ import argparse
 import os
 import sys
 
-import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from inductor_cutedsl.bench.gemm import SHAPES, build_per_shape, linear_operands  # noqa: E402
+from inductor_cutedsl.bench.gemm import SHAPES, build_per_shape, checked_runs, linear_operands  # noqa: E402
 from inductor_cutedsl.kernels.config import shortlist  # noqa: E402
-from inductor_cutedsl.runtime import get_gemm  # noqa: E402
-from inductor_cutedsl.runtime.launch import default_cache  # noqa: E402
-from inductor_cutedsl.bench.report import graphed, rel_err, report_row, run_info  # noqa: E402
+from inductor_cutedsl.bench.report import graphed, report_row, run_info  # noqa: E402
 from inductor_cutedsl.timing import bench, interleaved  # noqa: E402
 
 CONFIGS = 3
@@ -35,20 +32,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    cache = default_cache()
     specs = build_per_shape(lambda m, n, k: shortlist(m, n, k)[:CONFIGS])
     result = {**run_info(), "rows": []}
     for m, n, k in SHAPES:
-        a, b = linear_operands(m, n, k)
-        ref = torch.mm(a, b)
-        outs = {"cublas": torch.empty(m, n, device="cuda", dtype=torch.bfloat16)}
-        direct, errors = {"cublas": lambda: torch.mm(a, b, out=outs["cublas"])}, {}
-        for spec in specs[(m, n, k)]:
-            name, kern = spec.config.name(), get_gemm(spec, cache)
-            outs[name] = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-            kern(a, b, outs[name])
-            errors[name] = float(f"{rel_err(outs[name], ref):.3e}")
-            direct[name] = lambda kern=kern, out=outs[name]: kern(a, b, out)
+        direct, errors = checked_runs(*linear_operands(m, n, k), specs[(m, n, k)])
         runs = {**{f"{name}/direct": fn for name, fn in direct.items()},
                 **{f"{name}/graph": graphed(fn) for name, fn in direct.items()}}  # fmt: skip
         times = interleaved({name: (lambda fn=fn: bench(fn, rep=100)) for name, fn in runs.items()}, ROUNDS)

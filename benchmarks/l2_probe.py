@@ -23,11 +23,9 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from inductor_cutedsl.bench.gemm import build_all, linear_operands, linear_spec  # noqa: E402
-from inductor_cutedsl.bench.report import graphed, rel_err, report_row, run_info  # noqa: E402
+from inductor_cutedsl.bench.gemm import build_all, checked_runs, linear_operands, linear_spec  # noqa: E402
+from inductor_cutedsl.bench.report import graphed, report_row, run_info  # noqa: E402
 from inductor_cutedsl.kernels.config import GemmConfig, shortlist  # noqa: E402
-from inductor_cutedsl.runtime import get_gemm  # noqa: E402
-from inductor_cutedsl.runtime.launch import default_cache  # noqa: E402
 from inductor_cutedsl.timing import bench, interleaved  # noqa: E402
 
 #: (M, N, K) of the small blocks' Linear layers: Phi-3 qkv / o / down, LLaMA qkv / down,
@@ -64,21 +62,11 @@ def main() -> None:
     configs = {s: list(dict.fromkeys([*shortlist(*s)[: args.configs], *(FILL if args.fill else [])])) for s in SHAPES}
     specs = {s: [linear_spec(c) for c in cfgs if c.invalid_reason() is None] for s, cfgs in configs.items()}
     build_all(spec for v in specs.values() for spec in v)
-    cache = default_cache()
     scratch = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
     flush = graphed(lambda: scratch.zero_())
     result = {**run_info(), "flush_bytes": FLUSH_BYTES, "rows": []}
     for m, n, k in SHAPES:
-        a, b = linear_operands(m, n, k)
-        ref = torch.mm(a, b)
-        outs = {"cublas": torch.empty(m, n, device="cuda", dtype=torch.bfloat16)}
-        runs, errors = {"cublas": lambda: torch.mm(a, b, out=outs["cublas"])}, {}
-        for spec in specs[(m, n, k)]:
-            name, kern = spec.config.name(), get_gemm(spec, cache)
-            outs[name] = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-            kern(a, b, outs[name])
-            errors[name] = float(f"{rel_err(outs[name], ref):.3e}")
-            runs[name] = lambda kern=kern, out=outs[name]: kern(a, b, out)
+        runs, errors = checked_runs(*linear_operands(m, n, k), specs[(m, n, k)])
         timers = {"flush": flush}
         for name, fn in runs.items():
             timers[f"{name}/hot"] = graphed(fn)

@@ -89,6 +89,23 @@ def linear_operands(m: int, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]
     return a, torch.randn(n, k, device="cuda").to(torch.bfloat16).t()
 
 
+def checked_runs(a: torch.Tensor, b: torch.Tensor, specs: Iterable[KernelSpec]) -> tuple[dict, dict]:
+    """cuBLAS and each spec's kernel as runs of ``a @ b`` into their own outputs, named
+    "cublas" and by config: (name -> run, config name -> rel err against cuBLAS). Each
+    of ours runs once first into a NaN-filled output and is checked."""
+    m, n = a.shape[0], b.shape[1]
+    ref = torch.mm(a, b)
+    cublas_out = torch.empty(m, n, device=a.device, dtype=a.dtype)
+    runs, errors = {"cublas": lambda: torch.mm(a, b, out=cublas_out)}, {}
+    for spec in specs:
+        name, kern = spec.config.name(), get_gemm(spec, default_cache())
+        out = torch.full((m, n), float("nan"), device=a.device, dtype=a.dtype)
+        kern(a, b, out)
+        errors[name] = float(f"{rel_err(out, ref):.3e}")
+        runs[name] = lambda kern=kern, out=out: kern(a, b, out)
+    return runs, errors
+
+
 def plan_specs() -> dict:
     """Shape -> candidate kernel specs."""
     return {shape: [linear_spec(c) for c in search_space(*shape)] for shape in SHAPES}
