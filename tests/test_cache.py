@@ -457,10 +457,13 @@ def test_stopping_a_busy_worker_cleans_its_build(tmp_path):
         target=lambda: result.setdefault("r", _catch(lambda: pool.build(SPEC.to_json(), str(tmp_path))))
     )
     thread.start()
+    # Mid-compile: its build dir exists (made once the key's lock is held and recorded;
+    # a worker stopped while still taking the lock may leave the lock file, which the
+    # next build of that key takes over).
     deadline = time.time() + 120
-    while not list(tmp_path.glob("*.lock")) and time.time() < deadline:
+    while not list(tmp_path.glob(".build-*")) and time.time() < deadline:
         time.sleep(0.01)
-    assert list(tmp_path.glob("*.lock")), "the worker never started building"
+    assert list(tmp_path.glob(".build-*")), "the worker never started building"
     t0 = time.time()
     worker, = pool._all
     pool.closed = True

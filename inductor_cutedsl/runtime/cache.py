@@ -22,7 +22,6 @@ import os
 import shutil
 import tempfile
 import threading
-import time
 import weakref
 from pathlib import Path
 from typing import Callable, Iterator
@@ -273,11 +272,19 @@ class KernelCache:
                 return self.object_path(key), True
 
     def _build_entry(self, key: str, build: Callable[[Path, str], None]) -> None:
-        with tempfile.TemporaryDirectory(dir=self.root, prefix=f".build-{key[:8]}-") as tmp, _in_progress(Path(tmp)):
-            build(Path(tmp), "kernel")
-            obj = Path(tmp) / "kernel.o"
-            meta = Path(tmp) / "kernel.json"
-            meta.write_text(json.dumps({"size": obj.stat().st_size, "sha256": _sha256(obj)}))
-            # Object first, manifest last: a reader never sees a manifest without its object.
-            os.replace(obj, self.object_path(key))
-            os.replace(meta, self._meta_path(key))
+        # Recorded before it exists, so a stop at any point removes it (abandon_builds).
+        # Only the key's lock holder uses this name: one left there is a dead process's.
+        tmp = self.root / f".build-{key}-{os.getpid()}"
+        with _in_progress(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+            try:
+                build(tmp, "kernel")
+                obj = tmp / "kernel.o"
+                meta = tmp / "kernel.json"
+                meta.write_text(json.dumps({"size": obj.stat().st_size, "sha256": _sha256(obj)}))
+                # Object first, manifest last: a reader never sees a manifest without its object.
+                os.replace(obj, self.object_path(key))
+                os.replace(meta, self._meta_path(key))
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
