@@ -35,11 +35,13 @@ __all__ = [
     "caches_disabled",
     "aten_choice",
     "aten_dtype_choice",
+    "autotune_backend_tokens",
     "autotune_backends",
     "choices_class",
     "codegen_blocked",
     "feedback_saver",
     "freeze_layout",
+    "kernel_out_dtype",
     "max_autotune_on",
     "multiple_of",
     "offset_of",
@@ -259,9 +261,21 @@ def set_autotune_backends(value: str) -> None:
     inductor_config.max_autotune_gemm_backends = value
 
 
+def autotune_backend_tokens() -> list[str]:
+    """The backends named in ``max_autotune_gemm_backends``, upper-case (Inductor's own
+    parsing), empty entries left out."""
+    return [x for x in (t.strip() for t in autotune_backends().upper().split(",")) if x]
+
+
 def backend_enabled(token: str) -> bool:
-    """Whether ``token`` is in ``max_autotune_gemm_backends`` (Inductor's own parsing)."""
-    return token.upper() in [x.strip() for x in autotune_backends().upper().split(",")]
+    """Whether ``token`` is in ``max_autotune_gemm_backends``."""
+    return token.upper() in autotune_backend_tokens()
+
+
+def kernel_out_dtype(kernel_inputs: Any) -> Any:
+    """The output dtype a GEMM's ``KernelInputs`` asks for of its own (``mm``/``bmm``
+    with ``out_dtype``), else None."""
+    return getattr(kernel_inputs, "_out_dtype", None)
 
 
 def benchmark_fusion_setting() -> str:

@@ -36,14 +36,13 @@ class CuteDSLChoices(_compat.InductorChoices):
 
 
 def _only_backend_is_ours() -> bool:
-    tokens = [t.strip().upper() for t in _compat.autotune_backends().split(",")]
-    return [t for t in tokens if t] == [BACKEND_TOKEN]
+    return _compat.autotune_backend_tokens() == [BACKEND_TOKEN]
 
 
 def _aten_fallback(kernel_inputs, op_name: str):
     """ATen's choice for this GEMM and its kwargs: an output dtype other than the
     inputs' (``torch.bmm(a, b, out_dtype=...)``) needs ATen's ``*_dtype`` kernel."""
-    out_dtype = getattr(kernel_inputs, "_out_dtype", None)
+    out_dtype = _compat.kernel_out_dtype(kernel_inputs)
     if out_dtype is not None and op_name in ("mm", "bmm"):
         choice = _compat.aten_dtype_choice(op_name)
         return choice, {choice.uid: {"out_dtype": out_dtype}}
