@@ -37,6 +37,7 @@ def synthetic_result():
         "compile_s": {"stock_cold": 60.0, "ours_cold": 66.0, "ours_warm": 50.0,
                       "ours_cold_waiting_for_kernel_builds": 4.0, "ours_cold_benchmarking_cutedsl": 2.0},
         "compile_ratio_vs_max_autotune": 1.1, "cold_cutedsl_compiles": 16, "warm_cutedsl_compiles": 0,
+        "warm_rebuilt": [],
         "epilogue_fusion": True,
         "fused_epilogues": [{"gemm": "buf3", "size": [8192, 14336], "ops": ["mul", "silu"], "kept": []}],
         "kernels_ms_per_block": {

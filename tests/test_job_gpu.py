@@ -25,7 +25,11 @@ def test_main_job_small_block_with_epilogue_fusion(tmp_path, monkeypatch):
     saved = json.loads((tmp_path / "m.json").read_text())
     for key in ("model_speedup_vs_max_autotune", "compile_ratio_vs_max_autotune", "warm_cutedsl_compiles"):
         assert key in saved
-    assert saved["warm_cutedsl_compiles"] == 0
+    # No kernel is built twice. The warm process may build kernels the cold one never
+    # needed: autotuning is timed again there, and another GEMM winner brings other
+    # fused variants (seen on the H200: 3 of them once).
+    assert saved["warm_rebuilt"] == [], saved["warm_rebuilt"]
+    assert saved["warm_cutedsl_compiles"] <= saved["cold_cutedsl_compiles"]
     assert result["epilogue_fusion"] is True
     assert max(result["rel_err_vs_eager"].values()) < 2e-2
     assert any(g["candidates"].get("cutedsl") for g in result["gemms"])

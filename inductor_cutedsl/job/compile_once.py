@@ -28,6 +28,7 @@ def main() -> None:
     print(json.dumps({
         "compile_s": seconds,
         "cutedsl_compiles": default_cache().builds,
+        "cutedsl_built": default_cache().built,
         "waiting_for_builds_s": compiler.stats["wait_s"],
         "benchmarking_cutedsl_s": template.stats["benchmark_s"],
     }))  # fmt: skip

@@ -17,7 +17,7 @@ from ..kernels.config import shortlist
 from ..runtime import compiler
 from ..runtime.launch import default_cache
 from ..runtime.spec import ALIGNMENT, KernelSpec
-from ..runtime.support import A_MAJOR, AB_DTYPES, B_MAJOR, OUT_DTYPES, device_reason
+from ..runtime.support import A_MAJOR, AB_DTYPES, B_MAJOR, OUT_DTYPES, device_reason, row_width_reason
 from .candidate import GemmCandidate
 from .template import gemm_template
 
@@ -119,6 +119,8 @@ def gemm_candidates(kernel_inputs: Any, op_name: str) -> tuple[list[GemmCandidat
         out_stride[-2], ALIGNMENT // out_dtype.itemsize
     ):
         raise Refusal(f"output layout {list(out_stride)} is not row-major with 16-byte rows")
+    if reason := row_width_reason(_compat.size_hint(layout.size[-1]), out_dtype):
+        raise Refusal(reason)
 
     epilogue, scalars = E.IDENTITY, ()
     if has_c:

@@ -163,6 +163,7 @@ class KernelCache:
         self._private: weakref.finalize | None = None
         self._corrupt: dict[str, str] = {}  # key -> why its entry was rejected (warned on rebuild)
         self.builds = 0  # compiles run by this process (for reports and tests)
+        self.built: list[str] = []  # their keys, in order
         self._mutex = threading.Lock()
 
     @property
@@ -268,8 +269,13 @@ class KernelCache:
                 if why is not None:
                     log.warning("kernel cache entry of %s is corrupt (%s); rebuilding it", what, why)
                 self._build_entry(key, build)
-                self.builds += 1
+                self.count_build(key)
                 return self.object_path(key), True
+
+    def count_build(self, key: str) -> None:
+        """Count a compile this process ran (here or in one of its workers)."""
+        self.builds += 1
+        self.built.append(key)
 
     def _build_entry(self, key: str, build: Callable[[Path, str], None]) -> None:
         # Recorded before it exists, so a stop at any point removes it (abandon_builds).

@@ -84,8 +84,9 @@ def _dispatch(workers: int) -> concurrent.futures.ThreadPoolExecutor:
 
 def _build_in_worker(spec: KernelSpec, cache: KernelCache, workers: int) -> Built:
     path, built, secs = workers_mod.pool(workers).build(spec.to_json(), str(cache.root))
-    with _stats_lock:
-        cache.builds += int(built)
+    if built:
+        with _stats_lock:
+            cache.count_build(spec.key())
     return path, built, secs
 
 

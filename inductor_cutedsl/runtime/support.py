@@ -21,6 +21,18 @@ def _aligned(nbytes: int) -> bool:
     return nbytes % ALIGNMENT == 0
 
 
+def row_width_reason(n: int, dtype: torch.dtype) -> str | None:
+    """Why an output N wide cannot be stored, if it cannot. The kernel's TMA store
+    writes whole 16-byte units: a row that ends inside one (N x item size not a
+    multiple of 16 bytes) would get the rest of that unit written past N (measured on
+    the H200: columns N up to the next 16 bytes, into a padded row's padding, a
+    concatenation's neighbour, or past the end of the storage)."""
+    if not _aligned(n * dtype.itemsize):
+        return (f"output rows of {n} x {dtype} are {n * dtype.itemsize} bytes, not a multiple of "
+                f"{ALIGNMENT} (the TMA store would write past column {n})")
+    return None
+
+
 def _contiguous_mode(t: torch.Tensor) -> str | None:
     """'last' if the matrix (..., R, C) is row-major, 'first' if column-major, else None."""
     rows, cols = t.size(-2), t.size(-1)
@@ -141,6 +153,8 @@ def gemm_reason(
     )
     if reason:
         return reason
+    if reason := row_width_reason(b.size(-1), out_dtype):
+        return f"out: {reason}" if out is not None else reason
     if out is not None:
         if out.stride(-1) != 1:
             return f"out is not row-major (strides {tuple(out.stride())}; the kernel stores row-major D)"
