@@ -16,9 +16,11 @@ for their test-only dependencies such as ``expecttest``). Each mode runs pytest
 The JSON has, per mode, the counts (passed / failed / skipped / error / xfailed /
 xpassed) and every test's outcome; ``regressions`` lists the tests that pass stock and
 fail ours, with the last lines of our failure. Modes can be run in separate calls
-(``--mode stock``, ``--mode ours``) and joined with ``--merge a.json b.json``. Each mode
-has its own time limit (``--budget``); a mode cut short keeps the outcomes pytest
-printed so far, and only tests with an outcome in both modes are compared.
+(``--mode stock``, ``--mode ours``) and joined with ``--merge a.json b.json``, or at the
+same time (``--together``). Each mode has its own time limit (``--budget``); a mode cut
+short keeps the outcomes pytest printed so far, and only tests with an outcome in both
+modes are compared. ``--resume earlier.json`` goes on from there: each mode runs only
+the tests without an outcome yet, so a full comparison can take several device calls.
 
 Without a CUDA GPU it says so and exits 0 (Inductor's GPU tests skip there);
 ``--cpu`` runs anyway, to check the mechanics.
@@ -26,6 +28,7 @@ Without a CUDA GPU it says so and exits 0 (Inductor's GPU tests skip there);
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import re
@@ -36,6 +39,7 @@ import tempfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Iterable
 
 REPO = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
@@ -70,6 +74,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--json", type=Path, default=None, help="where to write the results")
     p.add_argument("--logs", type=Path, default=None,
                    help="folder for each mode's pytest log (default: beside --json)")
+    p.add_argument("--resume", type=Path, default=None,
+                   help="an earlier --json of these files: each mode runs only the tests that "
+                        "have no outcome there yet, and the results join its outcomes")
+    p.add_argument("--together", action="store_true",
+                   help="run the modes at the same time (each with -n workers): outcomes do "
+                        "not depend on timing, and a device call holds both")
     p.add_argument("--merge", nargs="+", type=Path, default=None,
                    help="join the modes of earlier --json files instead of running")
     p.add_argument("--cpu", action="store_true", help="run even without a CUDA GPU")
@@ -89,7 +99,10 @@ def has_gpu() -> bool:
     return torch.cuda.is_available()
 
 
-def pytest_command(args: argparse.Namespace, mode: str, junit: Path, ini: Path) -> list[str]:
+def pytest_command(args: argparse.Namespace, mode: str, junit: Path, ini: Path,
+                   done: Iterable[str] = ()) -> list[str]:  # fmt: skip
+    """The mode's pytest command line; ``done``: test ids (``file.py::Class::test``, the
+    rootdir being ``--tests``) left out because they already have an outcome."""
     cmd = [sys.executable, "-m", "pytest", *[str(args.tests / f) for f in args.files],
            "-c", str(ini), "--rootdir", str(args.tests), "-p", "no:cacheprovider",
            "-v", "-rN", "--tb=short", f"--junitxml={junit}", "-o", "junit_family=xunit1"]
@@ -99,6 +112,8 @@ def pytest_command(args: argparse.Namespace, mode: str, junit: Path, ini: Path) 
         cmd += ["-k", args.keyword]
     if mode == "ours":
         cmd += ["-p", "inductor_tests_plugin"]
+    for test in sorted(done):
+        cmd += ["--deselect", test]
     return cmd
 
 
@@ -118,14 +133,16 @@ def mode_env(args: argparse.Namespace, mode: str, cache: str) -> dict[str, str]:
     return env
 
 
-def run_mode(args: argparse.Namespace, mode: str, log_dir: Path) -> dict:
-    """Run one mode's pytest; its counts and per-test outcomes."""
+def run_mode(args: argparse.Namespace, mode: str, log_dir: Path, earlier: dict | None = None) -> dict:
+    """Run one mode's pytest; its counts and per-test outcomes (with ``earlier``, that
+    mode's result from a previous run, only the tests it has no outcome for, joined to it)."""
+    earlier_tests = (earlier or {}).get("tests", {})
     work = Path(tempfile.mkdtemp(prefix=f"inductor_tests_{mode}_"))
     ini = work / "pytest.ini"
     ini.write_text("[pytest]\n")
     junit = work / "junit.xml"
     log_path = log_dir / f"inductor-tests-{mode}.log"
-    cmd = pytest_command(args, mode, junit, ini)
+    cmd = pytest_command(args, mode, junit, ini, earlier_tests)
     print(f"== {mode}: {' '.join(cmd[1:])}", flush=True)
     t0 = time.monotonic()
     timed_out = False
@@ -147,17 +164,25 @@ def run_mode(args: argparse.Namespace, mode: str, log_dir: Path) -> dict:
     tests = outcomes_from_log(text)
     if junit.exists():
         tests.update(outcomes_from_junit(junit.read_text(errors="replace")))
+    new = len(tests)
+    tests = {**earlier_tests, **tests}
     counts = {o: sum(1 for t in tests.values() if t["outcome"] == o) for o in OUTCOMES}
     tail = text.strip().splitlines()[-3:]
-    print(f"== {mode}: rc={rc} in {seconds} s{' (cut short)' if timed_out else ''}: "
-          + ", ".join(f"{v} {k}" for k, v in counts.items() if v), flush=True)
-    return {"rc": rc, "seconds": seconds, "timed_out": timed_out, "log": str(log_path),
+    # A mode is complete when pytest finished on its own: every test it collected has
+    # an outcome (in this run or the earlier one).
+    complete = not timed_out and rc in (0, 1)
+    print(f"== {mode}: rc={rc} in {seconds} s{' (cut short)' if timed_out else ''}: {new} outcomes now, "
+          + ", ".join(f"{v} {k}" for k, v in counts.items() if v) + " in all", flush=True)
+    return {"rc": rc, "seconds": round(seconds + (earlier or {}).get("seconds", 0.0), 1),
+            "timed_out": timed_out, "complete": complete, "log": str(log_path),
             "counts": counts, "last_lines": tail, "tests": tests}
 
 
 def _test_id(classname: str, name: str, file: str | None = None) -> str:
     """``file.py::Class::test`` from junit's dotted classname (xunit1 gives ``file``)."""
     parts = classname.split(".") if classname else []
+    if file and classname == file.removesuffix(".py").replace("/", "."):
+        parts.append("")  # a module-level test: the classname is its module
     cls = parts[-1] if parts else ""
     mod = file or (("/".join(parts[:-1]) + ".py") if len(parts) > 1 else "")
     return "::".join(x for x in (Path(mod).name if mod else "", cls, name) if x)
@@ -237,7 +262,7 @@ def compare(modes: dict[str, dict]) -> dict:
 def report(result: dict) -> None:
     for mode, r in result["modes"].items():
         print(f"{mode:6s}: " + ", ".join(f"{v} {k}" for k, v in r["counts"].items() if v)
-              + (" (cut short)" if r.get("timed_out") else ""))
+              + ("" if r.get("complete") else " (not complete: --resume this file to go on)"))
     cmp_ = result.get("comparison") or {}
     if cmp_:
         print(f"compared {cmp_['compared']} tests; pass stock and fail ours: "
@@ -267,7 +292,14 @@ def main(argv: list[str] | None = None) -> int:
         log_dir = args.logs or (args.json.parent if args.json else Path(tempfile.gettempdir()))
         log_dir.mkdir(parents=True, exist_ok=True)
         wanted = MODES if args.mode == "both" else (args.mode,)
-        modes = {mode: run_mode(args, mode, log_dir) for mode in wanted}
+        earlier = json.loads(args.resume.read_text())["modes"] if args.resume else {}
+        if args.together:
+            with concurrent.futures.ThreadPoolExecutor(len(wanted)) as pool:
+                futures = {m: pool.submit(run_mode, args, m, log_dir, earlier.get(m)) for m in wanted}
+                modes = {m: f.result() for m, f in futures.items()}
+        else:
+            modes = {mode: run_mode(args, mode, log_dir, earlier.get(mode)) for mode in wanted}
+        modes = {**{m: r for m, r in earlier.items() if m not in modes}, **modes}
         result = {"files": args.files, "keyword": args.keyword, "workers": args.workers,
                   "gpu": has_gpu(), "modes": modes, "comparison": compare(modes)}
     report(result)

@@ -215,8 +215,17 @@ def shortlist(m: int, n: int, k: int, batch: int = 1, limit: int = 6) -> list[Ge
     # with several tiles per CTA (benchmarks/results/h200-energy.json). With one tile per
     # CTA there is no next tile to overlap the stores with.
     wide = [GemmConfig(128, 256, 2, 1, False, raster_m, swz, 64, b) for b in (4, 0)]
+    # Under one wave of 128x128 tiles (M <= 256 at model widths), the unclustered
+    # 128x64 and 64x128 tiles were our fastest at every such shape of the model suite,
+    # L2 hot or flushed, by 5-30% over 128x128 (benchmarks/results/h200-l2.json).
+    narrow = (
+        [GemmConfig(128, 64, 1, 1, False, raster_m, 1), GemmConfig(64, 128, 1, 1, True, raster_m, 1)]
+        if math.ceil(m / 128) * math.ceil(n / 128) * batch < sms
+        else []
+    )
     cands: list[GemmConfig] = []
     for cfg in (
+        *narrow,
         *(wide if waves >= 2 else wide[::-1]),
         GemmConfig(128, 128, *square, True, raster_m, swz),
         # The better raster order was not predictable from the shape: try both.
