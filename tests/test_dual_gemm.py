@@ -186,6 +186,27 @@ def test_gated_gemm_refuses_with_value_errors(any_device):
         assert needle in str(info.value), (needle, str(info.value))
 
 
+def test_gated_gemm_pairs_kept_outputs_where_their_layouts_allow(any_device, monkeypatch):
+    """Kept gate/up are declared for 4-byte stores when both tensors allow it, and still
+    run (one element per store) when one does not."""
+    from inductor_cutedsl.runtime import gated_gemm, launch
+
+    specs = []
+    monkeypatch.setattr(launch, "get_gemm", lambda spec: lambda *args, **kwargs: specs.append(spec))
+    a = torch.randn(1000, 1024, dtype=torch.bfloat16)
+    bg, bu = torch.randn(1024, 2048, dtype=torch.bfloat16).chunk(2, 1)
+    shifted = torch.empty(1000 * 1024 + 1, dtype=torch.bfloat16)[1:].view(1000, 1024)  # 2-byte aligned
+    for keep_out, pairs in [
+        (None, True),
+        ((torch.empty(1000, 1024, dtype=torch.bfloat16),) * 2, True),
+        ((torch.empty(1000, 1024, dtype=torch.bfloat16), shifted), False),
+        ((torch.empty(1000, 1024),) * 2, False),  # float32: one element per store
+    ]:
+        gated_gemm(a, bg, bu, keep=True, keep_out=keep_out)
+        kept = [op for op in specs[-1].epilogue.operands if op.is_output]
+        assert len(kept) == 2 and all(op.pairs == pairs for op in kept), (keep_out, kept)
+
+
 # Runs in a fresh process: the DSL reads CUTE_DSL_KEEP / CUTE_DSL_DUMP_DIR at import.
 SASS_SCRIPT = textwrap.dedent("""
     import json, os, subprocess, sys
@@ -197,7 +218,9 @@ SASS_SCRIPT = textwrap.dedent("""
     nvdisasm, root = sys.argv[1], Path(sys.argv[2])
     dump = Path(os.environ["CUTE_DSL_DUMP_DIR"])
     cfg = GemmConfig(128, 256, 2, 1, False, True, 8, 64)
-    cases = {"plain": (IDENTITY, False), "silu": (gated("silu"), True), "gelu_erf": (gated("gelu_erf"), True)}
+    cases = {"plain": (IDENTITY, False), "silu": (gated("silu"), True), "gelu_erf": (gated("gelu_erf"), True),
+             "keep": (gated("silu", keep="bfloat16"), True),
+             "keep_pairs": (gated("silu", keep="bfloat16", keep_pairs=True), True)}
     stats = {}
     for name, (epi, dual) in cases.items():
         for old in dump.glob("*"):
@@ -210,6 +233,8 @@ SASS_SCRIPT = textwrap.dedent("""
             "spill_stores": count("STL"), "spill_loads": count("LDL"), "mufu": count("MUFU"),
             "tma_loads": count("UTMALDG"), "tma_stores": count("UTMASTG"), "stmatrix": count("STSM"),
             "pipelined_wgmma_waits": count("WARPGROUP.DEPBAR.LE gsb0, 0x1"),
+            "two_byte_stores": count("STG.E.U16"),
+            "four_byte_stores": sum(line.split()[1:2] == ["STG.E"] or "STG.E " in line for line in lines),
         }
     print(json.dumps(stats))
 """)
@@ -238,3 +263,15 @@ def test_dual_kernel_loads_three_tiles_per_stage_and_stores_half(sass_stats):
     plain, dual = sass_stats["plain"], sass_stats["silu"]
     assert 2 * dual["tma_loads"] == 3 * plain["tma_loads"], (plain, dual)
     assert 2 * dual["tma_stores"] == plain["tma_stores"] and 2 * dual["stmatrix"] == plain["stmatrix"], (plain, dual)
+
+
+def test_kept_outputs_are_stored_two_columns_at_a_time_when_declared(sass_stats):
+    """The training path writes gate and up too: at a 128 x 256 MMA tile each thread
+    holds 64 output elements (32 column pairs) of each, one 2-byte store per element,
+    or with ``keep_pairs`` one 4-byte store per pair (and none of 2 bytes)."""
+    plain, keep, pairs = sass_stats["plain"], sass_stats["keep"], sass_stats["keep_pairs"]
+    assert keep["two_byte_stores"] - plain["two_byte_stores"] == 2 * 64, keep
+    assert pairs["two_byte_stores"] == plain["two_byte_stores"], pairs
+    assert pairs["four_byte_stores"] - plain["four_byte_stores"] == 2 * 32, pairs
+    for s in (keep, pairs):
+        assert s["spill_stores"] == 0 and s["pipelined_wgmma_waits"] >= 1, s

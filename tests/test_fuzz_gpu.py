@@ -101,10 +101,12 @@ def full_scalars(dtype: str) -> FuzzEpilogue:
     return FuzzEpilogue(E.addmm(True, "full", dtype), lambda acc, ops: (ops[1] * acc + ops[2] * ops[0],))
 
 
-def row_keep(dtype: str, keep_dtype: str) -> FuzzEpilogue:
+def row_keep(dtype: str, keep_dtype: str, pairs: bool = False) -> FuzzEpilogue:
+    """A kept pre-activation (an ``out`` operand), with ``pairs`` written two columns per store."""
     epi = E.Epilogue(
-        f"row_gelu_keep_{keep_dtype}", _source("pre = acc + ops[0]", "return gelu_tanh(pre), pre"),
-        (E.EpilogueOperand("bias", "row", dtype), E.EpilogueOperand("pre", "out", keep_dtype)),
+        f"row_gelu_keep_{keep_dtype}{'_pairs' if pairs else ''}",
+        _source("pre = acc + ops[0]", "return gelu_tanh(pre), pre"),
+        (E.EpilogueOperand("bias", "row", dtype), E.EpilogueOperand("pre", "out", keep_dtype, pairs)),
     )  # fmt: skip
     return FuzzEpilogue(epi, lambda acc, ops: (_gelu_tanh(acc + ops[0]), acc + ops[0]))
 
@@ -187,6 +189,7 @@ SPECS: list[FuzzSpec] = [
     FuzzSpec(CFG_PINGPONG, FP, FP, "k", "k", paired_gate(FP)),
     FuzzSpec(CFG_TALL, BF, BF, "m", "k", staged_residual(BF)),
     FuzzSpec(CFG_COOP, FP, F32, "k", "n", staged_residual(FP)),
+    FuzzSpec(CFG_COOP, BF, BF, "k", "k", row_keep(BF, BF, pairs=True)),
 ]
 
 
@@ -306,10 +309,11 @@ def _operand(rng: random.Random, decl: E.EpilogueOperand, m: int, n: int, batch:
         align = 16 // itemsize if decl.staged else 2
         ld = _round_up(n, align) + align * rng.choice([0, 0, 1, 4])
         offset = align * rng.choice([0, 0, 1, 3]) + (1 if misalign else 0)
-        if batch is None or (decl.pairs and rng.random() < 0.3):  # paired may broadcast over L
-            return Operand("full", decl.dtype, View((m, n), (ld, 1), offset))
+        # A paired input may broadcast over L; an output never does.
+        if batch is None or (decl.pairs and decl.kind == "full" and rng.random() < 0.3):
+            return Operand(decl.kind, decl.dtype, View((m, n), (ld, 1), offset))
         bstride = m * ld + align * rng.choice([0, 1])
-        return Operand("full", decl.dtype, View((batch, m, n), (bstride, ld, 1), offset))
+        return Operand(decl.kind, decl.dtype, View((batch, m, n), (bstride, ld, 1), offset))
     # full or out: any strides (out never broadcast), padded rows, any offset.
     offset = rng.randint(0, 17)
     ld = n + rng.choice([0, 0, 1, 8, 13])

@@ -45,10 +45,11 @@ class EpilogueOperand:
     extra (L, M, N) output. An epilogue with ``out`` operands returns a tuple: the
     value for D, then one value per ``out`` operand in declaration order.
 
-    ``pairs`` (16-bit ``full`` inputs only): the kernel reads columns n and n + 1 with
-    one 4-byte load, half the load instructions of the epilogue's hottest part. It
-    may only be declared for tensors with unit stride along N, even strides along M
-    and L, a 4-byte aligned base and an even N (``runtime.support`` checks).
+    ``pairs`` (16-bit ``full`` inputs and ``out`` outputs): the kernel reads columns n
+    and n + 1 with one 4-byte load (an output: writes them with one 4-byte store), half
+    the load (store) instructions of the epilogue's hottest part. It may only be
+    declared for tensors with unit stride along N, even strides along M and L, a
+    4-byte aligned base and an even N (``runtime.support`` checks).
 
     ``staged`` (one 16-bit ``full`` input per epilogue, cooperative configs without
     stream-K): a spare producer warp TMA-loads the input's epilogue sub-tiles into
@@ -68,8 +69,10 @@ class EpilogueOperand:
             raise ValueError(f"operand kind {self.kind!r} not in {OPERAND_KINDS}")
         if self.dtype not in OPERAND_DTYPES:
             raise ValueError(f"operand dtype {self.dtype!r} not in {OPERAND_DTYPES}")
-        if (self.pairs or self.staged) and (self.kind != "full" or self.dtype == "float32"):
-            raise ValueError("pairs and staged are for 16-bit full inputs")
+        if self.pairs and (self.kind not in ("full", "out") or self.dtype == "float32"):
+            raise ValueError("pairs are for 16-bit full inputs and out outputs")
+        if self.staged and (self.kind != "full" or self.dtype == "float32"):
+            raise ValueError("staged is for 16-bit full inputs")
 
     @property
     def is_tensor(self) -> bool:
@@ -160,6 +163,7 @@ def gated(
     bias_up: str | None = None,
     keep: str | None = None,
     rounding: str | None = None,
+    keep_pairs: bool = False,
 ) -> Epilogue:
     """``activation(gate + bias_gate) * (up + bias_up)``: the epilogue of a dual kernel.
 
@@ -168,6 +172,8 @@ def gated(
     with their biases added (what the backward pass reads), or None. ``rounding``:
     round gate and up (biases added) through this dtype before the product: what two
     GEMMs writing that dtype and a pointwise kernel reading them compute.
+    ``keep_pairs``: the kept outputs (16-bit) are written two columns per store
+    (``EpilogueOperand.pairs``: their layouts must allow it).
     Operands, in order: the biases given, then the kept outputs.
     """
     if activation not in GATED_ACTIVATIONS:
@@ -182,12 +188,12 @@ def gated(
         lines += [f"    gate = round_to(gate, {rounding!r})", f"    up = round_to(up, {rounding!r})"]
     result = f"{activation}(gate) * up"
     if keep is not None:
-        ops += [EpilogueOperand("gate", "out", keep), EpilogueOperand("up", "out", keep)]
+        ops += [EpilogueOperand(name, "out", keep, keep_pairs) for name in ("gate", "up")]
         result += ", gate, up"
     lines.append(f"    return {result}")
     name = "_".join(
         ["gated", activation]
         + ["bias_gate"] * (bias_gate is not None) + ["bias_up"] * (bias_up is not None)
-        + ["keep"] * (keep is not None) + [f"round_{rounding}"] * (rounding is not None)
+        + ["keep"] * (keep is not None) + ["pairs"] * keep_pairs + [f"round_{rounding}"] * (rounding is not None)
     )  # fmt: skip
     return Epilogue(name, "\n".join(lines) + "\n", tuple(ops))

@@ -88,6 +88,20 @@ def _store_in_bounds(t: cute.Tensor, m, n, batch, value, size_m, size_n):
             t[(m, n, batch)] = value
 
 
+@cute.jit
+def _store_pair_in_bounds(t: cute.Tensor, m, n, batch, first, second, size_m, size_n):
+    """Elements (m, n) and (m, n + 1) of a 16-bit tensor with one 4-byte store (n even;
+    N even, so the pair is in bounds or out together; base, M and L strides even, N
+    stride 1)."""
+    if m < size_m:
+        if n < size_n:
+            at = cute.assume(cute.crd2idx((m, n, batch), t.layout), divby=2)
+            pair = cute.make_rmem_tensor(cute.make_layout(2), t.element_type)
+            pair[0] = first
+            pair[1] = second
+            cute.make_tensor(t.iterator + at, cute.make_layout(2)).store(pair.load())
+
+
 def _fragment(coords) -> tuple:
     """The wgmma accumulator fragment mode, ((2, 2, X), M, N): pairs of adjacent
     columns, two rows eight apart, X column blocks eight apart (refused otherwise)."""
@@ -1073,19 +1087,20 @@ class Sm90Gemm:
         last_n = size_n - 1
         last_pair = size_n - 2  # N is even where pairs are declared
         inputs = [(t, op) for t, op in zip(ep_tensors, self.tensor_ops) if not op.is_output]
-        outputs = [t for t, op in zip(ep_tensors, self.tensor_ops) if op.is_output]
+        outputs = [(t, op) for t, op in zip(ep_tensors, self.tensor_ops) if op.is_output]
         columns = self._hook_columns(frag)
         for i in range(cute.size(coords, mode=[1])):
             for j in range(cute.size(coords, mode=[2])):
                 for h in range(2):
                     for c in range(columns):
                         # Clamp so elements past M/N (clipped by the TMA store) read in bounds.
-                        m, n = coords[((0, h, c), i, j)]
-                        mc = cutlass.min(m, last_m)
+                        m0, n0 = coords[((0, h, c), i, j)]
+                        mc = cutlass.min(m0, last_m)
                         paired = [
-                            _load_pair(t, mc, cutlass.min(n, last_pair), batch) if op.pairs else None
+                            _load_pair(t, mc, cutlass.min(n0, last_pair), batch) if op.pairs else None
                             for t, op in inputs
                         ]  # fmt: skip
+                        extra = []  # per column of the pair, the values of the out operands
                         for p in range(2):
                             v = ((p, h, c), i, j)
                             m, n = coords[v]
@@ -1095,19 +1110,34 @@ class Sm90Gemm:
                                 for (t, _), pair in zip(inputs, paired)
                             )  # fmt: skip
                             value = (acc[v], acc[((p, h, c + columns), i, j)]) if self.dual else acc[v]
-                            acc[v] = self._hook_value(value, m, n, batch, loaded, ep_scalars, outputs, size_m, size_n)
+                            result = self._hook_result(value, m, n, batch, loaded, ep_scalars)
+                            acc[v] = result[0] if outputs else result
+                            extra.append(result[1:] if outputs else ())
+                        # The extra outputs leave straight from registers (D goes through TMA).
+                        for k, (t, op) in enumerate(outputs):
+                            first, second = (vals[k].to(t.element_type) for vals in extra)
+                            if op.pairs:
+                                _store_pair_in_bounds(t, m0, n0, batch, first, second, size_m, size_n)
+                            else:
+                                m1, n1 = coords[((1, h, c), i, j)]
+                                _store_in_bounds(t, m0, n0, batch, first, size_m, size_n)
+                                _store_in_bounds(t, m1, n1, batch, second, size_m, size_n)
 
-    def _hook_value(self, value, m, n, batch, loaded, ep_scalars, outputs, size_m, size_n):
+    def _hook_result(self, value, m, n, batch, loaded, ep_scalars):
         """The hook on one element (``value`` at (m, n, batch), a (gate, up) pair in a
         dual kernel), ``loaded`` yielding the input operands' values in declaration
-        order. Extra outputs leave straight from registers (D goes through TMA).
-        Returns the value for D."""
+        order: the value for D, or with ``out`` operands (D's value, then theirs)."""
         scalars = iter(ep_scalars)
         vals = tuple(
             None if op.is_output else next(loaded) if op.is_tensor else next(scalars)
             for op in self.epilogue.operands
         )  # fmt: skip
-        result = self.hook(value, m, n, batch, vals)
+        return self.hook(value, m, n, batch, vals)
+
+    def _hook_value(self, value, m, n, batch, loaded, ep_scalars, outputs, size_m, size_n):
+        """``_hook_result``, its extra outputs stored one element at a time straight from
+        registers (D goes through TMA). Returns the value for D."""
+        result = self._hook_result(value, m, n, batch, loaded, ep_scalars)
         if not outputs:
             return result
         for t, out_value in zip(outputs, result[1:]):

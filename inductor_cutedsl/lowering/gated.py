@@ -282,6 +282,7 @@ def candidates(x2, w_gate, w_up, b_gate, b_up, activation: str, keep: bool) -> l
         bias_up=OUT_DTYPES[b_up.get_dtype()] if b_up is not None else None,
         keep=ab if keep else None,
         rounding=ab,
+        keep_pairs=keep,  # fresh contiguous buffers (below), N a multiple of 16 bytes
     )
     operands = tuple(name for name, b in (("bias_gate", b_gate), ("bias_up", b_up)) if b is not None)
     operands += ("gate", "up") if keep else ()

@@ -28,7 +28,9 @@ from .support import (
     gated_reason,
     gemm_reason,
     leading_stride,
+    operand_args,
     operands_reason,
+    pairs_reason,
     single_batch_stride,
     type_reason,
 )
@@ -327,7 +329,14 @@ def gated_gemm(
         if keep and keep_out is None:
             keep_out = tuple(torch.empty(shape, dtype=out_dtype, device=a.device) for _ in range(2))
         bias_dtypes = [None if t is None else OUT_DTYPES[t.dtype] for t in (bias_gate, bias_up)]
-        epilogue = gated(act, *bias_dtypes, OUT_DTYPES[keep_out[0].dtype] if keep else None)
+        keep_dtype = OUT_DTYPES[keep_out[0].dtype] if keep else None
+        # Kept outputs are written two columns per store where both allow it.
+        pairs = keep_dtype in ("bfloat16", "float16") and all(
+            isinstance(t, torch.Tensor) and t.dim() == a.dim() and tuple(t.shape) == shape
+            and pairs_reason(operand_args(t, None, batch, m, n), n) is None
+            for t in keep_out
+        )  # fmt: skip
+        epilogue = gated(act, *bias_dtypes, keep_dtype, keep_pairs=pairs)
         operands = [t for t in (bias_gate, bias_up, *(keep_out or ())) if t is not None]
         # The output checked again where it was made here: its rows must be 16-byte aligned.
         reason = gated_reason(a, b_gate, b_up, out) or operands_reason(epilogue, operands, batch, m, n)

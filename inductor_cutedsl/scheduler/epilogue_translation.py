@@ -301,8 +301,9 @@ _install_table_ops()
 
 
 def _pairs(op: OperandRef, n: int) -> bool:
-    """Whether the kernel may read ``op`` two columns per load, as far as its layout
-    shows (the launcher checks the tensor itself: address, and sizes when dynamic)."""
+    """Whether the kernel may read (an output: write) ``op`` two columns at a time, as
+    far as its layout shows (the launcher checks the tensor itself: address, and sizes
+    when dynamic)."""
     (s_m, s_n, s_l), offset = op.strides, op.offset
     return (
         op.dtype in (torch.bfloat16, torch.float16)
@@ -337,7 +338,7 @@ def finish(tr: EpilogueTranslator, name: str, keep: tuple[str, ...] = ()) -> Tra
         EpilogueOperand(f"in{i}", "full", OUT_DTYPES[op.dtype], _pairs(op, tr.sizes[1]))
         for i, op in enumerate(tr.operands)
     ) + tuple(
-        EpilogueOperand(f"out{i}", "out", OUT_DTYPES[op.dtype])
+        EpilogueOperand(f"out{i}", "out", OUT_DTYPES[op.dtype], _pairs(op, tr.sizes[1]))
         for i, op in enumerate(operands[len(tr.operands) :])
     )
     return Translation(
