@@ -486,6 +486,13 @@ def is_triton_template_caller(choice: Any) -> bool:
     return isinstance(choice, ir.TritonTemplateCallerBase)
 
 
+def is_extern_caller(choice: Any) -> bool:
+    """Whether an autotuning choice is an ATen (extern kernel) call, cuBLAS for GEMMs."""
+    from torch._inductor.select_algorithm import ExternKernelCaller
+
+    return isinstance(choice, ExternKernelCaller)
+
+
 def benchmark_gpu(fn: Callable[[], Any]) -> float:
     """Milliseconds of ``fn`` on Inductor's own GPU benchmarker (as its candidates are timed)."""
     from torch._inductor.runtime.benchmarking import benchmarker

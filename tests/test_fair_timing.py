@@ -83,6 +83,38 @@ def test_close_others_are_settled_side_by_side():
     assert min(out, key=out.get) is t2
 
 
+def aten(name: str):
+    """An ATen choice as the autotuner sees it (an extern kernel call)."""
+    from torch._inductor.select_algorithm import ExternKernelCaller
+
+    caller = ExternKernelCaller.__new__(ExternKernelCaller)
+    caller.name = name
+    return caller
+
+
+def test_aten_is_re_timed_however_slow_inductors_pass_read_it():
+    """Inductor's pass read cuBLAS 1.6x slower than it runs (its host launch path is
+    inside the timed window); side by side it is the fastest, so it wins."""
+    cublas, triton, far, mine = aten("mm"), Other("triton"), Other("far"), ours("a")
+    timings = {cublas: 0.0448, triton: 0.0373, far: 0.0420, mine: 0.0369}
+    steady = {cublas: 0.0279, triton: 0.0392, mine: 0.0387}
+    measured = []
+
+    def run_fn(choice):
+        def run():
+            measured.append(choice.name)
+            return steady[choice]
+
+        return run
+
+    out = fair_timing.rescale(timings, run_fn)
+    assert sorted(set(measured)) == ["a", "mm", "triton"]  # "far" is not within CLOSE
+    assert min(out, key=out.get) is cublas
+    assert out[cublas] == pytest.approx(0.0373)  # the fastest side by side reads the anchor
+    assert out[mine] == pytest.approx(0.0373 * 0.0387 / 0.0279)
+    assert out[far] == 0.0420
+
+
 def test_at_most_OTHERS_others_are_re_timed():
     others = [Other(f"t{i}") for i in range(6)]
     mine = ours("a")

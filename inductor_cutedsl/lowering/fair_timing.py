@@ -8,8 +8,12 @@ another's is a coin toss between configs that differ by a few percent
 (benchmarks/results and docs/performance.md hold the measurements).
 
 So after Inductor's pass the close calls are timed again, side by side: our fastest
-candidate, and the fastest other choices (those within ``CLOSE`` of the fastest other,
-at most ``OTHERS``), in interleaved rounds. The re-timed choices then take the
+candidate, the fastest other choices (those within ``CLOSE`` of the fastest other, at
+most ``OTHERS``) and the fastest ATen choice however far behind Inductor read it, in
+interleaved rounds. ATen always: Inductor's pass times its host launch path too (see
+below), which on a GEMM of a few tens of microseconds can read cuBLAS far slower than
+it runs (docs/performance.md), and a choice never re-timed cannot win. The re-timed
+choices then take the
 side-by-side ratios, anchored at the fastest other's time: the fastest of them side by
 side reads that time. Our other candidates keep their order among themselves (one
 factor for all of ours); others not re-timed keep Inductor's times, which are slower
@@ -26,6 +30,7 @@ import logging
 import math
 from typing import Any, Callable
 
+from .. import _compat
 from ..timing import graph_median, interleaved
 from .template import GemmCaller
 
@@ -55,6 +60,9 @@ def rescale(timings: dict[Any, float], run_fn: Callable[[Any], Callable[[], Any]
     ranked = sorted(others, key=others.get)
     best = others[ranked[0]]
     close = [c for c in ranked[:OTHERS] if others[c] <= best * CLOSE]
+    aten = next((c for c in ranked if _compat.is_extern_caller(c)), None)
+    if aten is not None and aten not in close:
+        close.append(aten)
     contenders = [*close, mine]
     try:
         timers = {i: graph_median(lambda c=c: run_fn(c), rep=REP_MS) for i, c in enumerate(contenders)}
