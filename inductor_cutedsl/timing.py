@@ -11,11 +11,12 @@ from typing import Callable, Iterator
 import torch
 
 
-def bench(fn: Callable[[], object], rep: int = 100) -> float:
-    """Median milliseconds of ``fn`` (triton.testing.do_bench)."""
+def bench(fn: Callable[[], object], rep: int = 100, warmup: int = 25) -> float:
+    """Median milliseconds of ``fn`` (triton.testing.do_bench: ``warmup`` ms, then
+    ``rep`` ms of calls)."""
     import triton.testing
 
-    return triton.testing.do_bench(fn, warmup=25, rep=rep, return_mode="median")
+    return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
 
 
 def graphed_run(make: Callable[[], Callable[[], object]]) -> Callable[[], None]:
@@ -44,12 +45,14 @@ def graphed_run(make: Callable[[], Callable[[], object]]) -> Callable[[], None]:
     return replay
 
 
-def graph_median(make_run: Callable[[], Callable[[], object]], rep: int = 40) -> Callable[[], float]:
-    """A measurement (ms, ``bench`` median over ``rep`` ms) of the CUDA graph of
-    ``make_run()``'s GPU work (see ``graphed_run``): on this scale, two contenders'
-    host paths cost nothing and their kernels compare as kernels."""
+def graph_median(
+    make_run: Callable[[], Callable[[], object]], rep: int = 40, warmup: int = 25
+) -> Callable[[], float]:
+    """A measurement (ms, ``bench`` median over ``rep`` ms after ``warmup`` ms) of the
+    CUDA graph of ``make_run()``'s GPU work (see ``graphed_run``): on this scale, two
+    contenders' host paths cost nothing and their kernels compare as kernels."""
     replay = graphed_run(make_run)
-    return lambda: bench(replay, rep=rep)
+    return lambda: bench(replay, rep=rep, warmup=warmup)
 
 
 def balanced_rounds(count: int) -> int:

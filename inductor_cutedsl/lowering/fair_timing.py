@@ -8,8 +8,8 @@ another's is a coin toss between configs that differ by a few percent
 (benchmarks/results and docs/performance.md hold the measurements).
 
 So after Inductor's pass the close calls are timed again, side by side: our fastest
-candidate, the fastest other choices (those within ``CLOSE`` of the fastest other, at
-most ``OTHERS``) and the fastest ATen choice however far behind Inductor read it, in
+candidate, the fastest other choices (those within ``CLOSE`` and ``SLACK_MS`` of the
+fastest other, at most ``OTHERS``) and the fastest ATen choice however far behind Inductor read it, in
 interleaved rounds. ATen always: Inductor's pass times its host launch path too (see
 below), which on a GEMM of a few tens of microseconds can read cuBLAS far slower than
 it runs (docs/performance.md), and a choice never re-timed cannot win. The re-timed
@@ -37,15 +37,29 @@ from .template import GemmCaller
 log = logging.getLogger("inductor_cutedsl.lowering")
 
 #: Interleaved rounds: compile time added per distinct GEMM shape (about ROUNDS *
-#: contenders * (REP_MS + 25 ms warm-up)), so kept small.
+#: contenders * 2 * ``measure_ms``: replays and as long a warm-up), so kept small.
 ROUNDS = 3
-#: Other choices within this factor of the fastest other are re-timed with ours.
+#: Other choices within this factor of the fastest other, plus ``SLACK_MS``, are
+#: re-timed with ours. The slack: on a GEMM of a few microseconds Inductor's figures are
+#: mostly its own overhead (an L2 flush and events around a host launch), several times
+#: the kernel, and their order among close configs is noise.
 CLOSE = 1.10
-#: At most this many other choices are re-timed (the fastest ones).
-OTHERS = 3
-#: Milliseconds of replays per measurement: a stable median needs a few dozen replays
-#: of the slowest GEMMs re-timed here; four contenders then cost what two did at twice this.
+SLACK_MS = 0.003
+#: At most this many other choices are re-timed (the fastest ones), besides ATen's.
+OTHERS = 4
+#: Milliseconds of replays per measurement, at most: a stable median needs a few
+#: dozen replays of the slowest GEMMs re-timed here. Shorter GEMMs get shorter
+#: measurements (``REPLAYS`` replays' worth, at least ``MIN_REP_MS``), so re-timing
+#: more of their choices costs less than a few of a large GEMM's.
 REP_MS = 20
+MIN_REP_MS = 3
+REPLAYS = 300
+
+
+def measure_ms(best_ms: float) -> int:
+    """Milliseconds of replays (and of warm-up) per measurement for a GEMM whose
+    fastest other choice Inductor timed at ``best_ms`` (an overestimate)."""
+    return int(min(REP_MS, max(MIN_REP_MS, math.ceil(best_ms * REPLAYS))))
 
 
 def rescale(timings: dict[Any, float], run_fn: Callable[[Any], Callable[[], Any]]) -> dict[Any, float]:
@@ -59,13 +73,14 @@ def rescale(timings: dict[Any, float], run_fn: Callable[[Any], Callable[[], Any]
     mine = min(ours, key=ours.get)
     ranked = sorted(others, key=others.get)
     best = others[ranked[0]]
-    close = [c for c in ranked[:OTHERS] if others[c] <= best * CLOSE]
+    close = [c for c in ranked[:OTHERS] if others[c] <= best * CLOSE + SLACK_MS]
     aten = next((c for c in ranked if _compat.is_extern_caller(c)), None)
     if aten is not None and aten not in close:
         close.append(aten)
     contenders = [*close, mine]
     try:
-        timers = {i: graph_median(lambda c=c: run_fn(c), rep=REP_MS) for i, c in enumerate(contenders)}
+        ms = measure_ms(best)
+        timers = {i: graph_median(lambda c=c: run_fn(c), rep=ms, warmup=ms) for i, c in enumerate(contenders)}
         side = interleaved(timers, ROUNDS)
     except Exception as exc:  # the first pass timed them all: keep its figures
         log.warning("side-by-side timing of %s against %s failed: %s", mine.name, ranked[0].name, exc)
