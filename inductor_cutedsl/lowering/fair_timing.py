@@ -9,15 +9,14 @@ another's is a coin toss between configs that differ by a few percent
 
 So after Inductor's pass the close calls are timed again, side by side: our fastest
 candidate, the fastest other choices (those within ``CLOSE`` and ``SLACK_MS`` of the
-fastest other, at most ``OTHERS``) and the fastest ATen choice however far behind Inductor read it, in
-interleaved rounds. ATen always: Inductor's pass times its host launch path too (see
-below), which on a GEMM of a few tens of microseconds can read cuBLAS far slower than
-it runs (docs/performance.md), and a choice never re-timed cannot win. The re-timed
-choices then take the
-side-by-side ratios, anchored at the fastest other's time: the fastest of them side by
-side reads that time. Our other candidates keep their order among themselves (one
-factor for all of ours); others not re-timed keep Inductor's times, which are slower
-than the anchor.
+fastest other, at most ``OTHERS``) and the fastest ATen choice even well behind
+(within ``ATEN_FAR``), in interleaved rounds. ATen so: Inductor's pass times its host
+launch path too (see below), which on a GEMM of a few tens of microseconds can read
+cuBLAS far slower than it runs (docs/performance.md), and a choice never re-timed
+cannot win. The re-timed choices then take the side-by-side ratios, anchored at the
+fastest other's time: the fastest of them side by side reads that time. Our other
+candidates keep their order among themselves (one factor for all of ours); others not
+re-timed keep Inductor's times, which are slower than the anchor.
 
 Side by side, each runs as a CUDA graph replay of its benchmark run function, timed
 by do_bench's median. Inductor's benchmarker would time the host too: it records its
@@ -47,6 +46,9 @@ CLOSE = 1.10
 SLACK_MS = 0.003
 #: At most this many other choices are re-timed (the fastest ones), besides ATen's.
 OTHERS = 4
+#: ATen's choice is re-timed if Inductor's pass read it within this factor of the
+#: fastest other (it reads a short cuBLAS call up to ~1.8x slow).
+ATEN_FAR = 2.0
 #: Milliseconds of replays per measurement, at most: a stable median needs a few
 #: dozen replays of the slowest GEMMs re-timed here. Shorter GEMMs get shorter
 #: measurements (``REPLAYS`` replays' worth, at least ``MIN_REP_MS``), so re-timing
@@ -75,7 +77,7 @@ def rescale(timings: dict[Any, float], run_fn: Callable[[Any], Callable[[], Any]
     best = others[ranked[0]]
     close = [c for c in ranked[:OTHERS] if others[c] <= best * CLOSE + SLACK_MS]
     aten = next((c for c in ranked if _compat.is_extern_caller(c)), None)
-    if aten is not None and aten not in close:
+    if aten is not None and aten not in close and others[aten] <= best * ATEN_FAR:
         close.append(aten)
     contenders = [*close, mine]
     try:
