@@ -26,6 +26,21 @@ def ours(name: str) -> GemmCaller:
     return caller
 
 
+def steady_runs(steady: dict) -> tuple:
+    """(a ``run_fn`` whose runs return each choice's ``steady`` time, the names of the
+    choices measured, in order)."""
+    measured: list[str] = []
+
+    def run_fn(choice):
+        def run():
+            measured.append(choice.name)
+            return steady[choice]
+
+        return run
+
+    return run_fn, measured
+
+
 @pytest.fixture(autouse=True)
 def no_cuda_graphs(monkeypatch):
     """Each run function here returns its own time; the timer just calls it."""
@@ -63,18 +78,9 @@ def test_close_others_are_settled_side_by_side():
     neither measured nor changed."""
     t1, t2, far, mine = Other("t1"), Other("t2"), Other("far"), ours("a")
     timings = {t1: 0.0050, t2: 0.0052, far: 0.0090, mine: 0.0056}
-    steady = {t1: 0.0070, t2: 0.0055, mine: 0.0060}
-    measured = []
-
-    def run_fn(choice):
-        def run():
-            measured.append(choice)
-            return steady[choice]
-
-        return run
-
+    run_fn, measured = steady_runs({t1: 0.0070, t2: 0.0055, mine: 0.0060})
     out = fair_timing.rescale(timings, run_fn)
-    assert set(map(id, measured)) == set(map(id, [t1, t2, mine]))
+    assert set(measured) == {"t1", "t2", "a"}
     assert len(measured) == 3 * fair_timing.ROUNDS
     assert out[t2] == pytest.approx(0.0050)  # the fastest side by side reads the anchor
     assert out[t1] == pytest.approx(0.0050 * 0.0070 / 0.0055)
@@ -97,16 +103,7 @@ def test_aten_is_re_timed_even_well_behind_in_inductors_pass():
     inside the timed window); side by side it is the fastest, so it wins."""
     cublas, triton, far, mine = aten("mm"), Other("triton"), Other("far"), ours("a")
     timings = {cublas: 0.0448, triton: 0.0373, far: 0.0450, mine: 0.0369}
-    steady = {cublas: 0.0279, triton: 0.0392, mine: 0.0387}
-    measured = []
-
-    def run_fn(choice):
-        def run():
-            measured.append(choice.name)
-            return steady[choice]
-
-        return run
-
+    run_fn, measured = steady_runs({cublas: 0.0279, triton: 0.0392, mine: 0.0387})
     out = fair_timing.rescale(timings, run_fn)
     assert sorted(set(measured)) == ["a", "mm", "triton"]  # "far" is not within CLOSE
     assert min(out, key=out.get) is cublas
@@ -126,17 +123,9 @@ def test_short_gemms_get_short_measurements_and_a_wider_net():
     assert fair_timing.measure_ms(0.001) == fair_timing.MIN_REP_MS
     best, near, mine = Other("best"), Other("near"), ours("a")
     timings = {best: 0.0174, near: 0.0200, mine: 0.0285}  # near: 15% behind, 2.6 us
-    measured = set()
-
-    def run_fn(choice):
-        def run():
-            measured.add(choice.name)
-            return {"best": 0.0060, "near": 0.0052, "a": 0.0070}[choice.name]
-
-        return run
-
+    run_fn, measured = steady_runs({best: 0.0060, near: 0.0052, mine: 0.0070})
     out = fair_timing.rescale(timings, run_fn)
-    assert measured == {"best", "near", "a"}
+    assert set(measured) == {"best", "near", "a"}
     assert min(out, key=out.get) is near
 
 
@@ -144,17 +133,9 @@ def test_at_most_OTHERS_others_are_re_timed():
     others = [Other(f"t{i}") for i in range(6)]
     mine = ours("a")
     timings = {**{o: 1.0 + 0.001 * i for i, o in enumerate(others)}, mine: 1.2}
-    measured = set()
-
-    def run_fn(choice):
-        def run():
-            measured.add(choice.name)
-            return timings[choice]
-
-        return run
-
+    run_fn, measured = steady_runs(timings)
     fair_timing.rescale(timings, run_fn)
-    assert measured == {"t0", "t1", "t2", "t3", "a"}
+    assert set(measured) == {"t0", "t1", "t2", "t3", "a"}
 
 
 def test_nothing_is_measured_without_both_sides():
