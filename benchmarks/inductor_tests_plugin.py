@@ -7,7 +7,7 @@ Loaded only for the "ours" run (``-p inductor_tests_plugin``, with ``benchmarks/
 * imports ``inductor_cutedsl``, which installs the backend and adds ``CUTEDSL`` to the
   default ``max_autotune_gemm_backends``;
 * makes every later assignment of ``max_autotune_gemm_backends`` (``config.patch``, a
-  decorator or a plain ``config.x = ...``: all of them go through the config module's
+  decorator or a plain ``config.x = ...``: the config module's ``patch`` and
   ``__setattr__``) keep ``CUTEDSL`` in the list. A test that hard-patches the backends
   to ``"TRITON"`` then runs with ``"TRITON,CUTEDSL"``.
 
@@ -35,19 +35,32 @@ def with_token(value: object) -> object:
 
 
 def install() -> None:
-    """Wrap the config module class's ``__setattr__`` (once) for Inductor's config only."""
+    """Wrap the config module class's ``__setattr__`` and ``patch`` (once) for Inductor's
+    config only. ``patch`` too: newer torch releases patch some config modules by setting
+    stored values directly, not through ``__setattr__``."""
     cls = type(inductor_config)
     if getattr(cls.__setattr__, "_cutedsl_adds_token", False):
         return
-    original = cls.__setattr__
+    original, original_patch = cls.__setattr__, cls.patch
 
     def __setattr__(self, name, value):  # noqa: N807
         if self is inductor_config and name == SETTING:
             value = with_token(value)
         original(self, name, value)
 
+    def patch(self, arg1=None, arg2=None, **kwargs):
+        if self is inductor_config:
+            if arg1 == SETTING and arg2 is not None:
+                arg2 = with_token(arg2)
+            elif isinstance(arg1, dict) and SETTING in arg1:
+                arg1 = {**arg1, SETTING: with_token(arg1[SETTING])}
+            if SETTING in kwargs:
+                kwargs[SETTING] = with_token(kwargs[SETTING])
+        return original_patch(self, arg1, arg2, **kwargs)
+
     __setattr__._cutedsl_adds_token = True  # type: ignore[attr-defined]
     cls.__setattr__ = __setattr__
+    cls.patch = patch
     # The value already in force (the environment's, or the default) gets it too.
     setattr(inductor_config, SETTING, getattr(inductor_config, SETTING))
 

@@ -119,8 +119,10 @@ def gemm_candidates(kernel_inputs: Any, op_name: str) -> tuple[list[GemmCandidat
         out_stride[-2], ALIGNMENT // out_dtype.itemsize
     ):
         raise Refusal(f"output layout {list(out_stride)} is not row-major with 16-byte rows")
-    if reason := row_width_reason(_compat.size_hint(layout.size[-1]), out_dtype):
-        raise Refusal(reason)
+    if not _compat.multiple_of(layout.size[-1], ALIGNMENT // out_dtype.itemsize):
+        # Not provably whole 16-byte rows (a dynamic N included): see row_width_reason.
+        raise Refusal(row_width_reason(_compat.size_hint(layout.size[-1]), out_dtype) or
+                      f"output width {layout.size[-1]} is not provably a multiple of 16 bytes")
 
     epilogue, scalars = E.IDENTITY, ()
     if has_c:
