@@ -726,7 +726,7 @@ def measure_block(
     compiles (a training step's backward compiles at its first backward), so it runs in
     its backend's state. Outputs are compared after two more calls, the first replay
     of a CUDA graph."""
-    from inductor_cutedsl.lowering import gated
+    from inductor_cutedsl.lowering import fair_timing, gated
     from inductor_cutedsl.scheduler import scheduling, selection
 
     block, x = make_block(bid.family, bid.size, device, dtype, scale)
@@ -747,7 +747,7 @@ def measure_block(
         with backend(name):
             for i, mode in enumerate(order):
                 fused_before = len(scheduling.fused_epilogues)
-                decided_before = (len(selection.decisions), len(gated.decisions))
+                decided_before = (len(selection.decisions), len(gated.decisions), len(fair_timing.decisions))
                 step = make_step(compile_fn(target, mode), x, bid.run, params, uses_cudagraphs(mode))
                 # The first mode's compile is read: the second generates the same code again.
                 with captured_code(codes[name]) if i == 0 else contextlib.nullcontext():
@@ -761,6 +761,7 @@ def measure_block(
                     row["decisions"] = json.loads(json.dumps({
                         "epilogue": selection.decisions[decided_before[0]:],
                         "gated": gated.decisions[decided_before[1]:],
+                        "gemm": fair_timing.decisions[decided_before[2]:],
                     }, default=str))  # fmt: skip
                 step()
                 outs[name][mode] = outputs(step)

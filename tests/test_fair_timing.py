@@ -110,6 +110,9 @@ def test_aten_is_re_timed_even_well_behind_in_inductors_pass():
     assert out[cublas] == pytest.approx(0.0373)  # the fastest side by side reads the anchor
     assert out[mine] == pytest.approx(0.0373 * 0.0387 / 0.0279)
     assert out[far] == 0.0450
+    record = fair_timing.decisions[-1]
+    assert record["ours"] == "a" and record["side_ms"] == {"triton": 0.0392, "mm": 0.0279, "a": 0.0387}
+    assert record["inductor_ms"]["mm"] == 0.0448
     # ATen read more than ATEN_FAR behind is left as read.
     slow = {cublas: 0.0373 * fair_timing.ATEN_FAR * 1.01, triton: 0.0373, mine: 0.0369}
     measured.clear()

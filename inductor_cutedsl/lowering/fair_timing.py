@@ -58,6 +58,11 @@ MIN_REP_MS = 3
 REPLAYS = 300
 
 
+#: One record per side-by-side re-timing in this process: {"inductor_ms": {choice:
+#: ms}, "side_ms": {choice: ms}, "ours": our candidate's name} (for reports).
+decisions: list[dict] = []
+
+
 def measure_ms(best_ms: float) -> int:
     """Milliseconds of replays (and of warm-up) per measurement for a GEMM whose
     fastest other choice Inductor timed at ``best_ms`` (an overestimate)."""
@@ -90,6 +95,11 @@ def rescale(timings: dict[Any, float], run_fn: Callable[[Any], Callable[[], Any]
     anchor = min(side[i] for i in range(len(close)))
     retimed = {c: best * side[i] / anchor for i, c in enumerate(contenders)}
     scale = retimed[mine] / ours[mine]
+    decisions.append({
+        "ours": mine.name,
+        "inductor_ms": {c.name: round(finite[c], 4) for c in contenders},
+        "side_ms": {c.name: round(side[i], 4) for i, c in enumerate(contenders)},
+    })  # fmt: skip
     log.info(
         "%s timed %.4f ms after %s; side by side (ms) %s, so %.4f ms",
         mine.name, ours[mine], ", ".join(f"{c.name} {others[c]:.4f}" for c in close),
