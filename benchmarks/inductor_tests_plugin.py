@@ -19,7 +19,7 @@ from __future__ import annotations
 import inductor_cutedsl  # noqa: F401  (installs the backend)
 from torch._inductor import config as inductor_config
 
-from inductor_cutedsl.install import BACKEND_TOKEN
+from inductor_cutedsl.config import BACKEND_TOKEN
 
 SETTING = "max_autotune_gemm_backends"
 

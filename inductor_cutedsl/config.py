@@ -10,9 +10,15 @@ Environment variables are read when this module is imported.
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import os
 import sys
+from pathlib import Path
 from typing import Any, Iterator
+
+#: The token of ``max_autotune_gemm_backends`` that names this backend.
+BACKEND_TOKEN = "CUTEDSL"
 
 
 def _env_bool(name: str, default: bool) -> bool:
@@ -84,3 +90,25 @@ def patch(**changes: Any) -> Iterator[None]:
     finally:
         for name, value in saved.items():
             setattr(module, name, value)
+
+
+@functools.lru_cache(maxsize=1)
+def _source_digest() -> str:
+    """A digest of this package's Python source (what our kernels and lowering are)."""
+    root = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def cache_key() -> tuple:
+    """What our part of a compiled graph depends on, for Inductor's compile caches
+    (the ``uuid()`` of our choices classes and of our pre-grad pass): this package's
+    source and the settings read while compiling. Where settings change between
+    compiles, a cached graph must not be reused."""
+    settings = as_dict()
+    for name in ("cache_dir", "compile_workers"):  # where and how fast, not what
+        settings.pop(name)
+    return ("inductor_cutedsl", _source_digest(), tuple(sorted(settings.items())))

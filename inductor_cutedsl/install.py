@@ -24,22 +24,17 @@ warns once and installs nothing: Inductor stays exactly as it is.
 from __future__ import annotations
 
 import contextlib
-import functools
-import hashlib
 import logging
 import threading
-from pathlib import Path
 from typing import Any, Iterator
 
 import torch
 
 from . import _compat, config
+from .config import BACKEND_TOKEN
 from .runtime import workers
 
 log = logging.getLogger("inductor_cutedsl")
-
-#: The token of ours in ``max_autotune_gemm_backends``.
-BACKEND_TOKEN = "CUTEDSL"
 
 _saved: dict[str, Any] | None = None
 _lock = threading.RLock()
@@ -73,30 +68,6 @@ def _choices() -> Any:
     if cls is _choices or cls is None:  # disabled meanwhile: Inductor's own
         return _compat.stock_choices()
     return cls()
-
-
-@functools.lru_cache(maxsize=1)
-def _source_digest() -> str:
-    """A digest of this package's Python source (what our kernels and lowering are)."""
-    root = Path(__file__).resolve().parent
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        digest.update(str(path.relative_to(root)).encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
-def cache_key() -> tuple:
-    """What our part of a compiled graph depends on, for Inductor's compile caches
-    (the ``uuid()`` of our choices classes and of our pre-grad pass): this package's
-    source and the settings read while compiling. Where settings change between
-    compiles, a cached graph must not be reused."""
-    from . import __version__
-
-    settings = config.as_dict()
-    for name in ("cache_dir", "compile_workers"):  # where and how fast, not what
-        settings.pop(name)
-    return ("inductor_cutedsl", __version__, _source_digest(), tuple(sorted(settings.items())))
 
 
 def _rewrite_gated(graph: torch.fx.Graph) -> None:
@@ -145,7 +116,7 @@ def _install_settings() -> None:
             _compat.set_autotune_backends(f"{_saved['backends']},{BACKEND_TOKEN}")
         _compat.set_choices_class(_choices, live=False)  # Inductor makes its handler from it
         if _saved["dual_gemm"]:
-            _saved["pre_grad_pass"] = _compat.install_pre_grad_pass(_rewrite_gated, cache_key)
+            _saved["pre_grad_pass"] = _compat.install_pre_grad_pass(_rewrite_gated, config.cache_key)
 
 
 def _install_start_hook() -> None:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import logging
 
-from .. import _compat
-from ..install import BACKEND_TOKEN
+from .. import _compat, config
+from ..config import BACKEND_TOKEN
 from .gemm_choices import GEMM_OPS, gemm_choices
 
 log = logging.getLogger("inductor_cutedsl.lowering")
@@ -16,9 +16,7 @@ class CuteDSLChoices(_compat.InductorChoices):
     def uuid(self) -> tuple:
         """Part of Inductor's compile cache key (newer Inductor refuses a choices class
         without it): which of our classes, our source and our settings."""
-        from ..install import cache_key
-
-        return (f"{type(self).__module__}.{type(self).__qualname__}", *cache_key())
+        return (f"{type(self).__module__}.{type(self).__qualname__}", *config.cache_key())
 
     def get_template_configs(self, kernel_inputs, templates, op_name, kwarg_overrides=None):
         choices = super().get_template_configs(kernel_inputs, templates, op_name, kwarg_overrides)

@@ -30,7 +30,7 @@ from ..runtime.launch import default_cache
 from ..runtime.spec import ALIGNMENT, KernelSpec
 from ..runtime.support import AB_DTYPES, OUT_DTYPES, device_reason
 from .candidate import GemmCandidate
-from .gemm_choices import BACKEND_TOKEN
+from ..config import BACKEND_TOKEN
 from .template import gemm_template
 
 log = logging.getLogger("inductor_cutedsl.lowering")

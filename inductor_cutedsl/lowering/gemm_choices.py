@@ -11,7 +11,7 @@ import logging
 from typing import Any, Sequence
 
 from .. import _compat, config
-from ..install import BACKEND_TOKEN
+from ..config import BACKEND_TOKEN
 from ..kernels import epilogue as E
 from ..kernels.config import shortlist
 from ..runtime import compiler
