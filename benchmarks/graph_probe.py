@@ -16,7 +16,6 @@ import argparse
 import os
 import sys
 
-
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from inductor_cutedsl.bench.gemm import SHAPES, build_per_shape, checked_runs, linear_operands  # noqa: E402

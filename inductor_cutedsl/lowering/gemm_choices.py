@@ -17,7 +17,7 @@ from ..kernels.config import shortlist
 from ..runtime import compiler
 from ..runtime.launch import default_cache
 from ..runtime.spec import ALIGNMENT, KernelSpec
-from ..runtime.support import A_MAJOR, AB_DTYPES, B_MAJOR, OUT_DTYPES, device_reason, row_width_reason
+from ..runtime.support import A_MAJOR, AB_DTYPES, B_MAJOR, OUT_DTYPES, device_reason
 from .candidate import GemmCandidate
 from .template import gemm_template
 
@@ -120,9 +120,8 @@ def gemm_candidates(kernel_inputs: Any, op_name: str) -> tuple[list[GemmCandidat
     ):
         raise Refusal(f"output layout {list(out_stride)} is not row-major with 16-byte rows")
     if not _compat.multiple_of(layout.size[-1], ALIGNMENT // out_dtype.itemsize):
-        # Not provably whole 16-byte rows (a dynamic N included): see row_width_reason.
-        raise Refusal(row_width_reason(_compat.size_hint(layout.size[-1]), out_dtype) or
-                      f"output width {layout.size[-1]} is not provably a multiple of 16 bytes")
+        # The TMA store writes whole 16-byte units (runtime.support.row_width_reason).
+        raise Refusal(f"output width {layout.size[-1]} is not provably whole 16-byte units")
 
     epilogue, scalars = E.IDENTITY, ()
     if has_c:

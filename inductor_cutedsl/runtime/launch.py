@@ -332,7 +332,7 @@ def gated_gemm(
         keep_dtype = OUT_DTYPES[keep_out[0].dtype] if keep else None
         # Kept outputs are written two columns per store where both allow it.
         pairs = keep_dtype in ("bfloat16", "float16") and all(
-            isinstance(t, torch.Tensor) and t.dim() == a.dim() and tuple(t.shape) == shape
+            isinstance(t, torch.Tensor) and tuple(t.shape) == shape  # else operands_reason refuses it
             and pairs_reason(operand_args(t, None, batch, m, n), n) is None
             for t in keep_out
         )  # fmt: skip
