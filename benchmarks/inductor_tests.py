@@ -14,8 +14,13 @@ for their test-only dependencies such as ``expecttest``). Each mode runs pytest
   ``max_autotune_gemm_backends``.
 
 The JSON has, per mode, the counts (passed / failed / skipped / error / xfailed /
-xpassed) and every test's outcome; ``regressions`` lists the tests that pass stock and
-fail ours, with the last lines of our failure. Modes can be run in separate calls
+xpassed) and every test's outcome, with the last lines of each failure
+(``inductor_tests_reporter.py``, loaded in both modes, records them as they happen).
+``regressions`` lists the tests that pass stock and fail ours, except those whose failure
+``inductor_tests_expected.json`` explains (``expected_differences``: tests asserting which
+kernel won, which ours winning a GEMM fails by design; an entry matches only a failure
+that says what it names) and those that passed ours in another joined run
+(``flaky_ours``). Modes can be run in separate calls
 (``--mode stock``, ``--mode ours``) and joined with ``--merge a.json b.json``, or at the
 same time (``--together``). Each mode has its own time limit (``--budget``); a mode cut
 short keeps the outcomes pytest printed so far, and only tests with an outcome in both
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import fnmatch
 import json
 import os
 import re
@@ -53,6 +59,8 @@ _PLAIN_LINE = re.compile(r"^(\S+::\S+)\s+([A-Z]+)\b")
 _WORDS = {"PASSED": "passed", "FAILED": "failed", "ERROR": "error", "SKIPPED": "skipped",
           "XFAIL": "xfailed", "XPASS": "xpassed"}  # fmt: skip
 TAIL_LINES = 12
+REPORTS_ENV = "INDUCTOR_TESTS_REPORTS"  # read by inductor_tests_reporter.py
+EXPECTED = HERE / "inductor_tests_expected.json"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -81,7 +89,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="run the modes at the same time (each with -n workers): outcomes do "
                         "not depend on timing, and a device call holds both")
     p.add_argument("--merge", nargs="+", type=Path, default=None,
-                   help="join the modes of earlier --json files instead of running")
+                   help="join earlier --json files instead of running: later files' outcomes "
+                        "win, and each test keeps every outcome it had (a rerun of failures "
+                        "shows flaky tests)")
+    p.add_argument("--expected", type=Path, default=EXPECTED,
+                   help="reviewed differences: failures that assert which kernel won "
+                        "(default: %(default)s)")
     p.add_argument("--cpu", action="store_true", help="run even without a CUDA GPU")
     args = p.parse_args(argv)
     if args.workers < 0:
@@ -105,7 +118,8 @@ def pytest_command(args: argparse.Namespace, mode: str, junit: Path, ini: Path,
     rootdir being ``--tests``) left out because they already have an outcome."""
     cmd = [sys.executable, "-m", "pytest", *[str(args.tests / f) for f in args.files],
            "-c", str(ini), "--rootdir", str(args.tests), "-p", "no:cacheprovider",
-           "-v", "-rN", "--tb=short", f"--junitxml={junit}", "-o", "junit_family=xunit1"]
+           "-v", "-rN", "--tb=short", f"--junitxml={junit}", "-o", "junit_family=xunit1",
+           "-p", "inductor_tests_reporter"]
     if args.workers:
         cmd += ["-n", str(args.workers)]
     if args.keyword:
@@ -117,15 +131,15 @@ def pytest_command(args: argparse.Namespace, mode: str, junit: Path, ini: Path,
     return cmd
 
 
-def mode_env(args: argparse.Namespace, mode: str, cache: str) -> dict[str, str]:
+def mode_env(args: argparse.Namespace, mode: str, cache: str, reports: str) -> dict[str, str]:
     env = dict(os.environ)
-    paths = [str(args.tests / "_deps"), str(args.tests), str(REPO)]
-    if mode == "ours":
-        paths.append(str(HERE))
+    # benchmarks/ holds both plugins; only "ours" loads the one that imports the backend.
+    paths = [str(args.tests / "_deps"), str(args.tests), str(REPO), str(HERE)]
     if env.get("PYTHONPATH"):
         paths.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env["TORCHINDUCTOR_CACHE_DIR"] = cache  # no compiled graph shared between the modes
+    env[REPORTS_ENV] = reports
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTORCH_PRINT_REPRO_ON_FAILURE"] = "0"
     if mode == "stock":
@@ -147,7 +161,8 @@ def run_mode(args: argparse.Namespace, mode: str, log_dir: Path, earlier: dict |
     t0 = time.monotonic()
     timed_out = False
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, cwd=args.tests, env=mode_env(args, mode, str(work / "cache")),
+        env = mode_env(args, mode, str(work / "cache"), str(work / "reports.jsonl"))
+        proc = subprocess.Popen(cmd, cwd=args.tests, env=env,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             rc = proc.wait(timeout=args.budget)
@@ -162,6 +177,7 @@ def run_mode(args: argparse.Namespace, mode: str, log_dir: Path, earlier: dict |
     seconds = round(time.monotonic() - t0, 1)
     text = log_path.read_text(errors="replace")
     tests = outcomes_from_log(text)
+    add_messages(tests, work / "reports.jsonl")
     if junit.exists():
         tests.update(outcomes_from_junit(junit.read_text(errors="replace")))
     new = len(tests)
@@ -230,33 +246,88 @@ def outcomes_from_log(text: str) -> dict[str, dict]:
     return out
 
 
+def add_messages(tests: dict[str, dict], reports: Path) -> None:
+    """The reporter plugin's failure messages, onto the failed tests' entries."""
+    if not reports.exists():
+        return
+    for line in reports.read_text(errors="replace").splitlines():
+        record = json.loads(line)
+        entry = tests.get(_norm_nodeid(record["nodeid"]))
+        if entry is not None and entry["outcome"] in ("failed", "error") and not entry.get("message"):
+            entry["message"] = record["message"]
+
+
 def _norm_nodeid(nodeid: str) -> str:
     path, _, rest = nodeid.partition("::")
     return f"{Path(path).name}::{rest}"
 
 
-def compare(modes: dict[str, dict]) -> dict:
+def _seen(entry: dict) -> list[str]:
+    """Every outcome a test had in the runs joined into ``entry`` (``merge_modes``)."""
+    return entry.get("seen", [entry["outcome"]])
+
+
+def load_expected(path: Path | None) -> list[dict]:
+    """The reviewed differences (``inductor_tests_expected.json``): tests whose assertion is
+    about which kernel Inductor picked, so ours winning a GEMM fails them by design."""
+    return json.loads(path.read_text())["differences"] if path and path.exists() else []
+
+
+def expected_reason(test: str, message: str, expected: list[dict]) -> str | None:
+    """Why ``test``'s failure is expected, if an entry names the test and the failure
+    says what that entry says it must (a failure for any other reason stays a regression)."""
+    for entry in expected:
+        if fnmatch.fnmatchcase(test, entry["tests"]) and entry["failure_contains"] in message:
+            return entry["why"]
+    return None
+
+
+def compare(modes: dict[str, dict], expected: list[dict] = ()) -> dict:
+    """Test by test. A test that passed stock and failed ours is a regression unless
+    ``expected`` explains its failure message; one that failed ours in one run and
+    passed it in another is listed as flaky instead."""
     stock, ours = modes.get("stock"), modes.get("ours")
     if not stock or not ours:
         return {}
     s, o = stock["tests"], ours["tests"]
     both = sorted(set(s) & set(o))
-    regressions = [
-        {"test": t, "ours": o[t]["outcome"], "message": o[t].get("message", "")}
-        for t in both
-        if s[t]["outcome"] == "passed" and o[t]["outcome"] in ("failed", "error")
-    ]
-    fixed = [t for t in both
-             if s[t]["outcome"] in ("failed", "error") and o[t]["outcome"] == "passed"]
+    bad = ("failed", "error")
+    regressions, explained, flaky = [], [], []
+    for t in both:
+        ours_seen = _seen(o[t])
+        if set(_seen(s[t])) != {"passed"} or not set(ours_seen) & set(bad):
+            continue
+        entry = {"test": t, "ours": o[t]["outcome"], "message": o[t].get("message", "")}
+        why = expected_reason(t, entry["message"], expected)
+        if "passed" in ours_seen:
+            flaky.append({**entry, "seen": ours_seen})
+        elif why:
+            explained.append({**entry, "why": why})
+        else:
+            regressions.append(entry)
     return {
         "compared": len(both),
         "only_stock": len(set(s) - set(o)),
         "only_ours": len(set(o) - set(s)),
         "regressions": regressions,
-        "passes_ours_fails_stock": fixed,
-        "failing_both": [t for t in both if s[t]["outcome"] in ("failed", "error")
-                         and o[t]["outcome"] in ("failed", "error")],
+        "expected_differences": explained,
+        "flaky_ours": flaky,
+        "passes_ours_fails_stock": [t for t in both if s[t]["outcome"] in bad and o[t]["outcome"] == "passed"],
+        "failing_both": [t for t in both if s[t]["outcome"] in bad and o[t]["outcome"] in bad],
     }
+
+
+def merge_modes(base: dict, later: dict, later_is_subset: bool) -> dict:
+    """``later``'s outcomes over ``base``'s, test by test, each test keeping every outcome
+    it had (``seen``). A subset run (``-k``) does not make an incomplete base complete."""
+    tests = dict(base["tests"])
+    for t, entry in later["tests"].items():
+        old = tests.get(t)
+        tests[t] = {**entry, "seen": _seen(old) + _seen(entry)} if old and old is not entry else entry
+    counts = {o: sum(1 for e in tests.values() if e["outcome"] == o) for o in OUTCOMES}
+    complete = base.get("complete", False) or (later.get("complete", False) and not later_is_subset)
+    return {**base, "tests": tests, "counts": counts, "complete": complete,
+            "seconds": round(base.get("seconds", 0.0) + later.get("seconds", 0.0), 1)}
 
 
 def report(result: dict) -> None:
@@ -268,17 +339,27 @@ def report(result: dict) -> None:
         print(f"compared {cmp_['compared']} tests; pass stock and fail ours: "
               f"{len(cmp_['regressions'])}")
         for r in cmp_["regressions"]:
-            last = r["message"].strip().splitlines()[-1:] or [""]
+            last = r["message"].strip().splitlines()[-1:] or ["(no message: run it again)"]
             print(f"  {r['test']}: {last[0][:200]}")
+        for key, what in (("expected_differences", "expected (the test asserts which kernel won)"),
+                          ("flaky_ours", "flaky with ours (passed in another run)")):
+            if cmp_.get(key):
+                print(f"{what}: {len(cmp_[key])}")
+                for r in cmp_[key]:
+                    print(f"  {r['test']}")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    expected = load_expected(args.expected)
     if args.merge:
         modes: dict[str, dict] = {}
-        for path in args.merge:
-            modes.update(json.loads(path.read_text())["modes"])
-        result = {"modes": modes, "comparison": compare(modes)}
+        files = [json.loads(path.read_text()) for path in args.merge]
+        for part in files:
+            for mode, r in part["modes"].items():
+                modes[mode] = merge_modes(modes[mode], r, bool(part.get("keyword"))) if mode in modes else r
+        result = {"files": files[0].get("files"), "merged": [str(p) for p in args.merge],
+                  "modes": modes, "comparison": compare(modes, expected)}
     else:
         if not has_gpu() and not args.cpu:
             print("no CUDA GPU: Inductor's GPU tests would all skip; nothing to compare "
@@ -301,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
             modes = {mode: run_mode(args, mode, log_dir, earlier.get(mode)) for mode in wanted}
         modes = {**{m: r for m, r in earlier.items() if m not in modes}, **modes}
         result = {"files": args.files, "keyword": args.keyword, "workers": args.workers,
-                  "gpu": has_gpu(), "modes": modes, "comparison": compare(modes)}
+                  "gpu": has_gpu(), "modes": modes, "comparison": compare(modes, expected)}
     report(result)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -52,7 +52,7 @@ from inductor_cutedsl import disable, enable  # noqa: E402
 from inductor_cutedsl.job.kernel_profile import CUTEDSL_KERNEL, kernel_times  # noqa: E402
 from inductor_cutedsl.job.model import RMSNorm  # noqa: E402
 from inductor_cutedsl.job.run import TOLERANCE, compile_options, json_process  # noqa: E402
-from inductor_cutedsl.bench.report import geomean, rel_err, run_info, side_by_side, write_json  # noqa: E402
+from inductor_cutedsl.bench.report import geomean, rel_err, run_info, side_by_side_rounds, write_json  # noqa: E402
 from inductor_cutedsl.timing import rotations  # noqa: E402
 
 # ---------------------------------------------------------------------------------------
@@ -652,10 +652,18 @@ class GpuProbe:
                 times[name].append((time.perf_counter() - t0) / calls * 1e3)
         return {name: round(statistics.median(t), 4) for name, t in times.items()}
 
+    wall_rounds = 10
+
     def wall_ms(self, steps: dict) -> dict:
-        """Median ms per call (``side_by_side``: do_bench on the stream, host included
-        where it is longer than the GPU's work)."""
-        return {name: round(ms, 4) for name, ms in side_by_side(steps).items()}
+        """Median ms per call over interleaved rounds (``side_by_side_rounds``: do_bench on
+        the stream, host included where it is longer than the GPU's work), and each
+        round's stock / ours ratio (``round_ratios``): how far one run's ratio can be
+        trusted where the host sets the pace."""
+        rounds = side_by_side_rounds(steps, self.wall_rounds)
+        out: dict = {name: round(statistics.median(t), 4) for name, t in rounds.items()}
+        if set(rounds) == set(BACKENDS):
+            out["round_ratios"] = [round(s / o, 4) for s, o in zip(rounds["stock"], rounds["ours"])]
+        return out
 
     def profile(self, steps: dict) -> dict:
         """Each step's kernels under the profiler, merged over interleaved rounds
@@ -936,7 +944,9 @@ def _block_line(row: dict) -> str:
     if "gpu_us" in row:
         parts.append(f"GPU {row['gpu_us']['stock']:.1f}/{row['gpu_us']['ours']:.1f} us = {row.get('gpu_speedup')}x "
                      f"(bound {row.get('bound')})")  # fmt: skip
-    parts += [f"wall {mode} {ratio}x" for mode, ratio in row.get("wall_speedup", {}).items()]
+    for mode, ratio in row.get("wall_speedup", {}).items():
+        spread = row.get("wall_ms", {}).get(mode, {}).get("round_ratios")
+        parts.append(f"wall {mode} {ratio}x" + (f" (rounds {min(spread)}-{max(spread)})" if spread else ""))
     parts += [f"loop {mode} {ratio}x" for mode, ratio in row.get("wall_loop_speedup", {}).items()]
     if "host_state" in row:
         parts.append(f"load {row['host_state']['loadavg_1m']} after {row['host_state']['builds_waited']} builds")

@@ -82,15 +82,20 @@ def rotations(names: list, rounds: int) -> Iterator[list]:
         yield [names[j] for j in rows[r % len(rows)]]
 
 
-def interleaved(measures: dict, rounds: int) -> dict:
-    """Median of each measurement (a callable returning ms) over interleaved rounds
+def interleaved_rounds(measures: dict, rounds: int) -> dict:
+    """Each measurement (a callable returning ms) once per interleaved round
     (``rotations``), so clock and thermal drift, and the state each predecessor leaves,
-    hit every contender alike."""
+    hit every contender alike: {name: [ms per round]}."""
     times: dict = {name: [] for name in measures}
     for order in rotations(list(measures), rounds):
         for name in order:
             times[name].append(measures[name]())
-    return {name: statistics.median(t) for name, t in times.items()}
+    return times
+
+
+def interleaved(measures: dict, rounds: int) -> dict:
+    """Median of each measurement over interleaved rounds (``interleaved_rounds``)."""
+    return {name: statistics.median(t) for name, t in interleaved_rounds(measures, rounds).items()}
 
 
 def graphs_side_by_side(makers: dict, rounds: int) -> dict:

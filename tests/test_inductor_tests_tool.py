@@ -62,3 +62,70 @@ def test_modes_compared_together_then_resumed(tmp_path):
     log = Path(second["modes"]["ours"]["log"]).read_text()
     assert "test_passes_both PASSED" not in log and "test_backends_keep_the_token PASSED" in log
     assert second["comparison"]["compared"] == 4
+
+
+CUT_SHORT = '''
+import time
+
+
+def test_fails_early():
+    assert 1 == 2, "broken early"
+
+
+def test_runs_past_the_budget():
+    time.sleep(300)
+'''
+
+
+def test_a_run_cut_short_keeps_failure_messages(tmp_path):
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "test_stand_in.py").write_text(CUT_SHORT)
+    out = tmp_path / "cut.json"
+    argv = ["--tests", str(tmp_path / "t"), "--files", "test_stand_in.py", "-n", "0", "--cpu",
+            "--mode", "stock", "--budget", "20", "--json", str(out)]  # fmt: skip
+    assert inductor_tests.main(argv) == 0
+    stock = json.loads(out.read_text())["modes"]["stock"]
+    assert stock["timed_out"] and not stock["complete"]
+    failed = stock["tests"]["test_stand_in.py::test_fails_early"]
+    assert failed["outcome"] == "failed" and "broken early" in failed["message"]
+
+
+def _mode(**outcomes: str | list[str]) -> dict:
+    tests = {}
+    for name, outcome in outcomes.items():
+        seen = outcome if isinstance(outcome, list) else [outcome]
+        tests[f"t.py::{name}"] = {"outcome": seen[-1], "message": f"E   {name} said so", "seen": seen}
+    return {"tests": tests}
+
+
+def test_comparison_explains_only_failures_an_entry_names():
+    expected = [{"tests": "t.py::test_picks_*", "failure_contains": "test_picks_triton said",
+                 "why": "asserts which kernel won"}]  # fmt: skip
+    stock = _mode(test_picks_triton="passed", test_picks_other="passed", test_flaky="passed",
+                  test_both="failed")  # fmt: skip
+    ours = _mode(test_picks_triton="failed", test_picks_other="failed", test_flaky=["failed", "passed"],
+                 test_both="failed")  # fmt: skip
+    cmp_ = inductor_tests.compare({"stock": stock, "ours": ours}, expected)
+    assert [r["test"] for r in cmp_["expected_differences"]] == ["t.py::test_picks_triton"]
+    # Same pattern, but its failure does not say what the entry names: still a regression.
+    assert [r["test"] for r in cmp_["regressions"]] == ["t.py::test_picks_other"]
+    assert [r["test"] for r in cmp_["flaky_ours"]] == ["t.py::test_flaky"]
+    assert cmp_["failing_both"] == ["t.py::test_both"]
+
+
+def test_merge_keeps_every_outcome_and_subset_runs_complete_nothing():
+    base = {**_mode(test_a="failed", test_b="passed"), "complete": False, "seconds": 10.0}
+    rerun = {**_mode(test_a="passed"), "complete": True, "seconds": 2.0}
+    merged = inductor_tests.merge_modes(base, rerun, later_is_subset=True)
+    assert merged["tests"]["t.py::test_a"]["seen"] == ["failed", "passed"]
+    assert merged["tests"]["t.py::test_a"]["outcome"] == "passed"
+    assert merged["counts"]["passed"] == 2 and not merged["complete"]
+    assert inductor_tests.merge_modes(base, rerun, later_is_subset=False)["complete"]
+
+
+def test_the_committed_expected_differences_are_well_formed():
+    entries = inductor_tests.load_expected(inductor_tests.EXPECTED)
+    assert entries
+    for entry in entries:
+        assert set(entry) == {"tests", "failure_contains", "why"}
+        assert "::" in entry["tests"] and entry["failure_contains"] and entry["why"]

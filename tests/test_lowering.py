@@ -307,3 +307,25 @@ def test_disable_after_a_dynamo_reset():
     inductor_cutedsl.disable()
     assert not inductor_cutedsl.is_enabled()
     inductor_cutedsl.enable()
+
+
+def test_operand_layouts_freeze_only_for_a_gemm_we_take(graph, monkeypatch):
+    frozen = []
+    monkeypatch.setattr(gc._compat, "freeze_layout", frozen.append)
+    monkeypatch.setattr(gc, "_device_reason", lambda node: None)
+
+    def inputs(n):
+        a, b = FakeNode((256, 64), (64, 1)), FakeNode((64, n), (1, 64))
+        return a, b, types.SimpleNamespace(
+            nodes=lambda: [a, b], out_dtype=lambda: torch.bfloat16, mnk_symbolic=lambda: (256, n, 64),
+            output_layout=lambda flexible: types.SimpleNamespace(size=[256, n], stride=[1008, 1]),
+        )  # fmt: skip
+
+    with inductor_config.patch(max_autotune=True, max_autotune_gemm_backends="ATEN,CUTEDSL"):
+        *_, refused = inputs(1001)
+        with pytest.raises(gc.Refusal, match="output width"):
+            gc.gemm_candidates(refused, "mm")
+        assert frozen == []  # Inductor may still pad or re-lay a refused GEMM's operands
+        a, b, taken = inputs(1008)
+        candidates, _ = gc.gemm_candidates(taken, "mm")
+        assert candidates and frozen == [a, b]

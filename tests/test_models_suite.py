@@ -342,7 +342,7 @@ class FakeProbe(models.GpuProbe):
         pass
 
     def wall_ms(self, steps):
-        return {name: 2.0 if name == "stock" else 1.6 for name in steps}
+        return {**{name: 2.0 if name == "stock" else 1.6 for name in steps}, "round_ratios": [1.2, 1.3]}
 
     def loop_ms(self, steps):
         return {name: 2.2 if name == "stock" else 2.0 for name in steps}
@@ -393,6 +393,7 @@ def test_run_measures_every_block_and_goes_on_after_a_failure(tmp_path, capsys):
     assert compiled[4][0] == "ScalarLoss" and len(compiled) == 12
     out = capsys.readouterr().out
     assert "FAILED" in out and "gpt2:small:inference" in out and "gpu_speedup_geomean" in out
+    assert f"wall {models.NO_CUDAGRAPHS} 1.25x (rounds 1.2-1.3)" in out
     assert is_enabled()
 
 
@@ -506,7 +507,9 @@ def test_gpu_probe_measures_two_steps():
     a = torch.randn(1024, 1024, device="cuda").to(torch.bfloat16)
     steps = {"stock": lambda: [a @ a], "ours": lambda: [torch.relu(a @ a)]}
     probe = models.GpuProbe()
-    assert all(ms > 0 for ms in probe.wall_ms(steps).values())
+    wall = probe.wall_ms(steps)
+    assert wall["stock"] > 0 and wall["ours"] > 0
+    assert len(wall["round_ratios"]) == probe.wall_rounds and all(r > 0 for r in wall["round_ratios"])
     prof = probe.profile(steps)
     assert prof["stock"]["us"] > 0 and len(prof["ours"]["kernels"]) == len(prof["stock"]["kernels"]) + 1  # relu
     gemms = models.gemm_kernels(prof["stock"]["kernels"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 from typing import Callable, Iterable
 
 import torch
@@ -19,13 +20,18 @@ def graphed(fn: Callable[[], object]) -> Callable[[], None]:
     return timing.graphed_run(lambda: fn)
 
 
-def side_by_side(fns: dict, rounds: int = 5) -> dict:
-    """``bench`` medians of each function, over about ``rounds`` interleaved rounds
-    (rounded to whole ``rotations`` designs, at least one)."""
+def side_by_side_rounds(fns: dict, rounds: int = 5) -> dict:
+    """``bench`` of each function in each of about ``rounds`` interleaved rounds (rounded
+    to whole ``rotations`` designs, at least one): {name: [ms per round]}."""
     design = timing.balanced_rounds(len(fns))
     rounds = design * max(1, math.floor(rounds / design + 0.5))
     measures = {name: (lambda fn=fn: timing.bench(fn, rep=200)) for name, fn in fns.items()}
-    return timing.interleaved(measures, rounds)
+    return timing.interleaved_rounds(measures, rounds)
+
+
+def side_by_side(fns: dict, rounds: int = 5) -> dict:
+    """The median over rounds of ``side_by_side_rounds``."""
+    return {name: statistics.median(t) for name, t in side_by_side_rounds(fns, rounds).items()}
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:

@@ -109,8 +109,8 @@ def gemm_candidates(kernel_inputs: Any, op_name: str) -> tuple[list[GemmCandidat
         raise Refusal(f"operand dtypes {ab_dtype}/{b.get_dtype()} (CuteDSL takes bf16 or fp16)")
     if out_dtype not in OUT_DTYPES:
         raise Refusal(f"output dtype {out_dtype}")
-    for node in (a, b):
-        _compat.freeze_layout(node)
+    # The operands' layouts are checked as they stand and frozen only once every check
+    # passed (below): a GEMM we refuse leaves Inductor free to pad or re-lay them.
     a_major = A_MAJOR[_contiguous_mode("A", a)]
     b_major = B_MAJOR[_contiguous_mode("B", b)]
     layout = kernel_inputs.output_layout(flexible=False)
@@ -144,6 +144,8 @@ def gemm_candidates(kernel_inputs: Any, op_name: str) -> tuple[list[GemmCandidat
         (m, n, k, batch), AB_DTYPES[ab_dtype], OUT_DTYPES[out_dtype], a_major, b_major, epilogue
     )
     names, operands = (("c", "a", "b"), ("c",)) if has_c else (("a", "b"), ())
+    for node in (a, b):
+        _compat.freeze_layout(node)
     return [GemmCandidate(spec, names, operands, scalars=tuple(scalars)) for spec in specs], layout
 
 
