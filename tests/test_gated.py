@@ -181,3 +181,49 @@ def test_getitem_targets_are_what_the_rewrite_emits():
     gm, _ = rewritten(two_linears(F.silu), f64(4, 16), f64(8, 16), f64(8, 16), f64(8), f64(8))
     users = [n for n in gm.graph.nodes if n.target is operator.getitem]
     assert [u.args[1] for u in users] == [0]
+
+
+def test_fused_form_passes_its_one_weight_and_its_backward_runs_one_gemm_per_gradient():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    fn = fused_gate_up(F.silu)
+    args = [f64(3, 16), f64(48, 16), f64(48)]
+    gm, _ = rewritten(fn, *args)
+    (op,) = [n for n in gm.graph.nodes if n.target is torch.ops.inductor_cutedsl.gated_mm.default]
+    assert op.args[2] is None and op.args[4] is None  # w_up, b_up: the one weight is w_gate
+    assert not [n for n in gm.graph.nodes if n.target in (torch.chunk, torch.split)]
+
+    class CountGemms(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.gemms = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.gemms += func.overloadpacket in (torch.ops.aten.mm, torch.ops.aten.addmm)
+            return func(*args, **(kwargs or {}))
+
+    ours_args = [a.clone().requires_grad_() for a in args]
+    out = gm(*ours_args)
+    with CountGemms() as counted:
+        out.sum().backward()
+    assert counted.gemms == 2, "d_x and d_w, each over both halves (as stock's backward)"
+
+
+def test_phi3_alternative_is_one_gemm_over_both_halves():
+    with backend():
+        code = generated_code(phi3_mlp, (B, T, D), (2 * F4, D), (D, F4), gated_ms=(0.2, 0.1))
+    assert "dual=True" not in code
+    # The gate_up GEMM (2 * F4 wide) and the down projection; the product reads the two
+    # column halves of the first, so it is a kernel of its own.
+    assert kernels(code) == (2, 1)
+    assert launched(code, 0)["spec"].epilogue.name == "identity"
+
+
+def test_gated_product_refuses_layouts_it_cannot_index():
+    from inductor_cutedsl.lowering.gated_product import gated_product
+
+    both = torch.randn(4, 16)
+    with pytest.raises(ValueError, match="unit column stride"):
+        gated_product(both[:, :8], both[:, 8:].t().contiguous().t()[:, :8], "silu")
+    with pytest.raises(ValueError, match="unit column stride"):
+        gated_product(both.t(), both.t(), "silu")

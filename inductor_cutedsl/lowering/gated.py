@@ -4,12 +4,15 @@ Two graph forms reach it: two Linear layers on the same input (LLaMA, Mistral,
 Qwen2), and one fused ``gate_up`` Linear whose output is cut into halves by
 ``chunk(2, -1)`` or ``split`` (Phi-3), the halves being column ranges (weight rows)
 of one weight. A pre-grad pass (``rewrite``) replaces either with the
-``inductor_cutedsl::gated_mm`` op, which returns ``(h, gate, up)``: eager and
-autograd see two Linear layers and a product; the backward pass reads ``gate`` and
-``up``. Its lowering (``lower``) measures our dual kernel against the best
-alternative, two GEMMs and a pointwise kernel, side by side, and keeps the faster:
-ours writes ``h``, and ``gate`` / ``up`` as extra outputs of the same kernel where
-anything reads them (training); the alternative is lowered as the graph was.
+``inductor_cutedsl::gated_mm`` op, which returns ``(h, gate, up)``; the fused form
+passes its one weight and bias as ``w_gate`` / ``b_gate`` with ``w_up`` None. Eager and
+autograd see what the graph computed: two Linear layers, or one whose output is cut in
+two, and a product; the backward pass reads ``gate`` and ``up`` and, for the fused
+form, runs one GEMM per gradient over both halves, as stock does. Its lowering
+(``lower``) measures our dual kernel against the best alternative, the graph's own
+GEMMs and a pointwise kernel, side by side, and keeps the faster: ours writes ``h``,
+and ``gate`` / ``up`` as extra outputs of the same kernel where anything reads them
+(training); the alternative is lowered as the graph was.
 """
 from __future__ import annotations
 
@@ -49,17 +52,26 @@ LIB = "inductor_cutedsl"
 
 @torch.library.custom_op(f"{LIB}::gated_mm", mutates_args=())
 def gated_mm(
-    x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor,
+    x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor | None,
     b_gate: torch.Tensor | None, b_up: torch.Tensor | None, activation: str,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
-    """(act(gate) * up, gate, up) with gate = F.linear(x, w_gate, b_gate), up likewise."""
-    gate, up = F.linear(x, w_gate, b_gate), F.linear(x, w_up, b_up)
+    """(act(gate) * up, gate, up) with gate = F.linear(x, w_gate, b_gate), up likewise;
+    with ``w_up`` None, gate and up are the halves of F.linear(x, w_gate, b_gate)."""
+    if w_up is None:
+        gate, up = (t.contiguous() for t in F.linear(x, w_gate, b_gate).chunk(2, -1))
+    else:
+        gate, up = F.linear(x, w_gate, b_gate), F.linear(x, w_up, b_up)
     return ACTIVATIONS[activation](gate) * up, gate, up
+
+
+def _width(w_gate, w_up) -> Any:
+    """N: the width of gate, up and the product."""
+    return w_gate.shape[0] // 2 if w_up is None else w_gate.shape[0]
 
 
 @gated_mm.register_fake
 def _(x, w_gate, w_up, b_gate, b_up, activation):
-    shape = (*x.shape[:-1], w_gate.shape[0])
+    shape = (*x.shape[:-1], _width(w_gate, w_up))
     return x.new_empty(shape), x.new_empty(shape), x.new_empty(shape)
 
 
@@ -91,6 +103,10 @@ def _backward(ctx, grad_h, grad_gate, grad_up):
     if grad_up is not None:
         d_up = d_up + grad_up
     x2, dg2, du2 = x.flatten(0, -2), d_gate.flatten(0, -2), d_up.flatten(0, -2)
+    if w_up is None:  # one weight: one GEMM per gradient over both halves
+        d_gu = torch.cat([dg2, du2], -1)
+        d_b = d_gu.sum(0) if ctx.biases[0] else None
+        return (d_gu @ w_gate).view(x.shape), d_gu.t() @ x2, None, d_b, None, None
     d_x = (dg2 @ w_gate + du2 @ w_up).view(x.shape)
     d_bg = dg2.sum(0) if ctx.biases[0] else None
     d_bu = du2.sum(0) if ctx.biases[1] else None
@@ -160,8 +176,8 @@ def _half_of(node: Any) -> tuple[torch.fx.Node, int] | None:
 
 
 def _match(mul: torch.fx.Node) -> tuple | None:
-    """(x, w_gate, w_up, b_gate, b_up, activation, halves) for a gated product, where
-    ``halves`` is the fused Linear node of the Phi-3 form (else None)."""
+    """``gated_mm``'s arguments (x, w_gate, w_up, b_gate, b_up, activation) for a gated
+    product; the Phi-3 form gives its one weight and bias, with w_up and b_up None."""
     if not _is_mul(mul) or len(mul.args) != 2:
         return None
     for act_node, other in (mul.args, mul.args[::-1]):
@@ -174,13 +190,13 @@ def _match(mul: torch.fx.Node) -> tuple | None:
         gate_half, up_half = _half_of(gate_src), _half_of(other)
         if gate_half and up_half and gate_half[0] is up_half[0] and (gate_half[1], up_half[1]) == (0, 1):
             x, w, b = _linear_args(gate_half[0])
-            return x, w, None, b, None, activation, gate_half[0]
+            return x, w, None, b, None, activation
         gate, up = _linear_args(gate_src), _linear_args(other)
         if gate is None or up is None or gate[0] is not up[0]:
             continue
         if len(gate_src.users) != 1 or len(other.users) != 1:
             continue
-        return gate[0], gate[1], up[1], gate[2], up[2], activation, None
+        return gate[0], gate[1], up[1], gate[2], up[2], activation
     return None
 
 
@@ -200,26 +216,10 @@ def rewrite(graph: torch.fx.Graph) -> int:
         return 0
     count = 0
     for mul in list(graph.nodes):
-        found = _match(mul)
-        if found is None:
+        args = _match(mul)
+        if args is None:
             continue
-        x, w_gate, w_up, b_gate, b_up, activation, fused = found
         with graph.inserting_before(mul):
-            if fused is not None:  # the two halves of one weight (and bias), as views
-                halves = []
-                for t in (w_gate, b_gate):
-                    if t is None:
-                        halves += [None, None]
-                        continue
-                    cut = graph.call_function(torch.chunk, (t, 2, 0))
-                    _fake_value(cut, torch.chunk, t, 2, 0)
-                    for i in (0, 1):
-                        half = graph.call_function(operator.getitem, (cut, i))
-                        if "example_value" in cut.meta:
-                            half.meta["example_value"] = cut.meta["example_value"][i]
-                        halves.append(half)
-                w_gate, w_up, b_gate, b_up = halves
-            args = (x, w_gate, w_up, b_gate, b_up, activation)
             op = graph.call_function(torch.ops.inductor_cutedsl.gated_mm.default, args)
             _fake_value(op, torch.ops.inductor_cutedsl.gated_mm.default, *args)
             h = graph.call_function(operator.getitem, (op, 0))
@@ -317,13 +317,17 @@ def _operands(shapes, dtype, device, has_bias) -> tuple:
     return x, wg, wu, bg, bu
 
 
-def _alternative_maker(shapes, dtype, device, activation, has_bias) -> Callable[[], Callable[[], object]]:
-    """Two cuBLAS GEMMs and one fused pointwise kernel: what stock Inductor runs."""
+def _alternative_maker(shapes, dtype, device, activation, has_bias, fused) -> Callable[[], Callable[[], object]]:
+    """The graph's cuBLAS GEMMs (two, or one over the ``fused`` weight) and one pointwise
+    kernel: what stock Inductor runs."""
 
     def make():
         from .gated_product import gated_product
 
         x, wg, wu, bg, bu = _operands(shapes, dtype, device, has_bias)
+        if fused:
+            w, b = torch.cat([wg, wu]), torch.cat([bg, bu]) if bg is not None else None
+            return lambda: gated_product(*F.linear(x, w, b).chunk(2, -1), activation)
         return lambda: gated_product(F.linear(x, wg, bg), F.linear(x, wu, bu), activation)
 
     return make
@@ -345,12 +349,14 @@ def _dual_maker(cand: GemmCandidate, shapes, dtype, device, has_bias, keep) -> C
     return make
 
 
-def decide(cands: list[GemmCandidate], shapes, dtype, device, activation, has_bias, keep) -> GemmCandidate | None:
+def decide(
+    cands: list[GemmCandidate], shapes, dtype, device, activation, has_bias, keep, fused
+) -> GemmCandidate | None:
     """Our fastest dual candidate if it beats the alternative side by side, else None."""
     builds = [compiler.build_async(c.spec, default_cache(), config.compile_workers) for c in cands]
     compiler.wait(builds)
     runs = {f"dual{i}": _dual_maker(c, shapes, dtype, device, has_bias, keep) for i, c in enumerate(cands)}
-    runs["alternative"] = _alternative_maker(shapes, dtype, device, activation, has_bias)
+    runs["alternative"] = _alternative_maker(shapes, dtype, device, activation, has_bias, fused)
     t0 = time.perf_counter()
     with _compat.preserve_rng_state():
         times = measure(runs, device)
@@ -360,9 +366,16 @@ def decide(cands: list[GemmCandidate], shapes, dtype, device, activation, has_bi
     (m, k), n = shapes
     log.info("gated %s %dx%dx%d: dual %s %.4f ms, two GEMMs + pointwise %.4f ms -> %s", activation, m, n, k,
              cands[best].spec.config.name(), ours, other, "dual" if ours < other else "two GEMMs")  # fmt: skip
-    decisions.append({"shape": [m, n, k], "activation": activation, "dual_ms": ours, "alternative_ms": other,
+    decisions.append({"shape": [m, n, k], "activation": activation, "form": "fused" if fused else "two",
+                      "dual_ms": ours, "alternative_ms": other,
                       "config": cands[best].spec.config.name(), "way": "dual" if ours < other else "alternative"})  # fmt: skip
     return cands[best] if ours < other else None
+
+
+def _halves(t: Any, n: Any) -> tuple[Any, Any]:
+    """Rows [0, n) and [n, 2n) of ``t`` (a fused weight or bias), as views."""
+    L, aten = _compat.lowering, torch.ops.aten
+    return L(aten.slice)(t, 0, 0, n), L(aten.slice)(t, 0, n, 2 * n)
 
 
 def lower(x, w_gate, w_up, b_gate, b_up, activation):
@@ -372,22 +385,27 @@ def lower(x, w_gate, w_up, b_gate, b_up, activation):
     lead = list(x.get_size()[:-1])
     x2 = L(aten.reshape)(x, [-1, k])
     keep = _compat.current_node_output_used(1) or _compat.current_node_output_used(2)
-    n = w_gate.get_size()[0]
+    fused = w_up is None
+    if fused:  # the dual kernel reads the halves of the one weight (and bias)
+        n = w_gate.get_size()[0] // 2
+        (wg, wu), (bg, bu) = _halves(w_gate, n), _halves(b_gate, n) if b_gate is not None else (None, None)
+    else:
+        n, wg, wu, bg, bu = w_gate.get_size()[0], w_gate, w_up, b_gate, b_up
     # What the template reads: realized buffers (or views of them).
-    real = [_compat.realized(t) if t is not None else None for t in (x2, w_gate, w_up, b_gate, b_up)]
+    real = [_compat.realized(t) if t is not None else None for t in (x2, wg, wu, bg, bu)]
     try:
         cands = candidates(*real, activation, keep)
         if not cands:
             raise Refusal("no dual config fits")
         shapes = ((_compat.size_hint(x2.get_size()[0]), _compat.size_hint(k)), _compat.size_hint(n))
-        has_bias = (b_gate is not None, b_up is not None)
-        chosen = decide(cands, shapes, x2.get_dtype(), _compat.device_of(x2), activation, has_bias, keep)
+        has_bias = (bg is not None, bu is not None)
+        chosen = decide(cands, shapes, x2.get_dtype(), _compat.device_of(x2), activation, has_bias, keep, fused)
     except Refusal as why:
         log.info("gated %s: no dual kernel: %s", activation, why)
         chosen = None
     if chosen is None:
-        return _as_graph(x2, w_gate, w_up, b_gate, b_up, activation, lead)
-    wg_t, wu_t = (_compat.realized(L(aten.permute)(w, [1, 0])) for w in (w_gate, w_up))
+        return _as_graph(x2, w_gate, w_up, b_gate, b_up, activation, lead, n)
+    wg_t, wu_t = (_compat.realized(L(aten.permute)(w, [1, 0])) for w in (wg, wu))
     size = [x2.get_size()[0], n]
     inputs = [real[0], wg_t, wu_t] + [b for b in real[3:] if b is not None]
     kept = [_compat.empty_buffer(size, x2.get_dtype(), _compat.device_of(x2)) for _ in range(2 * keep)]
@@ -400,16 +418,20 @@ def lower(x, w_gate, w_up, b_gate, b_up, activation):
     return tuple(L(aten.reshape)(t, lead + [n]) for t in (h, gate, up))
 
 
-def _as_graph(x2, w_gate, w_up, b_gate, b_up, activation, lead):
-    """Two Linear layers and the gated product, lowered as Inductor would lower them."""
+def _as_graph(x2, w_gate, w_up, b_gate, b_up, activation, lead, n):
+    """The graph's Linear layers (two, or one whose output is cut in two) and the gated
+    product, lowered as Inductor would lower them."""
     L, aten = _compat.lowering, torch.ops.aten
-    n = w_gate.get_size()[0]
 
     def linear(w, b):
         wt = L(aten.permute)(w, [1, 0])
         return L(aten.mm)(x2, wt) if b is None else L(aten.addmm)(b, x2, wt)
 
-    gate, up = linear(w_gate, b_gate), linear(w_up, b_up)
+    if w_up is None:
+        both = linear(w_gate, b_gate)
+        gate, up = L(aten.slice)(both, 1, 0, n), L(aten.slice)(both, 1, n, 2 * n)
+    else:
+        gate, up = linear(w_gate, b_gate), linear(w_up, b_up)
     h = _compat.pointwise(gate.get_device(), gate.get_dtype(), _product_fn(gate, up, activation), gate.get_size())
     return tuple(L(aten.reshape)(t, lead + [n]) for t in (h, gate, up))
 
