@@ -12,7 +12,9 @@ import math
 SMEM_CAPACITY = 232448
 # Pipeline barriers, alignment padding between the 1 KiB aligned buffers.
 SMEM_RESERVED = 2048
-TILE_K_16BIT = 64
+# A mainloop stage's K extent is 128 bytes of each operand row (one 128-byte swizzle
+# atom): 64 elements of a 16-bit operand, 128 of an 8-bit one.
+K_TILE_BYTES = 128
 EPI_TILE_N = (32, 64)
 MAX_AB_STAGES = 8
 MIN_AB_STAGES = 2
@@ -56,9 +58,10 @@ class GemmConfig:
     # over every cluster slot, and each tile's partial sums meet in its first slot.
     stream_k: bool = False
 
-    @property
-    def tile_k(self) -> int:
-        return TILE_K_16BIT
+    @staticmethod
+    def tile_k(in_bytes: int = 2) -> int:
+        """K elements per mainloop stage for operands of ``in_bytes`` bytes."""
+        return K_TILE_BYTES // in_bytes
 
     @property
     def cluster_size(self) -> int:
@@ -109,7 +112,7 @@ class GemmConfig:
     def ab_stages(self, in_bytes: int = 2, out_bytes: int = 2, extra_bytes: int = 0) -> int:
         """Mainloop stages that fit beside the epilogue buffers and ``extra_bytes`` of
         other shared memory (capped)."""
-        stage = (self.tile_m + self.tile_n) * self.tile_k * in_bytes
+        stage = (self.tile_m + self.tile_n) * self.tile_k(in_bytes) * in_bytes
         epi = self.mma_rows * self.epi_n * out_bytes * self.epi_stages(out_bytes)
         return min(MAX_AB_STAGES, (SMEM_CAPACITY - SMEM_RESERVED - epi - extra_bytes) // stage)
 
@@ -129,6 +132,19 @@ class GemmConfig:
             return "a dual kernel has no stream-K"
         return None
 
+    def promotion_reason(self) -> str | None:
+        """None when an fp8 kernel that promotes its partial sums (a second fp32
+        accumulator per thread) can be built with this config, else why not."""
+        if 2 * self.acc_regs() > 192:
+            return f"two accumulators of {self.acc_regs()} registers per thread would spill"
+        if self.stream_k:
+            return "promotion has no stream-K"
+        return None
+
+    def acc_regs(self) -> int:
+        """fp32 accumulator registers per consumer thread."""
+        return self.tile_m * self.tile_n // (128 if self.pingpong else 256)
+
     def invalid_reason(self, in_bytes: int = 2, out_bytes: int = 2) -> str | None:
         """None when the kernel can be built with this config, else why not."""
         if (self.tile_m, self.pingpong) not in _TILE_M_CHOICES:
@@ -138,7 +154,7 @@ class GemmConfig:
         if self.epi_n not in EPI_TILE_N or self.tile_n % self.epi_n:
             return f"epi_n must be one of {EPI_TILE_N} and divide tile_n"
         # Accumulator registers per consumer thread (fp32), under the 232-register cap.
-        acc_regs = self.tile_m * self.tile_n // (128 if self.pingpong else 256)
+        acc_regs = self.acc_regs()
         if acc_regs > 192:
             return f"{acc_regs} accumulator registers per thread would spill"
         if (self.cluster_m, self.cluster_n) not in _CLUSTERS:

@@ -59,7 +59,11 @@ DTYPES = {
     "bfloat16": cutlass.BFloat16,
     "float16": cutlass.Float16,
     "float32": cutlass.Float32,
+    "float8_e4m3fn": cutlass.Float8E4M3FN,
 }
+AB_DTYPES = ("bfloat16", "float16", "float8_e4m3fn")
+# 8-bit operands: Hopper's fp8 wgmma reads both from shared memory K-major only.
+FP8_DTYPES = ("float8_e4m3fn",)
 # 16-byte TMA alignment, in elements.
 ALIGN_BYTES = 16
 
@@ -131,15 +135,29 @@ class Sm90Gemm:
         b_major: str,
         epilogue: Epilogue,
         dual: bool = False,
+        promote: int = 0,
     ) -> None:
-        reason = cfg.invalid_reason(2, DTYPES[out_dtype].width // 8) or (cfg.dual_reason() if dual else None)
+        if ab_dtype not in AB_DTYPES:
+            raise ValueError(f"unsupported operand dtype {ab_dtype}")
+        in_bytes = DTYPES[ab_dtype].width // 8
+        reason = (
+            cfg.invalid_reason(in_bytes, DTYPES[out_dtype].width // 8)
+            or (cfg.dual_reason() if dual else None)
+            or (cfg.promotion_reason() if promote else None)
+        )
         if reason:
             raise ValueError(f"invalid config {cfg.name()}: {reason}")
-        if ab_dtype not in ("bfloat16", "float16"):
-            raise ValueError(f"unsupported operand dtype {ab_dtype}")
         if a_major not in ("k", "m") or b_major not in ("k", "n"):
             raise ValueError(f"bad majors a={a_major} b={b_major}")
+        if ab_dtype in FP8_DTYPES and (a_major, b_major, dual) != ("k", "k", False):
+            raise ValueError("8-bit operands: A and B K-major, no dual kernel")
+        if promote < 0 or (promote and ab_dtype not in FP8_DTYPES):
+            raise ValueError("promote: k-tiles between promotions of fp8 partial sums (0: none)")
         self.cfg = cfg
+        # fp8 partial sums are added into the fp32 accumulator every ``promote`` k-tiles
+        # (the fp8 wgmma keeps fewer mantissa bits than fp32: what PyTorch's
+        # use_fast_accum=False asks for); 0 accumulates in the wgmma only.
+        self.promote = promote
         self.ab_dtype = DTYPES[ab_dtype]
         self.out_dtype = DTYPES[out_dtype]
         self.acc_dtype = Float32
@@ -166,7 +184,7 @@ class Sm90Gemm:
         self.dual = dual
 
         self.pingpong = cfg.pingpong
-        self.tile_shape_mnk = (cfg.tile_m, cfg.tile_n, cfg.tile_k)
+        self.tile_shape_mnk = (cfg.tile_m, cfg.tile_n, cfg.tile_k(in_bytes))
         # The output tile (half the MMA tile's columns in a dual kernel).
         self.out_tile_mn = (cfg.tile_m, cfg.out_tile_n(dual))
         self.cluster_shape_mn = (cfg.cluster_m, cfg.cluster_n)
@@ -177,7 +195,7 @@ class Sm90Gemm:
         self.epi_threads = _WG_THREADS if cfg.pingpong else 2 * _WG_THREADS
         self.epi_tile = cfg.epi_tile
         staged_bytes = cfg.staged_bytes(self.c_dtype.width // 8) if staged and not self.shares_c else 0
-        self.ab_stage = cfg.ab_stages(2, self.out_dtype.width // 8, staged_bytes)
+        self.ab_stage = cfg.ab_stages(in_bytes, self.out_dtype.width // 8, staged_bytes)
         self.epi_stage = cfg.epi_stages(self.out_dtype.width // 8)
         self.c_buffers = self.epi_stage if self.shares_c else STAGED_BUFFERS
         self.a_mcast = cfg.cluster_n
@@ -189,7 +207,8 @@ class Sm90Gemm:
         dtypes, majors and epilogue, so that each GEMM of a graph is told apart (the DSL's
         default name is the same for every variant)."""
         parts = ["inductor_cutedsl", self.cfg.name(), f"{self.ab_dtype}_{self.out_dtype}",
-                 f"a{self.a_major}b{self.b_major}", self.epilogue.name, "dual" if self.dual else ""]  # fmt: skip
+                 f"a{self.a_major}b{self.b_major}", self.epilogue.name, "dual" if self.dual else "",
+                 f"p{self.promote}" if self.promote else ""]  # fmt: skip
         return re.sub(r"[^0-9A-Za-z]+", "_", "_".join(p for p in parts if p)).strip("_")[:120]
 
     def make_entry(self) -> Callable:
@@ -701,10 +720,13 @@ class Sm90Gemm:
         else:
             acc_shape = thr_mma.partition_C(gD).shape[:3]
         acc = cute.make_rmem_tensor(acc_shape, self.acc_dtype)
+        # What the wgmmas accumulate into: the accumulator itself, or (promoting fp8
+        # partial sums) a second one added into it every ``promote`` k-tiles.
+        part = cute.make_rmem_tensor(acc_shape, self.acc_dtype) if cutlass.const_expr(self.promote) else acc
         # Every wgmma accumulates (each tile starts from a zero-filled acc). Set once, here:
         # a value staged inside the tile loops could not be used after them.
         tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
-        mma = (tiled_mma, tCrA, tCrB, acc, cute.size(tCrA, mode=[2]))
+        mma = (tiled_mma, tCrA, tCrB, acc, cute.size(tCrA, mode=[2]), part)
 
         # Epilogue: registers -> smem (stmatrix for 16-bit D) -> gmem (TMA store).
         # Sub-tiles are carved out of the accumulator with the 16-bit copy's register
@@ -876,13 +898,15 @@ class Sm90Gemm:
     def _mainloop(self, ab_pipe, mma, read, release, k0, k1, tCcD, tc, wg, epi):
         """acc = the sum over k-tiles [k0, k1) of tile ``tc``: one wgmma batch in flight,
         the stage behind it released."""
-        tiled_mma, tCrA, tCrB, acc, k_blocks = mma
+        tiled_mma, tCrA, tCrB, acc, k_blocks, part = mma
         # Full (M x N) epilogue inputs are pulled toward L2 a few k-tiles before the
         # epilogue reads them (see _prefetch_full_operands).
         full_inputs = [t for t, op in zip(epi.ep_tensors, self.tensor_ops) if op.kind == "full" and not op.staged]
         size_m, size_n = epi.size_m, epi.size_n
         prefetch_kt = cutlass.max(k1 - _PREFETCH_LEAD_K_TILES, k0)
         acc.fill(0.0)
+        if cutlass.const_expr(self.promote > 0):
+            part.fill(0.0)
         cute.nvgpu.warpgroup.fence()
         for kt in range(k0, k1):
             if cutlass.const_expr(len(full_inputs) > 0):
@@ -891,9 +915,14 @@ class Sm90Gemm:
             ab_pipe.consumer_wait(read)
             for kb in cutlass.range_constexpr(k_blocks):
                 blk = (None, None, kb, read.index)
-                cute.gemm(tiled_mma, acc, tCrA[blk], tCrB[blk], acc)
+                cute.gemm(tiled_mma, part, tCrA[blk], tCrB[blk], part)
             cute.nvgpu.warpgroup.commit_group()
             read.advance()
+            if cutlass.const_expr(self.promote > 0):
+                if (kt - k0 + 1) % self.promote == 0:
+                    # The partial sums are read only once every wgmma writing them is done.
+                    cute.nvgpu.warpgroup.wait_group(0)
+                    self._promote(acc, part)
             if kt > k0:
                 cute.nvgpu.warpgroup.wait_group(1)
                 ab_pipe.consumer_release(release)
@@ -901,10 +930,21 @@ class Sm90Gemm:
         if cutlass.const_expr(self.pingpong):
             self._turn_pass(_BAR_MMA_TURN, 1 - wg)
         cute.nvgpu.warpgroup.wait_group(0)
+        if cutlass.const_expr(self.promote > 0):
+            self._promote(acc, part)  # the k-tiles since the last promotion
         if k1 > k0:
             ab_pipe.consumer_release(release)
             release.advance()
         return read, release
+
+    @cute.jit
+    def _promote(self, acc, part):
+        """acc += part in fp32, and part starts again from zero (registers the next
+        wgmmas read: fenced)."""
+        for i in cutlass.range_constexpr(cute.size(acc)):
+            acc[i] = acc[i] + part[i]
+        part.fill(0.0)
+        cute.nvgpu.warpgroup.fence()
 
     @cute.jit
     def _epilogue(self, epi, acc, tCcD, tc, epi_count):

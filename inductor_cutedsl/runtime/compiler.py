@@ -38,7 +38,8 @@ def export_object(spec: KernelSpec, out_dir: Path, name: str) -> None:
     t0 = time.perf_counter()
     try:
         gemm = Sm90Gemm(
-            spec.config, spec.ab_dtype, spec.out_dtype, spec.a_major, spec.b_major, spec.epilogue, spec.dual
+            spec.config, spec.ab_dtype, spec.out_dtype, spec.a_major, spec.b_major, spec.epilogue, spec.dual,
+            spec.promote,
         )
         compiled = cute.compile(gemm.make_entry(), *gemm.fake_args())
     except Exception as exc:

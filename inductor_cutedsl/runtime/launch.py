@@ -19,7 +19,8 @@ from .compiler import build
 from .fast_call import F32, I32, I64, PTR, FastCaller
 from .spec import ALIGNMENT, KernelSpec
 from .support import (
-    AB_DTYPES,
+    FP8_DTYPES,
+    KERNEL_AB_DTYPES,
     OUT_DTYPES,
     ArgumentTypeError,
     a_major,
@@ -217,9 +218,10 @@ def spec_for(
     config: GemmConfig,
     epilogue: Epilogue = IDENTITY,
     dual: bool = False,
+    promote: int = 0,
 ) -> KernelSpec:
     return KernelSpec(
-        config, AB_DTYPES[a.dtype], OUT_DTYPES[out_dtype], a_major(a), b_major(b), epilogue, dual
+        config, KERNEL_AB_DTYPES[a.dtype], OUT_DTYPES[out_dtype], a_major(a), b_major(b), epilogue, dual, promote
     )
 
 
@@ -230,11 +232,23 @@ def _check_types(what: str, *checks: tuple) -> None:
             raise ArgumentTypeError(f"inductor_cutedsl cannot run this {what}: {why}")
 
 
-def _config_reason(config, out_bytes: int, dual: bool = False) -> str | None:
+def _config_reason(config, out_bytes: int, dual: bool = False, in_bytes: int = 2, promote: int = 0) -> str | None:
     if config is None:
         return None
-    why = config.invalid_reason(2, out_bytes) or (config.dual_reason() if dual else None)
+    why = (
+        config.invalid_reason(in_bytes, out_bytes)
+        or (config.dual_reason() if dual else None)
+        or (config.promotion_reason() if promote else None)
+    )
     return f"config {config.name()}: {why}" if why else None
+
+
+def _promote_reason(promote: object, a: torch.Tensor) -> str | None:
+    if isinstance(promote, bool) or not isinstance(promote, int) or promote < 0:
+        return f"promote: k-tiles between promotions must be an int >= 0, got {promote!r}"
+    if promote and a.dtype not in FP8_DTYPES:
+        return "promote: only fp8 operands' partial sums are promoted"
+    return None
 
 
 def gemm(
@@ -245,8 +259,13 @@ def gemm(
     out_dtype: torch.dtype | None = None,
     config: GemmConfig | None = None,
     epilogue: Epilogue = IDENTITY,
+    promote: int = 0,
 ) -> torch.Tensor:
     """``epilogue(a @ b)`` with our kernel.
+
+    fp8 (e4m3) operands must both be K-major and need ``out_dtype`` (or ``out``);
+    ``promote`` > 0 adds their partial sums into fp32 every that many k-tiles of 128
+    (PyTorch's ``use_fast_accum=False``), 0 accumulates in the MMA only.
 
     Raises ValueError for inputs it refuses, naming the argument (``a``, ``b``, ``out``,
     ``out_dtype``, ``config``, ``epilogue`` or an operand by its declared name); an
@@ -259,12 +278,12 @@ def gemm(
         ("out_dtype", out_dtype, torch.dtype, True), ("config", config, GemmConfig, True),
         ("epilogue", epilogue, Epilogue, False),
     )  # fmt: skip
-    reason = gemm_reason(a, b, out, out_dtype)
+    reason = gemm_reason(a, b, out, out_dtype) or _promote_reason(promote, a)
     if reason is None:
         reason = operands_reason(epilogue, operands, a.shape[0] if a.dim() == 3 else 1, a.shape[-2], b.shape[-1])
     if reason is None:
         out_dtype = out.dtype if out is not None else out_dtype or a.dtype
-        reason = _config_reason(config, out_dtype.itemsize)
+        reason = _config_reason(config, out_dtype.itemsize, in_bytes=a.element_size(), promote=promote)
     if reason:
         raise ValueError(f"inductor_cutedsl cannot run this GEMM: {reason}")
     if out is None:
@@ -272,8 +291,10 @@ def gemm(
         out = torch.empty(shape, dtype=out_dtype, device=a.device)
     if config is None:
         batch = a.shape[0] if a.dim() == 3 else 1
-        config = shortlist(a.shape[-2], b.shape[-1], a.shape[-1], batch)[0]
-    get_gemm(spec_for(a, b, out.dtype, config, epilogue))(a, b, out, *operands)
+        picks = shortlist(a.shape[-2], b.shape[-1], a.shape[-1], batch, limit=16)
+        # Promoting keeps a second accumulator: the first pick with registers for both.
+        config = next((c for c in picks if not promote or c.promotion_reason() is None), GemmConfig(128, 128))
+    get_gemm(spec_for(a, b, out.dtype, config, epilogue, promote=promote))(a, b, out, *operands)
     return out
 
 

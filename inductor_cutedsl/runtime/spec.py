@@ -53,6 +53,9 @@ class KernelSpec:
     b_major: str  # "k" (B is K x N column-major) or "n" (row-major B)
     epilogue: Epilogue
     dual: bool = False
+    #: fp8 operands: k-tiles between promotions of the wgmma's partial sums into fp32
+    #: (PyTorch's use_fast_accum=False); 0 accumulates in the wgmma only.
+    promote: int = 0
 
     def key(self) -> str:
         parts = (
@@ -67,6 +70,7 @@ class KernelSpec:
             dsl_arch(),
             dsl_version(),
             *(("dual",) if self.dual else ()),
+            *((f"promote{self.promote}",) if self.promote else ()),
         )
         return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
 
@@ -79,6 +83,7 @@ class KernelSpec:
             f"{self.config.name()} {self.ab_dtype}->{self.out_dtype} "
             f"A{self.a_major.upper()} B{self.b_major.upper()} epi={self.epilogue.name}"
             + (" dual" if self.dual else "")
+            + (f" promote/{self.promote}" if self.promote else "")
         )
 
     def to_json(self) -> str:
@@ -96,6 +101,7 @@ class KernelSpec:
                     "operands": [dataclasses.asdict(op) for op in self.epilogue.operands],
                 },
                 **({"dual": True} if self.dual else {}),
+                **({"promote": self.promote} if self.promote else {}),
             },
             sort_keys=True,
         )
@@ -112,4 +118,5 @@ class KernelSpec:
             d["b_major"],
             Epilogue(epi["name"], epi["source"], tuple(EpilogueOperand(**o) for o in epi["operands"])),
             d.get("dual", False),
+            d.get("promote", 0),
         )

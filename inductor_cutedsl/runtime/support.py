@@ -14,6 +14,9 @@ from ..kernels.epilogue import Epilogue, EpilogueOperand
 from .spec import ALIGNMENT
 
 AB_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
+# 8-bit operands (``runtime.gemm`` only, both K-major; scales are the epilogue's business).
+FP8_DTYPES = {torch.float8_e4m3fn: "float8_e4m3fn"}
+KERNEL_AB_DTYPES = {**AB_DTYPES, **FP8_DTYPES}
 OUT_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
 
 
@@ -127,14 +130,16 @@ def gemm_reason(
         return f"inner sizes differ (a has K={a.size(-1)} columns, {b_name} has {b.size(-2)} rows)"
     if min(a.size(-2), a.size(-1), b.size(-1)) == 0:
         return f"empty GEMM (a is {tuple(a.shape)}, {b_name} is {tuple(b.shape)})"
-    if a.dtype not in AB_DTYPES or b.dtype != a.dtype:
-        return f"operand dtypes a {a.dtype} / {b_name} {b.dtype} unsupported (bf16 or fp16, equal)"
+    if a.dtype not in KERNEL_AB_DTYPES or b.dtype != a.dtype:
+        return f"operand dtypes a {a.dtype} / {b_name} {b.dtype} unsupported (bf16, fp16 or fp8 e4m3, equal)"
     if out is not None:
         shape = (*a.shape[:-1], b.shape[-1])
         if tuple(out.shape) != shape:
             return f"out: output shape {tuple(out.shape)} is not the product's {shape}"
         if out_dtype is not None and out.dtype != out_dtype:
             return f"out is {out.dtype} but out_dtype is {out_dtype}"
+    if out is None and out_dtype is None and a.dtype in FP8_DTYPES:
+        return "out_dtype: fp8 operands need an output dtype (bf16, fp16 or fp32)"
     out_dtype = out.dtype if out is not None else (out_dtype or a.dtype)
     if out_dtype not in OUT_DTYPES:
         return f"output dtype {out_dtype} unsupported ({'out' if out is not None else 'out_dtype'}; want one of bf16, fp16, fp32)"
@@ -148,6 +153,9 @@ def gemm_reason(
         return f"a has no unit-stride matrix mode (strides {tuple(a.stride())})"
     if bm is None:
         return f"{b_name} has no unit-stride matrix mode (strides {tuple(b.stride())})"
+    if a.dtype in FP8_DTYPES and (am, bm) != ("k", "k"):
+        return (f"fp8 operands must both be K-major (Hopper's fp8 MMA): a row-major, {b_name} column-major "
+                f"(the .t() of an N x K tensor); got a {am.upper()}-major, {b_name} {bm.upper()}-major")  # fmt: skip
     reason = _alignment_reason("a", a, leading_stride(a, am == "k")) or _alignment_reason(
         b_name, b, leading_stride(b, bm == "n")
     )
@@ -169,6 +177,8 @@ def gated_reason(
     why not: each product as ``gemm_reason`` requires, and the two weights alike in
     shape and major (one kernel reads both the same way; two column ranges of one
     fused weight qualify)."""
+    if isinstance(a, torch.Tensor) and a.dtype in FP8_DTYPES:
+        return "a: the dual kernel takes bf16 or fp16 operands, not fp8"
     for name, b in (("b_gate", b_gate), ("b_up", b_up)):
         if reason := gemm_reason(a, b, out, out_dtype, b_name=name):
             return reason

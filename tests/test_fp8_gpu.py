@@ -1,0 +1,90 @@
+"""The kernel with fp8 (e4m3) operands on the GPU, against a float64 reference of the
+same fp8 values: odd sizes, each output dtype, fast accumulation and promotion."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers import poisoned, rel_err
+from inductor_cutedsl.kernels import GemmConfig
+
+pytestmark = pytest.mark.gpu
+
+E4M3 = torch.float8_e4m3fn
+# fp8 inputs are exact in float64; the error is the output's rounding (bf16 ~2e-3)
+# plus the accumulation's. The fp8 wgmma accumulates with fewer bits than fp32 (about
+# 14 kept, per DeepSeek-V3's report on H800): without promotion its error grows with
+# K, bounded here by FAST_TOL; promoted every k-tile or few, fp32 accumulation holds.
+TOL = {torch.bfloat16: 1e-2, torch.float16: 3e-3, torch.float32: 1e-3}
+FAST_TOL = 2e-2
+
+
+def tol(out_dtype, promote: int) -> float:
+    return TOL[out_dtype] if promote else max(TOL[out_dtype], FAST_TOL)
+
+
+def operands(m: int, n: int, k: int):
+    """A (M, K) row-major and B (K, N) K-major (the .t() of an N x K tensor), fresh
+    random values spread over e4m3's range."""
+    a = (torch.randn(m, k, device="cuda") * 4).to(E4M3)
+    w = (torch.randn(n, k, device="cuda") * 4).to(E4M3)
+    return a, w.t()
+
+
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("shape", [(1000, 1008, 4096), (17, 4096, 1024), (4096, 16, 4000), (8192, 4096, 4096)])
+@pytest.mark.parametrize("promote", [0, 1, 4])
+def test_fp8_gemm_matches_float64(shape, out_dtype, promote):
+    from inductor_cutedsl.runtime import gemm
+
+    m, n, k = shape
+    a, b = operands(m, n, k)
+    out = poisoned((m, n), out_dtype)
+    gemm(a, b, out=out, promote=promote)
+    ref = a.double() @ b.double()
+    err = rel_err(out, ref)
+    assert err < tol(out_dtype, promote), f"rel err {err:.3e}"
+
+
+@pytest.mark.parametrize("cfg", [GemmConfig(128, 128, 2, 1), GemmConfig(64, 128, 1, 2, True), GemmConfig(128, 256)])
+def test_fp8_configs(cfg):
+    from inductor_cutedsl.runtime import gemm
+
+    a, b = operands(600, 1024, 2048)
+    out = poisoned((600, 1024), torch.float32)
+    promote = 1 if cfg.promotion_reason() is None else 0  # 128x256: no registers for it
+    gemm(a, b, out=out, config=cfg, promote=promote)
+    assert rel_err(out, a.double() @ b.double()) < tol(torch.float32, promote)
+
+
+def test_fast_accumulation_error_at_large_k_and_promotion_removes_it():
+    """The fp8 wgmma's own accumulation keeps fewer bits than fp32; at K = 32768 its
+    error is printed here, and promotion brings it down to fp32 accumulation's."""
+    from inductor_cutedsl.runtime import gemm
+
+    m, n, k = 256, 512, 32768
+    a, b = operands(m, n, k)
+    ref = a.double() @ b.double()
+    errs = {}
+    for promote in (0, 1, 4):
+        out = poisoned((m, n), torch.float32)
+        gemm(a, b, out=out, promote=promote)
+        errs[promote] = rel_err(out, ref)
+    print(f"fp8 K={k}: rel err fast {errs[0]:.2e}, promoted every k-tile {errs[1]:.2e}, every 4 {errs[4]:.2e}")
+    assert errs[0] < FAST_TOL, errs  # the fast mode's bound; its figure is printed above
+    assert errs[1] < TOL[torch.float32] and errs[4] < TOL[torch.float32], errs
+    assert errs[1] <= errs[4] <= errs[0], errs
+
+
+def test_fp8_refusals_on_the_gpu():
+    from inductor_cutedsl.runtime import gemm
+
+    a, b = operands(128, 256, 512)
+    with pytest.raises(ValueError, match="K-major"):
+        gemm(a, b.contiguous(), out_dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="out_dtype"):
+        gemm(a, b)
+    with pytest.raises(ValueError, match="spill"):
+        gemm(a, b, out_dtype=torch.bfloat16, promote=4, config=GemmConfig(128, 256))
+    with pytest.raises(ValueError, match="promote"):
+        gemm(a.to(torch.bfloat16), b.to(torch.bfloat16), promote=4)

@@ -1,0 +1,117 @@
+"""The kernel with 8-bit (e4m3) operands, compiled for sm_90a without a GPU: what it
+accepts, and what its SASS does (fp8 wgmma; promotion of partial sums into fp32)."""
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+import torch
+
+from inductor_cutedsl.kernels import GemmConfig
+from inductor_cutedsl.kernels import epilogue as E
+from inductor_cutedsl.runtime import KernelSpec, gemm_reason
+from test_epilogue_sass import sass_script_stats
+
+FP8 = "float8_e4m3fn"
+
+
+def test_a_stage_holds_128_bytes_of_each_row_whatever_the_operand_width():
+    cfg = GemmConfig(128, 256)
+    assert (cfg.tile_k(2), cfg.tile_k(1)) == (64, 128)
+    assert cfg.ab_stages(1, 2) == cfg.ab_stages(2, 2)
+
+
+def test_promotion_needs_registers_for_a_second_accumulator():
+    assert GemmConfig(128, 128).promotion_reason() is None
+    assert GemmConfig(64, 128, pingpong=True).promotion_reason() is None
+    assert "spill" in GemmConfig(128, 256).promotion_reason()
+    assert "stream-K" in GemmConfig(128, 128, stream_k=True).promotion_reason()
+
+
+@pytest.mark.parametrize(
+    "kwargs,needle",
+    [
+        ({"a_major": "m"}, "K-major"),
+        ({"b_major": "n"}, "K-major"),
+        ({"dual": True, "epilogue": E.gated("silu")}, "K-major, no dual"),
+        ({"promote": 4, "ab_dtype": "bfloat16"}, "promote"),
+        ({"promote": -1}, "promote"),
+        ({"promote": 4, "cfg": GemmConfig(128, 256)}, "spill"),
+    ],
+)
+def test_kernel_refuses_what_fp8_cannot_do(kwargs, needle):
+    pytest.importorskip("cutlass")
+    from inductor_cutedsl.kernels.sm90_gemm import Sm90Gemm
+
+    args = {"cfg": GemmConfig(128, 128), "ab_dtype": FP8, "out_dtype": "bfloat16", "a_major": "k",
+            "b_major": "k", "epilogue": E.IDENTITY} | kwargs  # fmt: skip
+    with pytest.raises(ValueError, match=needle):
+        Sm90Gemm(**args)
+
+
+def test_spec_keys_and_round_trips_the_promotion():
+    fast = KernelSpec(GemmConfig(128, 128), FP8, "bfloat16", "k", "k", E.IDENTITY)
+    promoted = KernelSpec(GemmConfig(128, 128), FP8, "bfloat16", "k", "k", E.IDENTITY, promote=4)
+    assert fast.key() != promoted.key()
+    assert KernelSpec.from_json(promoted.to_json()) == promoted
+    assert KernelSpec.from_json(fast.to_json()) == fast and "promote" not in fast.to_json()
+
+
+def test_runtime_refuses_fp8_without_k_major_operands_or_an_output_dtype(monkeypatch):
+    from inductor_cutedsl.runtime import support
+
+    monkeypatch.setattr(support, "_named_device_reason", lambda name, device: None)
+    a = torch.randn(64, 128).to(torch.float8_e4m3fn)
+    b_k = torch.randn(64, 128).to(torch.float8_e4m3fn).t()  # (K, N), K contiguous
+    assert "out_dtype" in gemm_reason(a, b_k)
+    assert gemm_reason(a, b_k, out_dtype=torch.bfloat16) is None
+    b_n = torch.randn(128, 64).to(torch.float8_e4m3fn)
+    assert "K-major" in gemm_reason(a, b_n, out_dtype=torch.bfloat16)
+    assert "not fp8" in support.gated_reason(a, b_k, b_k)
+
+
+SCRIPT = textwrap.dedent("""
+    import json, os, subprocess, sys
+    from pathlib import Path
+    from inductor_cutedsl.kernels import GemmConfig
+    from inductor_cutedsl.kernels import epilogue as E
+    from inductor_cutedsl.runtime import KernelSpec
+    from inductor_cutedsl.runtime.compiler import export_object
+
+    nvdisasm, root = sys.argv[1], Path(sys.argv[2])
+    dump = Path(os.environ["CUTE_DSL_DUMP_DIR"])
+    stats = {}
+    for promote in (0, 4):
+        for old in dump.glob("*"):
+            old.unlink()
+        spec = KernelSpec(GemmConfig(128, 128, 2, 1), "float8_e4m3fn", "bfloat16", "k", "k", E.IDENTITY,
+                          promote=promote)
+        export_object(spec, root, f"fp8_p{promote}")
+        (cubin,) = dump.glob("*.cubin")
+        lines = subprocess.run([nvdisasm, str(cubin)], capture_output=True, text=True, check=True).stdout.splitlines()
+        stats[promote] = {
+            "fp8_mma": sum("GMMA" in l and ".E4M3.E4M3" in l for l in lines),
+            "mma": sum("GMMA" in l for l in lines),
+            "fadd": sum(" FADD " in l for l in lines),
+            "spill_stores": sum("STL" in l for l in lines),
+        }
+    print(json.dumps(stats))
+""")
+
+
+@pytest.fixture(scope="module")
+def fp8_sass(tmp_path_factory) -> dict:
+    pytest.importorskip("cutlass")
+    return sass_script_stats(SCRIPT, tmp_path_factory.mktemp("fp8"))
+
+
+def test_fp8_kernels_run_the_fp8_wgmma_and_promotion_adds_in_fp32(fp8_sass):
+    fast, promoted = fp8_sass["0"], fp8_sass["4"]
+    # A 128-element K tile is four 64x128x32 fp8 wgmmas per warpgroup.
+    for s in (fast, promoted):
+        assert s["mma"] == s["fp8_mma"] == 4 and s["spill_stores"] == 0, s
+    assert fast["fadd"] == 0, fast
+    # 64 accumulator registers per thread (128x128 tile, two warpgroups), added at each
+    # promotion inside the loop and once after it.
+    assert promoted["fadd"] == 2 * 64, promoted
