@@ -88,3 +88,27 @@ def test_fp8_refusals_on_the_gpu():
         gemm(a, b, out_dtype=torch.bfloat16, promote=4, config=GemmConfig(128, 256))
     with pytest.raises(ValueError, match="promote"):
         gemm(a.to(torch.bfloat16), b.to(torch.bfloat16), promote=4)
+
+
+def scales(mode: str, m: int, n: int):
+    if mode == "tensor":
+        return torch.rand((), device="cuda") + 0.5, torch.rand((), device="cuda") + 0.5
+    return torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5
+
+
+@pytest.mark.parametrize("mode", ["tensor", "row"])
+@pytest.mark.parametrize("bias", [False, True], ids=["nobias", "bias"])
+@pytest.mark.parametrize("fast", [False, True], ids=["promoted", "fast"])
+def test_scaled_gemm_matches_float64_and_torch_scaled_mm(mode, bias, fast):
+    from inductor_cutedsl.runtime import scaled_gemm
+
+    m, n, k = 1000, 2048, 4096
+    a, b = operands(m, n, k)
+    sa, sb = scales(mode, m, n)
+    c = torch.randn(n, device="cuda").to(torch.bfloat16) if bias else None
+    out = poisoned((m, n), torch.bfloat16)
+    scaled_gemm(a, b, sa, sb, c, out=out, use_fast_accum=fast)
+    ref = (a.double() @ b.double()) * sa.double() * sb.double() + (c.double() if bias else 0)
+    assert rel_err(out, ref) < tol(torch.bfloat16, 0 if fast else 1)
+    theirs = torch._scaled_mm(a, b, sa, sb, bias=c, out_dtype=torch.bfloat16, use_fast_accum=fast)
+    assert rel_err(out, theirs.double()) < 1e-2  # two bf16 roundings of nearly equal sums

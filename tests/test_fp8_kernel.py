@@ -115,3 +115,43 @@ def test_fp8_kernels_run_the_fp8_wgmma_and_promotion_adds_in_fp32(fp8_sass):
     # 64 accumulator registers per thread (128x128 tile, two warpgroups), added at each
     # promotion inside the loop and once after it.
     assert promoted["fadd"] == 2 * 64, promoted
+
+
+def test_scaled_epilogue_reads_scales_as_the_mode_says():
+    epi = E.scaled("row", "tensor", "bfloat16")
+    assert [(op.name, op.kind, op.dtype) for op in epi.operands] == [
+        ("scale_a", "col", "float32"), ("scale_b", "row", "float32"), ("bias", "row", "bfloat16")]  # fmt: skip
+    assert "acc * ops[0] * ops[1] + ops[2]" in epi.source
+    assert E.scaled("tensor", "row").operands[0].kind == "row"  # one value: zero strides both ways
+    with pytest.raises(ValueError, match="scale_b mode"):
+        E.scaled("row", "block")
+
+
+def test_scaled_refusals_name_what_is_wrong(monkeypatch):
+    from inductor_cutedsl.runtime import scales_reason, support
+
+    monkeypatch.setattr(support, "_named_device_reason", lambda name, device: None)
+    m, n, k = 64, 128, 256
+    a = torch.randn(m, k).to(torch.float8_e4m3fn)
+    b = torch.randn(n, k).to(torch.float8_e4m3fn).t()
+    one, rows, cols = torch.ones(()), torch.ones(m, 1), torch.ones(1, n)
+    assert scales_reason(a, b, one, one) is None
+    assert scales_reason(a, b, rows, cols, torch.ones(n, dtype=torch.bfloat16)) is None
+    assert scales_reason(a, b, rows, one) is None  # each scale has its own mode
+    assert "scales" in scales_reason(a, b, torch.ones(m, 2), cols)  # block-wise: refused
+    assert "scales" in scales_reason(a, b, rows.double(), cols)
+    assert "bias" in scales_reason(a, b, one, one, torch.ones(n + 1, dtype=torch.bfloat16))
+    assert "fp8" in scales_reason(a.to(torch.bfloat16), b.to(torch.bfloat16), one, one)
+    assert "K-major" in scales_reason(a, b.contiguous(), one, one)
+
+
+@pytest.mark.parametrize("promote", [0, 1])
+def test_scaled_fp8_kernels_compile_and_export(promote, tmp_path):
+    pytest.importorskip("cutlass")
+    from inductor_cutedsl.runtime import KernelCache
+    from inductor_cutedsl.runtime.compiler import build
+
+    spec = KernelSpec(GemmConfig(128, 128, 2, 1), FP8, "bfloat16", "k", "k", E.scaled("row", "row", "bfloat16"),
+                      promote=promote)  # fmt: skip
+    path, built = build(spec, KernelCache(tmp_path))
+    assert built and path.read_bytes()[:4] == b"\x7fELF"

@@ -154,6 +154,29 @@ def addmm(beta_alpha: bool, bias_kind: str, dtype: str = "bfloat16") -> Epilogue
     )
 
 
+SCALE_MODES = ("tensor", "row")
+
+
+def scaled(scale_a: str, scale_b: str, bias: str | None = None) -> Epilogue:
+    """``acc * scale_a * scale_b [+ bias]``: what ``torch._scaled_mm`` computes from an
+    fp8 product, in fp32, scales before the bias. Scales are fp32 tensors, tensor-wise
+    (one value: a 0-dim or one-element tensor, read through zero strides) or row-wise
+    (``scale_a`` one value per output row m, an (M, 1) tensor; ``scale_b`` one per
+    column n, a (1, N) tensor); ``bias``: the dtype of a row over N, or None.
+    Operands, in order: scale_a, scale_b, then the bias if any."""
+    for name, mode in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if mode not in SCALE_MODES:
+            raise ValueError(f"{name} mode {mode!r} not in {SCALE_MODES}")
+    ops = (
+        EpilogueOperand("scale_a", "col" if scale_a == "row" else "row", "float32"),
+        EpilogueOperand("scale_b", "row", "float32"),
+        *((EpilogueOperand("bias", "row", bias),) if bias is not None else ()),
+    )
+    result = "acc * ops[0] * ops[1]" + (" + ops[2]" if bias is not None else "")
+    name = f"scaled_{scale_a}_{scale_b}" + (f"_bias_{bias}" if bias is not None else "")
+    return Epilogue(name, f"def epilogue(acc, m, n, l, ops):\n    return {result}\n", ops)
+
+
 GATED_ACTIVATIONS = ("silu", "gelu_tanh", "gelu_erf", "relu")
 
 

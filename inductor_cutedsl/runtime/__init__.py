@@ -18,6 +18,8 @@ _LAZY = {
     "gemm_reason": "support",
     "get_gemm": "launch",
     "operands_reason": "support",
+    "scaled_gemm": "launch",
+    "scales_reason": "support",
     "spec_for": "launch",
 }
 __all__ = sorted(_LAZY)

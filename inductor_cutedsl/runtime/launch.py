@@ -13,7 +13,7 @@ import torch
 
 from .. import config
 from ..kernels.config import GemmConfig, dual_shortlist, shortlist
-from ..kernels.epilogue import GATED_ACTIVATIONS, IDENTITY, Epilogue, gated
+from ..kernels.epilogue import GATED_ACTIVATIONS, IDENTITY, Epilogue, gated, scaled
 from .cache import KernelCache
 from .compiler import build
 from .fast_call import F32, I32, I64, PTR, FastCaller
@@ -32,6 +32,8 @@ from .support import (
     operand_args,
     operands_reason,
     pairs_reason,
+    scale_mode,
+    scales_reason,
     single_batch_stride,
     type_reason,
 )
@@ -296,6 +298,33 @@ def gemm(
         config = next((c for c in picks if not promote or c.promotion_reason() is None), GemmConfig(128, 128))
     get_gemm(spec_for(a, b, out.dtype, config, epilogue, promote=promote))(a, b, out, *operands)
     return out
+
+
+def scaled_gemm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    out_dtype: torch.dtype = torch.bfloat16,
+    use_fast_accum: bool = False,
+    out: torch.Tensor | None = None,
+    config: GemmConfig | None = None,
+) -> torch.Tensor:
+    """``torch._scaled_mm(a, b, scale_a, scale_b, bias, out_dtype=..., use_fast_accum=...)``
+    with our kernel: ``(a @ b) * scale_a * scale_b + bias`` in fp32, then cast. ``a``
+    (M x K) row-major and ``b`` (K x N) column-major e4m3; scales fp32, each tensor-wise
+    or row-wise ((M, 1) for A, (1, N) for B). Without ``use_fast_accum`` the fp8 partial sums
+    are promoted into fp32 every k-tile (128 of K). Raises ValueError for what it refuses."""
+    reason = scales_reason(a, b, scale_a, scale_b, bias, out.dtype if out is not None else out_dtype)
+    if reason:
+        raise ValueError(f"inductor_cutedsl cannot run this scaled GEMM: {reason}")
+    modes = (scale_mode(scale_a, a.shape[-2], 1), scale_mode(scale_b, 1, b.shape[-1]))
+    epi = scaled(*modes, OUT_DTYPES[bias.dtype] if bias is not None else None)
+    operands = (scale_a, scale_b, *((bias,) if bias is not None else ()))
+    return gemm(a, b, *operands, out=out, out_dtype=None if out is not None else out_dtype, config=config,
+                epilogue=epi, promote=0 if use_fast_accum else 1)  # fmt: skip
 
 
 def gated_gemm(

@@ -170,6 +170,41 @@ def gemm_reason(
     return None
 
 
+def scale_mode(scale: torch.Tensor, rows: int, cols: int) -> str | None:
+    """'tensor' (one fp32 value) or 'row' (an fp32 (rows, cols) vector: one value per
+    row of A for ``scale_a``, per column of B for ``scale_b``) for a scale tensor; None
+    if it is neither."""
+    if scale.dtype != torch.float32:
+        return None
+    if tuple(scale.shape) == (rows, cols):
+        return "row"
+    return "tensor" if scale.numel() == 1 else None
+
+
+def scales_reason(a: torch.Tensor, b: torch.Tensor, scale_a, scale_b, bias=None, out_dtype=None) -> str | None:
+    """None if ``torch._scaled_mm(a, b, scale_a, scale_b, bias, out_dtype=...)`` can run
+    as our kernel, else why not: e4m3 A row-major and B column-major (``gemm_reason``),
+    fp32 scales, each tensor-wise or row-wise ((M, 1) for A, (1, N) for B), a bias of N
+    values in a 16- or 32-bit float."""
+    for name, value in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if why := type_reason(name, value, torch.Tensor):
+            return why
+    if why := type_reason("bias", bias, torch.Tensor, optional=True):
+        return why
+    if a.dtype not in FP8_DTYPES:
+        return f"a is {a.dtype}: scaled GEMMs take fp8 e4m3 operands"
+    if why := gemm_reason(a, b, out_dtype=out_dtype or torch.bfloat16):
+        return why
+    m, n = a.shape[-2], b.shape[-1]
+    modes = (scale_mode(scale_a, m, 1), scale_mode(scale_b, 1, n))
+    if None in modes:
+        return (f"scales {tuple(scale_a.shape)} {scale_a.dtype} and {tuple(scale_b.shape)} {scale_b.dtype}: "
+                f"want fp32, each one value (tensor-wise) or ({m}, 1) and (1, {n}) (row-wise)")  # fmt: skip
+    if bias is not None and (bias.dtype not in OUT_DTYPES or tuple(bias.shape) != (n,)):
+        return f"bias {tuple(bias.shape)} {bias.dtype}: want {n} values of bf16, fp16 or fp32"
+    return None
+
+
 def gated_reason(
     a: torch.Tensor, b_gate: torch.Tensor, b_up: torch.Tensor, out: torch.Tensor | None = None, out_dtype=None
 ) -> str | None:
