@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from inductor_cutedsl.bench.gemm import SHAPES, plan_specs
@@ -52,3 +53,19 @@ def test_timing_probe_protocols_time_both_gemms():
     for order in timing_probe.PROTOCOLS.values():
         assert {"ours", "cublas"} <= set(order) and len(set(order)) == len(order)
     assert {shortlist_shape[:2] for shortlist_shape in timing_probe.SHAPES} <= {s[:2] for s in SHAPES}
+
+
+def test_fp8_benchmark_plans_kernels_that_can_be_built():
+    pytest.importorskip("cutlass")
+    import fp8
+
+    from inductor_cutedsl.kernels.sm90_gemm import Sm90Gemm
+
+    for shape in fp8.SHAPES:
+        for mode in fp8.MODES:
+            for promote in (0, 1):
+                specs = fp8.candidate_specs(*shape, mode, promote, limit=6)
+                assert specs and len(specs) <= 6
+                for s in specs:  # the kernel's own checks, without compiling it
+                    Sm90Gemm(s.config, s.ab_dtype, s.out_dtype, s.a_major, s.b_major, s.epilogue, s.dual, s.promote)
+                assert not promote or all(s.config.promotion_reason() is None for s in specs)

@@ -1,0 +1,156 @@
+"""fp8 (e4m3) GEMMs, ours vs ``torch._scaled_mm`` on the same tensors (issue 19).
+
+    python benchmarks/fp8.py --json benchmarks/results/h200-fp8.json
+
+Plain scaled GEMMs at LLM shapes, tensor-wise and row-wise scales. For each shape and
+scale mode our shortlisted configs are built up front (worker processes), checked
+against ``torch._scaled_mm``'s result, timed each against an adjacent ``_scaled_mm``
+timing (the clock drifts more over a search than configs differ), the leaders re-timed
+interleaved, and the winner timed interleaved with ``_scaled_mm``: ``vs_scaled_mm`` is
+its time over ours. Accumulation as ``_scaled_mm``'s default (``use_fast_accum=False``:
+ours promotes the fp8 partial sums every k-tile) unless ``--fast-accum``.
+
+Not yet here (issue 19 item 6): the fused patterns and the fp8 model-suite block, which
+need the lowering of ``_scaled_mm``.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from inductor_cutedsl.bench.report import geomean, rel_err, run_info, side_by_side, write_json  # noqa: E402
+from inductor_cutedsl.kernels import GemmConfig, shortlist  # noqa: E402
+from inductor_cutedsl.kernels import epilogue as E  # noqa: E402
+from inductor_cutedsl.runtime import KernelSpec, get_gemm  # noqa: E402
+from inductor_cutedsl.runtime.compiler import build_many  # noqa: E402
+from inductor_cutedsl.runtime.launch import default_cache  # noqa: E402
+from inductor_cutedsl.timing import bench  # noqa: E402
+
+# (M, N, K): LLM Linear layers (LLaMA-3 8B / 70B widths) at prefill token counts.
+SHAPES = [
+    (1024, 4096, 4096),
+    (2048, 14336, 4096),
+    (4096, 4096, 14336),
+    (8192, 8192, 8192),
+    (8192, 14336, 4096),
+    (8192, 4096, 14336),
+]
+MODES = ("tensor", "row")
+FINALISTS = 3
+FP8 = "float8_e4m3fn"
+
+
+def candidate_specs(m: int, n: int, k: int, mode: str, promote: int, limit: int) -> list[KernelSpec]:
+    """Our shortlist for the shape as scaled fp8 kernels (configs without registers for
+    a second accumulator dropped when promoting)."""
+    picks = shortlist(m, n, k, limit=4 * limit)
+    if promote:
+        picks = [c for c in picks if c.promotion_reason() is None] or [GemmConfig(128, 128)]
+    epi = E.scaled(mode, mode)
+    return [KernelSpec(c, FP8, "bfloat16", "k", "k", epi, promote=promote) for c in picks[:limit]]
+
+
+def operands(m: int, n: int, k: int, mode: str):
+    a = (torch.randn(m, k, device="cuda") * 4).to(torch.float8_e4m3fn)
+    b = (torch.randn(n, k, device="cuda") * 4).to(torch.float8_e4m3fn).t()
+    if mode == "tensor":
+        sa, sb = torch.rand((), device="cuda") + 0.5, torch.rand((), device="cuda") + 0.5
+    else:
+        sa, sb = torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5
+    return a, b, sa, sb
+
+
+def measure(m: int, n: int, k: int, mode: str, specs: list[KernelSpec], fast: bool) -> dict:
+    a, b, sa, sb = operands(m, n, k, mode)
+    out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+
+    def theirs():
+        return torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast)
+
+    ref = theirs()
+    bench(theirs, rep=1000)  # bring the GPU to its steady clock
+    ranked, tried = [], []
+    for spec in specs:
+        kern = get_gemm(spec)
+        out.fill_(float("nan"))
+        kern(a, b, out, sa, sb)
+        torch.cuda.synchronize()
+        err = rel_err(out, ref.double())
+        if not err < 1e-2:
+            print(f"  {spec.config.name()}: WRONG (rel err {err:.3e} vs _scaled_mm)", flush=True)
+            continue
+        ms = bench(lambda kern=kern: kern(a, b, out, sa, sb))
+        ratio = bench(theirs) / ms
+        tried.append({"config": spec.config.name(), "ms": round(ms, 4), "vs_scaled_mm": round(ratio, 4)})
+        ranked.append((ratio, spec))
+    if not ranked:
+        return {"shape": [m, n, k], "mode": mode, "error": "no candidate computed the right result"}
+    leaders = [spec for _, spec in sorted(ranked, key=lambda r: -r[0])[:FINALISTS]]
+    runs = side_by_side({s: (lambda kern=get_gemm(s): kern(a, b, out, sa, sb)) for s in leaders} | {"theirs": theirs},
+                        rounds=3)  # fmt: skip
+    spec = min(leaders, key=runs.get)
+    kern = get_gemm(spec)
+    final = side_by_side({"ours": lambda: kern(a, b, out, sa, sb), "theirs": theirs})
+    flops = 2 * m * n * k
+    return {
+        "shape": [m, n, k], "mode": mode, "config": spec.config.name(), "promote": spec.promote,
+        "ours_ms": round(final["ours"], 4), "scaled_mm_ms": round(final["theirs"], 4),
+        "vs_scaled_mm": round(final["theirs"] / final["ours"], 4),
+        "tflops": round(flops / final["ours"] / 1e9, 1), "scaled_mm_tflops": round(flops / final["theirs"] / 1e9, 1),
+        "candidates": sorted(tried, key=lambda t: -t["vs_scaled_mm"]),
+    }  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--json", metavar="PATH", default=None, help="where the results are written (default: nowhere)")
+    ap.add_argument("--fast-accum", action="store_true",
+                    help="use_fast_accum=True on both sides (ours: no promotion)")
+    ap.add_argument("--configs", type=int, default=6, help="our configs tried per shape (default: %(default)s)")
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                    help="processes compiling the candidates (default: the CPU count, %(default)s)")
+    ap.add_argument("--shapes", default=None, help="MxNxK,... instead of the default LLM shapes")
+    args = ap.parse_args(argv)
+    if args.configs < 1 or args.workers < 1:
+        ap.error("--configs and --workers must be at least 1")
+    if not torch.cuda.is_available():
+        print("no CUDA GPU: nothing to measure")
+        return {}
+    shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
+    promote = 0 if args.fast_accum else 1
+    torch.manual_seed(0)
+    plan = {(shape, mode): candidate_specs(*shape, mode, promote, args.configs) for shape in shapes for mode in MODES}
+    t0 = time.perf_counter()
+    build_many((s for specs in plan.values() for s in specs), default_cache(), args.workers)
+    print(f"built {sum(map(len, plan.values()))} specs in {time.perf_counter() - t0:.1f}s", flush=True)
+    rows = []
+    for ((m, n, k), mode), specs in plan.items():
+        row = measure(m, n, k, mode, specs, args.fast_accum)
+        rows.append(row)
+        if "error" in row:
+            print(f"{m}x{n}x{k} {mode}: {row['error']}", flush=True)
+            continue
+        print(f"{m}x{n}x{k} {mode:6s}: ours {row['ours_ms']:.4f} ms ({row['tflops']} TFLOP/s, {row['config']}) "
+              f"_scaled_mm {row['scaled_mm_ms']:.4f} ms ({row['scaled_mm_tflops']}) -> {row['vs_scaled_mm']:.3f}x",
+              flush=True)  # fmt: skip
+    ratios = [r["vs_scaled_mm"] for r in rows if "error" not in r]
+    result = {
+        **run_info(),
+        "use_fast_accum": args.fast_accum,
+        "geomean_vs_scaled_mm": round(geomean(ratios), 4) if ratios else None,
+        "min_vs_scaled_mm": min(ratios) if ratios else None,
+        "rows": rows,
+    }
+    print({k: v for k, v in result.items() if k != "rows"})
+    write_json(result, args.json)
+    return result
+
+
+if __name__ == "__main__":
+    main()
