@@ -749,6 +749,14 @@ def restore_pre_grad_pass(prior: Any) -> None:
     inductor_config.pre_grad_custom_pass = prior
 
 
+def current_node_arg(name: str, index: int, default: Any) -> Any:
+    """Argument ``name`` (positional ``index``) of the op being lowered, else ``default``."""
+    node = V.graph.current_node
+    if name in node.kwargs:
+        return node.kwargs[name]
+    return node.args[index] if len(node.args) > index else default
+
+
 def current_node_output_used(index: int) -> bool:
     """Whether the graph reads output ``index`` of the op being lowered."""
     import operator

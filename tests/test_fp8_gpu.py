@@ -112,3 +112,34 @@ def test_scaled_gemm_matches_float64_and_torch_scaled_mm(mode, bias, fast):
     assert rel_err(out, ref) < tol(torch.bfloat16, 0 if fast else 1)
     theirs = torch._scaled_mm(a, b, sa, sb, bias=c, out_dtype=torch.bfloat16, use_fast_accum=fast)
     assert rel_err(out, theirs.double()) < 1e-2  # two bf16 roundings of nearly equal sums
+
+
+@pytest.mark.parametrize("mode", ["tensor", "row"])
+def test_compiled_scaled_mm_runs_our_kernel_and_computes_the_block(mode):
+    """torch.compile of a quantized Linear + GELU + residual with CuteDSL as the only
+    GEMM backend: our fp8 kernel takes the _scaled_mm (the consumers fused into it or
+    not, as the selection measures) and the result matches float64."""
+    import torch.nn.functional as F
+    from torch._inductor import config as ic
+    from torch._inductor.utils import run_and_get_code
+
+    from helpers import cutedsl_launches
+
+    m, n, k = 1000, 2048, 1024
+    a, b = operands(m, n, k)
+    sa, sb = scales(mode, m, n)
+    c = torch.randn(n, device="cuda").to(torch.bfloat16)
+    r = torch.randn(m, n, device="cuda").to(torch.bfloat16)
+
+    def fn(a, b, sa, sb, c, r):
+        y = torch._scaled_mm(a, b, sa, sb, bias=c, out_dtype=torch.bfloat16)
+        return F.gelu(y, approximate="tanh") + r
+
+    torch.compiler.reset()
+    with ic.patch(max_autotune_gemm_backends="CUTEDSL", force_disable_caches=True):
+        got, codes = run_and_get_code(torch.compile(fn, mode="max-autotune-no-cudagraphs"), a, b, sa, sb, c, r)
+    code = "\n".join(codes)
+    assert cutedsl_launches(code) == 1 and "extern_kernels._scaled_mm" not in code
+    y = (a.double() @ b.double()) * sa.double() * sb.double() + c.double()
+    ref = F.gelu(y, approximate="tanh") + r.double()
+    assert rel_err(got, ref) < 1e-2

@@ -1,4 +1,5 @@
-"""CuteDSL candidates for Inductor's mm / addmm / bmm / baddbmm autotuning.
+"""CuteDSL candidates for Inductor's mm / addmm / bmm / baddbmm and fp8 ``_scaled_mm``
+autotuning.
 
 Each GEMM is first checked against what the kernel can take, on the IR (static
 sizes, strides and offsets, proven without adding guards). A GEMM that fails a
@@ -8,7 +9,10 @@ check gets no CuteDSL candidate, and the reason goes to the
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any, Sequence
+
+import torch
 
 from .. import _compat, config
 from ..config import BACKEND_TOKEN
@@ -17,13 +21,15 @@ from ..kernels.config import shortlist
 from ..runtime import compiler
 from ..runtime.launch import default_cache
 from ..runtime.spec import ALIGNMENT, KernelSpec
-from ..runtime.support import A_MAJOR, AB_DTYPES, B_MAJOR, OUT_DTYPES, device_reason
+from ..runtime.support import A_MAJOR, AB_DTYPES, B_MAJOR, FP8_DTYPES, OUT_DTYPES, device_reason
 from .candidate import GemmCandidate
 from .template import gemm_template
 
 log = logging.getLogger("inductor_cutedsl.lowering")
 
 GEMM_OPS = ("mm", "addmm", "bmm", "baddbmm")
+#: Inductor's name for ``aten._scaled_mm`` (fp8), whose candidates ``scaled_candidates`` makes.
+SCALED_OP = "scaled_mm"
 
 
 class Refusal(Exception):
@@ -86,11 +92,8 @@ def bias_kind(stride: Sequence[Any]) -> str:
     return "full"
 
 
-def gemm_candidates(kernel_inputs: Any, op_name: str) -> tuple[list[GemmCandidate], Any]:
-    """The candidates for this GEMM, and the output layout they share.
-
-    Raises Refusal when the GEMM must not get a CuteDSL candidate.
-    """
+def _graph_refusal() -> None:
+    """Refusal when nothing of this graph may run our kernel (settings, code generation)."""
     if not _compat.backend_enabled(BACKEND_TOKEN):
         raise Refusal(f"{BACKEND_TOKEN} is not in max_autotune_gemm_backends")
     if not _compat.max_autotune_on():
@@ -98,6 +101,30 @@ def gemm_candidates(kernel_inputs: Any, op_name: str) -> tuple[list[GemmCandidat
     blocked = _compat.codegen_blocked()
     if blocked:
         raise Refusal(blocked)
+
+
+def _output_layout(kernel_inputs: Any, out_dtype: Any) -> Any:
+    """The GEMM's fixed output layout, or Refusal where the TMA store cannot write it."""
+    layout = kernel_inputs.output_layout(flexible=False)
+    out_stride = layout.stride
+    if not _compat.is_one(out_stride[-1]) or not _compat.multiple_of(
+        out_stride[-2], ALIGNMENT // out_dtype.itemsize
+    ):
+        raise Refusal(f"output layout {list(out_stride)} is not row-major with 16-byte rows")
+    if not _compat.multiple_of(layout.size[-1], ALIGNMENT // out_dtype.itemsize):
+        # The TMA store writes whole 16-byte units (runtime.support.row_width_reason).
+        raise Refusal(f"output width {layout.size[-1]} is not provably whole 16-byte units")
+    return layout
+
+
+def gemm_candidates(kernel_inputs: Any, op_name: str) -> tuple[list[GemmCandidate], Any]:
+    """The candidates for this GEMM, and the output layout they share.
+
+    Raises Refusal when the GEMM must not get a CuteDSL candidate.
+    """
+    _graph_refusal()
+    if op_name == SCALED_OP:
+        return scaled_candidates(kernel_inputs)
     nodes = kernel_inputs.nodes()
     has_c = op_name in ("addmm", "baddbmm")
     c, a, b = nodes if has_c else (None, *nodes)
@@ -113,15 +140,7 @@ def gemm_candidates(kernel_inputs: Any, op_name: str) -> tuple[list[GemmCandidat
     # passed (below): a GEMM we refuse leaves Inductor free to pad or re-lay them.
     a_major = A_MAJOR[_contiguous_mode("A", a)]
     b_major = B_MAJOR[_contiguous_mode("B", b)]
-    layout = kernel_inputs.output_layout(flexible=False)
-    out_stride = layout.stride
-    if not _compat.is_one(out_stride[-1]) or not _compat.multiple_of(
-        out_stride[-2], ALIGNMENT // out_dtype.itemsize
-    ):
-        raise Refusal(f"output layout {list(out_stride)} is not row-major with 16-byte rows")
-    if not _compat.multiple_of(layout.size[-1], ALIGNMENT // out_dtype.itemsize):
-        # The TMA store writes whole 16-byte units (runtime.support.row_width_reason).
-        raise Refusal(f"output width {layout.size[-1]} is not provably whole 16-byte units")
+    layout = _output_layout(kernel_inputs, out_dtype)
 
     epilogue, scalars = E.IDENTITY, ()
     if has_c:
@@ -149,9 +168,61 @@ def gemm_candidates(kernel_inputs: Any, op_name: str) -> tuple[list[GemmCandidat
     return [GemmCandidate(spec, names, operands, scalars=tuple(scalars)) for spec in specs], layout
 
 
+def _scale_mode(name: str, node: Any, size: tuple[int, int]) -> str:
+    """'row' for an fp32 scale of exactly ``size`` ((M, 1) for A, (1, N) for B),
+    'tensor' for one fp32 value; Refusal for any other (block-wise, MX) scale."""
+    shape = [_compat.size_hint(s) for s in node.get_size()]
+    if node.get_dtype() != torch.float32:
+        raise Refusal(f"{name} is {node.get_dtype()} (CuteDSL takes fp32 scales)")
+    if tuple(shape) == size:
+        return "row"
+    if math.prod(shape) == 1:
+        return "tensor"
+    raise Refusal(f"{name} of shape {shape}: tensor-wise or row-wise {list(size)} scales only (not block-wise)")
+
+
+def scaled_candidates(kernel_inputs: Any) -> tuple[list[GemmCandidate], Any]:
+    """(Called by ``gemm_candidates``, the settings checked.) The candidates for ``aten._scaled_mm`` (fp8 e4m3, both operands K-major, fp32
+    scales tensor-wise or row-wise, optional bias), and their output layout: our kernel
+    with the scales (and bias) as its epilogue, promoting the partial sums every k-tile
+    unless the op asks for fast accumulation. Raises Refusal."""
+    a, b, scale_a, scale_b, *rest = kernel_inputs.nodes()
+    bias = rest[0] if rest else None
+    reason = _device_reason(a)
+    if reason:
+        raise Refusal(reason)
+    ab_dtype, out_dtype = a.get_dtype(), kernel_inputs.out_dtype()
+    if ab_dtype not in FP8_DTYPES or b.get_dtype() != ab_dtype:
+        raise Refusal(f"operand dtypes {ab_dtype}/{b.get_dtype()} (CuteDSL takes fp8 e4m3 here)")
+    if out_dtype not in OUT_DTYPES:
+        raise Refusal(f"output dtype {out_dtype} (an fp8 output is not supported yet)")
+    if _compat.current_node_arg("scale_result", 5, None) is not None:
+        raise Refusal("scale_result (an fp8 output's scale) is not supported yet")
+    if (_contiguous_mode("A", a), _contiguous_mode("B", b)) != ("last", "first"):
+        raise Refusal("fp8 operands must both be K-major (A row-major, B column-major): Hopper's fp8 MMA")
+    m, n, k = (_compat.size_hint(x) for x in kernel_inputs.mnk_symbolic())
+    modes = (_scale_mode("scale_a", scale_a, (m, 1)), _scale_mode("scale_b", scale_b, (1, n)))
+    if bias is not None and (bias.get_dtype() not in OUT_DTYPES or len(bias.get_size()) != 1):
+        raise Refusal(f"bias {bias.get_dtype()} of {len(bias.get_size())} dims (want N values)")
+    layout = _output_layout(kernel_inputs, out_dtype)
+    promote = 0 if _compat.current_node_arg("use_fast_accum", 7, False) else 1
+    epi = E.scaled(*modes, OUT_DTYPES[bias.get_dtype()] if bias is not None else None)
+    out_bytes = out_dtype.itemsize
+    configs = [
+        cfg for cfg in shortlist(m, n, k, limit=4 * config.max_configs)
+        if cfg.invalid_reason(1, out_bytes) is None and (not promote or cfg.promotion_reason() is None)
+    ][: config.max_configs]  # fmt: skip
+    out = OUT_DTYPES[out_dtype]
+    specs = [KernelSpec(cfg, FP8_DTYPES[ab_dtype], out, "k", "k", epi, promote=promote) for cfg in configs]
+    names = ("a", "b", "scale_a", "scale_b") + (("bias",) if bias is not None else ())
+    for node in (a, b):
+        _compat.freeze_layout(node)
+    return [GemmCandidate(spec, names, names[2:]) for spec in specs], layout
+
+
 def gemm_choices(kernel_inputs: Any, op_name: str) -> list[Any]:
     """ChoiceCallers for this GEMM (their kernels building in the background); [] when refused."""
-    if not config.enabled or op_name not in GEMM_OPS:
+    if not config.enabled or op_name not in (*GEMM_OPS, SCALED_OP):
         return []
     try:
         candidates, layout = gemm_candidates(kernel_inputs, op_name)

@@ -117,7 +117,9 @@ def _random_tensor(layout: Any, fill: bool) -> torch.Tensor:
     offset = _compat.size_hint(layout.offset)
     needed = offset + 1 + sum((s - 1) * st for s, st in zip(size, stride))
     storage = torch.empty(needed, dtype=layout.dtype, device=layout.device)
-    if fill:
+    if fill and storage.element_size() == 1:  # 8-bit floats have no normal_
+        storage.copy_(torch.randn(needed, device=layout.device))
+    elif fill:
         storage.normal_()
     return storage.as_strided(size, stride, offset)
 

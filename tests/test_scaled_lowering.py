@@ -1,0 +1,79 @@
+"""``aten._scaled_mm`` (fp8) lowered to our kernel for a faked H200 (no GPU needed):
+candidates with the scales and bias in the epilogue, pointwise consumers fused after
+them, and refusals that leave the op to ATen with the reason logged."""
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fake_hopper import generated_code, launched
+from test_fusion_codegen import backend, kernels
+from test_lowering import graph  # noqa: F401  (the fixture)
+
+M, N, K = 1000, 2048, 1024
+E4M3 = torch.float8_e4m3fn
+
+
+def scaled_mm(a, w, sa, sb, **kwargs):
+    """The graph a quantized Linear makes: fp8 casts, then _scaled_mm with B = W^T."""
+    return torch._scaled_mm(a.to(E4M3), w.to(E4M3).t(), sa.float(), sb.float(), **kwargs)
+
+
+def test_row_wise_scales_are_the_epilogue_of_a_promoting_fp8_kernel():
+    with backend():
+        code = generated_code(lambda a, w, sa, sb: scaled_mm(a, w, sa, sb, out_dtype=torch.bfloat16),
+                              (M, K), (N, K), (M, 1), (1, N), backends="CUTEDSL,ATEN")  # fmt: skip
+    assert kernels(code)[0] == 1
+    spec = launched(code, 0)["spec"]
+    assert (spec.ab_dtype, spec.a_major, spec.b_major, spec.promote) == ("float8_e4m3fn", "k", "k", 1)
+    assert spec.epilogue.name == "scaled_row_row"
+    assert [op.kind for op in spec.epilogue.operands] == ["col", "row"]
+    assert "_launch(a, b, out_ptr0, scale_a, scale_b, stream=stream)" in code
+
+
+def test_tensor_wise_scales_bias_and_consumers_fuse_with_fast_accumulation():
+    def fn(a, w, sa, sb, c, r):
+        y = scaled_mm(a, w, sa, sb, bias=c, out_dtype=torch.bfloat16, use_fast_accum=True)
+        return F.gelu(y, approximate="tanh") + r
+
+    with backend():
+        code = generated_code(fn, (M, K), (N, K), (), (), (N,), (M, N), backends="CUTEDSL,ATEN")
+    assert kernels(code)[0] == 1 and "extern_kernels._scaled_mm" not in code
+    spec = launched(code, 0)["spec"]
+    assert spec.promote == 0 and spec.epilogue.name.startswith("scaled_tensor_tensor_bias_bfloat16")
+    assert "tanh" in spec.epilogue.source, "the GELU runs in the scaled kernel's epilogue"
+    assert [op.name for op in spec.epilogue.operands][:3] == ["scale_a", "scale_b", "bias"]
+
+
+@pytest.mark.parametrize(
+    "kwargs,shapes,needle",
+    [
+        ({"out_dtype": E4M3}, [(), ()], "an fp8 output is not supported"),
+        ({"out_dtype": torch.bfloat16, "scale_result": torch.ones(())}, [(), ()], "scale_result"),
+    ],
+    ids=["fp8_out", "scale_result"],
+)
+def test_refusals_leave_the_op_to_aten_and_say_why(kwargs, shapes, needle, caplog):
+    with caplog.at_level(logging.INFO, logger="inductor_cutedsl.lowering"), backend():
+        code = generated_code(lambda a, w, sa, sb: scaled_mm(a, w, sa, sb, **kwargs), (M, K), (N, K), *shapes,
+                              backends="CUTEDSL,ATEN")  # fmt: skip
+    assert kernels(code)[0] == 0 and "extern_kernels._scaled_mm" in code
+    assert any(needle in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
+
+
+def test_scale_modes_and_the_scales_refused(graph):
+    from inductor_cutedsl.lowering import gemm_choices as gc
+    from test_lowering import FakeNode
+
+    fp32 = torch.float32
+    assert gc._scale_mode("scale_a", FakeNode((M, 1), (1, 1), fp32), (M, 1)) == "row"
+    assert gc._scale_mode("scale_b", FakeNode((1, N), (N, 1), fp32), (1, N)) == "row"
+    for shape in [(), (1,), (1, 1)]:
+        assert gc._scale_mode("scale_a", FakeNode(shape, [1] * len(shape), fp32), (M, 1)) == "tensor"
+    with pytest.raises(gc.Refusal, match="not block-wise"):
+        gc._scale_mode("scale_a", FakeNode((M, K // 128), (K // 128, 1), fp32), (M, 1))
+    with pytest.raises(gc.Refusal, match="fp32 scales"):
+        gc._scale_mode("scale_a", FakeNode((M, 1), (1, 1), torch.float8_e8m0fnu), (M, 1))
