@@ -143,3 +143,32 @@ def test_compiled_scaled_mm_runs_our_kernel_and_computes_the_block(mode):
     y = (a.double() @ b.double()) * sa.double() * sb.double() + c.double()
     ref = F.gelu(y, approximate="tanh") + r.double()
     assert rel_err(got, ref) < 1e-2
+
+
+def test_fp8_output_with_a_result_scale_matches_torch_scaled_mm():
+    """An fp8 output (saturating at +-448, as cuBLAS's) scaled by scale_result: the same
+    fp8 values as torch._scaled_mm's, up to a rounding step where the fp32 sums differ."""
+    from inductor_cutedsl.runtime import scaled_gemm
+
+    m, n, k = 1000, 2048, 4096
+    a, b = operands(m, n, k)
+    sa, sb = scales("row", m, n)
+    sr = torch.tensor(1 / 64, device="cuda")
+    out = torch.empty(m, n, device="cuda", dtype=E4M3)
+    scaled_gemm(a, b, sa, sb, None, sr, out=out)
+    theirs = torch._scaled_mm(a, b, sa, sb, scale_result=sr, out_dtype=E4M3)
+    ours64, theirs64 = out.double(), theirs.double()
+    assert torch.isfinite(ours64).all() and ours64.abs().max() <= 448
+    assert rel_err(out, theirs64) < 0.07  # e4m3 has 3 mantissa bits: one step is 6-12%
+    assert (ours64 == theirs64).double().mean() > 0.9
+
+
+def test_bf16_gemm_stores_fp8_output_saturated():
+    from inductor_cutedsl.runtime import gemm
+
+    a = torch.randn(512, 1024, device="cuda").to(torch.bfloat16)
+    b = torch.randn(1024, 768, device="cuda").to(torch.bfloat16)
+    out = torch.empty(512, 768, device="cuda", dtype=E4M3)
+    gemm(a, b, out=out)
+    ref = (a.double() @ b.double()).clamp(-448, 448)  # |a @ b| ~ 32: a few saturate
+    assert rel_err(out, ref) < 0.07

@@ -48,13 +48,34 @@ def test_tensor_wise_scales_bias_and_consumers_fuse_with_fast_accumulation():
     assert [op.name for op in spec.epilogue.operands][:3] == ["scale_a", "scale_b", "bias"]
 
 
+def test_an_fp8_output_is_stored_by_the_kernel():
+    with backend():
+        code = generated_code(lambda a, w, sa, sb: scaled_mm(a, w, sa, sb, out_dtype=E4M3),
+                              (M, K), (N, K), (), (), backends="CUTEDSL,ATEN")  # fmt: skip
+    spec = launched(code, 0)["spec"]
+    assert (spec.ab_dtype, spec.out_dtype) == ("float8_e4m3fn", "float8_e4m3fn")
+
+
+def test_a_cast_to_fp8_for_the_next_layer_fuses_into_a_bf16_gemm():
+    def quantized(x, w):
+        y = torch.relu(x @ w.t())
+        return (y * 0.25).clamp(-448.0, 448.0).to(E4M3)
+
+    with backend():
+        code = generated_code(quantized, (M, K), (N, K))
+    assert kernels(code) == (1, 0)
+    spec = launched(code, 0)["spec"]
+    assert (spec.ab_dtype, spec.out_dtype) == ("bfloat16", "float8_e4m3fn")
+    assert "round_to(" in spec.epilogue.source and "'float8_e4m3fn'" in spec.epilogue.source
+
+
 @pytest.mark.parametrize(
     "kwargs,shapes,needle",
     [
-        ({"out_dtype": E4M3}, [(), ()], "an fp8 output is not supported"),
         ({"out_dtype": torch.bfloat16, "scale_result": torch.ones(())}, [(), ()], "scale_result"),
+        ({"out_dtype": torch.bfloat16}, [(M, K // 128), (K // 128, N)], "not block-wise"),
     ],
-    ids=["fp8_out", "scale_result"],
+    ids=["scale_result", "block_wise"],
 )
 def test_refusals_leave_the_op_to_aten_and_say_why(kwargs, shapes, needle, caplog):
     with caplog.at_level(logging.INFO, logger="inductor_cutedsl.lowering"), backend():

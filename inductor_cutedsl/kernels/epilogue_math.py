@@ -70,7 +70,7 @@ def select(cond, if_value, else_value):
 
 def round_to(x, dtype: str):
     """Round an fp32 value through a narrower float type (an explicit cast in the graph)."""
-    narrow = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}[dtype]
+    narrow = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16, "float8_e4m3fn": cutlass.Float8E4M3FN}[dtype]
     return Float32(x).to(narrow).to(Float32)
 
 

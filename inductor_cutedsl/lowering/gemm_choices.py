@@ -21,7 +21,7 @@ from ..kernels.config import shortlist
 from ..runtime import compiler
 from ..runtime.launch import default_cache
 from ..runtime.spec import ALIGNMENT, KernelSpec
-from ..runtime.support import A_MAJOR, AB_DTYPES, B_MAJOR, FP8_DTYPES, OUT_DTYPES, device_reason
+from ..runtime.support import A_MAJOR, AB_DTYPES, B_MAJOR, FP8_DTYPES, OUT_DTYPES, STORE_DTYPES, device_reason
 from .candidate import GemmCandidate
 from .template import gemm_template
 
@@ -194,10 +194,11 @@ def scaled_candidates(kernel_inputs: Any) -> tuple[list[GemmCandidate], Any]:
     ab_dtype, out_dtype = a.get_dtype(), kernel_inputs.out_dtype()
     if ab_dtype not in FP8_DTYPES or b.get_dtype() != ab_dtype:
         raise Refusal(f"operand dtypes {ab_dtype}/{b.get_dtype()} (CuteDSL takes fp8 e4m3 here)")
-    if out_dtype not in OUT_DTYPES:
-        raise Refusal(f"output dtype {out_dtype} (an fp8 output is not supported yet)")
+    if out_dtype not in STORE_DTYPES:
+        raise Refusal(f"output dtype {out_dtype}")
     if _compat.current_node_arg("scale_result", 5, None) is not None:
-        raise Refusal("scale_result (an fp8 output's scale) is not supported yet")
+        # Inductor gives templates no scale_result input to read it from.
+        raise Refusal("scale_result (an fp8 output's scale) is not among the template's inputs")
     if (_contiguous_mode("A", a), _contiguous_mode("B", b)) != ("last", "first"):
         raise Refusal("fp8 operands must both be K-major (A row-major, B column-major): Hopper's fp8 MMA")
     m, n, k = (_compat.size_hint(x) for x in kernel_inputs.mnk_symbolic())
@@ -212,7 +213,7 @@ def scaled_candidates(kernel_inputs: Any) -> tuple[list[GemmCandidate], Any]:
         cfg for cfg in shortlist(m, n, k, limit=4 * config.max_configs)
         if cfg.invalid_reason(1, out_bytes) is None and (not promote or cfg.promotion_reason() is None)
     ][: config.max_configs]  # fmt: skip
-    out = OUT_DTYPES[out_dtype]
+    out = STORE_DTYPES[out_dtype]
     specs = [KernelSpec(cfg, FP8_DTYPES[ab_dtype], out, "k", "k", epi, promote=promote) for cfg in configs]
     names = ("a", "b", "scale_a", "scale_b") + (("bias",) if bias is not None else ())
     for node in (a, b):

@@ -22,6 +22,7 @@ from .support import (
     FP8_DTYPES,
     KERNEL_AB_DTYPES,
     OUT_DTYPES,
+    STORE_DTYPES,
     ArgumentTypeError,
     a_major,
     b_major,
@@ -79,7 +80,8 @@ class CompiledGemm:
 
         self.spec = spec
         self._module = cute.runtime.load_module(str(object_path))
-        dt = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16, "float32": cutlass.Float32}
+        dt = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16, "float32": cutlass.Float32,
+              "float8_e4m3fn": cutlass.Float8E4M3FN}  # fmt: skip
         ops = spec.epilogue.operands
         # Entry parameters (see Sm90Gemm.make_entry): kinds for the fast path and
         # the DSL type of each pointer for the generic one.
@@ -223,7 +225,7 @@ def spec_for(
     promote: int = 0,
 ) -> KernelSpec:
     return KernelSpec(
-        config, KERNEL_AB_DTYPES[a.dtype], OUT_DTYPES[out_dtype], a_major(a), b_major(b), epilogue, dual, promote
+        config, KERNEL_AB_DTYPES[a.dtype], STORE_DTYPES[out_dtype], a_major(a), b_major(b), epilogue, dual, promote
     )
 
 
@@ -306,23 +308,28 @@ def scaled_gemm(
     scale_a: torch.Tensor,
     scale_b: torch.Tensor,
     bias: torch.Tensor | None = None,
+    scale_result: torch.Tensor | None = None,
     *,
     out_dtype: torch.dtype = torch.bfloat16,
     use_fast_accum: bool = False,
     out: torch.Tensor | None = None,
     config: GemmConfig | None = None,
 ) -> torch.Tensor:
-    """``torch._scaled_mm(a, b, scale_a, scale_b, bias, out_dtype=..., use_fast_accum=...)``
-    with our kernel: ``(a @ b) * scale_a * scale_b + bias`` in fp32, then cast. ``a``
+    """``torch._scaled_mm(a, b, scale_a, scale_b, bias, scale_result, out_dtype=...,
+    use_fast_accum=...)`` with our kernel: ``((a @ b) * scale_a * scale_b + bias) *
+    scale_result`` in fp32, then cast (an fp8 output saturates at +-448). ``a``
     (M x K) row-major and ``b`` (K x N) column-major e4m3; scales fp32, each tensor-wise
     or row-wise ((M, 1) for A, (1, N) for B). Without ``use_fast_accum`` the fp8 partial sums
     are promoted into fp32 every k-tile (128 of K). Raises ValueError for what it refuses."""
     reason = scales_reason(a, b, scale_a, scale_b, bias, out.dtype if out is not None else out_dtype)
+    if reason is None and scale_result is not None:
+        if not isinstance(scale_result, torch.Tensor) or scale_result.dtype != torch.float32 or scale_result.numel() != 1:
+            reason = "scale_result: want one fp32 value (a 0-dim or one-element tensor)"
     if reason:
         raise ValueError(f"inductor_cutedsl cannot run this scaled GEMM: {reason}")
     modes = (scale_mode(scale_a, a.shape[-2], 1), scale_mode(scale_b, 1, b.shape[-1]))
-    epi = scaled(*modes, OUT_DTYPES[bias.dtype] if bias is not None else None)
-    operands = (scale_a, scale_b, *((bias,) if bias is not None else ()))
+    epi = scaled(*modes, OUT_DTYPES[bias.dtype] if bias is not None else None, scale_result is not None)
+    operands = (scale_a, scale_b, *(t for t in (bias, scale_result) if t is not None))
     return gemm(a, b, *operands, out=out, out_dtype=None if out is not None else out_dtype, config=config,
                 epilogue=epi, promote=0 if use_fast_accum else 1)  # fmt: skip
 

@@ -14,10 +14,14 @@ from ..kernels.epilogue import Epilogue, EpilogueOperand
 from .spec import ALIGNMENT
 
 AB_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
-# 8-bit operands (``runtime.gemm`` only, both K-major; scales are the epilogue's business).
+# 8-bit operands (both K-major; scales are the epilogue's business).
 FP8_DTYPES = {torch.float8_e4m3fn: "float8_e4m3fn"}
 KERNEL_AB_DTYPES = {**AB_DTYPES, **FP8_DTYPES}
 OUT_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
+# What the kernel's output D may be: an fp8 D is converted with saturation to +-448
+# (as Triton's conversion, so a fused cast computes what stock Inductor's kernel does).
+# Epilogue operands and kept outputs stay OUT_DTYPES.
+STORE_DTYPES = {**OUT_DTYPES, **FP8_DTYPES}
 
 
 def _aligned(nbytes: int) -> bool:
@@ -139,10 +143,11 @@ def gemm_reason(
         if out_dtype is not None and out.dtype != out_dtype:
             return f"out is {out.dtype} but out_dtype is {out_dtype}"
     if out is None and out_dtype is None and a.dtype in FP8_DTYPES:
-        return "out_dtype: fp8 operands need an output dtype (bf16, fp16 or fp32)"
+        return "out_dtype: fp8 operands need an output dtype (bf16, fp16, fp32 or fp8 e4m3)"
     out_dtype = out.dtype if out is not None else (out_dtype or a.dtype)
-    if out_dtype not in OUT_DTYPES:
-        return f"output dtype {out_dtype} unsupported ({'out' if out is not None else 'out_dtype'}; want one of bf16, fp16, fp32)"
+    if out_dtype not in STORE_DTYPES:
+        return (f"output dtype {out_dtype} unsupported ({'out' if out is not None else 'out_dtype'}; "
+                "want one of bf16, fp16, fp32, fp8 e4m3)")  # fmt: skip
     for name, t in (("a", a), (b_name, b), ("out", out)):
         if t is not None and (reason := _named_device_reason(name, t.device)):
             return reason

@@ -19,7 +19,7 @@ import torch
 
 from .._compat import OpsHandlerBase
 from ..kernels.epilogue import Epilogue, EpilogueOperand
-from ..runtime.support import OUT_DTYPES  # also the dtypes epilogue values take
+from ..runtime.support import OUT_DTYPES, STORE_DTYPES  # also the dtypes epilogue values take
 
 _UNARY = {
     "exp": "cute.math.exp({})",
@@ -258,8 +258,9 @@ class EpilogueTranslator(OpsHandlerBase):
     def to_dtype(self, x: Value, dtype: torch.dtype, src_dtype=None, use_compute_types=True) -> Value:
         if dtype == torch.float32:
             return Value(x.name, torch.float32)
-        if dtype in (torch.bfloat16, torch.float16):
-            return self._emit(f"round_to({x.name}, {OUT_DTYPES[dtype]!r})", dtype)
+        if dtype in STORE_DTYPES and dtype != torch.float32:
+            # (An fp8 cast saturates, as the Triton kernel it replaces does.)
+            return self._emit(f"round_to({x.name}, {STORE_DTYPES[dtype]!r})", dtype)
         raise NotImplementedError(f"cast to {dtype}")
 
     def where(self, cond: Value, a: Value, b: Value) -> Value:

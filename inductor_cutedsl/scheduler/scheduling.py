@@ -27,7 +27,7 @@ from ..lowering.template import GemmTemplateBuffer, gemm_template
 from ..runtime import compiler
 from ..runtime.launch import default_cache
 from ..runtime.spec import ALIGNMENT
-from ..runtime.support import OUT_DTYPES
+from ..runtime.support import STORE_DTYPES
 from . import selection
 from .epilogue_translation import Translation
 from .fusion import fuse
@@ -160,7 +160,7 @@ def translate_chain(scheduler: Any, template_node: Any, chain: Sequence[Any]) ->
             f"an epilogue writes at most {MAX_KEPT_OUTPUTS} besides its result"
         )
     out = _compat.V.graph.get_buffer(tr.outputs[-1])
-    if out.get_dtype() not in OUT_DTYPES:
+    if out.get_dtype() not in STORE_DTYPES:
         raise FusionRefused(f"output dtype {out.get_dtype()}")
     stride = out.get_layout().stride
     step = ALIGNMENT // out.get_dtype().itemsize  # TMA stores: 16-byte rows and batches
@@ -278,7 +278,7 @@ class CuteDSLFusionScheduling(_compat.cuda_combined_scheduling()):
         buffer = template.node
         candidate, inputs = render_source(buffer)
         out = _compat.V.graph.get_buffer(tr.outputs[-1])
-        fused = fuse(candidate, tr, OUT_DTYPES[out.get_dtype()])
+        fused = fuse(candidate, tr, STORE_DTYPES[out.get_dtype()])
         # Build now, in a worker: the generated module loads the kernel only after every
         # kernel of the graph is generated, so fused kernels compile in parallel meanwhile.
         compiler.build_async(fused.spec, default_cache(), config.compile_workers)

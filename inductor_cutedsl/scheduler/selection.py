@@ -46,7 +46,7 @@ from ..lowering.candidate import GemmCandidate
 from ..lowering.template import GemmCaller
 from ..runtime import compiler
 from ..runtime.launch import default_cache
-from ..runtime.support import OUT_DTYPES
+from ..runtime.support import STORE_DTYPES
 from ..timing import graphs_side_by_side
 from . import fusion
 from .epilogue_translation import Translation
@@ -127,7 +127,7 @@ def _random_tensor(layout: Any, fill: bool) -> torch.Tensor:
 def _fused(caller: GemmCaller, tr: Translation) -> tuple[Any, GemmCandidate]:
     """(output buffer, candidate) of ``caller`` with ``tr`` fused."""
     out = _compat.V.graph.get_buffer(tr.outputs[-1])
-    return out, fusion.fuse(caller.candidate, tr, OUT_DTYPES[out.get_dtype()])
+    return out, fusion.fuse(caller.candidate, tr, STORE_DTYPES[out.get_dtype()])
 
 
 def _fastest(timings: dict, keep: Callable[[Any], bool]) -> Any | None:
