@@ -98,3 +98,19 @@ def test_scale_modes_and_the_scales_refused(graph):
         gc._scale_mode("scale_a", FakeNode((M, K // 128), (K // 128, 1), fp32), (M, 1))
     with pytest.raises(gc.Refusal, match="fp32 scales"):
         gc._scale_mode("scale_a", FakeNode((M, 1), (1, 1), torch.float8_e8m0fnu), (M, 1))
+
+
+def test_an_fp8_cast_of_rows_not_whole_16_byte_units_stays_outside():
+    """N = 1048: bf16 rows of 2096 bytes are whole 16-byte units, fp8 rows of 1048 are
+    not. Padded to a 1152-byte stride, the fp8 output passes the stride rule, but the
+    TMA store would write its columns 1048-1055: the cast is not fused."""
+    from torch._inductor import config as inductor_config
+
+    def quantized(x, w):
+        return (x @ w.t()).clamp(-448.0, 448.0).to(E4M3)
+
+    with backend(), inductor_config.patch(comprehensive_padding=True, pad_outputs=True):
+        code = generated_code(quantized, (M, K), (1048, K))
+    assert "empty_strided_cuda((1000, 1048), (1152, 1), torch.float8_e4m3fn)" in code
+    spec = launched(code, 0)["spec"]
+    assert spec.out_dtype == "bfloat16" and kernels(code) == (1, 1)

@@ -166,6 +166,10 @@ def translate_chain(scheduler: Any, template_node: Any, chain: Sequence[Any]) ->
     step = ALIGNMENT // out.get_dtype().itemsize  # TMA stores: 16-byte rows and batches
     if not _compat.is_one(stride[-1]) or not all(_compat.multiple_of(s, step) for s in stride[:-1]):
         raise FusionRefused(f"output layout {list(stride)} is not row-major with 16-byte rows")
+    if not _compat.multiple_of(out.get_size()[-1], step):
+        # The TMA store writes whole 16-byte units (runtime.support.row_width_reason): a
+        # narrower output dtype than the GEMM's (fp8) may end its rows inside one.
+        raise FusionRefused(f"output width {out.get_size()[-1]} is not provably whole 16-byte units")
     return tr
 
 
