@@ -154,8 +154,6 @@ def test_loaded_entry_marshals_the_launchers_arguments(tmp_path, variant):
     kind (and stream-K's buffers, a dual kernel's up weight), the argument list
     ``CompiledGemm`` builds (what its first launch passes), and the fast path packs
     it exactly as the DSL does."""
-    from inductor_cutedsl.runtime.launch import CompiledGemm
-
     stream_k, dual = variant == "stream_k", variant == "dual"
     acc = "acc[0] * acc[1]" if dual else "acc"  # a dual kernel's acc is (gate, up)
     epi = E.Epilogue(
@@ -165,12 +163,21 @@ def test_loaded_entry_marshals_the_launchers_arguments(tmp_path, variant):
          E.EpilogueOperand("scale", "scalar"), E.EpilogueOperand("pre", "out", "float32")),
     )  # fmt: skip
     spec = KernelSpec(GemmConfig(128, 128, 1, 1, stream_k=stream_k), "bfloat16", "bfloat16", "k", "n", epi, dual)
-    path, _ = build(spec, KernelCache(tmp_path))
-    call = CompiledGemm(spec, str(path)).call
     values = [0x1000, 0x2000, 0x3000, 64, 64, 64, 1, 64, 64, 64, 0, 0, 0, 1]
     values += [0x9000, 128, 0] if dual else []
     values += [0x7000, 0x8000] if stream_k else []
     values += [0x4000, 0, 1, 0] + [0x5000, 64, 1, 0] + [0.5] + [0x6000, 64, 1, 0] + [0]
+    assert_entry_takes(spec, values, tmp_path)
+
+
+def assert_entry_takes(spec: KernelSpec, values: list, tmp_path) -> None:
+    """``spec`` built, exported and loaded: the DSL accepts ``values`` (the entry's
+    flat arguments, as ``CompiledGemm`` builds them) and the fast path packs them as it
+    does; a changed size needs the slow path again."""
+    from inductor_cutedsl.runtime.launch import CompiledGemm
+
+    path, _ = build(spec, KernelCache(tmp_path))
+    call = CompiledGemm(spec, str(path)).call
     dsl_args = call._to_dsl_args(values)  # exe_args point into these: keep them alive
     exe_args, _ = call._fn.generate_execution_args(*dsl_args)
     assert len(exe_args) == len(values)

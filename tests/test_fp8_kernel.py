@@ -162,25 +162,12 @@ def test_loaded_fp8_entry_marshals_the_launchers_arguments(tmp_path):
     accepts the argument list ``CompiledGemm`` builds for it (as for 16-bit kernels in
     test_compile)."""
     pytest.importorskip("cutlass")
-    import types
-
-    from inductor_cutedsl.runtime import KernelCache
-    from inductor_cutedsl.runtime.compiler import build
-    from inductor_cutedsl.runtime.launch import CompiledGemm
+    from test_compile import assert_entry_takes
 
     spec = KernelSpec(GemmConfig(128, 128), FP8, FP8, "k", "k", E.scaled("row", "tensor", "bfloat16"), promote=1)
-    path, _ = build(spec, KernelCache(tmp_path))
-    call = CompiledGemm(spec, str(path)).call
     values = [0x1000, 0x2000, 0x3000, 64, 64, 128, 1, 128, 128, 64, 0, 0, 0, 1]
     values += [0x4000, 1, 0, 0] + [0x5000, 0, 0, 0] + [0x6000, 0, 1, 0] + [0]  # scales, bias, stream
-    dsl_args = call._to_dsl_args(values)
-    exe_args, _ = call._fn.generate_execution_args(*dsl_args)
-    assert len(exe_args) == len(values)
-    call._fn._default_executor = types.SimpleNamespace(
-        _num_extra_args=0, _get_invoke_packed_args=lambda args: [None] * len(args),
-        capi_func=None, cuda_result=None,
-    )  # fmt: skip
-    assert call._build_fast_state(exe_args, values) is not None
+    assert_entry_takes(spec, values, tmp_path)
 
 
 def test_scaled_epilogue_with_a_result_scale_multiplies_last():
