@@ -33,7 +33,7 @@ def operands(m: int, n: int, k: int):
 
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("shape", [(1000, 1008, 4096), (17, 4096, 1024), (4096, 16, 4000), (8192, 4096, 4096)])
-@pytest.mark.parametrize("promote", [0, 1, 4])
+@pytest.mark.parametrize("promote", [0, 1])
 def test_fp8_gemm_matches_float64(shape, out_dtype, promote):
     from inductor_cutedsl.runtime import gemm
 
@@ -66,14 +66,13 @@ def test_fast_accumulation_error_at_large_k_and_promotion_removes_it():
     a, b = operands(m, n, k)
     ref = a.double() @ b.double()
     errs = {}
-    for promote in (0, 1, 4):
+    for promote in (0, 1):
         out = poisoned((m, n), torch.float32)
         gemm(a, b, out=out, promote=promote)
         errs[promote] = rel_err(out, ref)
-    print(f"fp8 K={k}: rel err fast {errs[0]:.2e}, promoted every k-tile {errs[1]:.2e}, every 4 {errs[4]:.2e}")
+    print(f"fp8 K={k}: rel err fast {errs[0]:.2e}, promoted every k-tile {errs[1]:.2e}")
     assert errs[0] < FAST_TOL, errs  # the fast mode's bound; its figure is printed above
-    assert errs[1] < TOL[torch.float32] and errs[4] < TOL[torch.float32], errs
-    assert errs[1] <= errs[4] <= errs[0], errs
+    assert errs[1] < TOL[torch.float32] and errs[1] <= errs[0], errs
 
 
 def test_fp8_refusals_on_the_gpu():
@@ -85,9 +84,11 @@ def test_fp8_refusals_on_the_gpu():
     with pytest.raises(ValueError, match="out_dtype"):
         gemm(a, b)
     with pytest.raises(ValueError, match="spill"):
-        gemm(a, b, out_dtype=torch.bfloat16, promote=4, config=GemmConfig(128, 256))
+        gemm(a, b, out_dtype=torch.bfloat16, promote=1, config=GemmConfig(128, 256))
     with pytest.raises(ValueError, match="promote"):
-        gemm(a.to(torch.bfloat16), b.to(torch.bfloat16), promote=4)
+        gemm(a.to(torch.bfloat16), b.to(torch.bfloat16), promote=1)
+    with pytest.raises(ValueError, match="promote"):
+        gemm(a, b, out_dtype=torch.bfloat16, promote=4)
 
 
 def scales(mode: str, m: int, n: int):

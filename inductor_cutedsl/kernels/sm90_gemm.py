@@ -151,11 +151,14 @@ class Sm90Gemm:
             raise ValueError(f"bad majors a={a_major} b={b_major}")
         if ab_dtype in FP8_DTYPES and (a_major, b_major, dual) != ("k", "k", False):
             raise ValueError("8-bit operands: A and B K-major, no dual kernel")
-        if promote < 0 or (promote and ab_dtype not in FP8_DTYPES):
-            raise ValueError("promote: k-tiles between promotions of fp8 partial sums (0: none)")
+        if promote not in (0, 1) or (promote and ab_dtype not in FP8_DTYPES):
+            # Every p > 1 k-tiles, the promotion sits in a branch of the k-loop and ptxas
+            # serializes every wgmma (C7515); every k-tile it folds the zeroing into the
+            # first wgmma and keeps the batches pipelined.
+            raise ValueError("promote: 0 (fast accumulation) or 1 (fp8 partial sums promoted every k-tile)")
         self.cfg = cfg
-        # fp8 partial sums are added into the fp32 accumulator every ``promote`` k-tiles
-        # (the fp8 wgmma keeps fewer mantissa bits than fp32: what PyTorch's
+        # With ``promote`` (1) fp8 partial sums are added into the fp32 accumulator every
+        # k-tile (the fp8 wgmma keeps fewer mantissa bits than fp32: what PyTorch's
         # use_fast_accum=False asks for); 0 accumulates in the wgmma only.
         self.promote = promote
         self.ab_dtype = DTYPES[ab_dtype]

@@ -248,8 +248,8 @@ def _config_reason(config, out_bytes: int, dual: bool = False, in_bytes: int = 2
 
 
 def _promote_reason(promote: object, a: torch.Tensor) -> str | None:
-    if isinstance(promote, bool) or not isinstance(promote, int) or promote < 0:
-        return f"promote: k-tiles between promotions must be an int >= 0, got {promote!r}"
+    if isinstance(promote, bool) or promote not in (0, 1):
+        return f"promote: 0 (fast accumulation) or 1 (promoted every k-tile), got {promote!r}"
     if promote and a.dtype not in FP8_DTYPES:
         return "promote: only fp8 operands' partial sums are promoted"
     return None
@@ -268,8 +268,8 @@ def gemm(
     """``epilogue(a @ b)`` with our kernel.
 
     fp8 (e4m3) operands must both be K-major and need ``out_dtype`` (or ``out``);
-    ``promote`` > 0 adds their partial sums into fp32 every that many k-tiles of 128
-    (PyTorch's ``use_fast_accum=False``), 0 accumulates in the MMA only.
+    ``promote=1`` adds their partial sums into fp32 every k-tile of 128 (PyTorch's
+    ``use_fast_accum=False``), 0 accumulates in the MMA only.
 
     Raises ValueError for inputs it refuses, naming the argument (``a``, ``b``, ``out``,
     ``out_dtype``, ``config``, ``epilogue`` or an operand by its declared name); an

@@ -53,7 +53,7 @@ class KernelSpec:
     b_major: str  # "k" (B is K x N column-major) or "n" (row-major B)
     epilogue: Epilogue
     dual: bool = False
-    #: fp8 operands: k-tiles between promotions of the wgmma's partial sums into fp32
+    #: fp8 operands: 1 promotes the wgmma's partial sums into fp32 every k-tile
     #: (PyTorch's use_fast_accum=False); 0 accumulates in the wgmma only.
     promote: int = 0
 
