@@ -10,8 +10,11 @@ interleaved, and the winner timed interleaved with ``_scaled_mm``: ``vs_scaled_m
 its time over ours. Accumulation as ``_scaled_mm``'s default (``use_fast_accum=False``:
 ours promotes the fp8 partial sums every k-tile) unless ``--fast-accum``.
 
-Not yet here (issue 19 item 6): the fused patterns and the fp8 model-suite block, which
-need the lowering of ``_scaled_mm``.
+``--fused`` adds the fused patterns (scaled GEMM + bias + GELU, scaled GEMM + silu *
+gate, scaled GEMM whose result is cast to fp8 with a static scale for the next layer),
+each eager, with stock max-autotune and with ours, timed as CUDA graphs side by side
+with the bound a free epilogue would reach (``bench.epilogue.measure_case``). Not yet
+here (issue 19 item 6): the fp8 model-suite block.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import sys
 import time
 
 import torch
+import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -107,6 +111,52 @@ def measure(m: int, n: int, k: int, mode: str, specs: list[KernelSpec], fast: bo
     }  # fmt: skip
 
 
+def _silu_gate(a, b, sa, sb, g):
+    return F.silu(torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)) * g
+
+
+def _bias_gelu(a, b, sa, sb, c):
+    return F.gelu(torch._scaled_mm(a, b, sa, sb, bias=c, out_dtype=torch.bfloat16), approximate="tanh")
+
+
+def _fp8_for_next_layer(a, b, sa, sb, inv_scale):
+    y = torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)
+    return (y * inv_scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+
+
+#: name -> (function of (a, b, scale_a, scale_b, extra), extra made from (m, n)); row-wise scales.
+FUSED = {
+    "scaled_bias_gelu": (_bias_gelu, lambda m, n: torch.randn(n, device="cuda").to(torch.bfloat16)),
+    "scaled_silu_gate": (_silu_gate, lambda m, n: torch.randn(m, n, device="cuda").to(torch.bfloat16)),
+    "scaled_fp8_out": (_fp8_for_next_layer, lambda m, n: 1 / 64),
+}
+FUSED_SHAPES = [(4096, 4096, 4096), (8192, 14336, 4096), (8192, 4096, 14336)]
+# An fp8 result differs from eager's by one e4m3 step (6-12%) where the fp32 sums round
+# differently: the check allows a few of them.
+FUSED_TOLERANCE = {"scaled_fp8_out": 5e-2}
+
+
+def fused_rows(shapes) -> list[dict]:
+    from inductor_cutedsl.bench.epilogue import TOLERANCE, measure_case
+
+    rows = []
+    for name, (fn, extra) in FUSED.items():
+        for m, n, k in shapes:
+            a, b, sa, sb = operands(m, n, k, "row")
+            args = (a, b, sa, sb, extra(m, n))
+            out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+
+            def gemm_alone(a=a, b=b, sa=sa, sb=sb, out=out):
+                return torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, out=out)
+
+            row = measure_case(name, (m, n, k), fn, args, gemm_alone, FUSED_TOLERANCE.get(name, TOLERANCE))
+            rows.append(row)
+            print(f"{name:>18} {m}x{n}x{k}: eager {row['eager_ms']:.4f} stock {row['stock_ms']:.4f} "
+                  f"ours {row['ours_ms']:.4f} -> {row['vs_max_autotune']:.3f}x (free-epilogue bound "
+                  f"{row['free_epilogue_bound']:.3f}x)", flush=True)  # fmt: skip
+    return rows
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", metavar="PATH", default=None, help="where the results are written (default: nowhere)")
@@ -116,6 +166,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                     help="processes compiling the candidates (default: the CPU count, %(default)s)")
     ap.add_argument("--shapes", default=None, help="MxNxK,... instead of the default LLM shapes")
+    ap.add_argument("--fused", action="store_true", help="also the fused patterns (compiled three ways)")
+    ap.add_argument("--fused-only", action="store_true", help="only the fused patterns")
     args = ap.parse_args(argv)
     if args.configs < 1 or args.workers < 1:
         ap.error("--configs and --workers must be at least 1")
@@ -125,7 +177,9 @@ def main(argv: list[str] | None = None) -> dict:
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
     promote = 0 if args.fast_accum else 1
     torch.manual_seed(0)
-    plan = {(shape, mode): candidate_specs(*shape, mode, promote, args.configs) for shape in shapes for mode in MODES}
+    plan = {} if args.fused_only else {
+        (shape, mode): candidate_specs(*shape, mode, promote, args.configs) for shape in shapes for mode in MODES
+    }  # fmt: skip
     t0 = time.perf_counter()
     build_many((s for specs in plan.values() for s in specs), default_cache(), args.workers)
     print(f"built {sum(map(len, plan.values()))} specs in {time.perf_counter() - t0:.1f}s", flush=True)
@@ -147,6 +201,14 @@ def main(argv: list[str] | None = None) -> dict:
         "min_vs_scaled_mm": min(ratios) if ratios else None,
         "rows": rows,
     }
+    if args.fused or args.fused_only:
+        fused = fused_rows(FUSED_SHAPES)
+        result.update({
+            "fused_geomean_vs_max_autotune": round(geomean(r["vs_max_autotune"] for r in fused), 4),
+            "fused_min_vs_max_autotune": min(r["vs_max_autotune"] for r in fused),
+            "fused_geomean_free_epilogue_bound": round(geomean(r["free_epilogue_bound"] for r in fused), 4),
+            "fused_rows": fused,
+        })  # fmt: skip
     print({k: v for k, v in result.items() if k != "rows"})
     write_json(result, args.json)
     return result

@@ -55,6 +55,16 @@ def _compile_and_run(fn, args, ours: bool):
 def run_case(name: str, m: int, n: int, k: int) -> dict:
     fn, make = PATTERNS[name]
     args = make(m, n, k)
+    x, w = args[:2]
+    gemm_out = torch.empty(m, n, device=x.device, dtype=x.dtype)
+    return measure_case(name, (m, n, k), fn, args, lambda: torch.mm(x, w.t(), out=gemm_out))
+
+
+def measure_case(name: str, shape, fn, args, gemm_alone, tolerance: float = TOLERANCE) -> dict:
+    """Eager, stock max-autotune and ours of ``fn(*args)``, each checked against eager
+    within ``tolerance`` and timed side by side, with ``gemm_alone`` (the pattern's
+    GEMM by cuBLAS) for the free-epilogue bound."""
+    m, n, k = shape
     torch.compiler.reset()  # the previous case's graphs; never between stock and ours (compile_options)
     with torch.no_grad():
         ref = fn(*args)
@@ -63,19 +73,17 @@ def run_case(name: str, m: int, n: int, k: int) -> dict:
         for label, ours in (("stock", False), ("ours", True)):
             compiled[label], out = _compile_and_run(fn, args, ours)
             err = rel_err(out, ref)
-            if not err < TOLERANCE:
+            if not err < tolerance:
                 raise AssertionError(f"{name} {m}x{n}x{k} {label}: rel err {err:.3e} vs eager")
         # Each variant's GPU work as a CUDA graph (as max-autotune's default cudagraph mode
         # runs it): a small GEMM takes about as long as a compiled graph's host time,
         # which would otherwise be timed too.
-        x, w = args[:2]
-        gemm_out = torch.empty(m, n, device=x.device, dtype=x.dtype)
         times = side_by_side({
             "eager": graphed(lambda: fn(*args)),
             "stock": graphed(lambda: compiled["stock"](*args)),
             "ours": graphed(lambda: compiled["ours"](*args)),
             # The GEMM alone (cuBLAS): stock / this is what a free epilogue could gain.
-            "gemm": graphed(lambda: torch.mm(x, w.t(), out=gemm_out)),
+            "gemm": graphed(gemm_alone),
         })  # fmt: skip
         # Each compiled variant's kernels: what the selection's figures can be held against.
         kernels = {label: kernel_times(lambda fn=fn: fn(*args), top=6) for label, fn in compiled.items()}
