@@ -13,8 +13,11 @@ ours promotes the fp8 partial sums every k-tile) unless ``--fast-accum``.
 ``--fused`` adds the fused patterns (scaled GEMM + bias + GELU, scaled GEMM + silu *
 gate, scaled GEMM whose result is cast to fp8 with a static scale for the next layer),
 each eager, with stock max-autotune and with ours, timed as CUDA graphs side by side
-with the bound a free epilogue would reach (``bench.epilogue.measure_case``). Not yet
-here (issue 19 item 6): the fp8 model-suite block.
+with the bound a free epilogue would reach (``bench.epilogue.measure_case``).
+``--block`` adds a model-suite block (LLaMA prefill by default) with every Linear
+quantized row-wise (``Fp8Linear``: weights once, activations per call), compiled with
+stock max-autotune and with ours, checked against its eager run and timed side by side
+as CUDA graphs: ``block_speedup_vs_max_autotune``.
 """
 from __future__ import annotations
 
@@ -25,7 +28,9 @@ import time
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # models.py (the suite's blocks)
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from inductor_cutedsl.bench.report import geomean, rel_err, run_info, side_by_side, write_json  # noqa: E402
@@ -157,6 +162,68 @@ def fused_rows(shapes) -> list[dict]:
     return rows
 
 
+E4M3_MAX = 448.0
+
+
+class Fp8Linear(nn.Module):
+    """``linear`` with its weight quantized row-wise to e4m3 once and its input row-wise
+    on every call (amax / 448 per row), multiplied by ``torch._scaled_mm`` into the
+    input's dtype, bias included: the usual dynamic row-wise fp8 inference recipe."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        w = linear.weight.detach().float()
+        scale = w.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / E4M3_MAX
+        self.register_buffer("wq", (w / scale).to(torch.float8_e4m3fn))  # (N, K)
+        self.register_buffer("w_scale", scale.t().contiguous())  # (1, N)
+        self.bias = linear.bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x2 = x.reshape(-1, x.shape[-1])
+        x_scale = x2.abs().amax(dim=1, keepdim=True).float().clamp_min(1e-12) / E4M3_MAX
+        xq = (x2.float() / x_scale).to(torch.float8_e4m3fn)
+        y = torch._scaled_mm(xq, self.wq.t(), x_scale, self.w_scale, bias=self.bias, out_dtype=x.dtype)
+        return y.reshape(*x.shape[:-1], y.shape[-1])
+
+
+def quantized(module: nn.Module) -> nn.Module:
+    """``module`` with every nn.Linear replaced by an ``Fp8Linear`` (in place)."""
+    for name, child in module.named_children():
+        setattr(module, name, Fp8Linear(child) if isinstance(child, nn.Linear) else quantized(child))
+    return module
+
+
+def block_row(family: str, size: str) -> dict:
+    """An fp8 model-suite block: stock max-autotune vs ours, side by side."""
+    import models
+
+    from inductor_cutedsl import disable
+    from inductor_cutedsl.bench.report import graphed
+    from inductor_cutedsl.install import reenabled
+    from inductor_cutedsl.job.kernel_profile import kernel_times
+    from inductor_cutedsl.job.run import compile_options
+
+    block, x = models.make_block(family, size)
+    block = quantized(block).eval()
+    torch.compiler.reset()
+    with torch.no_grad():
+        ref = block(x)
+        compiled, errs = {}, {}
+        for label in ("stock", "ours"):
+            with reenabled(epilogue_fusion=True):
+                if label == "stock":
+                    disable()
+                compiled[label] = torch.compile(block, options=compile_options())
+                errs[label] = rel_err(compiled[label](x), ref.double())
+        if not max(errs.values()) < 2e-2:
+            raise AssertionError(f"fp8 {family} {size}: rel err vs eager {errs}")
+        times = side_by_side({label: graphed(lambda fn=fn: fn(x)) for label, fn in compiled.items()})
+        kernels = {label: kernel_times(lambda fn=fn: fn(x), top=8) for label, fn in compiled.items()}
+    return {"block": f"{family}:{size}", "tokens": x.shape[0] * x.shape[1], "rel_err_vs_eager": errs,
+            "stock_ms": round(times["stock"], 4), "ours_ms": round(times["ours"], 4),
+            "speedup": round(times["stock"] / times["ours"], 4), "kernels": kernels}  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", metavar="PATH", default=None, help="where the results are written (default: nowhere)")
@@ -167,7 +234,9 @@ def main(argv: list[str] | None = None) -> dict:
                     help="processes compiling the candidates (default: the CPU count, %(default)s)")
     ap.add_argument("--shapes", default=None, help="MxNxK,... instead of the default LLM shapes")
     ap.add_argument("--fused", action="store_true", help="also the fused patterns (compiled three ways)")
-    ap.add_argument("--fused-only", action="store_true", help="only the fused patterns")
+    ap.add_argument("--fused-only", action="store_true", help="only the fused patterns (and --block)")
+    ap.add_argument("--block", nargs="?", const="llama:prefill", default=None, metavar="FAMILY:SIZE",
+                    help="also an fp8 model-suite block (default when given alone: %(const)s)")
     args = ap.parse_args(argv)
     if args.configs < 1 or args.workers < 1:
         ap.error("--configs and --workers must be at least 1")
@@ -209,6 +278,11 @@ def main(argv: list[str] | None = None) -> dict:
             "fused_geomean_free_epilogue_bound": round(geomean(r["free_epilogue_bound"] for r in fused), 4),
             "fused_rows": fused,
         })  # fmt: skip
+    if args.block:
+        row = block_row(*args.block.split(":"))
+        print(f"fp8 {row['block']}: stock {row['stock_ms']:.4f} ms, ours {row['ours_ms']:.4f} ms "
+              f"-> {row['speedup']:.3f}x", flush=True)  # fmt: skip
+        result.update({"block_speedup_vs_max_autotune": row["speedup"], "block": row})
     print({k: v for k, v in result.items() if k != "rows"})
     write_json(result, args.json)
     return result

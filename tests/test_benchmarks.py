@@ -69,3 +69,21 @@ def test_fp8_benchmark_plans_kernels_that_can_be_built():
                 for s in specs:  # the kernel's own checks, without compiling it
                     Sm90Gemm(s.config, s.ab_dtype, s.out_dtype, s.a_major, s.b_major, s.epilogue, s.dual, s.promote)
                 assert not promote or all(s.config.promotion_reason() is None for s in specs)
+
+
+def test_fp8_block_quantizes_every_linear_row_wise():
+    import fp8
+    import models
+
+    block, _ = models.make_block("llama", "small", device="cpu", dtype=torch.float32, scale=8)
+    linears = [m for m in block.modules() if isinstance(m, torch.nn.Linear)]
+    q = fp8.quantized(block)
+    assert not any(isinstance(m, torch.nn.Linear) for m in q.modules())
+    layers = [m for m in q.modules() if isinstance(m, fp8.Fp8Linear)]
+    assert len(layers) == len(linears)
+    for layer, linear in zip(layers, linears):
+        n, k = linear.weight.shape
+        assert layer.wq.dtype == torch.float8_e4m3fn and layer.wq.shape == (n, k) and layer.w_scale.shape == (1, n)
+        dequant = layer.wq.float() * layer.w_scale.t()
+        err = (dequant - linear.weight).norm() / linear.weight.norm()
+        assert err < 0.05, err  # e4m3: 3 mantissa bits
