@@ -68,7 +68,15 @@ staged_operands: bool = _env_bool("INDUCTOR_CUTEDSL_STAGED_OPERANDS", True)
 #: by ``enable()`` and when a graph is compiled; ``lowering/gated.py``).
 dual_gemm: bool = _env_bool("INDUCTOR_CUTEDSL_DUAL_GEMM", True)
 
-_FIELDS = ("enabled", "cache_dir", "max_configs", "compile_workers", "epilogue_fusion", "staged_operands", "dual_gemm")
+#: Offer CuteDSL candidates for fp8 ``torch._scaled_mm`` (``INDUCTOR_CUTEDSL_FP8``). Off
+#: until the fp8 kernel has passed its GPU tests (``tests/test_fp8_gpu.py``): autotuning
+#: ranks candidates by speed only, so an unproven kernel is not offered by default.
+fp8: bool = _env_bool("INDUCTOR_CUTEDSL_FP8", False)
+
+_FIELDS = (
+    "enabled", "cache_dir", "max_configs", "compile_workers", "epilogue_fusion", "staged_operands", "dual_gemm",
+    "fp8",
+)  # fmt: skip
 
 
 def as_dict() -> dict[str, Any]:

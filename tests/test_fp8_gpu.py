@@ -136,8 +136,10 @@ def test_compiled_scaled_mm_runs_our_kernel_and_computes_the_block(mode):
         y = torch._scaled_mm(a, b, sa, sb, bias=c, out_dtype=torch.bfloat16)
         return F.gelu(y, approximate="tanh") + r
 
+    from inductor_cutedsl import config
+
     torch.compiler.reset()
-    with ic.patch(max_autotune_gemm_backends="CUTEDSL", force_disable_caches=True):
+    with config.patch(fp8=True), ic.patch(max_autotune_gemm_backends="CUTEDSL", force_disable_caches=True):
         got, codes = run_and_get_code(torch.compile(fn, mode="max-autotune-no-cudagraphs"), a, b, sa, sb, c, r)
     code = "\n".join(codes)
     assert cutedsl_launches(code) == 1 and "extern_kernels._scaled_mm" not in code

@@ -17,6 +17,27 @@ M, N, K = 1000, 2048, 1024
 E4M3 = torch.float8_e4m3fn
 
 
+@pytest.fixture(autouse=True)
+def fp8_on():
+    from inductor_cutedsl import config
+
+    with config.patch(fp8=True):
+        yield
+
+
+def test_fp8_candidates_are_off_by_default(caplog):
+    from inductor_cutedsl import config
+
+    with config.patch(fp8=False), caplog.at_level(logging.INFO, logger="inductor_cutedsl.lowering"), backend():
+        code = generated_code(lambda a, w, sa, sb: scaled_mm(a, w, sa, sb, out_dtype=torch.bfloat16),
+                              (M, K), (N, K), (), (), backends="CUTEDSL,ATEN")  # fmt: skip
+    assert kernels(code)[0] == 0 and "extern_kernels._scaled_mm" in code
+    assert any("INDUCTOR_CUTEDSL_FP8" in r.getMessage() for r in caplog.records)
+    with config.patch(fp8=False), backend():
+        code = generated_code(lambda x, w: (x @ w.t()).clamp(-448.0, 448.0).to(E4M3), (M, K), (N, K))
+    assert launched(code, 0)["spec"].out_dtype == "bfloat16" and kernels(code) == (1, 1)
+
+
 def scaled_mm(a, w, sa, sb, **kwargs):
     """The graph a quantized Linear makes: fp8 casts, then _scaled_mm with B = W^T."""
     return torch._scaled_mm(a.to(E4M3), w.to(E4M3).t(), sa.float(), sb.float(), **kwargs)

@@ -186,6 +186,8 @@ def scaled_candidates(kernel_inputs: Any) -> tuple[list[GemmCandidate], Any]:
     scales tensor-wise or row-wise, optional bias), and their output layout: our kernel
     with the scales (and bias) as its epilogue, promoting the partial sums every k-tile
     unless the op asks for fast accumulation. Raises Refusal."""
+    if not config.fp8:
+        raise Refusal("fp8 candidates are off (INDUCTOR_CUTEDSL_FP8=1 offers them)")
     a, b, scale_a, scale_b, *rest = kernel_inputs.nodes()
     bias = rest[0] if rest else None
     reason = _device_reason(a)

@@ -27,7 +27,7 @@ from ..lowering.template import GemmTemplateBuffer, gemm_template
 from ..runtime import compiler
 from ..runtime.launch import default_cache
 from ..runtime.spec import ALIGNMENT
-from ..runtime.support import STORE_DTYPES
+from ..runtime.support import OUT_DTYPES, STORE_DTYPES
 from . import selection
 from .epilogue_translation import Translation
 from .fusion import fuse
@@ -162,6 +162,8 @@ def translate_chain(scheduler: Any, template_node: Any, chain: Sequence[Any]) ->
     out = _compat.V.graph.get_buffer(tr.outputs[-1])
     if out.get_dtype() not in STORE_DTYPES:
         raise FusionRefused(f"output dtype {out.get_dtype()}")
+    if out.get_dtype() not in OUT_DTYPES and not config.fp8:
+        raise FusionRefused(f"an {out.get_dtype()} output is off (INDUCTOR_CUTEDSL_FP8=1 allows it)")
     stride = out.get_layout().stride
     step = ALIGNMENT // out.get_dtype().itemsize  # TMA stores: 16-byte rows and batches
     if not _compat.is_one(stride[-1]) or not all(_compat.multiple_of(s, step) for s in stride[:-1]):
