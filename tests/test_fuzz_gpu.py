@@ -41,10 +41,12 @@ CASES_PER_SPEC = 60
 MIN_CHECKED_FRACTION = 0.85  # of a spec's cases; the rest were refused (meant or not)
 PROGRAMS = 24
 
-TORCH_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+TORCH_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32,
+                "float8_e4m3fn": torch.float8_e4m3fn}  # fmt: skip
 # Relative Frobenius error against float64, by output dtype: rounding the output
-# dominates (bf16 2^-9, fp16 2^-11), plus the epilogue's approximate tanh/exp/rcp.
-TOL = {"bfloat16": 1.5e-2, "float16": 5e-3, "float32": 5e-3}
+# dominates (bf16 2^-9, fp16 2^-11, e4m3 2^-4), plus the epilogue's approximate
+# tanh/exp/rcp.
+TOL = {"bfloat16": 1.5e-2, "float16": 5e-3, "float32": 5e-3, "float8_e4m3fn": 7e-2}
 
 
 # --- The kernel specs --------------------------------------------------------------
@@ -55,6 +57,7 @@ CFG_TALL = GemmConfig(256, 128, 2, 2, False, False, 8, 64)
 CFG_PP64 = GemmConfig(64, 256, 2, 1, True, True, 8)
 CFG_BUFFERS = GemmConfig(128, 256, 1, 2, False, False, 8, 64, 4)
 CFG_STREAM_K = GemmConfig(128, 256, 2, 1, False, False, 8, 64, stream_k=True)
+CFG_PROMOTE = GemmConfig(128, 128, 1, 2, False, True, 1)  # registers for two accumulators
 
 
 def _source(*lines: str) -> str:
@@ -135,6 +138,11 @@ def paired_gate(dtype: str) -> FuzzEpilogue:
     return FuzzEpilogue(epi, lambda acc, ops: (acc * _sigmoid(acc) * ops[0],))
 
 
+def scaled_rows(bias: str) -> FuzzEpilogue:
+    """``torch._scaled_mm``'s row-wise scales and bias."""
+    return FuzzEpilogue(E.scaled("row", "row", bias), lambda acc, ops: (acc * ops[0] * ops[1] + ops[2],))
+
+
 def staged_residual(dtype: str) -> FuzzEpilogue:
     """A full operand TMA-loaded into shared memory."""
     epi = E.Epilogue(f"staged_residual_{dtype}", _source("return relu(acc) + ops[0]"),
@@ -152,6 +160,7 @@ class FuzzSpec:
     a_major: str  # "k": A row-major, "m": column-major
     b_major: str  # "n": B row-major, "k": column-major
     fuzz_epilogue: FuzzEpilogue
+    promote: int = 0  # fp8: partial sums promoted every k-tile
 
     @property
     def epilogue(self) -> E.Epilogue:
@@ -160,14 +169,15 @@ class FuzzSpec:
     def kernel_spec(self):
         from inductor_cutedsl.runtime import KernelSpec
 
-        return KernelSpec(self.config, self.ab_dtype, self.out_dtype, self.a_major, self.b_major, self.epilogue)
+        return KernelSpec(self.config, self.ab_dtype, self.out_dtype, self.a_major, self.b_major, self.epilogue,
+                          promote=self.promote)  # fmt: skip
 
     def id(self) -> str:
         return (f"{self.config.name()}-{self.ab_dtype[:4]}to{self.out_dtype[:4]}-"
                 f"A{self.a_major}B{self.b_major}-{self.epilogue.name}")  # fmt: skip
 
 
-BF, FP, F32 = "bfloat16", "float16", "float32"
+BF, FP, F32, F8 = "bfloat16", "float16", "float32", "float8_e4m3fn"
 SPECS: list[FuzzSpec] = [
     FuzzSpec(CFG_COOP, BF, BF, "k", "n", identity()),
     FuzzSpec(CFG_PINGPONG, FP, FP, "m", "k", identity()),
@@ -190,6 +200,10 @@ SPECS: list[FuzzSpec] = [
     FuzzSpec(CFG_TALL, BF, BF, "m", "k", staged_residual(BF)),
     FuzzSpec(CFG_COOP, FP, F32, "k", "n", staged_residual(FP)),
     FuzzSpec(CFG_COOP, BF, BF, "k", "k", row_keep(BF, BF, pairs=True)),
+    # fp8 operands (both K-major): fast accumulation, promotion, an fp8 output.
+    FuzzSpec(CFG_COOP, F8, BF, "k", "k", identity()),
+    FuzzSpec(CFG_PROMOTE, F8, F32, "k", "k", scaled_rows(BF), promote=1),
+    FuzzSpec(CFG_PINGPONG, F8, F8, "k", "k", row_relu(BF)),
 ]
 
 
@@ -402,9 +416,9 @@ def check_case(case: Case, device="cuda") -> str | None:
 
     spec = case.spec
     a, b, out, values, outputs = case_tensors(case, device)
-    assert spec_for(a, b, out.dtype, spec.config, spec.epilogue) == spec.kernel_spec(), case
+    assert spec_for(a, b, out.dtype, spec.config, spec.epilogue, promote=spec.promote) == spec.kernel_spec(), case
     try:
-        gemm(a, b, *values, out=out, config=spec.config, epilogue=spec.epilogue)
+        gemm(a, b, *values, out=out, config=spec.config, epilogue=spec.epilogue, promote=spec.promote)
     except ValueError as exc:
         return f"refused: {exc}"
     if device == "cuda":
