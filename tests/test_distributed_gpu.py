@@ -1,0 +1,104 @@
+"""Data-parallel (DDP) and sharded (FSDP2 ``fully_shard``) training with the backend on,
+world size 2, every rank sharing one kernel cache (issue 20).
+
+Each rank trains a model-suite block (GPT-2 small) for a few SGD steps compiled with
+``max-autotune-no-cudagraphs``, first with stock Inductor and then with ours, on the
+same data; the losses and the parameter updates must match stock's within bf16
+tolerance, CuteDSL kernels must have run, and no kernel may have been built twice
+across the ranks (the cache's own counts, one cache directory). With two GPUs the
+ranks use NCCL, one GPU each; with one, both ranks share it over ``gloo`` (which takes
+CUDA tensors; NCCL refuses two ranks on one GPU).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+WORLD = 2
+STEPS = 3
+FAMILY = "gpt2"  # the suite's block with the fewest GEMMs to autotune (fused qkv)
+TOL = 5e-2  # relative, on bf16 training: losses and whole-run parameter updates
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+
+def _train(wrap: str, ours: bool, rank: int) -> dict:
+    """STEPS SGD steps of the block wrapped by ``wrap``; losses and parameter updates."""
+    import models
+    from torch.nn.parallel import DistributedDataParallel
+
+    import inductor_cutedsl
+
+    torch._dynamo.reset()
+    (inductor_cutedsl.enable if ours else inductor_cutedsl.disable)()
+    block, sample = models.make_block(FAMILY, "small", seed=0)  # the same weights on every rank
+    before = [p.detach().float().clone() for p in block.parameters()]
+    if wrap == "ddp":
+        model = DistributedDataParallel(block)
+    else:
+        from torch.distributed.fsdp import fully_shard
+
+        model = fully_shard(block)
+    step = torch.compile(model, mode="max-autotune-no-cudagraphs")
+    opt = torch.optim.SGD(block.parameters(), lr=0.05)
+    gen = torch.Generator(device="cuda").manual_seed(1000 + rank)  # each rank its own data
+    losses, ran_ours = [], False
+    for i in range(STEPS):
+        x = torch.randn(sample.shape, device="cuda", generator=gen).to(sample.dtype)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            loss = step(x).float().square().mean()
+            loss.backward()
+            torch.cuda.synchronize()
+        ran_ours |= any("inductor_cutedsl" in e.name for e in prof.events())
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    after = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in block.parameters()]
+    updates = [(a.detach().float() - b).cpu() for a, b in zip(after, before)]
+    return {"losses": losses, "updates": updates, "ran_ours": ran_ours}
+
+
+def _rank(rank: int, backend: str, wrap: str, out_dir: str) -> None:
+    import torch.distributed as dist
+
+    torch.cuda.set_device(rank % torch.cuda.device_count())
+    dist.init_process_group(backend, init_method=f"file://{out_dir}/rendezvous", rank=rank, world_size=WORLD)
+    try:
+        from inductor_cutedsl.runtime.launch import default_cache
+
+        result = {label: _train(wrap, label == "ours", rank) for label in ("stock", "ours")}
+        result["built"] = list(default_cache().built)
+        torch.save(result, f"{out_dir}/rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("wrap", ["ddp", "fsdp2"])
+def test_two_ranks_train_as_stock_does_and_build_each_kernel_once(wrap, tmp_path, monkeypatch):
+    import torch.multiprocessing as mp
+
+    backend = "nccl" if torch.cuda.device_count() >= WORLD else "gloo"
+    # Inherited by both ranks: one kernel cache; each its own Inductor cache.
+    monkeypatch.setenv("INDUCTOR_CUTEDSL_CACHE_DIR", str(tmp_path / "kernels"))
+    monkeypatch.setenv("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+    mp.spawn(_rank, args=(backend, wrap, str(tmp_path)), nprocs=WORLD, join=True)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(WORLD)]
+    for r, result in enumerate(ranks):
+        stock, ours = result["stock"], result["ours"]
+        assert ours["ran_ours"] and not stock["ran_ours"], f"rank {r}: CuteDSL kernels ran in ours only"
+        for s, o in zip(stock["losses"], ours["losses"]):
+            assert abs(s - o) <= TOL * abs(s), f"rank {r}: losses {stock['losses']} vs {ours['losses']}"
+        for s, o in zip(stock["updates"], ours["updates"]):
+            err = ((o - s).norm() / s.norm().clamp_min(1e-12)).item()
+            assert err < TOL, f"rank {r}: a parameter update differs from stock's by {err:.3e}"
+    # Replicas stay replicas: both ranks applied the same (all-reduced) updates.
+    for u0, u1 in zip(ranks[0]["ours"]["updates"], ranks[1]["ours"]["updates"]):
+        assert torch.allclose(u0, u1, rtol=1e-3, atol=1e-6)
+    built = [key for result in ranks for key in result["built"]]
+    assert built and len(built) == len(set(built)), f"kernels built more than once across ranks: {built}"
