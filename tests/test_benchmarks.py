@@ -87,3 +87,16 @@ def test_fp8_block_quantizes_every_linear_row_wise():
         dequant = layer.wq.float() * layer.w_scale.t()
         err = (dequant - linear.weight).norm() / linear.weight.norm()
         assert err < 0.05, err  # e4m3: 3 mantissa bits
+
+
+def test_compile_in_process_records_what_a_late_compile_carries():
+    import gc
+
+    import compile_in_process as cip
+
+    state = cip.process_state()
+    assert state["gc_objects"] > 0 and state["rss_mb"] > 0 and state["threads"] >= 1 and state["children"] >= 0
+    with cip.GcTimer() as timer:
+        gc.collect()
+    assert timer.passes[2] >= 1 and timer.seconds >= 0
+    assert timer not in gc.callbacks
