@@ -749,6 +749,16 @@ def restore_pre_grad_pass(prior: Any) -> None:
     inductor_config.pre_grad_custom_pass = prior
 
 
+def lowering_site() -> tuple[Any, Any] | None:
+    """(the graph being lowered, the FX node it is lowering), or None outside a lowering."""
+    try:
+        graph = V.graph
+        node = graph.current_node
+    except (AttributeError, AssertionError):  # no graph handler installed
+        return None
+    return (graph, node) if isinstance(node, torch.fx.Node) else None
+
+
 def current_node_arg(name: str, index: int, default: Any) -> Any:
     """Argument ``name`` (positional ``index``) of the op being lowered, else ``default``."""
     node = V.graph.current_node

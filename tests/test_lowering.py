@@ -329,3 +329,20 @@ def test_operand_layouts_freeze_only_for_a_gemm_we_take(graph, monkeypatch):
         a, b, taken = inputs(1008)
         candidates, _ = gc.gemm_candidates(taken, "mm")
         assert candidates and frozen == [a, b]
+
+
+@pytest.mark.parametrize(
+    "size,stride,kind",
+    [
+        ((2048,), (1,), "row"),  # addmm's bias as given (newer Inductor's ATen ask)
+        ((1000, 2048), (0, 1), "row"),  # expanded
+        ((1, 2048), (2048, 1), "row"),
+        ((1000, 1), (1, 1), "col"),
+        ((1000, 2048), (1, 0), "col"),
+        ((1000, 2048), (2048, 1), "full"),
+        ((1, 1), (1, 1), "full"),  # one value: a full operand with zero strides
+        ((s0, 2048), (2048, 1), "full"),  # M symbolic: not provably 1
+    ],
+)
+def test_bias_kind_from_sizes_and_strides(graph, size, stride, kind):
+    assert gc.bias_kind(size, stride) == kind

@@ -55,3 +55,20 @@ def test_no_fallback_while_another_backend_is_on():
     stock = _bmm_out_fp32_outcome("TRITON")
     assert stock in ("compiled", "NoValidChoicesError")
     assert _bmm_out_fp32_outcome("TRITON,CUTEDSL") == stock
+
+
+@pytest.mark.parametrize("backends", ["CUTEDSL,ATEN", "CUTEDSL,ATEN,TRITON", "CUTEDSL"])
+def test_a_linear_with_bias_is_offered_our_candidates_once(backends):
+    """Newer Inductor asks for addmm's choices up to three times (ATen's with the bias as
+    given, 1-D; the templates' with it expanded): ours join one ask, with the bias read
+    as a row over N either way."""
+    from fake_hopper import generation, launched
+    from inductor_cutedsl import config
+
+    import torch.nn.functional as F
+
+    out = generation(lambda x, w, b: F.linear(x, w, b), (M, K), (N, K), (N,), backends=backends)
+    ((name, choices),) = out["autotuned"]
+    assert name == "addmm" and choices.count("GemmCaller") == config.max_configs, choices
+    if "cutedsl" in out["code"]:
+        assert [op.kind for op in launched(out["code"], 0)["spec"].epilogue.operands] == ["row"]

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import logging
+import weakref
+from typing import Any
 
 from .. import _compat, config
 from ..config import BACKEND_TOKEN
-from .gemm_choices import GEMM_OPS, gemm_choices
+from .gemm_choices import GEMM_OPS, SCALED_OP, gemm_choices
 
 log = logging.getLogger("inductor_cutedsl.lowering")
 
@@ -20,8 +22,8 @@ class CuteDSLChoices(_compat.InductorChoices):
 
     def get_template_configs(self, kernel_inputs, templates, op_name, kwarg_overrides=None):
         choices = super().get_template_configs(kernel_inputs, templates, op_name, kwarg_overrides)
-        ours = gemm_choices(kernel_inputs, op_name)
-        if not choices and not ours and op_name in GEMM_OPS and _only_backend_is_ours():
+        ours, offered = _ours_once(kernel_inputs, op_name)
+        if not choices and not offered and op_name in GEMM_OPS and _only_backend_is_ours():
             # CUTEDSL is the only backend and this GEMM was refused: compile it with ATen
             # rather than leave Inductor with no choice at all. With another backend on,
             # no choice stays an error, as on stock Inductor.
@@ -31,6 +33,33 @@ class CuteDSLChoices(_compat.InductorChoices):
                 kernel_inputs, [fallback], op_name, kwarg_overrides=overrides
             )
         return [*choices, *ours]
+
+
+#: Per graph being lowered: GEMM -> how many CuteDSL choices it was offered. Newer
+#: Inductor asks for one GEMM's choices several times (torch 2.14: ATen's with addmm's
+#: bias as given, then the templates' with it expanded); ours join the first ask only,
+#: or Inductor would time each of them once per ask. A GEMM is told apart by the FX
+#: node being lowered and its two operand nodes (the asks share them; one FX node may
+#: lower several GEMMs, as the gated MLP's alternative does).
+_offered: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+
+
+def _ours_once(kernel_inputs, op_name: str) -> tuple[list, int]:
+    """(our choices to add to this ask, how many this GEMM has been offered in all)."""
+    site = _compat.lowering_site()
+    nodes = kernel_inputs.nodes() if site is not None else ()
+    if len(nodes) < 2:  # not inside a graph's lowering (or no operands): nothing to repeat
+        ours = gemm_choices(kernel_inputs, op_name)
+        return ours, len(ours)
+    graph, fx_node = site
+    a, b = nodes[:2] if op_name == SCALED_OP else nodes[-2:]
+    key = (fx_node, op_name, id(a), id(b))
+    seen = _offered.setdefault(graph, {})
+    if key in seen:
+        return [], seen[key]
+    ours = gemm_choices(kernel_inputs, op_name)
+    seen[key] = len(ours)
+    return ours, len(ours)
 
 
 def _only_backend_is_ours() -> bool:

@@ -79,15 +79,18 @@ def candidate_specs(
     ]
 
 
-def bias_kind(stride: Sequence[Any]) -> str:
-    """How addmm's C (expanded to the output's size) is laid out: ``row`` (a bias over
-    N: M stride 0), ``col`` (N stride 0) or ``full``. Only a stride that is zero in the
-    graph (not merely for these sizes) makes a vector: the kernel then compiles that
+def bias_kind(size: Sequence[Any], stride: Sequence[Any]) -> str:
+    """How addmm's C broadcasts to the output: ``row`` (a bias over N: constant along M),
+    ``col`` (constant along N) or ``full``. C comes expanded to the output's size (a
+    broadcast mode has stride 0) or as given (newer Inductor's ATen ask: a 1-D bias, or
+    a mode of size 1). Only a broadcast the graph proves (a zero stride or a size of
+    exactly 1, not merely for these sizes) makes a vector: the kernel then compiles that
     stride in, and reads each bias value once per column instead of once per element."""
-    m_stride, n_stride = stride[-2], stride[-1]
-    if m_stride == 0 and n_stride != 0:
+    along_m = len(size) < 2 or stride[-2] == 0 or _compat.is_one(size[-2])
+    along_n = stride[-1] == 0 or _compat.is_one(size[-1])
+    if along_m and not along_n:
         return "row"
-    if n_stride == 0 and m_stride != 0:
+    if along_n and not along_m:
         return "col"
     return "full"
 
@@ -151,7 +154,7 @@ def gemm_candidates(kernel_inputs: Any, op_name: str) -> tuple[list[GemmCandidat
         bias_dtype = OUT_DTYPES[c.get_dtype()]
         if beta == 0.0:
             raise Refusal("beta == 0 (the bias must be ignored, even NaN): plain mm fits better")
-        kind = bias_kind(c.get_stride())
+        kind = bias_kind(c.get_size(), c.get_stride())
         if alpha == 1.0 and beta == 1.0:
             epilogue = E.bias(kind, bias_dtype)
         else:
