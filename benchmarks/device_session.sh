@@ -22,6 +22,14 @@
 # diagnose: probe, then addmm+gelu at 1024 rows with Inductor's fusion log and output code
 # graph:    graph_probe.py (our configs and cuBLAS, direct and as CUDA graphs), then the GEMM benchmark
 # timing:   timing_probe.py (does a short side-by-side measurement depend on its predecessor?)
+# inductor-tests [RESUME_JSON]: PyTorch's Inductor GEMM tests (.device/inductor_tests), stock and
+#           ours at once, going on from RESUME_JSON (default: the committed partial comparison)
+# suite-prefill: the model suite's ViT, BERT and GPT-2 prefill inference rows
+# gated-train: the gated GPU tests, then the Phi-3 (and LLaMA, if time is left) training rows
+# fp8:      the fp8 GPU tests, then the plain scaled-GEMM benchmark
+# fp8-fused: the fp8 fused patterns and the quantized LLaMA prefill block
+# compile-in-process: a block's cold compile fresh and after three others, stock and ours
+# distributed [K]: the world-size-2 DDP / FSDP2 test (gloo on one GPU), pytest -k K if given
 # select:   timing, then the fusion/Inductor/timing GPU tests, then the epilogue benchmark
 #           at shapes 0 and 3 (8192x4096x4096, 1024x4096x4096)
 # Needs .device/ (see ../shared/device/README.md). Each step has its own time limit, so a
@@ -49,7 +57,38 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log
     echo "== $name: rc=$? in $((SECONDS - t0)) s"
 }
 
-case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, energy, gemm, fusion-tests, graph, timing, probe or diagnose}" in
+case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, energy, gemm, fusion-tests, graph, timing, probe, diagnose, inductor-tests, suite-prefill, gated-train, fp8, fp8-fused, compile-in-process or distributed}" in
+inductor-tests)
+    step inductor-tests 560 python3 benchmarks/inductor_tests.py --tests .device/inductor_tests \
+        --files test_max_autotune.py test_select_algorithm_211.py --together -n 7 --budget 520 \
+        --resume "${2:-benchmarks/results/h200-inductor-tests.json}" --json "$OUT/inductor-tests.json"
+    tail -30 "$OUT/inductor-tests.log" ;;
+suite-prefill)
+    TORCH_LOGS=+inductor_cutedsl step suite 580 python3 benchmarks/models.py --runs inference \
+        --blocks vit:prefill,bert:prefill,gpt2:prefill --budget 540 --json "$OUT/h200-models-prefill.json"
+    grep -E "^==|: GPU|FAILED|not started" "$OUT/suite.log" | tail -20 ;;
+gated-train)
+    step gpu-gated 200 python3 -m pytest tests/test_gated_gpu.py -m gpu -n 6 -q -rfE -p no:cacheprovider
+    grep -E "passed|failed|^FAILED|^ERROR|^E " "$OUT/gpu-gated.log" | tail -15
+    TORCH_LOGS=+inductor_cutedsl step suite 400 python3 benchmarks/models.py --runs train \
+        --blocks phi3:prefill,llama:prefill --budget 380 --json "$OUT/h200-models-train.json"
+    grep -E "^==|: GPU|FAILED|not started|gated" "$OUT/suite.log" | grep -vE "^(W|I)[0-9]{4}" | tail -12 ;;
+fp8)
+    step gpu-fp8 240 python3 -m pytest tests/test_fp8_gpu.py -m gpu -n 6 -q -s -rfE -p no:cacheprovider
+    grep -E "passed|failed|^FAILED|^ERROR|^E |fp8 K=" "$OUT/gpu-fp8.log" | tail -20
+    step fp8 300 python3 benchmarks/fp8.py --workers 16 --json "$OUT/h200-fp8-plain.json"
+    tail -16 "$OUT/fp8.log" ;;
+fp8-fused)
+    TORCH_LOGS=+inductor_cutedsl step fp8-fused 560 python3 benchmarks/fp8.py --fused-only --block --workers 16 \
+        --json "$OUT/h200-fp8-fused.json"
+    grep -E "x: eager|fp8 llama|geomean|Error" "$OUT/fp8-fused.log" | tail -16 ;;
+compile-in-process)
+    step compile 590 python3 benchmarks/compile_in_process.py --json "$OUT/h200-compile-in-process.json"
+    grep -E "^(stock|ours):|Error" "$OUT/compile.log" | tail -6 ;;
+distributed)
+    step gpu-distributed 580 python3 -m pytest tests/test_distributed_gpu.py -m gpu -q -rfE -p no:cacheprovider \
+        ${2:+-k "$2"}
+    grep -E "passed|failed|^FAILED|^ERROR|^E " "$OUT/gpu-distributed.log" | tail -20 ;;
 tests)
     # Stream-K first, on its own limit: a kernel that waits on a flag forever would
     # otherwise take the whole suite's time with it.
