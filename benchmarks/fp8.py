@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # models.py (the
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from inductor_cutedsl.bench.report import geomean, rel_err, run_info, side_by_side, write_json  # noqa: E402
-from inductor_cutedsl.kernels import GemmConfig, shortlist  # noqa: E402
+from inductor_cutedsl.kernels import shortlist  # noqa: E402
 from inductor_cutedsl.kernels import epilogue as E  # noqa: E402
 from inductor_cutedsl.runtime import KernelSpec, get_gemm  # noqa: E402
 from inductor_cutedsl.runtime.compiler import build_many  # noqa: E402
@@ -58,11 +58,9 @@ FP8 = "float8_e4m3fn"
 def candidate_specs(m: int, n: int, k: int, mode: str, promote: int, limit: int) -> list[KernelSpec]:
     """Our shortlist for the shape as scaled fp8 kernels (configs without registers for
     a second accumulator dropped when promoting)."""
-    picks = shortlist(m, n, k, limit=4 * limit)
-    if promote:
-        picks = [c for c in picks if c.promotion_reason() is None] or [GemmConfig(128, 128)]
     epi = E.scaled(mode, mode)
-    return [KernelSpec(c, FP8, "bfloat16", "k", "k", epi, promote=promote) for c in picks[:limit]]
+    return [KernelSpec(c, FP8, "bfloat16", "k", "k", epi, promote=promote)
+            for c in shortlist(m, n, k, limit=limit, promote=bool(promote))]  # fmt: skip
 
 
 def operands(m: int, n: int, k: int, mode: str):

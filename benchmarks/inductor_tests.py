@@ -323,7 +323,7 @@ def merge_modes(base: dict, later: dict, later_is_subset: bool) -> dict:
     tests = dict(base["tests"])
     for t, entry in later["tests"].items():
         old = tests.get(t)
-        tests[t] = {**entry, "seen": _seen(old) + _seen(entry)} if old and old is not entry else entry
+        tests[t] = {**entry, "seen": _seen(old) + _seen(entry)} if old else entry
     counts = {o: sum(1 for e in tests.values() if e["outcome"] == o) for o in OUTCOMES}
     complete = base.get("complete", False) or (later.get("complete", False) and not later_is_subset)
     return {**base, "tests": tests, "counts": counts, "complete": complete,

@@ -32,6 +32,20 @@ _TILE_M_CHOICES = ((64, True), (128, True), (128, False), (256, False))
 _CLUSTERS = ((1, 1), (2, 1), (1, 2), (2, 2))
 
 
+def promote_reason(promote: object, fp8_operands: bool) -> str | None:
+    """None when ``promote`` is a valid promotion mode for these operands, else why not.
+
+    0: the wgmma accumulates alone; 1: fp8 partial sums are added into fp32 after every
+    k-tile. There is no "every p > 1 k-tiles": that promotion sits in a branch of the
+    k-loop and ptxas serializes every wgmma (C7515), while after every k-tile it folds
+    the restart from zero into the first wgmma and keeps the batches pipelined."""
+    if isinstance(promote, bool) or promote not in (0, 1):
+        return f"promote: 0 (fast accumulation) or 1 (fp8 partial sums promoted every k-tile), got {promote!r}"
+    if promote and not fp8_operands:
+        return "promote: only fp8 operands' partial sums are promoted"
+    return None
+
+
 @dataclasses.dataclass(frozen=True, order=True)
 class GemmConfig:
     """One point of the kernel's configuration space.
@@ -210,7 +224,7 @@ def fitted_swizzle(cfg: GemmConfig, m: int, n: int) -> int:
     return swizzle
 
 
-def shortlist(m: int, n: int, k: int, batch: int = 1, limit: int = 6) -> list[GemmConfig]:
+def shortlist(m: int, n: int, k: int, batch: int = 1, limit: int = 6, promote: bool = False) -> list[GemmConfig]:
     """A shape-aware short list of configs worth benchmarking, best guess first.
 
     Ordered by what won on the H200 (benchmarks/results/h200-gemm.json and
@@ -219,6 +233,7 @@ def shortlist(m: int, n: int, k: int, batch: int = 1, limit: int = 6) -> list[Ge
     small ones want narrower tiles so all 132 SMs get work. A pair cluster multicasts
     the wider of a tile's two operands (a 128x256 tile pairs along M, sharing B): the
     least L2 -> SM traffic per MAC, and at the power limit the least energy per GEMM.
+    ``promote``: only configs with registers for an fp8 kernel's second accumulator.
     """
     sms = 132
     raster_m = m >= n
@@ -260,7 +275,7 @@ def shortlist(m: int, n: int, k: int, batch: int = 1, limit: int = 6) -> list[Ge
         if tiles < sms // 2 and cfg.tile_m * cfg.tile_n > 128 * 128:
             continue
         cfg = dataclasses.replace(cfg, swizzle=fitted_swizzle(cfg, m, n))
-        if cfg.invalid_reason() is None and cfg not in cands:
+        if cfg.invalid_reason() is None and (not promote or cfg.promotion_reason() is None) and cfg not in cands:
             cands.append(cfg)
     return cands[:limit]
 

@@ -51,7 +51,7 @@ from cutlass.tensor_utils import LayoutEnum
 from cutlass import Float32, Int32, Int64
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 
-from .config import MIN_STAGED_AB_STAGES, STAGED_BUFFERS, GemmConfig
+from .config import MIN_STAGED_AB_STAGES, STAGED_BUFFERS, GemmConfig, promote_reason
 from .epilogue import Epilogue
 from .epilogue_math import materialize
 
@@ -151,11 +151,8 @@ class Sm90Gemm:
             raise ValueError(f"bad majors a={a_major} b={b_major}")
         if ab_dtype in FP8_DTYPES and (a_major, b_major, dual) != ("k", "k", False):
             raise ValueError("8-bit operands: A and B K-major, no dual kernel")
-        if promote not in (0, 1) or (promote and ab_dtype not in FP8_DTYPES):
-            # Every p > 1 k-tiles, the promotion sits in a branch of the k-loop and ptxas
-            # serializes every wgmma (C7515); every k-tile it folds the zeroing into the
-            # first wgmma and keeps the batches pipelined.
-            raise ValueError("promote: 0 (fast accumulation) or 1 (fp8 partial sums promoted every k-tile)")
+        if reason := promote_reason(promote, ab_dtype in FP8_DTYPES):
+            raise ValueError(reason)
         self.cfg = cfg
         # With ``promote`` (1) fp8 partial sums are added into the fp32 accumulator every
         # k-tile (the fp8 wgmma keeps fewer mantissa bits than fp32: what PyTorch's
@@ -724,7 +721,7 @@ class Sm90Gemm:
             acc_shape = thr_mma.partition_C(gD).shape[:3]
         acc = cute.make_rmem_tensor(acc_shape, self.acc_dtype)
         # What the wgmmas accumulate into: the accumulator itself, or (promoting fp8
-        # partial sums) a second one added into it every ``promote`` k-tiles.
+        # partial sums) a second one added into it after every k-tile.
         part = cute.make_rmem_tensor(acc_shape, self.acc_dtype) if cutlass.const_expr(self.promote) else acc
         # Every wgmma accumulates (each tile starts from a zero-filled acc). Set once, here:
         # a value staged inside the tile loops could not be used after them.
@@ -922,10 +919,9 @@ class Sm90Gemm:
             cute.nvgpu.warpgroup.commit_group()
             read.advance()
             if cutlass.const_expr(self.promote > 0):
-                if (kt - k0 + 1) % self.promote == 0:
-                    # The partial sums are read only once every wgmma writing them is done.
-                    cute.nvgpu.warpgroup.wait_group(0)
-                    self._promote(acc, part)
+                # The partial sums are read only once every wgmma writing them is done.
+                cute.nvgpu.warpgroup.wait_group(0)
+                self._promote(acc, part)
             if kt > k0:
                 cute.nvgpu.warpgroup.wait_group(1)
                 ab_pipe.consumer_release(release)
@@ -933,8 +929,6 @@ class Sm90Gemm:
         if cutlass.const_expr(self.pingpong):
             self._turn_pass(_BAR_MMA_TURN, 1 - wg)
         cute.nvgpu.warpgroup.wait_group(0)
-        if cutlass.const_expr(self.promote > 0):
-            self._promote(acc, part)  # the k-tiles since the last promotion
         if k1 > k0:
             ab_pipe.consumer_release(release)
             release.advance()

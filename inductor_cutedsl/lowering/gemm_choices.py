@@ -9,7 +9,6 @@ check gets no CuteDSL candidate, and the reason goes to the
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any, Sequence
 
 import torch
@@ -21,7 +20,9 @@ from ..kernels.config import shortlist
 from ..runtime import compiler
 from ..runtime.launch import default_cache
 from ..runtime.spec import ALIGNMENT, KernelSpec
-from ..runtime.support import A_MAJOR, AB_DTYPES, B_MAJOR, FP8_DTYPES, OUT_DTYPES, STORE_DTYPES, device_reason
+from ..runtime.support import (
+    A_MAJOR, AB_DTYPES, B_MAJOR, FP8_DTYPES, OUT_DTYPES, STORE_DTYPES, device_reason, scale_mode,
+)  # fmt: skip
 from .candidate import GemmCandidate
 from .template import gemm_template
 
@@ -69,13 +70,14 @@ def candidate_specs(
     a_major: str,
     b_major: str,
     epilogue: E.Epilogue,
+    promote: int = 0,
 ) -> list[KernelSpec]:
     """The short list of kernels offered for one GEMM (``config.max_configs`` at most)."""
-    out_bytes = {"float32": 4}.get(out_dtype, 2)
+    in_bytes, out_bytes = (getattr(torch, name).itemsize for name in (ab_dtype, out_dtype))
     return [
-        KernelSpec(cfg, ab_dtype, out_dtype, a_major, b_major, epilogue)
-        for cfg in shortlist(*mnkl, limit=config.max_configs)
-        if cfg.invalid_reason(2, out_bytes) is None
+        KernelSpec(cfg, ab_dtype, out_dtype, a_major, b_major, epilogue, promote=promote)
+        for cfg in shortlist(*mnkl, limit=config.max_configs, promote=bool(promote))
+        if cfg.invalid_reason(in_bytes, out_bytes) is None
     ]
 
 
@@ -172,16 +174,13 @@ def gemm_candidates(kernel_inputs: Any, op_name: str) -> tuple[list[GemmCandidat
 
 
 def _scale_mode(name: str, node: Any, size: tuple[int, int]) -> str:
-    """'row' for an fp32 scale of exactly ``size`` ((M, 1) for A, (1, N) for B),
-    'tensor' for one fp32 value; Refusal for any other (block-wise, MX) scale."""
+    """``support.scale_mode`` of a scale node; Refusal for any other (block-wise, MX) scale."""
     shape = [_compat.size_hint(s) for s in node.get_size()]
-    if node.get_dtype() != torch.float32:
-        raise Refusal(f"{name} is {node.get_dtype()} (CuteDSL takes fp32 scales)")
-    if tuple(shape) == size:
-        return "row"
-    if math.prod(shape) == 1:
-        return "tensor"
-    raise Refusal(f"{name} of shape {shape}: tensor-wise or row-wise {list(size)} scales only (not block-wise)")
+    mode = scale_mode(shape, node.get_dtype(), *size)
+    if mode is None:
+        raise Refusal(f"{name} is {node.get_dtype()} of shape {shape}: CuteDSL takes fp32 scales, "
+                      f"tensor-wise or row-wise {list(size)} only (not block-wise)")  # fmt: skip
+    return mode
 
 
 def scaled_candidates(kernel_inputs: Any) -> tuple[list[GemmCandidate], Any]:
@@ -213,13 +212,7 @@ def scaled_candidates(kernel_inputs: Any) -> tuple[list[GemmCandidate], Any]:
     layout = _output_layout(kernel_inputs, out_dtype)
     promote = 0 if _compat.current_node_arg("use_fast_accum", 7, False) else 1
     epi = E.scaled(*modes, OUT_DTYPES[bias.get_dtype()] if bias is not None else None)
-    out_bytes = out_dtype.itemsize
-    configs = [
-        cfg for cfg in shortlist(m, n, k, limit=4 * config.max_configs)
-        if cfg.invalid_reason(1, out_bytes) is None and (not promote or cfg.promotion_reason() is None)
-    ][: config.max_configs]  # fmt: skip
-    out = STORE_DTYPES[out_dtype]
-    specs = [KernelSpec(cfg, FP8_DTYPES[ab_dtype], out, "k", "k", epi, promote=promote) for cfg in configs]
+    specs = candidate_specs((m, n, k, 1), FP8_DTYPES[ab_dtype], STORE_DTYPES[out_dtype], "k", "k", epi, promote)
     names = ("a", "b", "scale_a", "scale_b") + (("bias",) if bias is not None else ())
     for node in (a, b):
         _compat.freeze_layout(node)

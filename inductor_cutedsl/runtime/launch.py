@@ -12,7 +12,7 @@ import threading
 import torch
 
 from .. import config
-from ..kernels.config import GemmConfig, dual_shortlist, shortlist
+from ..kernels.config import GemmConfig, dual_shortlist, promote_reason, shortlist
 from ..kernels.epilogue import GATED_ACTIVATIONS, IDENTITY, Epilogue, gated, scaled
 from .cache import KernelCache
 from .compiler import build
@@ -247,14 +247,6 @@ def _config_reason(config, out_bytes: int, dual: bool = False, in_bytes: int = 2
     return f"config {config.name()}: {why}" if why else None
 
 
-def _promote_reason(promote: object, a: torch.Tensor) -> str | None:
-    if isinstance(promote, bool) or promote not in (0, 1):
-        return f"promote: 0 (fast accumulation) or 1 (promoted every k-tile), got {promote!r}"
-    if promote and a.dtype not in FP8_DTYPES:
-        return "promote: only fp8 operands' partial sums are promoted"
-    return None
-
-
 def gemm(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -282,7 +274,7 @@ def gemm(
         ("out_dtype", out_dtype, torch.dtype, True), ("config", config, GemmConfig, True),
         ("epilogue", epilogue, Epilogue, False),
     )  # fmt: skip
-    reason = gemm_reason(a, b, out, out_dtype) or _promote_reason(promote, a)
+    reason = gemm_reason(a, b, out, out_dtype) or promote_reason(promote, a.dtype in FP8_DTYPES)
     if reason is None:
         reason = operands_reason(epilogue, operands, a.shape[0] if a.dim() == 3 else 1, a.shape[-2], b.shape[-1])
     if reason is None:
@@ -295,9 +287,7 @@ def gemm(
         out = torch.empty(shape, dtype=out_dtype, device=a.device)
     if config is None:
         batch = a.shape[0] if a.dim() == 3 else 1
-        picks = shortlist(a.shape[-2], b.shape[-1], a.shape[-1], batch, limit=16)
-        # Promoting keeps a second accumulator: the first pick with registers for both.
-        config = next((c for c in picks if not promote or c.promotion_reason() is None), GemmConfig(128, 128))
+        config = shortlist(a.shape[-2], b.shape[-1], a.shape[-1], batch, promote=bool(promote))[0]
     get_gemm(spec_for(a, b, out.dtype, config, epilogue, promote=promote))(a, b, out, *operands)
     return out
 
@@ -327,7 +317,8 @@ def scaled_gemm(
             reason = "scale_result: want one fp32 value (a 0-dim or one-element tensor)"
     if reason:
         raise ValueError(f"inductor_cutedsl cannot run this scaled GEMM: {reason}")
-    modes = (scale_mode(scale_a, a.shape[-2], 1), scale_mode(scale_b, 1, b.shape[-1]))
+    modes = (scale_mode(scale_a.shape, scale_a.dtype, a.shape[-2], 1),
+             scale_mode(scale_b.shape, scale_b.dtype, 1, b.shape[-1]))  # fmt: skip
     epi = scaled(*modes, OUT_DTYPES[bias.dtype] if bias is not None else None, scale_result is not None)
     operands = (scale_a, scale_b, *(t for t in (bias, scale_result) if t is not None))
     return gemm(a, b, *operands, out=out, out_dtype=None if out is not None else out_dtype, config=config,

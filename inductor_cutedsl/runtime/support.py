@@ -5,7 +5,9 @@ offered no CuteDSL candidate); it is never run on a guess.
 """
 from __future__ import annotations
 
+import math
 import numbers
+from typing import Sequence
 
 import torch
 
@@ -175,15 +177,15 @@ def gemm_reason(
     return None
 
 
-def scale_mode(scale: torch.Tensor, rows: int, cols: int) -> str | None:
+def scale_mode(shape: Sequence[int], dtype: torch.dtype, rows: int, cols: int) -> str | None:
     """'tensor' (one fp32 value) or 'row' (an fp32 (rows, cols) vector: one value per
-    row of A for ``scale_a``, per column of B for ``scale_b``) for a scale tensor; None
-    if it is neither."""
-    if scale.dtype != torch.float32:
+    row of A for ``scale_a``, per column of B for ``scale_b``) for a scale of ``shape``
+    and ``dtype``; None if it is neither."""
+    if dtype != torch.float32:
         return None
-    if tuple(scale.shape) == (rows, cols):
+    if tuple(shape) == (rows, cols):
         return "row"
-    return "tensor" if scale.numel() == 1 else None
+    return "tensor" if math.prod(shape) == 1 else None
 
 
 def scales_reason(a: torch.Tensor, b: torch.Tensor, scale_a, scale_b, bias=None, out_dtype=None) -> str | None:
@@ -201,7 +203,7 @@ def scales_reason(a: torch.Tensor, b: torch.Tensor, scale_a, scale_b, bias=None,
     if why := gemm_reason(a, b, out_dtype=out_dtype or torch.bfloat16):
         return why
     m, n = a.shape[-2], b.shape[-1]
-    modes = (scale_mode(scale_a, m, 1), scale_mode(scale_b, 1, n))
+    modes = (scale_mode(scale_a.shape, scale_a.dtype, m, 1), scale_mode(scale_b.shape, scale_b.dtype, 1, n))
     if None in modes:
         return (f"scales {tuple(scale_a.shape)} {scale_a.dtype} and {tuple(scale_b.shape)} {scale_b.dtype}: "
                 f"want fp32, each one value (tensor-wise) or ({m}, 1) and (1, {n}) (row-wise)")  # fmt: skip

@@ -258,7 +258,7 @@ class EpilogueTranslator(OpsHandlerBase):
     def to_dtype(self, x: Value, dtype: torch.dtype, src_dtype=None, use_compute_types=True) -> Value:
         if dtype == torch.float32:
             return Value(x.name, torch.float32)
-        if dtype in STORE_DTYPES and dtype != torch.float32:
+        if dtype in STORE_DTYPES:
             # (An fp8 cast saturates, as the Triton kernel it replaces does.)
             return self._emit(f"round_to({x.name}, {STORE_DTYPES[dtype]!r})", dtype)
         raise NotImplementedError(f"cast to {dtype}")
