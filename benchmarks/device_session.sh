@@ -24,9 +24,14 @@
 # timing:   timing_probe.py (does a short side-by-side measurement depend on its predecessor?)
 # inductor-tests [RESUME_JSON]: PyTorch's Inductor GEMM tests (.device/inductor_tests), stock and
 #           ours at once, going on from RESUME_JSON (default: the committed partial comparison)
+# inductor-regress K [RESUME_JSON]: the tests matching pytest -k K re-run in both modes (failure
+#           messages in $OUT/regress.json) beside the comparison resumed from RESUME_JSON
+# close:    the remote-cache probe of one Inductor test (.device/probe_remote_cache.py) in both
+#           modes beside the fp8 tests named in its comment, then the GPT-2 small row
 # suite-prefill: the model suite's ViT, BERT and GPT-2 prefill inference rows
 # gated-train: the gated GPU tests, then the Phi-3 (and LLaMA, if time is left) training rows
 # fp8:      the fp8 GPU tests, then the plain scaled-GEMM benchmark
+# gated-fp8: the gated and fp8 GPU tests side by side, then the Phi-3 training row
 # fp8-fused: the fp8 fused patterns and the quantized LLaMA prefill block
 # compile-in-process: a block's cold compile fresh and after three others, stock and ours
 # distributed [K]: the world-size-2 DDP / FSDP2 test (gloo on one GPU), pytest -k K if given
@@ -57,12 +62,40 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log
     echo "== $name: rc=$? in $((SECONDS - t0)) s"
 }
 
-case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, energy, gemm, fusion-tests, graph, timing, probe, diagnose, inductor-tests, suite-prefill, gated-train, fp8, fp8-fused, compile-in-process or distributed}" in
+case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, energy, gemm, fusion-tests, graph, timing, probe, diagnose, inductor-tests, inductor-regress, close, suite-prefill, gated-train, gated-fp8, fp8, fp8-fused, compile-in-process or distributed}" in
 inductor-tests)
     step inductor-tests 560 python3 benchmarks/inductor_tests.py --tests .device/inductor_tests \
         --files test_max_autotune.py test_select_algorithm_211.py --together -n 7 --budget 520 \
         --resume "${2:-benchmarks/results/h200-inductor-tests.json}" --json "$OUT/inductor-tests.json"
     tail -30 "$OUT/inductor-tests.log" ;;
+inductor-regress)
+    mkdir -p "$OUT/regress"
+    step it-regress 440 python3 benchmarks/inductor_tests.py --tests .device/inductor_tests \
+        --files test_max_autotune.py test_select_algorithm_211.py --together -n 2 --budget 400 \
+        -k "${2:?pytest -k expression}" --json "$OUT/regress/regress.json" &
+    step inductor-tests 440 python3 benchmarks/inductor_tests.py --tests .device/inductor_tests \
+        --files test_max_autotune.py test_select_algorithm_211.py --together -n 6 --budget 400 \
+        --resume "${3:-benchmarks/results/h200-inductor-tests.json}" --json "$OUT/inductor-tests.json"
+    wait
+    tail -25 "$OUT/it-regress.log"
+    tail -30 "$OUT/inductor-tests.log" ;;
+close)
+    for mode in stock ours; do
+        plugin=$([ $mode = ours ] && echo "-p inductor_tests_plugin")
+        (cd .device/inductor_tests && INDUCTOR_CUTEDSL_ENABLED=$([ $mode = ours ] && echo 1 || echo 0) \
+            PYTHONPATH=$PWD/_deps:$PWD:$OLDPWD:$OLDPWD/benchmarks:$OLDPWD/.device:$PYTHONPATH TORCHINDUCTOR_CACHE_DIR=/tmp/probe-$mode \
+            timeout 150 python3 -m pytest test_max_autotune.py -c /dev/null -p no:cacheprovider -s -q -p probe_remote_cache \
+            $plugin -k "test_max_autotune_remote_caching_dynamic_False" > "$OUT/probe-$mode.log" 2>&1; echo "probe $mode rc=$?") &
+    done
+    # the fp8 tests: the fast mode's error at large K (printed) and the fp8 output test
+    step gpu-fp8 150 python3 -m pytest tests/test_fp8_gpu.py -m gpu -q -s -rfE -p no:cacheprovider \
+        -k "fast_accumulation or result_scale"
+    wait
+    grep -hE "passed|failed|^FAILED|^E |fp8 K=" "$OUT/gpu-fp8.log" | cut -c1-300 | tail -10
+    grep -hcE "autotune-cache" "$OUT"/probe-*.log; tail -n 3 "$OUT"/probe-*.log | cut -c1-300
+    TORCH_LOGS=+inductor_cutedsl step suite 240 python3 benchmarks/models.py --runs inference \
+        --blocks gpt2:small --budget 230 --json "$OUT/h200-models-gpt2-small.json"
+    grep -E "^==|: GPU|FAILED|not started" "$OUT/suite.log" | grep -vE "^(W|I)[0-9]{4}" | tail -6 ;;
 suite-prefill)
     TORCH_LOGS=+inductor_cutedsl step suite 580 python3 benchmarks/models.py --runs inference \
         --blocks vit:prefill,bert:prefill,gpt2:prefill --budget 540 --json "$OUT/h200-models-prefill.json"
@@ -72,6 +105,14 @@ gated-train)
     grep -E "passed|failed|^FAILED|^ERROR|^E " "$OUT/gpu-gated.log" | tail -15
     TORCH_LOGS=+inductor_cutedsl step suite 400 python3 benchmarks/models.py --runs train \
         --blocks phi3:prefill,llama:prefill --budget 380 --json "$OUT/h200-models-train.json"
+    grep -E "^==|: GPU|FAILED|not started|gated" "$OUT/suite.log" | grep -vE "^(W|I)[0-9]{4}" | tail -12 ;;
+gated-fp8)
+    step gpu-gated 240 python3 -m pytest tests/test_gated_gpu.py -m gpu -n 5 -q -rfE -p no:cacheprovider &
+    step gpu-fp8 240 python3 -m pytest tests/test_fp8_gpu.py -m gpu -n 6 -q -s -rfE -p no:cacheprovider
+    wait
+    grep -hE "passed|failed|^FAILED|^ERROR|^E |fp8 K=" "$OUT/gpu-gated.log" "$OUT/gpu-fp8.log" | cut -c1-300 | tail -40
+    TORCH_LOGS=+inductor_cutedsl step suite 310 python3 benchmarks/models.py --runs train \
+        --blocks phi3:prefill --budget 290 --json "$OUT/h200-models-train.json"
     grep -E "^==|: GPU|FAILED|not started|gated" "$OUT/suite.log" | grep -vE "^(W|I)[0-9]{4}" | tail -12 ;;
 fp8)
     step gpu-fp8 240 python3 -m pytest tests/test_fp8_gpu.py -m gpu -n 6 -q -s -rfE -p no:cacheprovider

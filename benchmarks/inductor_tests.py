@@ -47,6 +47,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Iterable
 
+from inductor_tests_reporter import ENV as REPORTS_ENV
+from inductor_tests_reporter import excerpt, headline
+
 REPO = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
 DEFAULT_FILES = ("test_max_autotune.py", "test_select_algorithm.py")
@@ -58,8 +61,6 @@ _XDIST_LINE = re.compile(r"^\[gw\d+\]\s+(?:\[\s*\d+%\]\s+)?([A-Z]+)\s+(\S+::\S+)
 _PLAIN_LINE = re.compile(r"^(\S+::\S+)\s+([A-Z]+)\b")
 _WORDS = {"PASSED": "passed", "FAILED": "failed", "ERROR": "error", "SKIPPED": "skipped",
           "XFAIL": "xfailed", "XPASS": "xpassed"}  # fmt: skip
-TAIL_LINES = 12
-REPORTS_ENV = "INDUCTOR_TESTS_REPORTS"  # read by inductor_tests_reporter.py
 EXPECTED = HERE / "inductor_tests_expected.json"
 
 
@@ -223,8 +224,7 @@ def outcomes_from_junit(xml_text: str) -> dict[str, dict]:
                 break
         entry = {"outcome": outcome}
         if message:
-            lines = message.strip().splitlines()[-TAIL_LINES:]
-            entry["message"] = "\n".join(line[:300] for line in lines)
+            entry["message"] = excerpt(message)
         out[tid] = entry
     return out
 
@@ -339,8 +339,7 @@ def report(result: dict) -> None:
         print(f"compared {cmp_['compared']} tests; pass stock and fail ours: "
               f"{len(cmp_['regressions'])}")
         for r in cmp_["regressions"]:
-            last = r["message"].strip().splitlines()[-1:] or ["(no message: run it again)"]
-            print(f"  {r['test']}: {last[0][:200]}")
+            print(f"  {r['test']}: {headline(r['message'])[:200] or '(no message: run it again)'}")
         for key, what in (("expected_differences", "expected (the test asserts which kernel won)"),
                           ("flaky_ours", "flaky with ours (passed in another run)")):
             if cmp_.get(key):

@@ -10,7 +10,26 @@ import json
 import os
 
 ENV = "INDUCTOR_TESTS_REPORTS"
-TAIL_LINES = 12
+HEAD_ERRORS, TAIL_LINES, LINE_CHARS = 30, 8, 300
+
+
+def excerpt(text: str) -> str:
+    """What a failure says, short: pytest's "E" lines from the first (the exception and
+    its message, which Inductor's errors put far above the end) and the last lines (where
+    it was raised), each cut to ``LINE_CHARS``."""
+    lines = text.strip().splitlines()
+    errors = [i for i, line in enumerate(lines) if line.startswith("E ")][:HEAD_ERRORS]
+    keep = sorted(set(errors) | set(range(max(0, len(lines) - TAIL_LINES), len(lines))))
+    return "\n".join(lines[i][:LINE_CHARS] for i in keep)
+
+
+def headline(message: str) -> str:
+    """The line that names the error: the first "E" line naming an Error or Exception,
+    else the first "E" line, else the last line."""
+    lines = message.strip().splitlines()
+    errors = [line for line in lines if line.startswith("E ")]
+    named = [line for line in errors if "Error" in line or "Exception" in line]
+    return (named or errors or lines[-1:] or [""])[0]
 
 _path: str | None = None
 
@@ -24,8 +43,6 @@ def pytest_configure(config):
 def pytest_runtest_logreport(report):
     if _path is None or not report.failed:  # a failed setup or teardown is an error
         return
-    lines = report.longreprtext.strip().splitlines()[-TAIL_LINES:]
-    record = {"nodeid": report.nodeid, "when": report.when,
-              "message": "\n".join(line[:300] for line in lines)}  # fmt: skip
+    record = {"nodeid": report.nodeid, "when": report.when, "message": excerpt(report.longreprtext)}
     with open(_path, "a") as f:
         f.write(json.dumps(record) + "\n")

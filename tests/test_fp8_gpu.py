@@ -148,22 +148,27 @@ def test_compiled_scaled_mm_runs_our_kernel_and_computes_the_block(mode):
     assert rel_err(got, ref) < 1e-2
 
 
-def test_fp8_output_with_a_result_scale_matches_torch_scaled_mm():
-    """An fp8 output (saturating at +-448, as cuBLAS's) scaled by scale_result: the same
-    fp8 values as torch._scaled_mm's, up to a rounding step where the fp32 sums differ."""
+@pytest.mark.parametrize("mode", ["tensor", "row"])
+def test_fp8_output_with_a_result_scale(mode):
+    """An fp8 output (saturating at +-448, as cuBLAS's) scaled by scale_result, against
+    float64; with tensor-wise scales also the same fp8 values as torch._scaled_mm's, up
+    to a rounding step where the fp32 sums differ (cuBLASLt refuses row-wise scales with
+    an fp8 output: CUBLAS_STATUS_INVALID_VALUE)."""
     from inductor_cutedsl.runtime import scaled_gemm
 
     m, n, k = 1000, 2048, 4096
     a, b = operands(m, n, k)
-    sa, sb = scales("row", m, n)
+    sa, sb = scales(mode, m, n)
     sr = torch.tensor(1 / 64, device="cuda")
     out = torch.empty(m, n, device="cuda", dtype=E4M3)
     scaled_gemm(a, b, sa, sb, None, sr, out=out)
-    theirs = torch._scaled_mm(a, b, sa, sb, scale_result=sr, out_dtype=E4M3)
-    ours64, theirs64 = out.double(), theirs.double()
+    ours64 = out.double()
     assert torch.isfinite(ours64).all() and ours64.abs().max() <= 448
-    assert rel_err(out, theirs64) < 0.07  # e4m3 has 3 mantissa bits: one step is 6-12%
-    assert (ours64 == theirs64).double().mean() > 0.9
+    ref = ((a.double() @ b.double()) * sa.double() * sb.double() * sr.double()).clamp(-448, 448)
+    assert rel_err(out, ref) < 0.07  # e4m3 has 3 mantissa bits: one step is 6-12%
+    if mode == "tensor":
+        theirs = torch._scaled_mm(a, b, sa, sb, scale_result=sr, out_dtype=E4M3).double()
+        assert (ours64 == theirs).double().mean() > 0.9
 
 
 def test_bf16_gemm_stores_fp8_output_saturated():

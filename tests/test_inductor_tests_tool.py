@@ -129,3 +129,21 @@ def test_the_committed_expected_differences_are_well_formed():
     for entry in entries:
         assert set(entry) == {"tests", "failure_contains", "why"}
         assert "::" in entry["tests"] and entry["failure_contains"] and entry["why"]
+
+
+def test_a_failure_keeps_its_exception_line_however_long_the_dump_below_it():
+    """Inductor's lowering errors print the exception first and then dozens of lines of
+    IR: the excerpt keeps the "E" lines from the top and the end, and the headline is the
+    line that names the error."""
+    from inductor_tests_reporter import excerpt, headline
+
+    text = "\n".join(
+        ["test_x.py:12: in test_y", "    f(a)",
+         "E   torch._inductor.exc.InductorError: LoweringException: NoValidChoicesError: none",
+         *[f"E     ir line {i}" for i in range(80)], "E   Found from :", "E      File x.py, line 3"]
+    )  # fmt: skip
+    short = excerpt(text)
+    assert "LoweringException: NoValidChoicesError" in short and "x.py, line 3" in short
+    assert len(short.splitlines()) < 45
+    assert headline(short).startswith("E   torch._inductor.exc.InductorError: LoweringException")
+    assert headline("plain text\nlast line") == "last line"

@@ -1,4 +1,4 @@
-"""The repository's own promises: CI runs exactly the README's test command."""
+"""The repository's own promises: CI runs the README's test command; the README is short."""
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -19,3 +19,8 @@ def test_readme_has_main_job_and_test_commands():
 def test_ci_runs_the_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert readme_commands()[1] in [ln.strip() for ln in ci]
+
+
+def test_readme_stays_a_short_page_for_users():
+    """Figures and history belong in docs/performance.md, design in docs/design.md."""
+    assert len((ROOT / "README.md").read_bytes()) < 10 * 1024

@@ -1,0 +1,32 @@
+"""What ``torch._scaled_mm`` does with ``scale_result``: multiply, divide or ignore.
+
+Prints, for scale_result in (none, 1/4, 4) and an fp8 or bf16 output, the factor that
+best fits the output to the float64 product of the same fp8 operands (unit scales).
+``runtime.scaled_gemm`` multiplies (cuBLASLt's D scale); its GPU test compares with
+torch, which disagreed on the H200 (tests/test_fp8_gpu.py)."""
+import torch
+
+E4 = torch.float8_e4m3fn
+
+
+def main() -> None:
+    torch.manual_seed(0)
+    a = torch.randn(64, 128, device="cuda").to(E4)
+    b = torch.randn(64, 128, device="cuda").to(E4).t()
+    one = torch.ones((), device="cuda")
+    ref = a.double() @ b.double()
+    print(f"float64 product: abs max {ref.abs().max().item():.3f}")
+    for sr in (None, 1 / 4, 4.0):
+        kw = {} if sr is None else {"scale_result": torch.tensor(sr, device="cuda")}
+        for out_dtype in (E4, torch.bfloat16):
+            try:
+                y = torch._scaled_mm(a, b, one, one, out_dtype=out_dtype, **kw).double()
+            except RuntimeError as exc:
+                print(f"scale_result={sr} out={out_dtype}: {str(exc)[:150]}")
+                continue
+            factor = (y * ref).sum() / (ref * ref).sum()
+            print(f"scale_result={sr} out={out_dtype}: output / product = {factor.item():.4f}")
+
+
+if __name__ == "__main__":
+    main()
