@@ -24,13 +24,16 @@
 # timing:   timing_probe.py (does a short side-by-side measurement depend on its predecessor?)
 # inductor-tests [RESUME_JSON]: PyTorch's Inductor GEMM tests (.device/inductor_tests), stock and
 #           ours at once, going on from RESUME_JSON (default: the committed partial comparison)
-# inductor-regress K [RESUME_JSON]: the tests matching pytest -k K re-run in both modes (failure
-#           messages in $OUT/regress.json) beside the comparison resumed from RESUME_JSON
+# inductor-regress K [RESUME_JSON|-]: the tests matching pytest -k K re-run in both modes (failure
+#           messages in $OUT/regress/regress.json) beside the comparison resumed from RESUME_JSON
+#           (default: the committed one; "-": none)
 # close:    the remote-cache probe of one Inductor test (.device/probe_remote_cache.py) in both
 #           modes beside the fp8 tests named in its comment, then the GPT-2 small row
+# order-probe TESTS...: the given test ids of test_max_autotune.py, in that order, in one process
+#           per mode, with .device/probe_remote_cache.py printing every Triton autotune cache
 # suite-prefill: the model suite's ViT, BERT and GPT-2 prefill inference rows
 # gated-train: the gated GPU tests, then the Phi-3 (and LLaMA, if time is left) training rows
-# fp8:      the fp8 GPU tests, then the plain scaled-GEMM benchmark
+# fp8:      torch's scale_result semantics, the fp8 GPU tests, then the plain scaled-GEMM benchmark
 # gated-fp8: the gated and fp8 GPU tests side by side, then the Phi-3 training row
 # fp8-fused: the fp8 fused patterns and the quantized LLaMA prefill block
 # compile-in-process: a block's cold compile fresh and after three others, stock and ours
@@ -62,7 +65,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log
     echo "== $name: rc=$? in $((SECONDS - t0)) s"
 }
 
-case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, energy, gemm, fusion-tests, graph, timing, probe, diagnose, inductor-tests, inductor-regress, close, suite-prefill, gated-train, gated-fp8, fp8, fp8-fused, compile-in-process or distributed}" in
+case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, energy, gemm, fusion-tests, graph, timing, probe, diagnose, inductor-tests, inductor-regress, close, order-probe, suite-prefill, gated-train, gated-fp8, fp8, fp8-fused, compile-in-process or distributed}" in
 inductor-tests)
     step inductor-tests 560 python3 benchmarks/inductor_tests.py --tests .device/inductor_tests \
         --files test_max_autotune.py test_select_algorithm_211.py --together -n 7 --budget 520 \
@@ -71,14 +74,16 @@ inductor-tests)
 inductor-regress)
     mkdir -p "$OUT/regress"
     step it-regress 440 python3 benchmarks/inductor_tests.py --tests .device/inductor_tests \
-        --files test_max_autotune.py test_select_algorithm_211.py --together -n 2 --budget 400 \
-        -k "${2:?pytest -k expression}" --json "$OUT/regress/regress.json" &
-    step inductor-tests 440 python3 benchmarks/inductor_tests.py --tests .device/inductor_tests \
-        --files test_max_autotune.py test_select_algorithm_211.py --together -n 6 --budget 400 \
-        --resume "${3:-benchmarks/results/h200-inductor-tests.json}" --json "$OUT/inductor-tests.json"
+        --files test_max_autotune.py test_select_algorithm_211.py --together -n "$([ "${3:-}" = - ] && echo 6 || echo 2)" \
+        --budget 400 -k "${2:?pytest -k expression}" --json "$OUT/regress/regress.json" &
+    if [ "${3:-}" != - ]; then
+        step inductor-tests 440 python3 benchmarks/inductor_tests.py --tests .device/inductor_tests \
+            --files test_max_autotune.py test_select_algorithm_211.py --together -n 6 --budget 400 \
+            --resume "${3:-benchmarks/results/h200-inductor-tests.json}" --json "$OUT/inductor-tests.json"
+    fi
     wait
     tail -25 "$OUT/it-regress.log"
-    tail -30 "$OUT/inductor-tests.log" ;;
+    [ "${3:-}" = - ] || tail -30 "$OUT/inductor-tests.log" ;;
 close)
     for mode in stock ours; do
         plugin=$([ $mode = ours ] && echo "-p inductor_tests_plugin")
@@ -96,6 +101,17 @@ close)
     TORCH_LOGS=+inductor_cutedsl step suite 240 python3 benchmarks/models.py --runs inference \
         --blocks gpt2:small --budget 230 --json "$OUT/h200-models-gpt2-small.json"
     grep -E "^==|: GPU|FAILED|not started" "$OUT/suite.log" | grep -vE "^(W|I)[0-9]{4}" | tail -6 ;;
+order-probe)
+    shift
+    for mode in stock ours; do
+        plugin=$([ $mode = ours ] && echo "-p inductor_tests_plugin")
+        (cd .device/inductor_tests && INDUCTOR_CUTEDSL_ENABLED=$([ $mode = ours ] && echo 1 || echo 0) \
+            PYTHONPATH=$PWD/_deps:$PWD:$OLDPWD:$OLDPWD/benchmarks:$OLDPWD/.device:$PYTHONPATH TORCHINDUCTOR_CACHE_DIR=/tmp/probe-$mode \
+            timeout 400 python3 -m pytest -c /dev/null -p no:cacheprovider -s -v -p probe_remote_cache $plugin \
+            $(printf 'test_max_autotune.py::%s ' "$@") > "$OUT/order-$mode.log" 2>&1; echo "order $mode rc=$?") &
+    done
+    wait
+    grep -hE "PASSED|FAILED|AssertionError" "$OUT"/order-*.log | cut -c1-200 | tail -20 ;;
 suite-prefill)
     TORCH_LOGS=+inductor_cutedsl step suite 580 python3 benchmarks/models.py --runs inference \
         --blocks vit:prefill,bert:prefill,gpt2:prefill --budget 540 --json "$OUT/h200-models-prefill.json"
@@ -115,6 +131,8 @@ gated-fp8)
         --blocks phi3:prefill --budget 290 --json "$OUT/h200-models-train.json"
     grep -E "^==|: GPU|FAILED|not started|gated" "$OUT/suite.log" | grep -vE "^(W|I)[0-9]{4}" | tail -12 ;;
 fp8)
+    step scale-result 60 python3 benchmarks/scale_result_probe.py
+    cat "$OUT/scale-result.log" | tail -8
     step gpu-fp8 240 python3 -m pytest tests/test_fp8_gpu.py -m gpu -n 6 -q -s -rfE -p no:cacheprovider
     grep -E "passed|failed|^FAILED|^ERROR|^E |fp8 K=" "$OUT/gpu-fp8.log" | tail -20
     step fp8 300 python3 benchmarks/fp8.py --workers 16 --json "$OUT/h200-fp8-plain.json"

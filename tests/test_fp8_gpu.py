@@ -89,6 +89,11 @@ def test_fp8_refusals_on_the_gpu():
         gemm(a.to(torch.bfloat16), b.to(torch.bfloat16), promote=1)
     with pytest.raises(ValueError, match="promote"):
         gemm(a, b, out_dtype=torch.bfloat16, promote=4)
+    from inductor_cutedsl.runtime import scaled_gemm
+
+    one = torch.ones((), device="cuda")
+    with pytest.raises(ValueError, match="only an fp8 output"):  # torch would ignore it
+        scaled_gemm(a, b, one, one, None, one, out_dtype=torch.bfloat16)
 
 
 def scales(mode: str, m: int, n: int):
@@ -150,7 +155,7 @@ def test_compiled_scaled_mm_runs_our_kernel_and_computes_the_block(mode):
 
 @pytest.mark.parametrize("mode", ["tensor", "row"])
 def test_fp8_output_with_a_result_scale(mode):
-    """An fp8 output (saturating at +-448, as cuBLAS's) scaled by scale_result, against
+    """An fp8 output (saturating at +-448, as cuBLAS's) divided by scale_result, against
     float64; with tensor-wise scales also the same fp8 values as torch._scaled_mm's, up
     to a rounding step where the fp32 sums differ (cuBLASLt refuses row-wise scales with
     an fp8 output: CUBLAS_STATUS_INVALID_VALUE)."""
@@ -159,12 +164,12 @@ def test_fp8_output_with_a_result_scale(mode):
     m, n, k = 1000, 2048, 4096
     a, b = operands(m, n, k)
     sa, sb = scales(mode, m, n)
-    sr = torch.tensor(1 / 64, device="cuda")
+    sr = torch.tensor(64.0, device="cuda")  # the product's ~1000 down to e4m3's range
     out = torch.empty(m, n, device="cuda", dtype=E4M3)
     scaled_gemm(a, b, sa, sb, None, sr, out=out)
     ours64 = out.double()
     assert torch.isfinite(ours64).all() and ours64.abs().max() <= 448
-    ref = ((a.double() @ b.double()) * sa.double() * sb.double() * sr.double()).clamp(-448, 448)
+    ref = ((a.double() @ b.double()) * sa.double() * sb.double() / sr.double()).clamp(-448, 448)
     assert rel_err(out, ref) < 0.07  # e4m3 has 3 mantissa bits: one step is 6-12%
     if mode == "tensor":
         theirs = torch._scaled_mm(a, b, sa, sb, scale_result=sr, out_dtype=E4M3).double()

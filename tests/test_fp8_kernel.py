@@ -176,8 +176,30 @@ def test_loaded_fp8_entry_marshals_the_launchers_arguments(tmp_path):
     assert_entry_takes(spec, values, tmp_path)
 
 
-def test_scaled_epilogue_with_a_result_scale_multiplies_last():
+def test_scaled_epilogue_with_a_result_scale_divides_last():
+    """torch._scaled_mm divides an fp8 output by scale_result (its CPU kernel: the
+    output over the product reads 4.0 for scale_result 0.25, 0.25 for 4.0)."""
     epi = E.scaled("tensor", "tensor", "bfloat16", scale_result=True)
     assert [op.name for op in epi.operands] == ["scale_a", "scale_b", "bias", "scale_result"]
-    assert "(acc * ops[0] * ops[1] + ops[2]) * ops[3]" in epi.source and epi.name.endswith("_sr")
-    assert "(acc * ops[0] * ops[1]) * ops[2]" in E.scaled("row", "row", scale_result=True).source
+    assert "fdiv(acc * ops[0] * ops[1] + ops[2], ops[3])" in epi.source and epi.name.endswith("_sr")
+    assert "fdiv(acc * ops[0] * ops[1], ops[2])" in E.scaled("row", "row", scale_result=True).source
+
+
+def test_torch_divides_an_fp8_output_by_scale_result_and_ignores_it_otherwise():
+    """The semantics ``scaled`` follows, read from torch's own CPU kernel: if a torch
+    release changes them, this fails before a GPU run disagrees."""
+    torch.manual_seed(0)
+    a = torch.randn(32, 64).to(torch.float8_e4m3fn)
+    b = torch.randn(16, 64).to(torch.float8_e4m3fn).t()
+    one, ref = torch.ones(()), a.double() @ b.double()
+
+    def factor(out_dtype, sr):
+        try:
+            y = torch._scaled_mm(a, b, one, one, scale_result=torch.tensor(sr), out_dtype=out_dtype).double()
+        except (RuntimeError, NotImplementedError) as exc:  # a build without the CPU kernel
+            pytest.skip(f"torch._scaled_mm on CPU: {exc}")
+        return ((y * ref).sum() / (ref * ref).sum()).item()
+
+    assert factor(torch.float8_e4m3fn, 0.25) == pytest.approx(4.0, rel=0.02)
+    assert factor(torch.float8_e4m3fn, 4.0) == pytest.approx(0.25, rel=0.02)
+    assert factor(torch.bfloat16, 4.0) == pytest.approx(1.0, rel=0.01)

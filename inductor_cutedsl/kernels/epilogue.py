@@ -158,13 +158,15 @@ SCALE_MODES = ("tensor", "row")
 
 
 def scaled(scale_a: str, scale_b: str, bias: str | None = None, scale_result: bool = False) -> Epilogue:
-    """``(acc * scale_a * scale_b [+ bias]) [* scale_result]``: what ``torch._scaled_mm``
+    """``(acc * scale_a * scale_b [+ bias]) [/ scale_result]``: what ``torch._scaled_mm``
     computes from an fp8 product, in fp32, scales before the bias. Scales are fp32
     tensors, tensor-wise (one value: a 0-dim or one-element tensor, read through zero
     strides) or row-wise (``scale_a`` one value per output row m, an (M, 1) tensor;
     ``scale_b`` one per column n, a (1, N) tensor); ``bias``: the dtype of a row over N,
-    or None; ``scale_result``: one fp32 value multiplying the result (an fp8 output's
-    scale). Operands, in order: scale_a, scale_b, the bias, scale_result (as given)."""
+    or None; ``scale_result``: one fp32 value dividing the result, for an fp8 output
+    (torch divides by it, as its CPU kernel shows; the caller refuses it for other
+    outputs, which torch ignores it for). Operands, in order: scale_a, scale_b, the
+    bias, scale_result (as given)."""
     for name, mode in (("scale_a", scale_a), ("scale_b", scale_b)):
         if mode not in SCALE_MODES:
             raise ValueError(f"{name} mode {mode!r} not in {SCALE_MODES}")
@@ -177,7 +179,7 @@ def scaled(scale_a: str, scale_b: str, bias: str | None = None, scale_result: bo
         result += f" + ops[{len(ops)}]"
         ops.append(EpilogueOperand("bias", "row", bias))
     if scale_result:
-        result = f"({result}) * ops[{len(ops)}]"
+        result = f"fdiv({result}, ops[{len(ops)}])"
         ops.append(EpilogueOperand("scale_result", "row", "float32"))
     name = f"scaled_{scale_a}_{scale_b}" + (f"_bias_{bias}" if bias is not None else "") + "_sr" * scale_result
     return Epilogue(name, f"def epilogue(acc, m, n, l, ops):\n    return {result}\n", tuple(ops))
