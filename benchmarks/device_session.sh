@@ -27,10 +27,10 @@
 # inductor-regress K [RESUME_JSON|-]: the tests matching pytest -k K re-run in both modes (failure
 #           messages in $OUT/regress/regress.json) beside the comparison resumed from RESUME_JSON
 #           (default: the committed one; "-": none)
-# close:    the remote-cache probe of one Inductor test (.device/probe_remote_cache.py) in both
+# close:    the remote-cache probe of one Inductor test (benchmarks/autotune_cache_probe.py) in both
 #           modes beside the fp8 tests named in its comment, then the GPT-2 small row
 # order-probe TESTS...: the given test ids of test_max_autotune.py, in that order, in one process
-#           per mode, with .device/probe_remote_cache.py printing every Triton autotune cache
+#           per mode, with benchmarks/autotune_cache_probe.py printing every Triton autotune cache
 # suite-prefill: the model suite's ViT, BERT and GPT-2 prefill inference rows
 # gated-train: the gated GPU tests, then the Phi-3 (and LLaMA, if time is left) training rows
 # fp8:      torch's scale_result semantics, the fp8 GPU tests, then the plain scaled-GEMM benchmark
@@ -89,7 +89,7 @@ close)
         plugin=$([ $mode = ours ] && echo "-p inductor_tests_plugin")
         (cd .device/inductor_tests && INDUCTOR_CUTEDSL_ENABLED=$([ $mode = ours ] && echo 1 || echo 0) \
             PYTHONPATH=$PWD/_deps:$PWD:$OLDPWD:$OLDPWD/benchmarks:$OLDPWD/.device:$PYTHONPATH TORCHINDUCTOR_CACHE_DIR=/tmp/probe-$mode \
-            timeout 150 python3 -m pytest test_max_autotune.py -c /dev/null -p no:cacheprovider -s -q -p probe_remote_cache \
+            timeout 150 python3 -m pytest test_max_autotune.py -c /dev/null -p no:cacheprovider -s -q -p autotune_cache_probe \
             $plugin -k "test_max_autotune_remote_caching_dynamic_False" > "$OUT/probe-$mode.log" 2>&1; echo "probe $mode rc=$?") &
     done
     # the fp8 tests: the fast mode's error at large K (printed) and the fp8 output test
@@ -107,7 +107,7 @@ order-probe)
         plugin=$([ $mode = ours ] && echo "-p inductor_tests_plugin")
         (cd .device/inductor_tests && INDUCTOR_CUTEDSL_ENABLED=$([ $mode = ours ] && echo 1 || echo 0) \
             PYTHONPATH=$PWD/_deps:$PWD:$OLDPWD:$OLDPWD/benchmarks:$OLDPWD/.device:$PYTHONPATH TORCHINDUCTOR_CACHE_DIR=/tmp/probe-$mode \
-            timeout 400 python3 -m pytest -c /dev/null -p no:cacheprovider -s -v -p probe_remote_cache $plugin \
+            timeout 400 python3 -m pytest -c /dev/null -p no:cacheprovider -s -v -p autotune_cache_probe $plugin \
             $(printf 'test_max_autotune.py::%s ' "$@") > "$OUT/order-$mode.log" 2>&1; echo "order $mode rc=$?") &
     done
     wait
