@@ -100,3 +100,32 @@ def test_compile_in_process_records_what_a_late_compile_carries():
         gc.collect()
     assert timer.passes[2] >= 1 and timer.seconds >= 0
     assert timer not in gc.callbacks
+
+
+def test_distributed_benchmark_rows_take_each_rounds_slowest_rank():
+    import distributed
+
+    args = distributed.parse_args(["--wrap", "fsdp2", "--block", "llama:small", "--rounds", "2"])
+    assert (args.wrap, args.family, args.size, args.rounds, args.cold) == (["fsdp2"], "llama", "small", 2, True)
+    with pytest.raises(SystemExit):
+        distributed.parse_args(["--steps", "0"])
+    ranks = [
+        {"times": {"stock": [10.0, 12.0], "ours": [9.0, 11.0]}, "losses": {"stock": [1.0, 2.0], "ours": [1.01, 2.0]},
+         "built": ["k1", "k2"]},
+        {"times": {"stock": [11.0, 10.0], "ours": [8.0, 12.0]}, "losses": {"stock": [1.0, 4.0], "ours": [1.0, 4.2]},
+         "built": ["k3"]},
+    ]  # fmt: skip
+    row = distributed.summarize_wrap("fsdp2", ranks, {"stock": [30.0, 31.0], "ours": [33.0, 32.0]})
+    assert row["step_ms"] == {"stock": 11.5, "ours": 10.5} and row["round_ratios"] == [round(11 / 9, 4), 1.0]
+    assert row["loss_rel_diff"] == pytest.approx(0.05) and row["kernels_built_twice"] == 0
+    assert row["cold_compile_ratio"] == round(33 / 31, 3)
+    ranks[1]["built"] = ["k1"]
+    assert distributed.summarize_wrap("fsdp2", ranks, None)["kernels_built_twice"] == 1
+
+
+def test_distributed_benchmark_says_it_needs_a_gpu(capsys):
+    import distributed
+
+    if torch.cuda.is_available():
+        pytest.skip("has a GPU")
+    assert distributed.main(["--wrap", "ddp"]) is None and "needs a CUDA GPU" in capsys.readouterr().out

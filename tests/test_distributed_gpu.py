@@ -29,36 +29,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 def _train(wrap: str, ours: bool, rank: int) -> dict:
     """STEPS SGD steps of the block wrapped by ``wrap``; losses and parameter updates."""
-    import models
-    from torch.nn.parallel import DistributedDataParallel
-
-    import inductor_cutedsl
+    import distributed
+    from models import backend
 
     torch._dynamo.reset()
-    (inductor_cutedsl.enable if ours else inductor_cutedsl.disable)()
-    block, sample = models.make_block(FAMILY, "small", seed=0)  # the same weights on every rank
-    before = [p.detach().float().clone() for p in block.parameters()]
-    if wrap == "ddp":
-        model = DistributedDataParallel(block)
-    else:
-        from torch.distributed.fsdp import fully_shard
-
-        model = fully_shard(block)
-    step = torch.compile(model, mode="max-autotune-no-cudagraphs")
-    opt = torch.optim.SGD(block.parameters(), lr=0.05)
-    gen = torch.Generator(device="cuda").manual_seed(1000 + rank)  # each rank its own data
-    losses, ran_ours = [], False
-    for i in range(STEPS):
-        x = torch.randn(sample.shape, device="cuda", generator=gen).to(sample.dtype)
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            loss = step(x).float().square().mean()
-            loss.backward()
-            torch.cuda.synchronize()
-        ran_ours |= any("inductor_cutedsl" in e.name for e in prof.events())
-        opt.step()
-        opt.zero_grad()
-        losses.append(loss.item())
-    after = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in block.parameters()]
+    with backend("ours" if ours else "stock"):
+        block, sample, step = distributed.trainer(wrap, FAMILY, "small")
+        before = [p.detach().float().clone() for p in distributed.full_parameters(block)]
+        losses, ran_ours = [], False
+        for x in distributed.batches(sample, rank, STEPS):
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                losses.append(step(x).item())
+                torch.cuda.synchronize()
+            ran_ours |= any("inductor_cutedsl" in e.name for e in prof.events())
+        after = distributed.full_parameters(block)
     updates = [(a.detach().float() - b).cpu() for a, b in zip(after, before)]
     return {"losses": losses, "updates": updates, "ran_ours": ran_ours}
 
