@@ -40,6 +40,8 @@
 # distributed [K]: the world-size-2 DDP / FSDP2 test (gloo on one GPU), pytest -k K if given
 # distributed-bench [WRAP...]: benchmarks/distributed.py (step time stock vs ours, cold compile per
 #           rank; meant for nvidia-h200-x2: on one GPU it runs over gloo, "gpus": 1)
+# duty:     duty_probe.py (ours vs cuBLAS at the Phi-3 training shapes, back to back and between
+#           memory-bound copies, GEMM kernel times from the profiler)
 # select:   timing, then the fusion/Inductor/timing GPU tests, then the epilogue benchmark
 #           at shapes 0 and 3 (8192x4096x4096, 1024x4096x4096)
 # Needs .device/ (see ../shared/device/README.md). Each step has its own time limit, so a
@@ -67,7 +69,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log
     echo "== $name: rc=$? in $((SECONDS - t0)) s"
 }
 
-case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, energy, gemm, fusion-tests, graph, timing, probe, diagnose, inductor-tests, inductor-regress, close, order-probe, suite-prefill, gated-train, gated-fp8, fp8, fp8-fused, compile-in-process, distributed or distributed-bench}" in
+case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, energy, gemm, fusion-tests, graph, timing, probe, diagnose, inductor-tests, inductor-regress, close, order-probe, suite-prefill, gated-train, gated-fp8, fp8, fp8-fused, compile-in-process, distributed, distributed-bench or duty}" in
 inductor-tests)
     step inductor-tests 560 python3 benchmarks/inductor_tests.py --tests .device/inductor_tests \
         --files test_max_autotune.py test_select_algorithm_211.py --together -n 7 --budget 520 \
@@ -154,6 +156,9 @@ distributed-bench)
     shift
     step distributed-bench 580 python3 benchmarks/distributed.py ${1:+--wrap "$@"} --json "$OUT/h200x2-distributed.json"
     grep -E "^\{|Error" "$OUT/distributed-bench.log" | cut -c1-600 | tail -6 ;;
+duty)
+    step duty 300 python3 benchmarks/duty_probe.py --json "$OUT/h200-duty.json"
+    grep -E "^\{|Error" "$OUT/duty.log" | cut -c1-400 | tail -12 ;;
 tests)
     # Stream-K first, on its own limit: a kernel that waits on a flag forever would
     # otherwise take the whole suite's time with it.

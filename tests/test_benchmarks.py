@@ -129,3 +129,19 @@ def test_distributed_benchmark_says_it_needs_a_gpu(capsys):
     if torch.cuda.is_available():
         pytest.skip("has a GPU")
     assert distributed.main(["--wrap", "ddp"]) is None and "needs a CUDA GPU" in capsys.readouterr().out
+
+
+def test_duty_probe_sizes_copies_and_finds_configs():
+    import duty_probe
+
+    assert duty_probe.copy_elements(1.0, 1.0) == 0
+    assert duty_probe.copy_elements(0.5, 0.5) == int(0.5e-3 * duty_probe.COPY_BYTES_PER_S / 4)
+    assert duty_probe.copy_elements(0.5, 0.25) == 3 * duty_probe.copy_elements(0.5, 0.5)
+    for shape in duty_probe.SHAPES:
+        picked = duty_probe.configs(*shape, None)
+        assert len(picked) == 3 and all(c.invalid_reason() is None for c in picked)
+        assert duty_probe.configs(*shape, [picked[1].name()]) == [picked[1]]
+    with pytest.raises(SystemExit, match="not in the shortlist"):
+        duty_probe.configs(4096, 16384, 3072, ["no_such_config"])
+    rows = [{"kernel": "nvjet_gemm", "ms": 1.0}, {"kernel": "copy_kernel", "ms": 0.5}]
+    assert duty_probe.gemm_us(rows, {"copy_kernel"}, reps=20) == 50.0
