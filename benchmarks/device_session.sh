@@ -62,6 +62,19 @@ fusion_tests() {  # fusion_tests SECONDS: the fusion, Inductor and timing GPU te
     grep -E "passed|failed|^FAILED|^ERROR" "$OUT/gpu-fusion.log" | tail -15
 }
 
+probe_both() {  # probe_both SECONDS LOG PYTEST_ARGS...: PyTorch's tests in .device/inductor_tests, stock
+    # and ours side by side (one process each, to $OUT/LOG-MODE.log), with the autotune-cache probe
+    local limit=$1 log=$2 mode
+    shift 2
+    for mode in stock ours; do
+        (cd .device/inductor_tests && INDUCTOR_CUTEDSL_ENABLED=$([ $mode = ours ] && echo 1 || echo 0) \
+            PYTHONPATH=$PWD/_deps:$PWD:$OLDPWD:$OLDPWD/benchmarks:$PYTHONPATH TORCHINDUCTOR_CACHE_DIR=/tmp/probe-$mode \
+            timeout "$limit" python3 -m pytest -c /dev/null -p no:cacheprovider -s -p autotune_cache_probe \
+            $([ $mode = ours ] && echo "-p inductor_tests_plugin") "$@" > "$OUT/$log-$mode.log" 2>&1
+         echo "$log $mode rc=$?") &
+    done
+}
+
 step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log
     local name=$1 limit=$2 t0=$SECONDS
     shift 2
@@ -89,13 +102,7 @@ inductor-regress)
     tail -25 "$OUT/it-regress.log"
     [ "${3:-}" = - ] || tail -30 "$OUT/inductor-tests.log" ;;
 close)
-    for mode in stock ours; do
-        plugin=$([ $mode = ours ] && echo "-p inductor_tests_plugin")
-        (cd .device/inductor_tests && INDUCTOR_CUTEDSL_ENABLED=$([ $mode = ours ] && echo 1 || echo 0) \
-            PYTHONPATH=$PWD/_deps:$PWD:$OLDPWD:$OLDPWD/benchmarks:$OLDPWD/.device:$PYTHONPATH TORCHINDUCTOR_CACHE_DIR=/tmp/probe-$mode \
-            timeout 150 python3 -m pytest test_max_autotune.py -c /dev/null -p no:cacheprovider -s -q -p autotune_cache_probe \
-            $plugin -k "test_max_autotune_remote_caching_dynamic_False" > "$OUT/probe-$mode.log" 2>&1; echo "probe $mode rc=$?") &
-    done
+    probe_both 150 probe test_max_autotune.py -q -k "test_max_autotune_remote_caching_dynamic_False"
     # the fp8 tests: the fast mode's error at large K (printed) and the fp8 output test
     step gpu-fp8 150 python3 -m pytest tests/test_fp8_gpu.py -m gpu -q -s -rfE -p no:cacheprovider \
         -k "fast_accumulation or result_scale"
@@ -107,13 +114,7 @@ close)
     grep -E "^==|: GPU|FAILED|not started" "$OUT/suite.log" | grep -vE "^(W|I)[0-9]{4}" | tail -6 ;;
 order-probe)
     shift
-    for mode in stock ours; do
-        plugin=$([ $mode = ours ] && echo "-p inductor_tests_plugin")
-        (cd .device/inductor_tests && INDUCTOR_CUTEDSL_ENABLED=$([ $mode = ours ] && echo 1 || echo 0) \
-            PYTHONPATH=$PWD/_deps:$PWD:$OLDPWD:$OLDPWD/benchmarks:$OLDPWD/.device:$PYTHONPATH TORCHINDUCTOR_CACHE_DIR=/tmp/probe-$mode \
-            timeout 400 python3 -m pytest -c /dev/null -p no:cacheprovider -s -v -p autotune_cache_probe $plugin \
-            $(printf 'test_max_autotune.py::%s ' "$@") > "$OUT/order-$mode.log" 2>&1; echo "order $mode rc=$?") &
-    done
+    probe_both 400 order -v $(printf 'test_max_autotune.py::%s ' "$@")
     wait
     grep -hE "PASSED|FAILED|AssertionError" "$OUT"/order-*.log | cut -c1-200 | tail -20 ;;
 suite-prefill)

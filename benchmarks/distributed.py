@@ -116,11 +116,11 @@ def _timed_rank(rank: int, backend: str, args: argparse.Namespace, out: str) -> 
 
     _init(rank, backend, f"{out}.rendezvous")
     try:
-        steps, losses = {}, {}
+        steps, losses, data = {}, {}, []
         for which in BACKENDS:
             with backend_state(which):
                 _, sample, steps[which] = trainer(args.wrap_now, args.family, args.size)
-                data = batches(sample, rank, args.steps)
+                data = data or batches(sample, rank, args.steps)  # the same inputs for both
                 losses[which] = [steps[which](x).item() for x in data]  # compiles at the first
         times: dict = {b: [] for b in BACKENDS}
         for r in range(args.rounds):

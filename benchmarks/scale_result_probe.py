@@ -9,23 +9,28 @@ import torch
 E4 = torch.float8_e4m3fn
 
 
-def main() -> None:
+def output_factor(device: str, scale_result: float | None, out_dtype: torch.dtype) -> float:
+    """The factor that best fits ``torch._scaled_mm``'s output (unit scales) to the
+    float64 product of its fp8 operands."""
     torch.manual_seed(0)
-    a = torch.randn(64, 128, device="cuda").to(E4)
-    b = torch.randn(64, 128, device="cuda").to(E4).t()
-    one = torch.ones((), device="cuda")
+    a = torch.randn(64, 128, device=device).to(E4)
+    b = torch.randn(64, 128, device=device).to(E4).t()
+    one = torch.ones((), device=device)
+    kw = {} if scale_result is None else {"scale_result": torch.tensor(scale_result, device=device)}
+    y = torch._scaled_mm(a, b, one, one, out_dtype=out_dtype, **kw).double()
     ref = a.double() @ b.double()
-    print(f"float64 product: abs max {ref.abs().max().item():.3f}")
+    return ((y * ref).sum() / (ref * ref).sum()).item()
+
+
+def main() -> None:
     for sr in (None, 1 / 4, 4.0):
-        kw = {} if sr is None else {"scale_result": torch.tensor(sr, device="cuda")}
         for out_dtype in (E4, torch.bfloat16):
             try:
-                y = torch._scaled_mm(a, b, one, one, out_dtype=out_dtype, **kw).double()
+                factor = output_factor("cuda", sr, out_dtype)
             except RuntimeError as exc:
                 print(f"scale_result={sr} out={out_dtype}: {str(exc)[:150]}")
                 continue
-            factor = (y * ref).sum() / (ref * ref).sum()
-            print(f"scale_result={sr} out={out_dtype}: output / product = {factor.item():.4f}")
+            print(f"scale_result={sr} out={out_dtype}: output / product = {factor:.4f}")
 
 
 if __name__ == "__main__":

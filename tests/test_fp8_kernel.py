@@ -3,7 +3,9 @@ accepts, and what its SASS does (fp8 wgmma; promotion of partial sums into fp32)
 from __future__ import annotations
 
 import json
+import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,6 +14,8 @@ from inductor_cutedsl.kernels import GemmConfig
 from inductor_cutedsl.kernels import epilogue as E
 from inductor_cutedsl.runtime import KernelSpec, gemm_reason
 from test_epilogue_sass import sass_script_stats
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 FP8 = "float8_e4m3fn"
 
@@ -149,6 +153,10 @@ def test_scaled_refusals_name_what_is_wrong(monkeypatch):
     assert "bias" in scales_reason(a, b, one, one, torch.ones(n + 1, dtype=torch.bfloat16))
     assert "fp8" in scales_reason(a.to(torch.bfloat16), b.to(torch.bfloat16), one, one)
     assert "K-major" in scales_reason(a, b.contiguous(), one, one)
+    e4m3 = torch.float8_e4m3fn
+    assert scales_reason(a, b, one, one, None, e4m3, torch.tensor(4.0)) is None
+    assert "only an fp8 output" in scales_reason(a, b, one, one, None, torch.bfloat16, torch.tensor(4.0))
+    assert "one fp32 value" in scales_reason(a, b, one, one, None, e4m3, torch.ones(2))
 
 
 @pytest.mark.parametrize("promote", [0, 1])
@@ -188,17 +196,13 @@ def test_scaled_epilogue_with_a_result_scale_divides_last():
 def test_torch_divides_an_fp8_output_by_scale_result_and_ignores_it_otherwise():
     """The semantics ``scaled`` follows, read from torch's own CPU kernel: if a torch
     release changes them, this fails before a GPU run disagrees."""
-    torch.manual_seed(0)
-    a = torch.randn(32, 64).to(torch.float8_e4m3fn)
-    b = torch.randn(16, 64).to(torch.float8_e4m3fn).t()
-    one, ref = torch.ones(()), a.double() @ b.double()
+    from scale_result_probe import output_factor  # benchmarks/: the GPU side of the same question
 
     def factor(out_dtype, sr):
         try:
-            y = torch._scaled_mm(a, b, one, one, scale_result=torch.tensor(sr), out_dtype=out_dtype).double()
+            return output_factor("cpu", sr, out_dtype)
         except (RuntimeError, NotImplementedError) as exc:  # a build without the CPU kernel
             pytest.skip(f"torch._scaled_mm on CPU: {exc}")
-        return ((y * ref).sum() / (ref * ref).sum()).item()
 
     assert factor(torch.float8_e4m3fn, 0.25) == pytest.approx(4.0, rel=0.02)
     assert factor(torch.float8_e4m3fn, 4.0) == pytest.approx(0.25, rel=0.02)

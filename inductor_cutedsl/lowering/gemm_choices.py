@@ -63,6 +63,18 @@ def _device_reason(node: Any) -> str | None:
     return "tensor has no device" if device is None else device_reason(device)
 
 
+def _check_operands(a: Any, b: Any, out_dtype: Any, ab_dtypes: dict, out_dtypes: dict, takes: str) -> None:
+    """Refusal unless A is on a GPU the kernel targets, A and B share a dtype in
+    ``ab_dtypes`` (``takes`` names them in the reason) and ``out_dtype`` is in ``out_dtypes``."""
+    reason = _device_reason(a)
+    if reason:
+        raise Refusal(reason)
+    if a.get_dtype() not in ab_dtypes or b.get_dtype() != a.get_dtype():
+        raise Refusal(f"operand dtypes {a.get_dtype()}/{b.get_dtype()} (CuteDSL takes {takes})")
+    if out_dtype not in out_dtypes:
+        raise Refusal(f"output dtype {out_dtype}")
+
+
 def candidate_specs(
     mnkl: tuple[int, int, int, int],
     ab_dtype: str,
@@ -133,14 +145,8 @@ def gemm_candidates(kernel_inputs: Any, op_name: str) -> tuple[list[GemmCandidat
     nodes = kernel_inputs.nodes()
     has_c = op_name in ("addmm", "baddbmm")
     c, a, b = nodes if has_c else (None, *nodes)
-    reason = _device_reason(a)
-    if reason:
-        raise Refusal(reason)
     ab_dtype, out_dtype = a.get_dtype(), kernel_inputs.out_dtype()
-    if ab_dtype not in AB_DTYPES or b.get_dtype() != ab_dtype:
-        raise Refusal(f"operand dtypes {ab_dtype}/{b.get_dtype()} (CuteDSL takes bf16 or fp16)")
-    if out_dtype not in OUT_DTYPES:
-        raise Refusal(f"output dtype {out_dtype}")
+    _check_operands(a, b, out_dtype, AB_DTYPES, OUT_DTYPES, "bf16 or fp16")
     # The operands' layouts are checked as they stand and frozen only once every check
     # passed (below): a GEMM we refuse leaves Inductor free to pad or re-lay them.
     a_major = A_MAJOR[_contiguous_mode("A", a)]
@@ -184,22 +190,17 @@ def _scale_mode(name: str, node: Any, size: tuple[int, int]) -> str:
 
 
 def scaled_candidates(kernel_inputs: Any) -> tuple[list[GemmCandidate], Any]:
-    """(Called by ``gemm_candidates``, the settings checked.) The candidates for ``aten._scaled_mm`` (fp8 e4m3, both operands K-major, fp32
+    """The candidates for ``aten._scaled_mm`` (fp8 e4m3, both operands K-major, fp32
     scales tensor-wise or row-wise, optional bias), and their output layout: our kernel
     with the scales (and bias) as its epilogue, promoting the partial sums every k-tile
-    unless the op asks for fast accumulation. Raises Refusal."""
+    unless the op asks for fast accumulation. Raises Refusal. Called by
+    ``gemm_candidates`` once the graph-wide refusals are checked."""
     if not config.fp8:
         raise Refusal("fp8 candidates are off (INDUCTOR_CUTEDSL_FP8=1 offers them)")
     a, b, scale_a, scale_b, *rest = kernel_inputs.nodes()
     bias = rest[0] if rest else None
-    reason = _device_reason(a)
-    if reason:
-        raise Refusal(reason)
     ab_dtype, out_dtype = a.get_dtype(), kernel_inputs.out_dtype()
-    if ab_dtype not in FP8_DTYPES or b.get_dtype() != ab_dtype:
-        raise Refusal(f"operand dtypes {ab_dtype}/{b.get_dtype()} (CuteDSL takes fp8 e4m3 here)")
-    if out_dtype not in STORE_DTYPES:
-        raise Refusal(f"output dtype {out_dtype}")
+    _check_operands(a, b, out_dtype, FP8_DTYPES, STORE_DTYPES, "fp8 e4m3 here")
     if _compat.current_node_arg("scale_result", 5, None) is not None:
         # Inductor gives templates no scale_result input to read it from.
         raise Refusal("scale_result (an fp8 output's scale) is not among the template's inputs")

@@ -307,17 +307,12 @@ def scaled_gemm(
 ) -> torch.Tensor:
     """``torch._scaled_mm(a, b, scale_a, scale_b, bias, scale_result, out_dtype=...,
     use_fast_accum=...)`` with our kernel: ``((a @ b) * scale_a * scale_b + bias) /
-    scale_result`` in fp32, then cast (an fp8 output saturates at +-448; torch ignores
-    ``scale_result`` for other outputs, so it is refused there as a likely mistake). ``a``
+    scale_result`` in fp32, then cast (an fp8 output saturates at +-448; ``scale_result``
+    only with an fp8 output, as ``scales_reason`` says). ``a``
     (M x K) row-major and ``b`` (K x N) column-major e4m3; scales fp32, each tensor-wise
     or row-wise ((M, 1) for A, (1, N) for B). Without ``use_fast_accum`` the fp8 partial sums
     are promoted into fp32 every k-tile (128 of K). Raises ValueError for what it refuses."""
-    reason = scales_reason(a, b, scale_a, scale_b, bias, out.dtype if out is not None else out_dtype)
-    if reason is None and scale_result is not None:
-        if not isinstance(scale_result, torch.Tensor) or scale_result.dtype != torch.float32 or scale_result.numel() != 1:
-            reason = "scale_result: want one fp32 value (a 0-dim or one-element tensor)"
-        elif (out.dtype if out is not None else out_dtype) not in FP8_DTYPES:
-            reason = "scale_result: only an fp8 output has one (torch ignores it for other outputs)"
+    reason = scales_reason(a, b, scale_a, scale_b, bias, out.dtype if out is not None else out_dtype, scale_result)
     if reason:
         raise ValueError(f"inductor_cutedsl cannot run this scaled GEMM: {reason}")
     modes = (scale_mode(scale_a.shape, scale_a.dtype, a.shape[-2], 1),

@@ -188,11 +188,15 @@ def scale_mode(shape: Sequence[int], dtype: torch.dtype, rows: int, cols: int) -
     return "tensor" if math.prod(shape) == 1 else None
 
 
-def scales_reason(a: torch.Tensor, b: torch.Tensor, scale_a, scale_b, bias=None, out_dtype=None) -> str | None:
-    """None if ``torch._scaled_mm(a, b, scale_a, scale_b, bias, out_dtype=...)`` can run
-    as our kernel, else why not: e4m3 A row-major and B column-major (``gemm_reason``),
-    fp32 scales, each tensor-wise or row-wise ((M, 1) for A, (1, N) for B), a bias of N
-    values in a 16- or 32-bit float."""
+def scales_reason(
+    a: torch.Tensor, b: torch.Tensor, scale_a, scale_b, bias=None, out_dtype=None, scale_result=None
+) -> str | None:
+    """None if ``torch._scaled_mm(a, b, scale_a, scale_b, bias, scale_result,
+    out_dtype=...)`` can run as our kernel, else why not: e4m3 A row-major and B
+    column-major (``gemm_reason``), fp32 scales, each tensor-wise or row-wise ((M, 1) for
+    A, (1, N) for B), a bias of N values in a 16- or 32-bit float, and ``scale_result``
+    one fp32 value, for an fp8 output only (torch ignores it for other outputs, so
+    passing it there is refused as a likely mistake)."""
     for name, value in (("scale_a", scale_a), ("scale_b", scale_b)):
         if why := type_reason(name, value, torch.Tensor):
             return why
@@ -209,6 +213,11 @@ def scales_reason(a: torch.Tensor, b: torch.Tensor, scale_a, scale_b, bias=None,
                 f"want fp32, each one value (tensor-wise) or ({m}, 1) and (1, {n}) (row-wise)")  # fmt: skip
     if bias is not None and (bias.dtype not in OUT_DTYPES or tuple(bias.shape) != (n,)):
         return f"bias {tuple(bias.shape)} {bias.dtype}: want {n} values of bf16, fp16 or fp32"
+    if scale_result is not None:
+        if not isinstance(scale_result, torch.Tensor) or scale_result.dtype != torch.float32 or scale_result.numel() != 1:
+            return "scale_result: want one fp32 value (a 0-dim or one-element tensor)"
+        if out_dtype not in FP8_DTYPES:
+            return "scale_result: only an fp8 output has one (torch ignores it for other outputs)"
     return None
 
 
