@@ -35,11 +35,19 @@
 # gated-train: the gated GPU tests, then the Phi-3 (and LLaMA, if time is left) training rows
 # fp8:      torch's scale_result semantics, the fp8 GPU tests, then the plain scaled-GEMM benchmark
 # gated-fp8: the gated and fp8 GPU tests side by side, then the Phi-3 training row
+# fp8-tests: the fp8 GPU tests
 # fp8-fused: the fp8 fused patterns and the quantized LLaMA prefill block
 # compile-in-process: a block's cold compile fresh and after three others, stock and ours
-# distributed [K]: the world-size-2 DDP / FSDP2 test (gloo on one GPU), pytest -k K if given
+# distributed [K]: the world-size-2 DDP / FSDP2 tests side by side (gloo on one GPU), pytest -k K
+#           if given
 # distributed-bench [WRAP...]: benchmarks/distributed.py (step time stock vs ours, cold compile per
 #           rank; meant for nvidia-h200-x2: on one GPU it runs over gloo, "gpus": 1)
+# train-duty: the GPT-2 training row, then duty_probe.py
+# cold BLOCKS [SECONDS]: the model suite's cold compiles (fresh processes, empty caches) of
+#           the given blocks (family:size[:run],...), stock then ours, within SECONDS (280)
+# fuzz [COLD_BLOCKS [CALL_SECONDS]]: the seeded fuzz suite (its specs precompiled at 16 workers
+#           first), then, if given, step cold on those blocks with what is left of CALL_SECONDS (570)
+# host BLOCKS: host_probe.py on the given blocks (family:size:run,...): where a call's host time goes
 # duty:     duty_probe.py (ours vs cuBLAS at the Phi-3 training shapes, back to back and between
 #           memory-bound copies, GEMM kernel times from the profiler)
 # select:   timing, then the fusion/Inductor/timing GPU tests, then the epilogue benchmark
@@ -82,7 +90,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log
     echo "== $name: rc=$? in $((SECONDS - t0)) s"
 }
 
-case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, energy, gemm, fusion-tests, graph, timing, probe, diagnose, inductor-tests, inductor-regress, close, order-probe, suite-prefill, gated-train, gated-fp8, fp8, fp8-fused, compile-in-process, distributed, distributed-bench or duty}" in
+case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, energy, gemm, fusion-tests, graph, timing, probe, diagnose, inductor-tests, inductor-regress, close, order-probe, suite-prefill, gated-train, gated-fp8, fp8, fp8-tests, fp8-fused, compile-in-process, distributed, distributed-bench, train-duty, cold, fuzz, host or duty}" in
 inductor-tests)
     step inductor-tests 560 python3 benchmarks/inductor_tests.py --tests .device/inductor_tests \
         --files test_max_autotune.py test_select_algorithm_211.py --together -n 7 --budget 520 \
@@ -142,6 +150,9 @@ fp8)
     grep -E "passed|failed|^FAILED|^ERROR|^E |fp8 K=" "$OUT/gpu-fp8.log" | tail -20
     step fp8 300 python3 benchmarks/fp8.py --workers 16 --json "$OUT/h200-fp8-plain.json"
     tail -16 "$OUT/fp8.log" ;;
+fp8-tests)
+    step gpu-fp8 240 python3 -m pytest tests/test_fp8_gpu.py -m gpu -n 6 -q -s -rfE -p no:cacheprovider
+    grep -E "passed|failed|^FAILED|^ERROR|^E |fp8 K=" "$OUT/gpu-fp8.log" | tail -20 ;;
 fp8-fused)
     TORCH_LOGS=+inductor_cutedsl step fp8-fused 560 python3 benchmarks/fp8.py --fused-only --block --workers 16 \
         --json "$OUT/h200-fp8-fused.json"
@@ -150,13 +161,35 @@ compile-in-process)
     step compile 590 python3 benchmarks/compile_in_process.py --json "$OUT/h200-compile-in-process.json"
     grep -E "^(stock|ours):|Error" "$OUT/compile.log" | tail -6 ;;
 distributed)
-    step gpu-distributed 580 python3 -m pytest tests/test_distributed_gpu.py -m gpu -q -rfE -p no:cacheprovider \
+    step gpu-distributed 580 python3 -m pytest tests/test_distributed_gpu.py -m gpu -n 2 -q -rfE -p no:cacheprovider \
         ${2:+-k "$2"}
     grep -E "passed|failed|^FAILED|^ERROR|^E " "$OUT/gpu-distributed.log" | tail -20 ;;
 distributed-bench)
     shift
     step distributed-bench 580 python3 benchmarks/distributed.py ${1:+--wrap "$@"} --json "$OUT/h200x2-distributed.json"
     grep -E "^\{|Error" "$OUT/distributed-bench.log" | cut -c1-600 | tail -6 ;;
+train-duty)
+    TORCH_LOGS=+inductor_cutedsl step suite 280 python3 benchmarks/models.py --runs train \
+        --blocks gpt2:prefill --budget 260 --json "$OUT/h200-models-gpt2-train.json"
+    grep -E "^==|: GPU|FAILED|not started|round" "$OUT/suite.log" | grep -vE "^(W|I)[0-9]{4}" | tail -12
+    step duty 280 python3 benchmarks/duty_probe.py --json "$OUT/h200-duty.json"
+    grep -E "^\{|Error" "$OUT/duty.log" | cut -c1-400 | tail -12 ;;
+cold)
+    step cold "${3:-280}" python3 benchmarks/models.py --cold-only --runs inference --blocks "${2:?blocks}" \
+        --budget "$(( ${3:-280} - 20 ))" --json "$OUT/h200-models-cold.json"
+    grep -E "^==|cold|Error|not started" "$OUT/cold.log" | grep -vE "^(W|I)[0-9]{4}" | tail -12 ;;
+fuzz)
+    t0=$SECONDS
+    step fuzz-precompile 60 python3 tests/test_fuzz_gpu.py --precompile --workers 16
+    tail -2 "$OUT/fuzz-precompile.log"
+    step gpu-fuzz 260 python3 -m pytest tests/test_fuzz_gpu.py -m gpu -n 8 -q -rfEP -p no:cacheprovider
+    grep -E " checked, | refused$|passed|failed|^FAILED|^ERROR|^E " "$OUT/gpu-fuzz.log" | awk '
+        / checked, / { c += $2; r += $4; next } { print } END { print "fuzz cases: " c " checked, " r " refused" }' | tail -12
+    left=$(( ${3:-570} - (SECONDS - t0) ))
+    [ -z "${2:-}" ] || [ "$left" -lt 100 ] || bash "$0" cold "$2" "$left" ;;
+host)
+    step host 400 python3 benchmarks/host_probe.py --blocks "${2:?blocks}" --calls 100 --out "$OUT/host"
+    grep -E "^\{|^(stock|ours) |Error" "$OUT/host.log" | cut -c1-1500 | tail -12 ;;
 duty)
     step duty 300 python3 benchmarks/duty_probe.py --json "$OUT/h200-duty.json"
     grep -E "^\{|Error" "$OUT/duty.log" | cut -c1-400 | tail -12 ;;

@@ -11,7 +11,9 @@ model suite does) and then, for each backend:
 - the CUDA runtime/driver calls one call makes, from the profiler's CPU events
   (``cudaLaunchKernel``, ``cuLaunchKernelEx``, synchronizations, allocations), with
   their counts and host us: a synchronizing call shows up here;
-- a cProfile of calls (the Python frames that cost the most, by own time).
+- the profiler's events that cost the most host time, by own time, from every thread
+  (a training step's backward runs in autograd's device thread);
+- a cProfile of calls (the Python frames of the calling thread that cost the most).
 
 Writes ``DIR/host_probe.json`` and each backend's cProfile text and wrapper code.
 """
@@ -36,8 +38,11 @@ import models  # noqa: E402  (the suite's blocks and helpers)
 MODE = "max-autotune-no-cudagraphs"
 
 
-def api_calls(step, calls: int) -> dict:
-    """CPU-side CUDA API events per call, by name: count and host us."""
+def cpu_events(step, calls: int, top: int = 30) -> dict:
+    """The profiler's CPU-side events per call, from every thread (a training step's
+    backward runs in autograd's device thread, which cProfile does not see):
+    ``api``: the CUDA runtime/driver calls by name, count and host us; ``self_cpu``: the
+    ``top`` events by own host us (Python-level record_functions, aten ops, launches)."""
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
@@ -45,14 +50,19 @@ def api_calls(step, calls: int) -> dict:
         for _ in range(calls):
             step()
         torch.cuda.synchronize()
-    out: dict = defaultdict(lambda: [0, 0.0])
+    api: dict = defaultdict(lambda: [0, 0.0])
     for ev in prof.events():
         name = ev.name
         if name.startswith(("cuda", "cu")) and ev.device_type == torch.autograd.DeviceType.CPU:
-            out[name][0] += 1
-            out[name][1] += ev.cpu_time_total
-    return {k: {"per_call": round(v[0] / calls, 2), "us_per_call": round(v[1] / calls, 2)}
-            for k, v in sorted(out.items(), key=lambda kv: -kv[1][1])}  # fmt: skip
+            api[name][0] += 1
+            api[name][1] += ev.cpu_time_total
+    own = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:top]
+    return {
+        "api": {k: {"per_call": round(v[0] / calls, 2), "us_per_call": round(v[1] / calls, 2)}
+                for k, v in sorted(api.items(), key=lambda kv: -kv[1][1])},
+        "self_cpu": {e.key: {"per_call": round(e.count / calls, 2), "us_per_call": round(e.self_cpu_time_total / calls, 2)}
+                     for e in own},
+    }  # fmt: skip
 
 
 def python_profile(step, calls: int, top: int = 40) -> str:
@@ -91,7 +101,7 @@ def probe(bid: models.BlockId, out_dir: str, calls: int) -> dict:
     for name in steps:
         result[name] = {"wall_ms": wall[name], "enqueue_us": host[name], "gpu_busy": host["gpu_busy"]}
     for name, step in steps.items():
-        result[name]["api"] = api_calls(step, 20)
+        result[name].update(cpu_events(step, 20))
         text = python_profile(step, calls)
         tag = bid.name.replace(":", "_")
         with open(os.path.join(out_dir, f"{tag}_{name}_cprofile.txt"), "w") as f:
@@ -117,10 +127,11 @@ def main(argv: list[str] | None = None) -> None:
         results.append(probe(bid, args.out, args.calls))
         models.release()
         r = results[-1]
-        print(json.dumps({k: ({kk: vv for kk, vv in v.items() if kk != "api"} if isinstance(v, dict) else v)
-                          for k, v in r.items()}), flush=True)  # fmt: skip
+        print(json.dumps({k: ({kk: vv for kk, vv in v.items() if kk not in ("api", "self_cpu")}
+                               if isinstance(v, dict) else v) for k, v in r.items()}), flush=True)  # fmt: skip
         for name in models.BACKENDS:
-            print(name, json.dumps(dict(list(r[name]["api"].items())[:12])), flush=True)
+            print(name, "api", json.dumps(dict(list(r[name]["api"].items())[:12])), flush=True)
+            print(name, "self_cpu", json.dumps(dict(list(r[name]["self_cpu"].items())[:15])), flush=True)
         with open(os.path.join(args.out, "host_probe.json"), "w") as f:
             json.dump(results, f, indent=1)
 

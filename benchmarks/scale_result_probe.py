@@ -2,8 +2,9 @@
 
 Prints, for scale_result in (none, 1/4, 4) and an fp8 or bf16 output, the factor that
 best fits the output to the float64 product of the same fp8 operands (unit scales).
-``runtime.scaled_gemm`` multiplies (cuBLASLt's D scale); its GPU test compares with
-torch, which disagreed on the H200 (tests/test_fp8_gpu.py)."""
+Torch's CPU kernel divides an fp8 output by it and ignores it for other outputs (what
+``runtime.scaled_gemm`` does); its CUDA kernel (2.11 + CUDA 13, H200) ignores it for
+both: the factor reads 1.00 for every scale_result (results/h200-scale-result.txt)."""
 import torch
 
 E4 = torch.float8_e4m3fn

@@ -11,6 +11,7 @@ CUDA tensors; NCCL refuses two ranks on one GPU).
 """
 from __future__ import annotations
 
+import faulthandler
 import os
 import sys
 from pathlib import Path
@@ -27,20 +28,25 @@ TOL = 5e-2  # relative, on bf16 training: losses and whole-run parameter updates
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 
-def _train(wrap: str, ours: bool, rank: int) -> dict:
-    """STEPS SGD steps of the block wrapped by ``wrap``; losses and parameter updates."""
+def _train(wrap: str, ours: bool, rank: int, log) -> dict:
+    """STEPS SGD steps of the block wrapped by ``wrap``; losses and parameter updates.
+    ``log(stage)`` marks progress in the rank's log (a crash names the last stage)."""
     import distributed
     from models import backend
 
+    label = "ours" if ours else "stock"
     torch._dynamo.reset()
-    with backend("ours" if ours else "stock"):
+    with backend(label):
         block, sample, step = distributed.trainer(wrap, FAMILY, "small")
+        log(f"{label}: wrapped")
         before = [p.detach().float().clone() for p in distributed.full_parameters(block)]
+        log(f"{label}: gathered the parameters")
         losses, ran_ours = [], False
-        for x in distributed.batches(sample, rank, STEPS):
+        for i, x in enumerate(distributed.batches(sample, rank, STEPS)):
             with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
                 losses.append(step(x).item())
                 torch.cuda.synchronize()
+            log(f"{label}: step {i} done")
             ran_ours |= any("inductor_cutedsl" in e.name for e in prof.events())
         after = distributed.full_parameters(block)
     updates = [(a.detach().float() - b).cpu() for a, b in zip(after, before)]
@@ -50,12 +56,22 @@ def _train(wrap: str, ours: bool, rank: int) -> dict:
 def _rank(rank: int, backend: str, wrap: str, out_dir: str) -> None:
     import torch.distributed as dist
 
+    # A crash in native code (a collective on CUDA memory) kills the rank without a
+    # Python error: its log keeps the last stage reached and every thread's stack.
+    log_file = open(f"{out_dir}/rank{rank}.log", "w")  # noqa: SIM115 (open until the process ends)
+    faulthandler.enable(log_file, all_threads=True)
+
+    def log(stage: str) -> None:
+        log_file.write(stage + "\n")
+        log_file.flush()
+
     torch.cuda.set_device(rank % torch.cuda.device_count())
     dist.init_process_group(backend, init_method=f"file://{out_dir}/rendezvous", rank=rank, world_size=WORLD)
+    log(f"process group {backend} up")
     try:
         from inductor_cutedsl.runtime.launch import default_cache
 
-        result = {label: _train(wrap, label == "ours", rank) for label in ("stock", "ours")}
+        result = {label: _train(wrap, label == "ours", rank, log) for label in ("stock", "ours")}
         result["built"] = list(default_cache().built)
         torch.save(result, f"{out_dir}/rank{rank}.pt")
     finally:
@@ -71,7 +87,12 @@ def test_two_ranks_train_as_stock_does_and_build_each_kernel_once(wrap, tmp_path
     monkeypatch.setenv("INDUCTOR_CUTEDSL_CACHE_DIR", str(tmp_path / "kernels"))
     monkeypatch.setenv("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
-    mp.spawn(_rank, args=(backend, wrap, str(tmp_path)), nprocs=WORLD, join=True)
+    try:
+        mp.spawn(_rank, args=(backend, wrap, str(tmp_path)), nprocs=WORLD, join=True)
+    except mp.ProcessExitedException as exc:
+        logs = "\n".join(f"--- rank {r}:\n" + (tmp_path / f"rank{r}.log").read_text()[-3000:]
+                         for r in range(WORLD) if (tmp_path / f"rank{r}.log").exists())  # fmt: skip
+        raise AssertionError(f"{exc}\n{logs}") from exc
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(WORLD)]
     for r, result in enumerate(ranks):
         stock, ours = result["stock"], result["ours"]
