@@ -76,9 +76,39 @@ def batches(sample: torch.Tensor, rank: int, n: int) -> list[torch.Tensor]:
     return [torch.randn(sample.shape, device=sample.device, generator=gen).to(sample.dtype) for _ in range(n)]
 
 
-def full_parameters(block: torch.nn.Module) -> list[torch.Tensor]:
-    """Every parameter whole (FSDP2's are sharded DTensors)."""
-    return [p.full_tensor() if hasattr(p, "full_tensor") else p for p in block.parameters()]
+def full_parameters(block: torch.nn.Module, via_host: bool | None = None) -> list[torch.Tensor]:
+    """Every parameter whole (FSDP2's are DTensors sharded on dim 0). ``via_host``
+    (default: over gloo with CUDA shards) gathers the shards as CPU tensors: gloo's
+    all-gather of a CUDA DTensor (``full_tensor``) can kill the process
+    (pytorch/pytorch#132471)."""
+    import torch.distributed as dist
+
+    out = []
+    for p in block.parameters():
+        if not hasattr(p, "full_tensor"):
+            out.append(p)
+            continue
+        group = p.device_mesh.get_group()
+        host = via_host if via_host is not None else (p.device.type == "cuda" and dist.get_backend(group) == "gloo")
+        out.append(_gather_dim0_on_host(p, group) if host else p.full_tensor())
+    return out
+
+
+def _gather_dim0_on_host(p, group) -> torch.Tensor:
+    """A dim-0-sharded DTensor whole, gathered through CPU copies of its shards (each
+    padded to the first shard's rows, as ``torch.chunk`` splits)."""
+    import torch.distributed as dist
+    from torch.distributed.tensor import Shard
+
+    if tuple(p.placements) != (Shard(0),):
+        raise ValueError(f"want a parameter sharded on dim 0, not {p.placements}")
+    local = p.to_local().detach()
+    rows = -(-p.shape[0] // dist.get_world_size(group))
+    padded = torch.zeros((rows, *p.shape[1:]), dtype=local.dtype)
+    padded[: local.shape[0]] = local.cpu()
+    parts = [torch.empty_like(padded) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(parts, padded, group=group)
+    return torch.cat(parts)[: p.shape[0]].to(local.device)
 
 
 def _init(rank: int, backend: str, rendezvous: str) -> None:

@@ -145,3 +145,33 @@ def test_duty_probe_sizes_copies_and_finds_configs():
         duty_probe.configs(4096, 16384, 3072, ["no_such_config"])
     rows = [{"kernel": "nvjet_gemm", "ms": 1.0}, {"kernel": "copy_kernel", "ms": 0.5}]
     assert duty_probe.gemm_us(rows, {"copy_kernel"}, reps=20) == 50.0
+
+
+def _gather_rank(rank: int, rendezvous: str, out: str) -> None:
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import distributed
+
+    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=2)
+    try:
+        torch.manual_seed(0)  # the same weights on both ranks
+        block = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Linear(5, 3))  # 5 and 3 rows: uneven shards
+        fully_shard(block)
+        host = distributed.full_parameters(block, via_host=True)
+        whole = distributed.full_parameters(block, via_host=False)
+        torch.save([(h.shape == w.shape and torch.equal(h, w)) for h, w in zip(host, whole)], f"{out}/rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_distributed_gathers_fsdp2_shards_through_the_host_as_full_tensor_does(tmp_path):
+    """The one-GPU gloo fallback gathers FSDP2's shards on the host (gloo's all-gather of
+    CUDA DTensors can kill the process); here on CPU, against ``full_tensor``."""
+    import torch.multiprocessing as mp
+
+    mp.spawn(_gather_rank, args=(str(tmp_path / "rendezvous"), str(tmp_path)), nprocs=2, join=True)
+    for rank in range(2):
+        same = torch.load(tmp_path / f"rank{rank}.pt")
+        assert len(same) == 4 and all(same), same
