@@ -22,7 +22,8 @@
 # diagnose: probe, then addmm+gelu at 1024 rows with Inductor's fusion log and output code
 # graph:    graph_probe.py (our configs and cuBLAS, direct and as CUDA graphs), then the GEMM benchmark
 # timing:   timing_probe.py (does a short side-by-side measurement depend on its predecessor?)
-# inductor-tests [RESUME_JSON]: PyTorch's Inductor GEMM tests (.device/inductor_tests), stock and
+# inductor-tests [RESUME_JSON]: PyTorch's Inductor GEMM tests (.device/inductor_tests: move them in for
+#           the inductor-* and order-probe steps only, the carry limit is tight), stock and
 #           ours at once, going on from RESUME_JSON (default: the committed partial comparison)
 # inductor-regress K [RESUME_JSON|-]: the tests matching pytest -k K re-run in both modes (failure
 #           messages in $OUT/regress/regress.json) beside the comparison resumed from RESUME_JSON
