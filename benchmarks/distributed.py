@@ -78,9 +78,11 @@ def batches(sample: torch.Tensor, rank: int, n: int) -> list[torch.Tensor]:
 
 def full_parameters(block: torch.nn.Module, via_host: bool | None = None) -> list[torch.Tensor]:
     """Every parameter whole (FSDP2's are DTensors sharded on dim 0). ``via_host``
-    (default: over gloo with CUDA shards) gathers the shards as CPU tensors: gloo's
-    all-gather of a CUDA DTensor (``full_tensor``) can kill the process
-    (pytorch/pytorch#132471)."""
+    (default: over gloo with CUDA shards) gathers the shards as CPU tensors:
+    ``full_tensor`` goes through the functional all-gather, which gloo serves with its
+    coalesced all-gather, and that one has no CUDA path (it reads device memory on the
+    host: SIGSEGV, pytorch/pytorch#132471). FSDP2's own collectives take gloo's CUDA
+    paths."""
     import torch.distributed as dist
 
     out = []
