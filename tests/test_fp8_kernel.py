@@ -87,16 +87,18 @@ SCRIPT = textwrap.dedent("""
     nvdisasm, root = sys.argv[1], Path(sys.argv[2])
     dump = Path(os.environ["CUTE_DSL_DUMP_DIR"])
     stats = {}
-    for promote in (0, 1):
+    # "0" / "1": a 128x128 tile without / with promotion; "wide": the widest tile the
+    # promoting shortlist offers (two accumulators of 96 registers per thread).
+    for name, cfg, promote in (("0", GemmConfig(128, 128, 2, 1), 0), ("1", GemmConfig(128, 128, 2, 1), 1),
+                               ("wide", GemmConfig(128, 192, 2, 1), 1)):
         for old in dump.glob("*"):
             old.unlink()
-        spec = KernelSpec(GemmConfig(128, 128, 2, 1), "float8_e4m3fn", "bfloat16", "k", "k", E.IDENTITY,
-                          promote=promote)
-        export_object(spec, root, f"fp8_p{promote}")
+        spec = KernelSpec(cfg, "float8_e4m3fn", "bfloat16", "k", "k", E.IDENTITY, promote=promote)
+        export_object(spec, root, f"fp8_{name}")
         (cubin,) = dump.glob("*.cubin")
         lines = subprocess.run([nvdisasm, str(cubin)], capture_output=True, text=True, check=True).stdout.splitlines()
         mma = [l for l in lines if "GMMA" in l]
-        stats[promote] = {
+        stats[name] = {
             "fp8_mma": sum(".E4M3.E4M3" in l for l in mma),
             "mma": len(mma),
             "scoreboarded_mma": sum("gsb0" in l for l in mma),
@@ -125,6 +127,13 @@ def test_fp8_kernels_run_the_fp8_wgmma_and_promotion_adds_in_fp32(fp8_sass):
     # k-tile (the last k-tile's promotion leaves nothing to add after the loop); the
     # partial sums restart from zero in the k-tile's first wgmma.
     assert promoted["fadd"] == 64 and promoted["mma_from_zero"] == 1, promoted
+
+
+def test_the_widest_promoting_tile_keeps_both_accumulators_in_registers(fp8_sass):
+    """``GemmConfig.promotion_reason`` admits 128x192 (2 x 96 accumulator registers per
+    thread) and the promoting shortlist puts it first: it must not spill."""
+    wide = fp8_sass["wide"]
+    assert wide["spill_stores"] == 0 and wide["fadd"] == 96 and wide["mma_from_zero"] == 1, wide
 
 
 def test_scaled_epilogue_reads_scales_as_the_mode_says():

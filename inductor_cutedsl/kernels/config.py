@@ -254,9 +254,14 @@ def shortlist(m: int, n: int, k: int, batch: int = 1, limit: int = 6, promote: b
         if math.ceil(m / 128) * math.ceil(n / 128) * batch < sms
         else []
     )
+    # A promoting fp8 kernel keeps a second accumulator, which rules out the wide tiles:
+    # the widest that hold both (128x192 and 128x128 cooperative), paired and swizzled
+    # as the wide ones are, lead its list.
+    promoting = [GemmConfig(128, 192, 2, 1, False, raster_m, swz), GemmConfig(128, 128, *square, False, raster_m, swz)]
     cands: list[GemmConfig] = []
     for cfg in (
         *narrow,
+        *(promoting if promote else ()),
         *(wide if waves >= 2 else wide[::-1]),
         GemmConfig(128, 128, *square, True, raster_m, swz),
         # The better raster order was not predictable from the shape: try both.
