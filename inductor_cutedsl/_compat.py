@@ -323,6 +323,35 @@ def stock_choices() -> Any:
     return _stock_choices_class()
 
 
+def handler_is_current(handler: Any) -> bool:
+    """Whether ``handler``, a thread's live choices handler, is what
+    ``inductor_choices_class`` makes now (a factory that is not a class is trusted)."""
+    cls = inductor_config.inductor_choices_class
+    if cls is None:
+        from torch._inductor.choices import InductorChoices
+
+        return type(handler) is InductorChoices
+    return not isinstance(cls, type) or type(handler) is cls
+
+
+def sync_choices_handler() -> Any:
+    """This thread's live choices handler, made anew from ``inductor_choices_class``
+    where it is stale (None before Inductor's choices are imported). Inductor makes one
+    handler per thread, on the thread's first use, and keeps it: a thread that lowered
+    before the class changed (autograd's device thread, where a training step's
+    backward compiles) would go on with the old one."""
+    if not loaded("torch._inductor.choices"):
+        return None
+    handler = V.choices
+    if not handler_is_current(handler):
+        from torch._inductor.choices import InductorChoices
+
+        cls = inductor_config.inductor_choices_class
+        handler = cls() if cls is not None else InductorChoices()
+        V.set_choices_handler(handler)
+    return handler
+
+
 def set_choices_class(cls: Any, live: bool = True) -> None:
     """Install ``cls`` for new threads (config) and, with ``live``, for this thread (the
     live handler, where one may exist: Inductor makes it from the config on first use)."""

@@ -80,6 +80,9 @@ def _rewrite_gated(graph: torch.fx.Graph) -> None:
 
 def _compile_starts() -> None:
     _install_rest()
+    # In the compiling thread, which may have made its choices handler while we were
+    # off: autograd's device thread, where a training step's backward compiles.
+    _compat.sync_choices_handler()
     # Compile workers start with the first compilation (not at import): their DSL
     # import then overlaps tracing and lowering, before the first GEMM needs them.
     _start_workers()

@@ -97,6 +97,41 @@ def test_training_step_forward_and_backward():
     assert cutedsl_launches("\n".join(codes)) >= 4
 
 
+def test_backward_after_a_stock_compile_gets_our_candidates(monkeypatch):
+    """A training step's backward compiles in autograd's device thread, whose choices
+    handler a stock compile made first (as the model suite compiles): our candidates
+    must still be offered there, not only to the forward's GEMMs."""
+    import threading
+
+    import inductor_cutedsl
+    import inductor_cutedsl.lowering.choices as choices_mod
+    from torch._inductor import config as ic
+
+    asked = []  # per ask: from the main thread (forward) or another (backward)
+    real = choices_mod.gemm_choices
+    monkeypatch.setattr(choices_mod, "gemm_choices",
+                        lambda ki, op: asked.append(threading.current_thread() is threading.main_thread()) or real(ki, op))  # fmt: skip
+    torch.manual_seed(0)
+    model = torch.nn.Linear(512, 1024).to("cuda", torch.bfloat16)
+    x = bf16(2048, 512).requires_grad_(True)
+
+    def train():
+        compiled = torch.compile(model, mode="max-autotune-no-cudagraphs")
+        compiled(x).float().square().mean().backward()
+        torch.cuda.synchronize()
+
+    with ic.patch(force_disable_caches=True):
+        inductor_cutedsl.disable()
+        try:
+            train()
+        finally:
+            inductor_cutedsl.enable()
+        assert asked == []
+        torch._dynamo.reset()
+        train()
+    assert True in asked and False in asked, asked
+
+
 def test_cuda_graphs_mode():
     lin = torch.nn.Linear(1024, 1024, bias=False).to("cuda", torch.bfloat16)
     x = bf16(512, 1024)

@@ -346,3 +346,67 @@ def test_operand_layouts_freeze_only_for_a_gemm_we_take(graph, monkeypatch):
 )
 def test_bias_kind_from_sizes_and_strides(graph, size, stride, kind):
     assert gc.bias_kind(size, stride) == kind
+
+
+def _in_a_thread_around(change, before, after):
+    """``before()`` in a new thread, then ``change()`` here, then ``after()`` in that
+    thread: what each returned. Inductor keeps one choices handler per thread."""
+    import threading
+
+    out, made, changed = {}, threading.Event(), threading.Event()
+
+    def thread():
+        try:
+            out["before"] = before()
+            made.set()
+            changed.wait(30)
+            out["after"] = after()
+        finally:
+            made.set()
+
+    t = threading.Thread(target=thread)
+    t.start()
+    made.wait(30)
+    change()
+    changed.set()
+    t.join(30)
+    return out
+
+
+def test_a_thread_that_lowered_while_we_were_off_gets_ours_when_it_compiles():
+    """Autograd's device thread compiles a training step's backward: if it made its
+    handler while we were off (a stock compile first), its next compile must be ours."""
+    from torch._dynamo.callback import CallbackTrigger, callback_handler
+
+    def compile_starts():
+        with callback_handler.install_callbacks(CallbackTrigger.LAZY_BACKWARD, "0/0"):
+            return type(V.choices)
+
+    inductor_cutedsl.disable()
+    try:
+        out = _in_a_thread_around(inductor_cutedsl.enable, lambda: type(V.choices), compile_starts)
+    finally:
+        inductor_cutedsl.enable()
+    assert not issubclass(out["before"], CuteDSLChoices)
+    assert out["after"] is inductor_config.inductor_choices_class and issubclass(out["after"], CuteDSLChoices)
+
+
+def test_a_thread_that_made_ours_offers_nothing_after_disable(monkeypatch):
+    """The other way: a thread's handler made while we were on, asked for a GEMM's
+    choices after disable(), answers as Inductor's (and is replaced by it)."""
+    import inductor_cutedsl.lowering.choices as choices_mod
+
+    asked = []
+    monkeypatch.setattr(choices_mod, "gemm_choices", lambda ki, op: asked.append(op) or [])
+    inputs = types.SimpleNamespace(nodes=lambda: [object(), object()], output_layout=lambda *a, **k: None)
+
+    def ask():
+        handler = V.choices
+        return handler.get_template_configs(inputs, [], "mm"), type(V.choices)
+
+    try:
+        out = _in_a_thread_around(inductor_cutedsl.disable, lambda: type(V.choices), ask)
+    finally:
+        inductor_cutedsl.enable()
+    assert issubclass(out["before"], CuteDSLChoices)
+    assert out["after"][0] == [] and asked == [] and not issubclass(out["after"][1], CuteDSLChoices)
