@@ -5,10 +5,10 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import resource
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -66,14 +66,21 @@ def test_help_loads_only_what_the_package_import_does():
     assert not {"torch._inductor", "torch._dynamo", "cutlass", "matplotlib"} & loaded["help"]
 
 
+def _child_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def test_help_costs_no_more_than_importing_torch():
-    """Fresh interpreters, interleaved, the fastest of three each (the box is shared)."""
+    """Fresh interpreters, interleaved, the cheapest of three each, in CPU seconds: the
+    box is shared with the other test workers, and wall time measured their load (a CI
+    run read `--help` 0.57 s over `import torch` that an idle box reads level)."""
     times: dict = {"torch": [], "help": []}
     for _ in range(3):
         for what, args in (("torch", ("-c", "import torch")), ("help", ("-m", "inductor_cutedsl", "--help"))):
-            t0 = time.perf_counter()
+            t0 = _child_cpu_s()
             done = _python(*args)
-            times[what].append(time.perf_counter() - t0)
+            times[what].append(_child_cpu_s() - t0)
             assert done.returncode == 0, done.stderr
     assert min(times["help"]) <= min(times["torch"]) + HELP_EXTRA_S, times
 
