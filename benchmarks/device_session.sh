@@ -43,6 +43,8 @@
 #           if given
 # distributed-bench [WRAP...]: benchmarks/distributed.py (step time stock vs ours, cold compile per
 #           rank; meant for nvidia-h200-x2: on one GPU it runs over gloo, "gpus": 1)
+# training [BLOCKS]: the GPU tests of training paths (a backward after a stock compile, the
+#           gated forms), then the suite's training rows of BLOCKS (gpt2:prefill,phi3:prefill)
 # train-duty: the GPT-2 training row, then duty_probe.py
 # cold BLOCKS [SECONDS]: the model suite's cold compiles (fresh processes, empty caches) of
 #           the given blocks (family:size[:run],...), stock then ours, within SECONDS (280)
@@ -91,7 +93,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log
     echo "== $name: rc=$? in $((SECONDS - t0)) s"
 }
 
-case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, energy, gemm, fusion-tests, graph, timing, probe, diagnose, inductor-tests, inductor-regress, close, order-probe, suite-prefill, gated-train, gated-fp8, fp8, fp8-tests, fp8-fused, compile-in-process, distributed, distributed-bench, train-duty, cold, fuzz, host or duty}" in
+case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, energy, gemm, fusion-tests, graph, timing, probe, diagnose, inductor-tests, inductor-regress, close, order-probe, suite-prefill, gated-train, gated-fp8, fp8, fp8-tests, fp8-fused, compile-in-process, distributed, distributed-bench, training, train-duty, cold, fuzz, host or duty}" in
 inductor-tests)
     step inductor-tests 560 python3 benchmarks/inductor_tests.py --tests .device/inductor_tests \
         --files test_max_autotune.py test_select_algorithm_211.py --together -n 7 --budget 520 \
@@ -169,6 +171,14 @@ distributed-bench)
     shift
     step distributed-bench 580 python3 benchmarks/distributed.py ${1:+--wrap "$@"} --json "$OUT/h200x2-distributed.json"
     grep -E "^\{|Error" "$OUT/distributed-bench.log" | cut -c1-600 | tail -6 ;;
+training)
+    step gpu-training 150 python3 -m pytest tests/test_inductor_gpu.py tests/test_gated_gpu.py -m gpu -n 6 -q -rfE \
+        -p no:cacheprovider -k "backward or training or gated"
+    grep -E "passed|failed|^FAILED|^ERROR|^E " "$OUT/gpu-training.log" | tail -12
+    TORCH_LOGS=+inductor_cutedsl step suite 420 python3 benchmarks/models.py --runs train \
+        --blocks "${2:-gpt2:prefill,phi3:prefill}" --budget 400 --json "$OUT/h200-models-train.json"
+    grep -E "^==|: GPU|FAILED|not started" "$OUT/suite.log" | grep -vE "^(W|I)[0-9]{4}" | tail -8
+    grep -c "offering CuteDSL.* for mm" "$OUT/suite.log" ;;
 train-duty)
     TORCH_LOGS=+inductor_cutedsl step suite 280 python3 benchmarks/models.py --runs train \
         --blocks gpt2:prefill --budget 260 --json "$OUT/h200-models-gpt2-train.json"
