@@ -257,8 +257,69 @@ def autotune_backends() -> str:
     return inductor_config.max_autotune_gemm_backends
 
 
-def set_autotune_backends(value: str) -> None:
-    inductor_config.max_autotune_gemm_backends = value
+def set_autotune_backends(value: str, hold: bool = True) -> None:
+    """Set ``max_autotune_gemm_backends``: ``hold``, the backend's value while it is
+    installed (``sync_thread_settings``); else the value it restores."""
+    _set_setting("max_autotune_gemm_backends", value, hold)
+
+
+# -- settings held in every compiling thread ------------------------------------------
+#
+# torch >= 2.15 keeps each of Inductor's settings per thread (a ContextVar): a thread
+# other than the one that installed the backend, such as autograd's device thread,
+# where a training step's backward compiles, starts from the defaults. The settings the
+# backend holds are recorded, and each compiling thread takes them at its compile start
+# where it has not set them itself (a user's own value in that thread stands); after
+# disable(), a thread still holding one of ours gets the restored value back when it
+# next meets our code. Before 2.15 settings are global: nothing to catch up on.
+
+_held: dict[str, Any] = {}  # name -> the value the backend holds now
+_ours: dict[str, list] = {}  # name -> every value the backend held
+_released: dict[str, Any] = {}  # name -> the value disable() restored
+
+
+def _set_setting(name: str, value: Any, hold: bool) -> None:
+    setattr(inductor_config, name, value)
+    if hold:
+        _held[name] = value
+        if value not in _ours.setdefault(name, []):
+            _ours[name].append(value)
+        _released.pop(name, None)
+    elif _held.pop(name, None) is not None or name in _ours:
+        _released[name] = value
+
+
+def _thread_settings() -> dict | None:
+    """Inductor's config entries where each setting is per thread (torch >= 2.15),
+    else None."""
+    import contextvars
+
+    entries = getattr(inductor_config, "_config", None)
+    entry = entries.get("max_autotune") if isinstance(entries, dict) else None
+    return entries if isinstance(getattr(entry, "user_override", None), contextvars.ContextVar) else None
+
+
+def sync_thread_settings() -> Any:
+    """This thread's Inductor settings as the backend's state says (per-thread settings
+    only), then its live choices handler likewise (``sync_choices_handler``), which it
+    returns (None before Inductor is imported)."""
+    if not loaded("torch._inductor.config"):
+        return None
+    entries = _thread_settings()
+    if entries is not None:
+        from torch.utils._config_module import _UNSET_SENTINEL
+
+        def ours_or_unset(name: str) -> bool:
+            value = entries[name].user_override.get()
+            return value is _UNSET_SENTINEL or value in _ours.get(name, ())
+
+        for name, value in _held.items():
+            if ours_or_unset(name) and getattr(inductor_config, name) != value:
+                setattr(inductor_config, name, value)
+        for name, value in _released.items():
+            if entries[name].user_override.get() in _ours.get(name, ()):
+                setattr(inductor_config, name, value)
+    return sync_choices_handler()
 
 
 def autotune_backend_tokens() -> list[str]:
@@ -352,10 +413,11 @@ def sync_choices_handler() -> Any:
     return handler
 
 
-def set_choices_class(cls: Any, live: bool = True) -> None:
+def set_choices_class(cls: Any, live: bool = True, hold: bool = True) -> None:
     """Install ``cls`` for new threads (config) and, with ``live``, for this thread (the
-    live handler, where one may exist: Inductor makes it from the config on first use)."""
-    inductor_config.inductor_choices_class = cls
+    live handler, where one may exist: Inductor makes it from the config on first use);
+    ``hold``: as ``set_autotune_backends``."""
+    _set_setting("inductor_choices_class", cls, hold)
     if live and loaded("torch._inductor.choices"):
         from torch._inductor.choices import InductorChoices
 
@@ -770,12 +832,12 @@ def install_pre_grad_pass(fn: Callable[[Any], Any], key: Callable[[], Any]) -> A
 
     CustomGraphPass.register(_PreGradPasses)
     prior = inductor_config.pre_grad_custom_pass
-    inductor_config.pre_grad_custom_pass = _PreGradPasses(prior, fn, key)
+    _set_setting("pre_grad_custom_pass", _PreGradPasses(prior, fn, key), hold=True)
     return prior
 
 
 def restore_pre_grad_pass(prior: Any) -> None:
-    inductor_config.pre_grad_custom_pass = prior
+    _set_setting("pre_grad_custom_pass", prior, hold=False)
 
 
 def lowering_site() -> tuple[Any, Any] | None:

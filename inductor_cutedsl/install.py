@@ -72,6 +72,9 @@ def _choices() -> Any:
 
 def _rewrite_gated(graph: torch.fx.Graph) -> None:
     """The pre-grad pass: the gated MLP rewritten into our op (``lowering.gated``)."""
+    if not is_enabled():  # a thread still holding our settings after disable() (torch >= 2.15)
+        _compat.sync_thread_settings()
+        return
     _install_rest()
     from .lowering import gated
 
@@ -80,9 +83,10 @@ def _rewrite_gated(graph: torch.fx.Graph) -> None:
 
 def _compile_starts() -> None:
     _install_rest()
-    # In the compiling thread, which may have made its choices handler while we were
-    # off: autograd's device thread, where a training step's backward compiles.
-    _compat.sync_choices_handler()
+    # The compiling thread may have made its choices handler while we were off, or
+    # (torch >= 2.15) never seen our settings: autograd's device thread, where a
+    # training step's backward compiles.
+    _compat.sync_thread_settings()
     # Compile workers start with the first compilation (not at import): their DSL
     # import then overlaps tracing and lowering, before the first GEMM needs them.
     _start_workers()
@@ -163,8 +167,8 @@ def disable() -> None:
         _compat.cancel_when_imported(saved["settings_hook"])
         _compat.cancel_when_imported(saved["start_hook"])
         if "backends" in saved:
-            _compat.set_autotune_backends(saved["backends"])
-            _compat.set_choices_class(saved["choices_class"])
+            _compat.set_autotune_backends(saved["backends"], hold=False)
+            _compat.set_choices_class(saved["choices_class"], hold=False)
         if "compile_start_hook" in saved:
             _compat.remove_compile_start_hook(saved["compile_start_hook"])
         if "pre_grad_pass" in saved:

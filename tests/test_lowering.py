@@ -373,27 +373,33 @@ def _in_a_thread_around(change, before, after):
     return out
 
 
-def test_a_thread_that_lowered_while_we_were_off_gets_ours_when_it_compiles():
-    """Autograd's device thread compiles a training step's backward: if it made its
-    handler while we were off (a stock compile first), its next compile must be ours."""
+def _compile_starts():
+    """What a thread's lazy backward compile sees at its start: the choices class."""
     from torch._dynamo.callback import CallbackTrigger, callback_handler
 
-    def compile_starts():
-        with callback_handler.install_callbacks(CallbackTrigger.LAZY_BACKWARD, "0/0"):
-            return type(V.choices)
+    with callback_handler.install_callbacks(CallbackTrigger.LAZY_BACKWARD, "0/0"):
+        return type(V.choices), inductor_config.max_autotune_gemm_backends
 
+
+def test_a_thread_that_lowered_while_we_were_off_gets_ours_when_it_compiles():
+    """Autograd's device thread compiles a training step's backward: if it made its
+    handler while we were off (a stock compile first), or (torch >= 2.15, where
+    Inductor's settings are per thread) never saw our settings, its next compile must
+    be ours."""
     inductor_cutedsl.disable()
     try:
-        out = _in_a_thread_around(inductor_cutedsl.enable, lambda: type(V.choices), compile_starts)
+        out = _in_a_thread_around(inductor_cutedsl.enable, lambda: type(V.choices), _compile_starts)
     finally:
         inductor_cutedsl.enable()
     assert not issubclass(out["before"], CuteDSLChoices)
-    assert out["after"] is inductor_config.inductor_choices_class and issubclass(out["after"], CuteDSLChoices)
+    assert out["after"] == (inductor_config.inductor_choices_class, inductor_config.max_autotune_gemm_backends)
+    assert issubclass(out["after"][0], CuteDSLChoices) and "CUTEDSL" in out["after"][1]
 
 
 def test_a_thread_that_made_ours_offers_nothing_after_disable(monkeypatch):
-    """The other way: a thread's handler made while we were on, asked for a GEMM's
-    choices after disable(), answers as Inductor's (and is replaced by it)."""
+    """The other way: a thread's handler made while we were on (and, torch >= 2.15, its
+    settings), asked for a GEMM's choices after disable(), answers as Inductor's (and
+    is replaced by it)."""
     import inductor_cutedsl.lowering.choices as choices_mod
 
     asked = []
@@ -405,8 +411,8 @@ def test_a_thread_that_made_ours_offers_nothing_after_disable(monkeypatch):
         return handler.get_template_configs(inputs, [], "mm"), type(V.choices)
 
     try:
-        out = _in_a_thread_around(inductor_cutedsl.disable, lambda: type(V.choices), ask)
+        out = _in_a_thread_around(inductor_cutedsl.disable, _compile_starts, ask)
     finally:
         inductor_cutedsl.enable()
-    assert issubclass(out["before"], CuteDSLChoices)
+    assert issubclass(out["before"][0], CuteDSLChoices)
     assert out["after"][0] == [] and asked == [] and not issubclass(out["after"][1], CuteDSLChoices)

@@ -21,13 +21,11 @@ class CuteDSLChoices(_compat.InductorChoices):
         return (f"{type(self).__module__}.{type(self).__qualname__}", *config.cache_key())
 
     def get_template_configs(self, kernel_inputs, templates, op_name, kwarg_overrides=None):
-        if not _compat.handler_is_current(self):
-            # A thread's handler made while we were on, asked after disable() (or under
-            # other settings): the configured handler answers, and serves the thread
-            # from now on.
-            handler = _compat.sync_choices_handler()
-            if handler is not self:
-                return handler.get_template_configs(kernel_inputs, templates, op_name, kwarg_overrides)
+        # A thread's handler made while we were on, asked after disable() (or under other
+        # settings): the configured handler answers, and serves the thread from now on.
+        handler = _compat.sync_thread_settings()
+        if handler is not None and handler is not self:
+            return handler.get_template_configs(kernel_inputs, templates, op_name, kwarg_overrides)
         choices = super().get_template_configs(kernel_inputs, templates, op_name, kwarg_overrides)
         ours, offered = _ours_once(kernel_inputs, op_name)
         if not choices and not offered and op_name in GEMM_OPS and _only_backend_is_ours():
