@@ -265,13 +265,14 @@ def set_autotune_backends(value: str, hold: bool = True) -> None:
 
 # -- settings held in every compiling thread ------------------------------------------
 #
-# torch >= 2.15 keeps each of Inductor's settings per thread (a ContextVar): a thread
-# other than the one that installed the backend, such as autograd's device thread,
-# where a training step's backward compiles, starts from the defaults. The settings the
-# backend holds are recorded, and each compiling thread takes them at its compile start
-# where it has not set them itself (a user's own value in that thread stands); after
-# disable(), a thread still holding one of ours gets the restored value back when it
-# next meets our code. Before 2.15 settings are global: nothing to catch up on.
+# Newer torch (2.14 and 2.15; not 2.11) keeps each of Inductor's settings per thread (a
+# ContextVar): a thread other than the one that installed the backend, such as
+# autograd's device thread, where a training step's backward compiles, starts from the
+# defaults. The settings the backend holds are recorded, and each compiling thread
+# takes them at its compile start where it has not set them itself (a user's own value
+# in that thread stands); after disable(), a thread still holding one of ours gets the
+# restored value back when it next meets our code. Where settings are global there is
+# nothing to catch up on.
 
 _held: dict[str, Any] = {}  # name -> the value the backend holds now
 _ours: dict[str, list] = {}  # name -> every value the backend held
@@ -290,7 +291,7 @@ def _set_setting(name: str, value: Any, hold: bool) -> None:
 
 
 def _thread_settings() -> dict | None:
-    """Inductor's config entries where each setting is per thread (torch >= 2.15),
+    """Inductor's config entries where each setting is per thread (torch 2.14 on),
     else None."""
     import contextvars
 

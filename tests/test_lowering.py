@@ -383,7 +383,7 @@ def _compile_starts():
 
 def test_a_thread_that_lowered_while_we_were_off_gets_ours_when_it_compiles():
     """Autograd's device thread compiles a training step's backward: if it made its
-    handler while we were off (a stock compile first), or (torch >= 2.15, where
+    handler while we were off (a stock compile first), or (torch 2.14 on, where
     Inductor's settings are per thread) never saw our settings, its next compile must
     be ours."""
     inductor_cutedsl.disable()
@@ -397,7 +397,7 @@ def test_a_thread_that_lowered_while_we_were_off_gets_ours_when_it_compiles():
 
 
 def test_a_thread_that_made_ours_offers_nothing_after_disable(monkeypatch):
-    """The other way: a thread's handler made while we were on (and, torch >= 2.15, its
+    """The other way: a thread's handler made while we were on (and, torch 2.14 on, its
     settings), asked for a GEMM's choices after disable(), answers as Inductor's (and
     is replaced by it)."""
     import inductor_cutedsl.lowering.choices as choices_mod
