@@ -290,14 +290,19 @@ def _set_setting(name: str, value: Any, hold: bool) -> None:
         _released[name] = value
 
 
-def _thread_settings() -> dict | None:
-    """Inductor's config entries where each setting is per thread (torch 2.14 on),
-    else None."""
+def _thread_settings() -> tuple[dict, Any] | None:
+    """(Inductor's config entries, the value of an entry not set in this thread) where
+    each setting is per thread (torch 2.14 on), else None."""
     import contextvars
+
+    from torch.utils import _config_module
 
     entries = getattr(inductor_config, "_config", None)
     entry = entries.get("max_autotune") if isinstance(entries, dict) else None
-    return entries if isinstance(getattr(entry, "user_override", None), contextvars.ContextVar) else None
+    unset = getattr(_config_module, "_UNSET_SENTINEL", None)
+    if unset is None or not isinstance(getattr(entry, "user_override", None), contextvars.ContextVar):
+        return None
+    return entries, unset
 
 
 def sync_thread_settings() -> Any:
@@ -306,19 +311,16 @@ def sync_thread_settings() -> Any:
     returns (None before Inductor is imported)."""
     if not loaded("torch._inductor.config"):
         return None
-    entries = _thread_settings()
-    if entries is not None:
-        from torch.utils._config_module import _UNSET_SENTINEL
-
-        def ours_or_unset(name: str) -> bool:
-            value = entries[name].user_override.get()
-            return value is _UNSET_SENTINEL or value in _ours.get(name, ())
+    found = _thread_settings()
+    if found is not None:
+        entries, unset = found
 
         for name, value in _held.items():
-            if ours_or_unset(name) and getattr(inductor_config, name) != value:
+            mine = entries[name].user_override.get()  # this thread's own value
+            if (mine is unset or mine in _ours[name]) and mine is not value:
                 setattr(inductor_config, name, value)
         for name, value in _released.items():
-            if entries[name].user_override.get() in _ours.get(name, ()):
+            if entries[name].user_override.get() in _ours[name]:
                 setattr(inductor_config, name, value)
     return sync_choices_handler()
 

@@ -416,3 +416,14 @@ def test_a_thread_that_made_ours_offers_nothing_after_disable(monkeypatch):
         inductor_cutedsl.enable()
     assert issubclass(out["before"][0], CuteDSLChoices)
     assert out["after"][0] == [] and asked == [] and not issubclass(out["after"][1], CuteDSLChoices)
+
+
+def test_a_threads_own_setting_stands_at_its_compile_start():
+    """Only what a thread has not set itself is brought in line: a value it patched
+    (as torch.compile's options are) stands."""
+
+    def own():
+        with inductor_config.patch(max_autotune_gemm_backends="ATEN"):
+            return _compile_starts()[1]
+
+    assert _in_a_thread_around(lambda: None, lambda: None, own)["after"] == "ATEN"
