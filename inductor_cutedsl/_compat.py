@@ -286,8 +286,10 @@ def _set_setting(name: str, value: Any, hold: bool) -> None:
         if value not in _ours.setdefault(name, []):
             _ours[name].append(value)
         _released.pop(name, None)
-    elif _held.pop(name, None) is not None or name in _ours:
-        _released[name] = value
+    else:
+        _held.pop(name, None)
+        if name in _ours:
+            _released[name] = value
 
 
 def _thread_settings() -> tuple[dict, Any] | None:
@@ -314,7 +316,6 @@ def sync_thread_settings() -> Any:
     found = _thread_settings()
     if found is not None:
         entries, unset = found
-
         for name, value in _held.items():
             mine = entries[name].user_override.get()  # this thread's own value
             if (mine is unset or mine in _ours[name]) and mine is not value:

@@ -72,7 +72,7 @@ def _choices() -> Any:
 
 def _rewrite_gated(graph: torch.fx.Graph) -> None:
     """The pre-grad pass: the gated MLP rewritten into our op (``lowering.gated``)."""
-    if not is_enabled():  # a thread still holding our settings after disable() (per-thread settings)
+    if not is_enabled():  # a thread still holding our settings after disable()
         _compat.sync_thread_settings()
         return
     _install_rest()
@@ -83,9 +83,9 @@ def _rewrite_gated(graph: torch.fx.Graph) -> None:
 
 def _compile_starts() -> None:
     _install_rest()
-    # The compiling thread may have made its choices handler while we were off, or
-    # (per-thread settings, torch 2.14 on) never seen our settings: autograd's device thread, where a
-    # training step's backward compiles.
+    # The compiling thread may have made its choices handler while we were off, or (with
+    # per-thread settings, torch 2.14 on) never seen our settings: autograd's device
+    # thread, where a training step's backward compiles.
     _compat.sync_thread_settings()
     # Compile workers start with the first compilation (not at import): their DSL
     # import then overlaps tracing and lowering, before the first GEMM needs them.
