@@ -73,6 +73,22 @@ fusion_tests() {  # fusion_tests SECONDS: the fusion, Inductor and timing GPU te
     grep -E "passed|failed|^FAILED|^ERROR" "$OUT/gpu-fusion.log" | tail -15
 }
 
+fp8_tests() {  # fp8_tests: the fp8 GPU tests (the fast mode's error at large K printed)
+    step gpu-fp8 240 python3 -m pytest tests/test_fp8_gpu.py -m gpu -n 6 -q -s -rfE -p no:cacheprovider
+    grep -E "passed|failed|^FAILED|^ERROR|^E |fp8 K=" "$OUT/gpu-fp8.log" | tail -20
+}
+
+train_rows() {  # train_rows SECONDS BLOCKS JSON: the suite's training rows of BLOCKS within SECONDS
+    TORCH_LOGS=+inductor_cutedsl step suite "$1" python3 benchmarks/models.py --runs train \
+        --blocks "$2" --budget "$(( $1 - 20 ))" --json "$OUT/$3"
+    grep -E "^==|: GPU|FAILED|not started|gated" "$OUT/suite.log" | grep -vE "^(W|I)[0-9]{4}" | tail -12
+}
+
+duty_probe() {  # duty_probe SECONDS: duty_probe.py
+    step duty "$1" python3 benchmarks/duty_probe.py --json "$OUT/h200-duty.json"
+    grep -E "^\{|Error" "$OUT/duty.log" | cut -c1-400 | tail -12
+}
+
 probe_both() {  # probe_both SECONDS LOG PYTEST_ARGS...: PyTorch's tests in .device/inductor_tests, stock
     # and ours side by side (one process each, to $OUT/LOG-MODE.log), with the autotune-cache probe
     local limit=$1 log=$2 mode
@@ -135,27 +151,21 @@ suite-prefill)
 gated-train)
     step gpu-gated 200 python3 -m pytest tests/test_gated_gpu.py -m gpu -n 6 -q -rfE -p no:cacheprovider
     grep -E "passed|failed|^FAILED|^ERROR|^E " "$OUT/gpu-gated.log" | tail -15
-    TORCH_LOGS=+inductor_cutedsl step suite 400 python3 benchmarks/models.py --runs train \
-        --blocks phi3:prefill,llama:prefill --budget 380 --json "$OUT/h200-models-train.json"
-    grep -E "^==|: GPU|FAILED|not started|gated" "$OUT/suite.log" | grep -vE "^(W|I)[0-9]{4}" | tail -12 ;;
+    train_rows 400 phi3:prefill,llama:prefill h200-models-train.json ;;
 gated-fp8)
     step gpu-gated 240 python3 -m pytest tests/test_gated_gpu.py -m gpu -n 5 -q -rfE -p no:cacheprovider &
     step gpu-fp8 240 python3 -m pytest tests/test_fp8_gpu.py -m gpu -n 6 -q -s -rfE -p no:cacheprovider
     wait
     grep -hE "passed|failed|^FAILED|^ERROR|^E |fp8 K=" "$OUT/gpu-gated.log" "$OUT/gpu-fp8.log" | cut -c1-300 | tail -40
-    TORCH_LOGS=+inductor_cutedsl step suite 310 python3 benchmarks/models.py --runs train \
-        --blocks phi3:prefill --budget 290 --json "$OUT/h200-models-train.json"
-    grep -E "^==|: GPU|FAILED|not started|gated" "$OUT/suite.log" | grep -vE "^(W|I)[0-9]{4}" | tail -12 ;;
+    train_rows 310 phi3:prefill h200-models-train.json ;;
 fp8)
     step scale-result 60 python3 benchmarks/scale_result_probe.py
     cat "$OUT/scale-result.log" | tail -8
-    step gpu-fp8 240 python3 -m pytest tests/test_fp8_gpu.py -m gpu -n 6 -q -s -rfE -p no:cacheprovider
-    grep -E "passed|failed|^FAILED|^ERROR|^E |fp8 K=" "$OUT/gpu-fp8.log" | tail -20
+    fp8_tests
     step fp8 300 python3 benchmarks/fp8.py --workers 16 --json "$OUT/h200-fp8-plain.json"
     tail -16 "$OUT/fp8.log" ;;
 fp8-tests)
-    step gpu-fp8 240 python3 -m pytest tests/test_fp8_gpu.py -m gpu -n 6 -q -s -rfE -p no:cacheprovider
-    grep -E "passed|failed|^FAILED|^ERROR|^E |fp8 K=" "$OUT/gpu-fp8.log" | tail -20 ;;
+    fp8_tests ;;
 fp8-fused)
     TORCH_LOGS=+inductor_cutedsl step fp8-fused 560 python3 benchmarks/fp8.py --fused-only --block --workers 16 \
         --json "$OUT/h200-fp8-fused.json"
@@ -175,16 +185,11 @@ training)
     step gpu-training 150 python3 -m pytest tests/test_inductor_gpu.py tests/test_gated_gpu.py -m gpu -n 6 -q -rfE \
         -p no:cacheprovider -k "backward or training or gated"
     grep -E "passed|failed|^FAILED|^ERROR|^E " "$OUT/gpu-training.log" | tail -12
-    TORCH_LOGS=+inductor_cutedsl step suite 420 python3 benchmarks/models.py --runs train \
-        --blocks "${2:-gpt2:prefill,phi3:prefill}" --budget 400 --json "$OUT/h200-models-train.json"
-    grep -E "^==|: GPU|FAILED|not started" "$OUT/suite.log" | grep -vE "^(W|I)[0-9]{4}" | tail -8
+    train_rows 420 "${2:-gpt2:prefill,phi3:prefill}" h200-models-train.json
     grep -c "offering CuteDSL.* for mm" "$OUT/suite.log" ;;
 train-duty)
-    TORCH_LOGS=+inductor_cutedsl step suite 280 python3 benchmarks/models.py --runs train \
-        --blocks gpt2:prefill --budget 260 --json "$OUT/h200-models-gpt2-train.json"
-    grep -E "^==|: GPU|FAILED|not started|round" "$OUT/suite.log" | grep -vE "^(W|I)[0-9]{4}" | tail -12
-    step duty 280 python3 benchmarks/duty_probe.py --json "$OUT/h200-duty.json"
-    grep -E "^\{|Error" "$OUT/duty.log" | cut -c1-400 | tail -12 ;;
+    train_rows 280 gpt2:prefill h200-models-gpt2-train.json
+    duty_probe 280 ;;
 cold)
     step cold "${3:-280}" python3 benchmarks/models.py --cold-only --runs inference --blocks "${2:?blocks}" \
         --budget "$(( ${3:-280} - 20 ))" --json "$OUT/h200-models-cold.json"
@@ -202,8 +207,7 @@ host)
     step host 400 python3 benchmarks/host_probe.py --blocks "${2:?blocks}" --calls 100 --out "$OUT/host"
     grep -E "^\{|^(stock|ours) |Error" "$OUT/host.log" | cut -c1-1500 | tail -12 ;;
 duty)
-    step duty 300 python3 benchmarks/duty_probe.py --json "$OUT/h200-duty.json"
-    grep -E "^\{|Error" "$OUT/duty.log" | cut -c1-400 | tail -12 ;;
+    duty_probe 300 ;;
 tests)
     # Stream-K first, on its own limit: a kernel that waits on a flag forever would
     # otherwise take the whole suite's time with it.

@@ -409,12 +409,16 @@ def sync_choices_handler() -> Any:
         return None
     handler = V.choices
     if not handler_is_current(handler):
-        from torch._inductor.choices import InductorChoices
-
-        cls = inductor_config.inductor_choices_class
-        handler = cls() if cls is not None else InductorChoices()
+        handler = _made_by(inductor_config.inductor_choices_class)
         V.set_choices_handler(handler)
     return handler
+
+
+def _made_by(cls: Any) -> Any:
+    """The choices handler ``inductor_choices_class`` = ``cls`` stands for."""
+    from torch._inductor.choices import InductorChoices
+
+    return cls() if cls is not None else InductorChoices()
 
 
 def set_choices_class(cls: Any, live: bool = True, hold: bool = True) -> None:
@@ -423,9 +427,7 @@ def set_choices_class(cls: Any, live: bool = True, hold: bool = True) -> None:
     ``hold``: as ``set_autotune_backends``."""
     _set_setting("inductor_choices_class", cls, hold)
     if live and loaded("torch._inductor.choices"):
-        from torch._inductor.choices import InductorChoices
-
-        V.set_choices_handler(cls() if cls is not None else InductorChoices())
+        V.set_choices_handler(_made_by(cls))
 
 
 def size_hint(expr: Any) -> int:

@@ -190,9 +190,7 @@ class CuteDSLFusionChoices(CuteDSLChoices):
 
     @staticmethod
     def can_fuse(scheduler: Any, node1: Any, node2: Any, shared_data_score: int) -> bool:
-        # (A thread's handler made while we were on scores as Inductor's once we are off.)
-        if shared_data_score == 0 and _compat.handler_is_current(_compat.V.choices):
-            # No matching dependency: perhaps a view we prove.
+        if shared_data_score == 0:  # no matching dependency: perhaps a view we prove
             shared_data_score = view_score(scheduler, node1, node2)
         return CuteDSLChoices.can_fuse(scheduler, node1, node2, shared_data_score)
 
