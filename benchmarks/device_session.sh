@@ -37,6 +37,7 @@
 # fp8:      torch's scale_result semantics, the fp8 GPU tests, then the plain scaled-GEMM benchmark
 # gated-fp8: the gated and fp8 GPU tests side by side, then the Phi-3 training row
 # fp8-tests: the fp8 GPU tests
+# fsdp2-fp8: the world-size-2 FSDP2 test (gloo on one GPU), then the fp8 GPU tests
 # fp8-fused: the fp8 fused patterns and the quantized LLaMA prefill block
 # compile-in-process: a block's cold compile fresh and after three others, stock and ours
 # distributed [K]: the world-size-2 DDP / FSDP2 tests side by side (gloo on one GPU), pytest -k K
@@ -109,7 +110,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log
     echo "== $name: rc=$? in $((SECONDS - t0)) s"
 }
 
-case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, energy, gemm, fusion-tests, graph, timing, probe, diagnose, inductor-tests, inductor-regress, close, order-probe, suite-prefill, gated-train, gated-fp8, fp8, fp8-tests, fp8-fused, compile-in-process, distributed, distributed-bench, training, train-duty, cold, fuzz, host or duty}" in
+case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, energy, gemm, fusion-tests, graph, timing, probe, diagnose, inductor-tests, inductor-regress, close, order-probe, suite-prefill, gated-train, gated-fp8, fp8, fp8-tests, fsdp2-fp8, fp8-fused, compile-in-process, distributed, distributed-bench, training, train-duty, cold, fuzz, host or duty}" in
 inductor-tests)
     step inductor-tests 560 python3 benchmarks/inductor_tests.py --tests .device/inductor_tests \
         --files test_max_autotune.py test_select_algorithm_211.py --together -n 7 --budget 520 \
@@ -165,6 +166,10 @@ fp8)
     step fp8 300 python3 benchmarks/fp8.py --workers 16 --json "$OUT/h200-fp8-plain.json"
     tail -16 "$OUT/fp8.log" ;;
 fp8-tests)
+    fp8_tests ;;
+fsdp2-fp8)
+    step gpu-distributed 300 python3 -m pytest tests/test_distributed_gpu.py -m gpu -q -rfE -p no:cacheprovider -k fsdp2
+    grep -E "passed|failed|^FAILED|^ERROR|^E " "$OUT/gpu-distributed.log" | tail -20
     fp8_tests ;;
 fp8-fused)
     TORCH_LOGS=+inductor_cutedsl step fp8-fused 560 python3 benchmarks/fp8.py --fused-only --block --workers 16 \
