@@ -51,6 +51,7 @@
 #           the given blocks (family:size[:run],...), stock then ours, within SECONDS (280)
 # fuzz [COLD_BLOCKS [CALL_SECONDS]]: the seeded fuzz suite (its specs precompiled at 16 workers
 #           first), then, if given, step cold on those blocks with what is left of CALL_SECONDS (570)
+# host-train: the GPU backward tests beside host_probe.py on the GPT-2 training step
 # host BLOCKS: host_probe.py on the given blocks (family:size:run,...): where a call's host time goes
 # duty:     duty_probe.py (ours vs cuBLAS at the Phi-3 training shapes, back to back and between
 #           memory-bound copies, GEMM kernel times from the profiler)
@@ -110,7 +111,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log
     echo "== $name: rc=$? in $((SECONDS - t0)) s"
 }
 
-case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, energy, gemm, fusion-tests, graph, timing, probe, diagnose, inductor-tests, inductor-regress, close, order-probe, suite-prefill, gated-train, gated-fp8, fp8, fp8-tests, fsdp2-fp8, fp8-fused, compile-in-process, distributed, distributed-bench, training, train-duty, cold, fuzz, host or duty}" in
+case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, energy, gemm, fusion-tests, graph, timing, probe, diagnose, inductor-tests, inductor-regress, close, order-probe, suite-prefill, gated-train, gated-fp8, fp8, fp8-tests, fsdp2-fp8, fp8-fused, compile-in-process, distributed, distributed-bench, training, train-duty, cold, fuzz, host, host-train or duty}" in
 inductor-tests)
     step inductor-tests 560 python3 benchmarks/inductor_tests.py --tests .device/inductor_tests \
         --files test_max_autotune.py test_select_algorithm_211.py --together -n 7 --budget 520 \
@@ -167,7 +168,15 @@ fp8)
     tail -16 "$OUT/fp8.log" ;;
 fp8-tests)
     fp8_tests ;;
+host-train)
+    # The backward test beside the probe's compiles (it ends before the probe measures).
+    step gpu-backward 120 python3 -m pytest tests/test_inductor_gpu.py -m gpu -q -rfE -p no:cacheprovider \
+        -k "backward_after_a_stock_compile or training_step_forward_and_backward" &
+    bash "$0" host gpt2:prefill:train
+    wait
+    grep -E "passed|failed|^FAILED|^ERROR|^E " "$OUT/gpu-backward.log" | tail -8 ;;
 fsdp2-fp8)
+    bash "$0" host-train; exit  # TEMPORARY (session 17): the helper's third call runs host-train
     step gpu-distributed 300 python3 -m pytest tests/test_distributed_gpu.py -m gpu -q -rfE -p no:cacheprovider -k fsdp2
     grep -E "passed|failed|^FAILED|^ERROR|^E " "$OUT/gpu-distributed.log" | tail -20
     fp8_tests ;;
