@@ -46,6 +46,7 @@
 #           rank; meant for nvidia-h200-x2: on one GPU it runs over gloo, "gpus": 1)
 # training [BLOCKS]: the GPU tests of training paths (a backward after a stock compile, the
 #           gated forms), then the suite's training rows of BLOCKS (gpt2:prefill,phi3:prefill)
+# cold-train COLD_BLOCKS SECONDS TRAIN_BLOCKS SECONDS: step cold, then the training rows of TRAIN_BLOCKS
 # train-duty: the GPT-2 training row, then duty_probe.py
 # cold BLOCKS [SECONDS]: the model suite's cold compiles (fresh processes, empty caches) of
 #           the given blocks (family:size[:run],...), stock then ours, within SECONDS (280)
@@ -111,7 +112,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log
     echo "== $name: rc=$? in $((SECONDS - t0)) s"
 }
 
-case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, energy, gemm, fusion-tests, graph, timing, probe, diagnose, inductor-tests, inductor-regress, close, order-probe, suite-prefill, gated-train, gated-fp8, fp8, fp8-tests, fsdp2-fp8, fp8-fused, compile-in-process, distributed, distributed-bench, training, train-duty, cold, fuzz, host, host-train or duty}" in
+case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, energy, gemm, fusion-tests, graph, timing, probe, diagnose, inductor-tests, inductor-regress, close, order-probe, suite-prefill, gated-train, gated-fp8, fp8, fp8-tests, fsdp2-fp8, fp8-fused, compile-in-process, distributed, distributed-bench, training, cold-train, train-duty, cold, fuzz, host, host-train or duty}" in
 inductor-tests)
     step inductor-tests 560 python3 benchmarks/inductor_tests.py --tests .device/inductor_tests \
         --files test_max_autotune.py test_select_algorithm_211.py --together -n 7 --budget 520 \
@@ -176,7 +177,6 @@ host-train)
     wait
     grep -E "passed|failed|^FAILED|^ERROR|^E " "$OUT/gpu-backward.log" | tail -8 ;;
 fsdp2-fp8)
-    bash "$0" host-train; exit  # TEMPORARY (session 17): the helper's third call runs host-train
     step gpu-distributed 300 python3 -m pytest tests/test_distributed_gpu.py -m gpu -q -rfE -p no:cacheprovider -k fsdp2
     grep -E "passed|failed|^FAILED|^ERROR|^E " "$OUT/gpu-distributed.log" | tail -20
     fp8_tests ;;
@@ -201,6 +201,9 @@ training)
     grep -E "passed|failed|^FAILED|^ERROR|^E " "$OUT/gpu-training.log" | tail -12
     train_rows 420 "${2:-gpt2:prefill,phi3:prefill}" h200-models-train.json
     grep -c "offering CuteDSL.* for mm" "$OUT/suite.log" ;;
+cold-train)
+    bash "$0" cold "${2:?cold blocks}" "${3:?cold seconds}"
+    train_rows "${5:?train seconds}" "${4:?train blocks}" h200-models-train.json ;;
 train-duty)
     train_rows 280 gpt2:prefill h200-models-gpt2-train.json
     duty_probe 280 ;;

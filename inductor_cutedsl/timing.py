@@ -45,13 +45,47 @@ def graphed_run(make: Callable[[], Callable[[], object]]) -> Callable[[], None]:
     return replay
 
 
+#: How long one side-by-side measurement runs: ``REPLAYS`` replays' worth of the
+#: kernel's time, at least ``MIN_REP_MS`` and at most a caller's maximum. do_bench
+#: flushes L2 before each replay, so even ``MIN_REP_MS`` gives a short kernel dozens of
+#: replays; a fixed length would cost a small GEMM's compile as much as a large one's
+#: (each decision runs tens of measurements).
+REPLAYS = 300
+MIN_REP_MS = 3
+#: The longest measurement (and warm-up) of the fused/unfused selection and the dual-GEMM gate.
+MAX_REP_MS = 40
+MAX_WARMUP_MS = 25
+
+
+def measure_ms(kernel_ms: float, max_ms: int = MAX_REP_MS) -> int:
+    """Milliseconds of replays per measurement of a run whose GPU work takes ``kernel_ms``."""
+    return int(min(max_ms, max(MIN_REP_MS, math.ceil(kernel_ms * REPLAYS))))
+
+
+def replay_ms(replay: Callable[[], None], count: int = 3) -> float:
+    """A quick estimate of a replay's GPU milliseconds: ``count`` back to back between events."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(count):
+        replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / count
+
+
 def graph_median(
-    make_run: Callable[[], Callable[[], object]], rep: int = 40, warmup: int = 25
-) -> Callable[[], float]:
+    make_run: Callable[[], Callable[[], object]], rep: int | None = None, warmup: int | None = None,
+    max_ms: int = MAX_REP_MS,
+) -> Callable[[], float]:  # fmt: skip
     """A measurement (ms, ``bench`` median over ``rep`` ms after ``warmup`` ms) of the
     CUDA graph of ``make_run()``'s GPU work (see ``graphed_run``): on this scale, two
-    contenders' host paths cost nothing and their kernels compare as kernels."""
+    contenders' host paths cost nothing and their kernels compare as kernels. Without
+    ``rep``, its length follows the replay's own time (``measure_ms``, at most ``max_ms``)."""
     replay = graphed_run(make_run)
+    if rep is None:
+        rep = measure_ms(replay_ms(replay), max_ms)
+    if warmup is None:
+        warmup = min(rep, MAX_WARMUP_MS)
     return lambda: bench(replay, rep=rep, warmup=warmup)
 
 

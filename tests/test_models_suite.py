@@ -453,7 +453,8 @@ def test_cold_compiles_run_in_fresh_processes_with_empty_caches(monkeypatch, tmp
     def json_process(args, env, timeout):
         calls.append((args, env))
         backend = args[-1].rsplit(":", 1)[1]
-        return {"compile_s": 20.0 if backend == "stock" else 25.0, "cutedsl_builds": 0 if backend == "stock" else 6}
+        report = {"compile_s": 20.0 if backend == "stock" else 25.0, "cutedsl_builds": 0 if backend == "stock" else 6}
+        return report | ({"seconds_in": {"build_wait": 3.0}} if backend == "ours" else {})
 
     monkeypatch.setattr(models, "json_process", json_process)
     blocks = [models.BlockId("llama", "small", "train")]
@@ -465,7 +466,9 @@ def test_cold_compiles_run_in_fresh_processes_with_empty_caches(monkeypatch, tmp
 
     result = cold_run([measured])
     (row,) = result["rows"]
-    assert row["cold_compile_s"] == {"mode": models.CUDAGRAPHS, "stock": 20.0, "ours": 25.0, "ours_cutedsl_builds": 6}
+    assert row["cold_compile_s"] == {"mode": models.CUDAGRAPHS, "stock": 20.0, "ours": 25.0, "ours_cutedsl_builds": 6,
+                                     "ours_seconds_in": {"build_wait": 3.0}}  # fmt: skip
+    assert "ours' seconds in build_wait 3.0" in models._block_line(row)
     assert row["compile_ratio"] == 1.25 and result["compile_ratio_max"] == 1.25 and row["gpu_speedup"] == 1.1
     assert len(calls) == 2
     assert cold_run(result["rows"])["rows"] == [row] and len(calls) == 2  # resumed: nothing left to run
@@ -474,6 +477,13 @@ def test_cold_compiles_run_in_fresh_processes_with_empty_caches(monkeypatch, tmp
     assert Path(calls[0][0][0]) == Path(models.__file__).resolve()
     dirs = [env[key] for _, env in calls for key in models.COLD_CACHE_DIRS]
     assert len(set(dirs)) == len(dirs)
+
+
+def test_a_cold_compile_reports_where_our_seconds_went():
+    """Every stage of ours that can hold a compile up has its counter, zero before any compile."""
+    seconds = models.our_seconds()
+    assert set(seconds) == {"build_wait", "autotune_ours", "fair_timing", "selection", "gated"}
+    assert all(isinstance(v, float) and v >= 0 for v in seconds.values())
 
 
 # --- the main job's --suite ---------------------------------------------------------------

@@ -39,3 +39,19 @@ def test_side_by_side_runs_whole_designs(monkeypatch, count, asked, run):
     monkeypatch.setattr(timing, "bench", lambda fn, rep: calls.append(fn) or 1.0)
     report.side_by_side({i: i for i in range(count)}, rounds=asked)
     assert len(calls) == count * run
+
+
+def test_a_measurement_without_a_length_takes_one_from_its_replays_time(monkeypatch):
+    """Side-by-side measurements last REPLAYS replays' worth of the kernel, between
+    MIN_REP_MS and the maximum asked: a 10 us GEMM's decision must not cost a 1 ms one's."""
+    asked = []
+    monkeypatch.setattr(timing, "graphed_run", lambda make: make())
+    monkeypatch.setattr(timing, "bench", lambda fn, rep, warmup: asked.append((rep, warmup)) or fn())
+    for kernel_ms in (0.001, 0.02, 0.1, 5.0):
+        monkeypatch.setattr(timing, "replay_ms", lambda replay, ms=kernel_ms: ms)
+        assert timing.graph_median(lambda: lambda: kernel_ms)() == kernel_ms
+    assert asked == [(timing.MIN_REP_MS, timing.MIN_REP_MS), (6, 6), (30, timing.MAX_WARMUP_MS),
+                     (timing.MAX_REP_MS, timing.MAX_WARMUP_MS)]
+    timing.graph_median(lambda: lambda: 0, rep=7, warmup=2)()
+    timing.graph_median(lambda: lambda: 0, max_ms=20)()
+    assert asked[-2:] == [(7, 2), (20, 20)]

@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from typing import Any, Callable
 
 from .. import _compat
-from ..timing import graph_median, interleaved
+from ..timing import graph_median, interleaved, measure_ms
 from .template import GemmCaller
 
 log = logging.getLogger("inductor_cutedsl.lowering")
@@ -49,24 +50,16 @@ OTHERS = 4
 #: ATen's choice is re-timed if Inductor's pass read it within this factor of the
 #: fastest other (it reads a short cuBLAS call up to ~1.8x slow).
 ATEN_FAR = 2.0
-#: Milliseconds of replays per measurement, at most: a stable median needs a few
-#: dozen replays of the slowest GEMMs re-timed here. Shorter GEMMs get shorter
-#: measurements (``REPLAYS`` replays' worth, at least ``MIN_REP_MS``), so re-timing
-#: more of their choices costs less than a few of a large GEMM's.
+#: Milliseconds of replays per measurement, at most (``timing.measure_ms`` sets it
+#: below that for shorter GEMMs): a stable median needs a few dozen replays of the
+#: slowest GEMMs re-timed here.
 REP_MS = 20
-MIN_REP_MS = 3
-REPLAYS = 300
-
 
 #: One record per side-by-side re-timing in this process: {"inductor_ms": {choice:
 #: ms}, "side_ms": {choice: ms}, "ours": our candidate's name} (for reports).
 decisions: list[dict] = []
-
-
-def measure_ms(best_ms: float) -> int:
-    """Milliseconds of replays (and of warm-up) per measurement for a GEMM whose
-    fastest other choice Inductor timed at ``best_ms`` (an overestimate)."""
-    return int(min(REP_MS, max(MIN_REP_MS, math.ceil(best_ms * REPLAYS))))
+#: Wall seconds of this process's re-timings (compile time).
+stats = {"measure_s": 0.0}
 
 
 def rescale(timings: dict[Any, float], run_fn: Callable[[Any], Callable[[], Any]]) -> dict[Any, float]:
@@ -85,13 +78,17 @@ def rescale(timings: dict[Any, float], run_fn: Callable[[Any], Callable[[], Any]
     if aten is not None and aten not in close and others[aten] <= best * ATEN_FAR:
         close.append(aten)
     contenders = [*close, mine]
+    t0 = time.perf_counter()
     try:
-        ms = measure_ms(best)
+        # Inductor's figure for the fastest other overestimates its kernel: a bound.
+        ms = measure_ms(best, REP_MS)
         timers = {i: graph_median(lambda c=c: run_fn(c), rep=ms, warmup=ms) for i, c in enumerate(contenders)}
         side = interleaved(timers, ROUNDS)
     except Exception as exc:  # the first pass timed them all: keep its figures
         log.warning("side-by-side timing of %s against %s failed: %s", mine.name, ranked[0].name, exc)
         return timings
+    finally:
+        stats["measure_s"] += time.perf_counter() - t0
     anchor = min(side[i] for i in range(len(close)))
     retimed = {c: best * side[i] / anchor for i, c in enumerate(contenders)}
     scale = retimed[mine] / ours[mine]

@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import time
 from typing import Any, Callable, Sequence
 
 import torch
@@ -71,6 +72,8 @@ WAYS = {
 
 #: One record per measured decision in this process: {"gemm", "way", "ms": {way: ms}}.
 decisions: list[dict] = []
+#: Wall seconds of this process's decisions: building and measuring the ways (compile time).
+stats = {"decide_s": 0.0}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -277,9 +280,11 @@ def decide(scheduler: Any, template: Any, tr: Translation, chain: Sequence[Any],
         log.info("%s: left to Inductor (no CuteDSL candidate within %.2fx of the fastest)", names, SCREEN)
         return None
     contenders = _contenders(caller, timings, tr, triton)
+    t0 = time.perf_counter()
     with _compat.preserve_rng_state():
         runs = side_by_side_runs(scheduler, template, contenders, tr, chain)
         times = side_by_side_ms(runs, buffer.get_device())
+    stats["decide_s"] += time.perf_counter() - t0
     way = fastest_way(times)
     if way is None:
         log.warning("%s: nothing measured; left to Inductor", names)
