@@ -8,7 +8,7 @@
 # epilogue [SHAPES [SECONDS]]: the GEMM + epilogue benchmark with fusion on (selection decisions
 #           logged), on some of its shapes (indices, e.g. 0,3)
 # final:    the b4 gemm tests, the GEMM benchmark and the main job
-# fusion-tests: the fusion, Inductor and timing GPU tests
+# fusion-tests [SECONDS]: the fusion, Inductor and timing GPU tests, within SECONDS (200)
 # verify:   the fusion and Inductor GPU tests, then the epilogue benchmark on every shape
 # fusion:   launch_paths.py, then the epilogue benchmark on every shape, with epilogue fusion on
 # job:      the main job with epilogue fusion on
@@ -45,14 +45,13 @@
 # distributed-bench [WRAP...]: benchmarks/distributed.py (step time stock vs ours, cold compile per
 #           rank; meant for nvidia-h200-x2: on one GPU it runs over gloo, "gpus": 1)
 # training [BLOCKS]: the GPU tests of training paths (a backward after a stock compile, the
-#           gated forms), then the suite's training rows of BLOCKS (gpt2:prefill,phi3:prefill)
+#           gated forms), then the suite's training rows of BLOCKS (llama:prefill)
 # cold-train COLD_BLOCKS SECONDS TRAIN_BLOCKS SECONDS: step cold, then the training rows of TRAIN_BLOCKS
 # train-duty: the GPT-2 training row, then duty_probe.py
 # cold BLOCKS [SECONDS]: the model suite's cold compiles (fresh processes, empty caches) of
 #           the given blocks (family:size[:run],...), stock then ours, within SECONDS (280)
 # fuzz [COLD_BLOCKS [CALL_SECONDS]]: the seeded fuzz suite (its specs precompiled at 16 workers
 #           first), then, if given, step cold on those blocks with what is left of CALL_SECONDS (570)
-# host-train: the GPU backward tests beside host_probe.py on the GPT-2 training step
 # host BLOCKS: host_probe.py on the given blocks (family:size:run,...): where a call's host time goes
 # duty:     duty_probe.py (ours vs cuBLAS at the Phi-3 training shapes, back to back and between
 #           memory-bound copies, GEMM kernel times from the profiler)
@@ -112,7 +111,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log
     echo "== $name: rc=$? in $((SECONDS - t0)) s"
 }
 
-case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, energy, gemm, fusion-tests, graph, timing, probe, diagnose, inductor-tests, inductor-regress, close, order-probe, suite-prefill, gated-train, gated-fp8, fp8, fp8-tests, fsdp2-fp8, fp8-fused, compile-in-process, distributed, distributed-bench, training, cold-train, train-duty, cold, fuzz, host, host-train or duty}" in
+case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, energy, gemm, fusion-tests, graph, timing, probe, diagnose, inductor-tests, inductor-regress, close, order-probe, suite-prefill, gated-train, gated-fp8, fp8, fp8-tests, fsdp2-fp8, fp8-fused, compile-in-process, distributed, distributed-bench, training, cold-train, train-duty, cold, fuzz, host or duty}" in
 inductor-tests)
     step inductor-tests 560 python3 benchmarks/inductor_tests.py --tests .device/inductor_tests \
         --files test_max_autotune.py test_select_algorithm_211.py --together -n 7 --budget 520 \
@@ -169,13 +168,6 @@ fp8)
     tail -16 "$OUT/fp8.log" ;;
 fp8-tests)
     fp8_tests ;;
-host-train)
-    # The backward test beside the probe's compiles (it ends before the probe measures).
-    step gpu-backward 120 python3 -m pytest tests/test_inductor_gpu.py -m gpu -q -rfE -p no:cacheprovider \
-        -k "backward_after_a_stock_compile or training_step_forward_and_backward" &
-    bash "$0" host gpt2:prefill:train
-    wait
-    grep -E "passed|failed|^FAILED|^ERROR|^E " "$OUT/gpu-backward.log" | tail -8 ;;
 fsdp2-fp8)
     step gpu-distributed 300 python3 -m pytest tests/test_distributed_gpu.py -m gpu -q -rfE -p no:cacheprovider -k fsdp2
     grep -E "passed|failed|^FAILED|^ERROR|^E " "$OUT/gpu-distributed.log" | tail -20
@@ -196,10 +188,11 @@ distributed-bench)
     step distributed-bench 580 python3 benchmarks/distributed.py ${1:+--wrap "$@"} --json "$OUT/h200x2-distributed.json"
     grep -E "^\{|Error" "$OUT/distributed-bench.log" | cut -c1-600 | tail -6 ;;
 training)
-    step gpu-training 150 python3 -m pytest tests/test_inductor_gpu.py tests/test_gated_gpu.py -m gpu -n 6 -q -rfE \
+    # The backward tests compile a training step stock and ours each: 150 s was too short.
+    step gpu-training 280 python3 -m pytest tests/test_inductor_gpu.py tests/test_gated_gpu.py -m gpu -n 6 -q -rfE \
         -p no:cacheprovider -k "backward or training or gated"
     grep -E "passed|failed|^FAILED|^ERROR|^E " "$OUT/gpu-training.log" | tail -12
-    train_rows 420 "${2:-gpt2:prefill,phi3:prefill}" h200-models-train.json
+    train_rows 290 "${2:-llama:prefill}" h200-models-train.json
     grep -c "offering CuteDSL.* for mm" "$OUT/suite.log" ;;
 cold-train)
     bash "$0" cold "${2:?cold blocks}" "${3:?cold seconds}"
@@ -250,7 +243,7 @@ final)
     step job 270 python3 -m inductor_cutedsl --json "$OUT/h200-model.json" --png "$OUT/h200-model.png"
     grep -E "^ +(mm|addmm|bmm)|block time|cold compile|CuteDSL|wrote" "$OUT/job.log" | tail -30 | cut -c1-200 ;;
 fusion-tests)
-    fusion_tests 200 ;;
+    fusion_tests "${2:-200}" ;;
 verify)
     fusion_tests 170
     smi epilogue

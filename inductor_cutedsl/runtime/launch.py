@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
+from pathlib import Path
 
 import torch
 
@@ -202,15 +203,17 @@ def stream_k_buffers(
         return partials, torch.zeros(ctas, dtype=torch.int32, device=device)
 
 
-def get_gemm(spec: KernelSpec, cache: KernelCache | None = None) -> CompiledGemm:
-    """The loaded kernel for ``spec``: memoized, from the disk cache, or compiled."""
+def get_gemm(spec: KernelSpec, cache: KernelCache | None = None, path: Path | None = None) -> CompiledGemm:
+    """The loaded kernel for ``spec``: memoized, else loaded from ``path`` (its object,
+    already built) or from the disk cache, compiling it there on a miss."""
     key = spec.key()
     hit = _memo.get(key)
     if hit is not None:
         return hit
     with _memo_lock:
         if key not in _memo:
-            path, _ = build(spec, cache or default_cache())
+            if path is None:
+                path, _ = build(spec, cache or default_cache())
             _memo[key] = CompiledGemm(spec, str(path))
         return _memo[key]
 
