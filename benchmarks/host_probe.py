@@ -13,7 +13,12 @@ model suite does) and then, for each backend:
   their counts and host us: a synchronizing call shows up here;
 - the profiler's events that cost the most host time, by own time, from every thread
   (a training step's backward runs in autograd's device thread);
-- a cProfile of calls (the Python frames of the calling thread that cost the most).
+- a cProfile of calls (the Python frames of the calling thread that cost the most);
+- the CPU budget of a call: wall us, CPU us of the whole process and of the calling
+  thread, garbage collections and their us, and (training) the forward's and the
+  backward's wall us apart: more process CPU than wall says another thread works
+  meanwhile, more wall than CPU says a thread waits (the GIL, a lock, a sync);
+- the Python threads alive, by name.
 
 Writes ``DIR/host_probe.json`` and each backend's cProfile text and wrapper code.
 """
@@ -21,11 +26,15 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import io
 import json
 import os
 import pstats
+import statistics
 import sys
+import threading
+import time
 from collections import defaultdict
 
 import torch
@@ -34,6 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import models  # noqa: E402  (the suite's blocks and helpers)
+from inductor_cutedsl.timing import rotations  # noqa: E402
 
 MODE = "max-autotune-no-cudagraphs"
 
@@ -65,6 +75,76 @@ def cpu_events(step, calls: int, top: int = 30) -> dict:
     }  # fmt: skip
 
 
+class _GcClock:
+    """Counts the collector's runs and their seconds while installed (``gc.callbacks``)."""
+
+    def __init__(self) -> None:
+        self.runs, self.seconds, self._t0 = 0, 0.0, 0.0
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        else:
+            self.runs += 1
+            self.seconds += time.perf_counter() - self._t0
+
+    def __enter__(self) -> "_GcClock":
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        gc.callbacks.remove(self)
+
+
+def cpu_budget(steps: dict, calls: int, rounds: int = 4, phases: dict | None = None) -> dict:
+    """Per call, medians over interleaved rounds of ``calls`` calls each: wall us, process
+    and calling-thread CPU us, GC runs and us; with ``phases`` ({name: (forward, backward)}
+    callables of a training step) also each phase's wall us. Host-bound calls only (the
+    GPU keeps up), so wall is host time."""
+    out: dict = {name: defaultdict(list) for name in steps}
+    for order in rotations(list(steps), rounds):
+        for name in order:
+            steps[name]()
+            torch.cuda.synchronize()
+            rec = out[name]
+            with _GcClock() as gc_clock:
+                w0, p0, t0 = time.perf_counter(), time.process_time(), time.thread_time()
+                for _ in range(calls):
+                    steps[name]()
+                w1, p1, t1 = time.perf_counter(), time.process_time(), time.thread_time()
+            torch.cuda.synchronize()
+            rec["wall_us"].append((w1 - w0) / calls * 1e6)
+            rec["process_cpu_us"].append((p1 - p0) / calls * 1e6)
+            rec["thread_cpu_us"].append((t1 - t0) / calls * 1e6)
+            rec["gc_runs"].append(gc_clock.runs / calls)
+            rec["gc_us"].append(gc_clock.seconds / calls * 1e6)
+            if phases:
+                forward, backward = phases[name]
+                fw = bw = 0.0
+                for _ in range(calls):
+                    a = time.perf_counter()
+                    loss = forward()
+                    b = time.perf_counter()
+                    backward(loss)
+                    fw, bw = fw + b - a, bw + time.perf_counter() - b
+                torch.cuda.synchronize()
+                rec["forward_us"].append(fw / calls * 1e6)
+                rec["backward_us"].append(bw / calls * 1e6)
+    return {name: {k: round(statistics.median(v), 2) for k, v in rec.items()} for name, rec in out.items()}
+
+
+def train_phases(fn, x: torch.Tensor, params: list) -> tuple:
+    """A training step as ``make_step`` runs it, cut into its forward and its backward."""
+
+    def forward() -> torch.Tensor:
+        x.grad = None
+        for p in params:
+            p.grad = None
+        return fn(x)
+
+    return forward, lambda loss: loss.backward()
+
+
 def python_profile(step, calls: int, top: int = 40) -> str:
     torch.cuda.synchronize()
     pr = cProfile.Profile()
@@ -84,11 +164,14 @@ def probe(bid: models.BlockId, out_dir: str, calls: int) -> dict:
     if bid.run == "train":
         x.requires_grad_(True)
     target = models.target_of(block, bid.run)
-    steps, codes = {}, {}
+    steps, codes, phases = {}, {}, {}
     for name in models.BACKENDS:
         codes[name] = []
         with models.backend(name):
-            step = models.make_step(models.compile_block(target, MODE), x, bid.run, params)
+            fn = models.compile_block(target, MODE)
+            step = models.make_step(fn, x, bid.run, params)
+            if bid.run == "train":
+                phases[name] = train_phases(fn, x, params)
             with models.captured_code(codes[name]):
                 step()
             step()
@@ -98,8 +181,11 @@ def probe(bid: models.BlockId, out_dir: str, calls: int) -> dict:
     result: dict = {"block": bid.name, "host_state": probe_.quiet()}
     wall = probe_.loop_ms(steps, calls=calls)
     host = probe_.host_us(steps, {name: 20 for name in steps})
+    budget = cpu_budget(steps, max(1, calls // 5), phases=phases or None)
     for name in steps:
-        result[name] = {"wall_ms": wall[name], "enqueue_us": host[name], "gpu_busy": host["gpu_busy"]}
+        result[name] = {"wall_ms": wall[name], "enqueue_us": host[name], "gpu_busy": host["gpu_busy"],
+                        "cpu_budget": budget[name]}  # fmt: skip
+    result["threads"] = sorted(t.name for t in threading.enumerate())
     for name, step in steps.items():
         result[name].update(cpu_events(step, 20))
         text = python_profile(step, calls)
