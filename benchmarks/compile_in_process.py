@@ -30,29 +30,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BACKENDS = ("stock", "ours")
 
 
-class GcTimer:
-    """Collections and their seconds while installed, per generation."""
-
-    def __init__(self) -> None:
-        self.passes = [0, 0, 0]
-        self.seconds = 0.0
-        self._t0 = 0.0
-
-    def __call__(self, phase: str, info: dict) -> None:
-        if phase == "start":
-            self._t0 = time.perf_counter()
-        else:
-            self.passes[info["generation"]] += 1
-            self.seconds += time.perf_counter() - self._t0
-
-    def __enter__(self) -> "GcTimer":
-        gc.callbacks.append(self)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        gc.callbacks.remove(self)
-
-
 def process_state() -> dict:
     """What a process carries into its next compile."""
     pid = os.getpid()
@@ -109,7 +86,7 @@ def worker(blocks: list[str], backend: str, mode: str, smoke: bool) -> dict:
     records = []
     for name in blocks:
         state = process_state()
-        with GcTimer() as timer:
+        with models.GcTimer() as timer:
             seconds = measure(name, backend, mode)
         records.append({"block": name, "seconds": round(seconds, 2), "gc_passes": timer.passes,
                         "gc_s": round(timer.seconds, 2), "before": state})  # fmt: skip

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import gc
 import io
 import json
 import os
@@ -75,27 +74,6 @@ def cpu_events(step, calls: int, top: int = 30) -> dict:
     }  # fmt: skip
 
 
-class _GcClock:
-    """Counts the collector's runs and their seconds while installed (``gc.callbacks``)."""
-
-    def __init__(self) -> None:
-        self.runs, self.seconds, self._t0 = 0, 0.0, 0.0
-
-    def __call__(self, phase: str, info: dict) -> None:
-        if phase == "start":
-            self._t0 = time.perf_counter()
-        else:
-            self.runs += 1
-            self.seconds += time.perf_counter() - self._t0
-
-    def __enter__(self) -> "_GcClock":
-        gc.callbacks.append(self)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        gc.callbacks.remove(self)
-
-
 def cpu_budget(steps: dict, calls: int, rounds: int = 4, phases: dict | None = None) -> dict:
     """Per call, medians over interleaved rounds of ``calls`` calls each: wall us, process
     and calling-thread CPU us, GC runs and us; with ``phases`` ({name: (forward, backward)}
@@ -107,7 +85,7 @@ def cpu_budget(steps: dict, calls: int, rounds: int = 4, phases: dict | None = N
             steps[name]()
             torch.cuda.synchronize()
             rec = out[name]
-            with _GcClock() as gc_clock:
+            with models.GcTimer() as gc_timer:
                 w0, p0, t0 = time.perf_counter(), time.process_time(), time.thread_time()
                 for _ in range(calls):
                     steps[name]()
@@ -116,8 +94,9 @@ def cpu_budget(steps: dict, calls: int, rounds: int = 4, phases: dict | None = N
             rec["wall_us"].append((w1 - w0) / calls * 1e6)
             rec["process_cpu_us"].append((p1 - p0) / calls * 1e6)
             rec["thread_cpu_us"].append((t1 - t0) / calls * 1e6)
-            rec["gc_runs"].append(gc_clock.runs / calls)
-            rec["gc_us"].append(gc_clock.seconds / calls * 1e6)
+            rec["gc_runs"].append(sum(gc_timer.passes) / calls)
+            rec["gc_full_runs"].append(gc_timer.passes[2] / calls)
+            rec["gc_us"].append(gc_timer.seconds / calls * 1e6)
             if phases:
                 forward, backward = phases[name]
                 fw = bw = 0.0

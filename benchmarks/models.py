@@ -717,6 +717,29 @@ class GpuProbe:
         return cycles / start.elapsed_time(end)
 
 
+class GcTimer:
+    """Collections and their seconds while installed, per generation."""
+
+    def __init__(self) -> None:
+        self.passes = [0, 0, 0]
+        self.seconds = 0.0
+        self._t0 = 0.0
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        else:
+            self.passes[info["generation"]] += 1
+            self.seconds += time.perf_counter() - self._t0
+
+    def __enter__(self) -> "GcTimer":
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        gc.callbacks.remove(self)
+
+
 class AccuracyError(AssertionError):
     pass
 

@@ -38,7 +38,7 @@ def test_cpu_budget_tells_work_in_another_thread_from_waiting(monkeypatch):
     helper, sleeper = out["helped"], out["collects"]
     assert helper["process_cpu_us"] > 3000 and helper["thread_cpu_us"] < 0.5 * helper["process_cpu_us"]
     assert sleeper["wall_us"] > 4000 > sleeper["process_cpu_us"] and sleeper["gc_runs"] >= 1
-    assert sleeper["gc_us"] > 0 and helper["gc_runs"] == 0
+    assert sleeper["gc_us"] > 0
     for rec in out.values():
         assert rec["forward_us"] >= 2000 and 1000 <= rec["backward_us"] < rec["forward_us"]
 
