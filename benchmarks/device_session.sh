@@ -9,6 +9,8 @@
 #           logged), on some of its shapes (indices, e.g. 0,3)
 # final:    the b4 gemm tests, the GEMM benchmark and the main job
 # fusion-tests [SECONDS]: the fusion, Inductor and timing GPU tests, within SECONDS (200)
+# compile-check [BLOCKS [CALL_SECONDS]]: fusion-tests, then step cold on BLOCKS (four small and
+#           prefill ones) with what is left of CALL_SECONDS (570)
 # verify:   the fusion and Inductor GPU tests, then the epilogue benchmark on every shape
 # fusion:   launch_paths.py, then the epilogue benchmark on every shape, with epilogue fusion on
 # job:      the main job with epilogue fusion on
@@ -111,7 +113,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log
     echo "== $name: rc=$? in $((SECONDS - t0)) s"
 }
 
-case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, energy, gemm, fusion-tests, graph, timing, probe, diagnose, inductor-tests, inductor-regress, close, order-probe, suite-prefill, gated-train, gated-fp8, fp8, fp8-tests, fsdp2-fp8, fp8-fused, compile-in-process, distributed, distributed-bench, training, cold-train, train-duty, cold, fuzz, host or duty}" in
+case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, energy, gemm, fusion-tests, compile-check, graph, timing, probe, diagnose, inductor-tests, inductor-regress, close, order-probe, suite-prefill, gated-train, gated-fp8, fp8, fp8-tests, fsdp2-fp8, fp8-fused, compile-in-process, distributed, distributed-bench, training, cold-train, train-duty, cold, fuzz, host or duty}" in
 inductor-tests)
     step inductor-tests 560 python3 benchmarks/inductor_tests.py --tests .device/inductor_tests \
         --files test_max_autotune.py test_select_algorithm_211.py --together -n 7 --budget 520 \
@@ -244,6 +246,10 @@ final)
     grep -E "^ +(mm|addmm|bmm)|block time|cold compile|CuteDSL|wrote" "$OUT/job.log" | tail -30 | cut -c1-200 ;;
 fusion-tests)
     fusion_tests "${2:-200}" ;;
+compile-check)
+    t0=$SECONDS
+    fusion_tests 220
+    bash "$0" cold "${2:-bert:small,gpt2:prefill,vit:small,gpt2:small}" $(( ${3:-570} - (SECONDS - t0) )) ;;
 verify)
     fusion_tests 170
     smi epilogue
