@@ -6,6 +6,7 @@ import concurrent.futures
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import textwrap
@@ -72,9 +73,10 @@ def _child_cpu_s() -> float:
 
 
 def test_help_costs_no_more_than_importing_torch():
-    """Fresh interpreters, interleaved, the cheapest of three each, in CPU seconds: the
+    """Fresh interpreters, interleaved, the median of three each, in CPU seconds: the
     box is shared with the other test workers, and wall time measured their load (a CI
-    run read `--help` 0.57 s over `import torch` that an idle box reads level)."""
+    run read `--help` 0.57 s over `import torch` that an idle box reads level). Not the
+    cheapest: one `import torch` read 2.25 s among 4.2-4.8 s in a loaded CI run."""
     times: dict = {"torch": [], "help": []}
     for _ in range(3):
         for what, args in (("torch", ("-c", "import torch")), ("help", ("-m", "inductor_cutedsl", "--help"))):
@@ -82,7 +84,7 @@ def test_help_costs_no_more_than_importing_torch():
             done = _python(*args)
             times[what].append(_child_cpu_s() - t0)
             assert done.returncode == 0, done.stderr
-    assert min(times["help"]) <= min(times["torch"]) + HELP_EXTRA_S, times
+    assert statistics.median(times["help"]) <= statistics.median(times["torch"]) + HELP_EXTRA_S, times
 
 
 @pytest.mark.parametrize("argv, message", [
