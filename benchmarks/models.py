@@ -867,6 +867,8 @@ def cold_compile(bid: BlockId, mode: str, timeout: float = 900) -> dict:
         result[name] = round(report["compile_s"], 1)
         if name == "ours":
             result["ours_cutedsl_builds"] = report["cutedsl_builds"]
+            # Built but never loaded: speculative builds that took workers' CPU for nothing.
+            result["ours_cutedsl_loaded"] = report.get("cutedsl_loaded")
             result["ours_seconds_in"] = report.get("seconds_in", {})
     return result
 
@@ -875,7 +877,7 @@ def compile_once(spec: str) -> None:
     """One cold compile (``FAMILY:SIZE:RUN:MODE:BACKEND``) in this fresh process: the
     first call's seconds, compile included, printed as one JSON line."""
     from inductor_cutedsl import _compat
-    from inductor_cutedsl.runtime.launch import default_cache
+    from inductor_cutedsl.runtime.launch import default_cache, loaded_kernels
 
     family, size, run, mode, name = spec.split(":")
     bid = BlockId.parse(f"{family}:{size}:{run}")
@@ -892,7 +894,8 @@ def compile_once(spec: str) -> None:
             step()
             torch.cuda.synchronize()
             seconds = time.perf_counter() - t0
-    print(json.dumps({"compile_s": seconds, "cutedsl_builds": default_cache().builds, "seconds_in": our_seconds()}))
+    print(json.dumps({"compile_s": seconds, "cutedsl_builds": default_cache().builds,
+                      "cutedsl_loaded": loaded_kernels(), "seconds_in": our_seconds()}))  # fmt: skip
 
 
 def our_seconds() -> dict:
@@ -994,6 +997,8 @@ def _block_line(row: dict) -> str:
     if "cold_compile_s" in row:
         cold = row["cold_compile_s"]
         parts.append(f"cold {cold['stock']}/{cold['ours']} s")
+        if cold.get("ours_cutedsl_loaded") is not None:
+            parts.append(f"ours built {cold['ours_cutedsl_builds']} kernels, loaded {cold['ours_cutedsl_loaded']}")
         if cold.get("ours_seconds_in"):
             parts.append("ours' seconds in " + ", ".join(f"{k} {v}" for k, v in cold["ours_seconds_in"].items()))
     return ", ".join(parts) or "-"

@@ -454,7 +454,7 @@ def test_cold_compiles_run_in_fresh_processes_with_empty_caches(monkeypatch, tmp
         calls.append((args, env))
         backend = args[-1].rsplit(":", 1)[1]
         report = {"compile_s": 20.0 if backend == "stock" else 25.0, "cutedsl_builds": 0 if backend == "stock" else 6}
-        return report | ({"seconds_in": {"build_wait": 3.0}} if backend == "ours" else {})
+        return report | ({"cutedsl_loaded": 4, "seconds_in": {"build_wait": 3.0}} if backend == "ours" else {})
 
     monkeypatch.setattr(models, "json_process", json_process)
     blocks = [models.BlockId("llama", "small", "train")]
@@ -467,8 +467,8 @@ def test_cold_compiles_run_in_fresh_processes_with_empty_caches(monkeypatch, tmp
     result = cold_run([measured])
     (row,) = result["rows"]
     assert row["cold_compile_s"] == {"mode": models.CUDAGRAPHS, "stock": 20.0, "ours": 25.0, "ours_cutedsl_builds": 6,
-                                     "ours_seconds_in": {"build_wait": 3.0}}  # fmt: skip
-    assert "ours' seconds in build_wait 3.0" in models._block_line(row)
+                                     "ours_cutedsl_loaded": 4, "ours_seconds_in": {"build_wait": 3.0}}  # fmt: skip
+    assert "ours built 6 kernels, loaded 4, ours' seconds in build_wait 3.0" in models._block_line(row)
     assert row["compile_ratio"] == 1.25 and result["compile_ratio_max"] == 1.25 and row["gpu_speedup"] == 1.1
     assert len(calls) == 2
     assert cold_run(result["rows"])["rows"] == [row] and len(calls) == 2  # resumed: nothing left to run

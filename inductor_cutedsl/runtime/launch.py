@@ -203,6 +203,11 @@ def stream_k_buffers(
         return partials, torch.zeros(ctas, dtype=torch.int32, device=device)
 
 
+def loaded_kernels() -> int:
+    """How many kernels this process has loaded (each built kernel it benchmarked or ran)."""
+    return len(_memo)
+
+
 def get_gemm(spec: KernelSpec, cache: KernelCache | None = None, path: Path | None = None) -> CompiledGemm:
     """The loaded kernel for ``spec``: memoized, else loaded from ``path`` (its object,
     already built) or from the disk cache, compiling it there on a miss."""
