@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import textwrap
-import time
 import types
 from pathlib import Path
 
@@ -27,21 +27,28 @@ def _run(code: str) -> subprocess.CompletedProcess:
                           text=True, timeout=600)  # fmt: skip
 
 
-def _seconds(code: str) -> float:
-    t0 = time.perf_counter()
-    done = _run(code)
-    assert done.returncode == 0, done.stderr
-    return time.perf_counter() - t0
-
-
 def test_import_costs_at_most_a_second_more_than_torch():
-    """Fresh interpreters, interleaved, the fastest of three each (the box is shared)."""
-    torch_s, ours_s = [], []
+    """In fresh interpreters, the wall seconds of `import inductor_cutedsl` right after
+    `import torch` (the median of three): what the package adds to the import of torch
+    that it needs. Timing two interpreters' whole imports instead compares readings
+    that differ by more than the limit's half between runs on the shared CI box."""
+    code = """
+        import time
+        t0 = time.perf_counter()
+        import torch
+        t1 = time.perf_counter()
+        import inductor_cutedsl
+        print(t1 - t0, time.perf_counter() - t1)
+    """
+    torch_s, extra_s = [], []
     for _ in range(3):
-        torch_s.append(_seconds("import torch"))
-        ours_s.append(_seconds("import inductor_cutedsl"))
-    extra = min(ours_s) - min(torch_s)
-    assert extra <= LIMIT_S, f"import inductor_cutedsl: {min(ours_s):.2f} s, import torch: {min(torch_s):.2f} s"
+        done = _run(code)
+        assert done.returncode == 0, done.stderr
+        torch_part, ours_part = map(float, done.stdout.strip().splitlines()[-1].split())
+        torch_s.append(torch_part)
+        extra_s.append(ours_part)
+    extra = statistics.median(extra_s)
+    assert extra <= LIMIT_S, f"import inductor_cutedsl: {extra:.2f} s after import torch ({statistics.median(torch_s):.2f} s)"
 
 
 # What enable() changes in Inductor, as a fresh process reads it (json).
