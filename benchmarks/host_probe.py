@@ -112,18 +112,6 @@ def cpu_budget(steps: dict, calls: int, rounds: int = 4, phases: dict | None = N
     return {name: {k: round(statistics.median(v), 2) for k, v in rec.items()} for name, rec in out.items()}
 
 
-def train_phases(fn, x: torch.Tensor, params: list) -> tuple:
-    """A training step as ``make_step`` runs it, cut into its forward and its backward."""
-
-    def forward() -> torch.Tensor:
-        x.grad = None
-        for p in params:
-            p.grad = None
-        return fn(x)
-
-    return forward, lambda loss: loss.backward()
-
-
 def python_profile(step, calls: int, top: int = 40) -> str:
     torch.cuda.synchronize()
     pr = cProfile.Profile()
@@ -150,7 +138,7 @@ def probe(bid: models.BlockId, out_dir: str, calls: int) -> dict:
             fn = models.compile_block(target, MODE)
             step = models.make_step(fn, x, bid.run, params)
             if bid.run == "train":
-                phases[name] = train_phases(fn, x, params)
+                phases[name] = models.train_phases(fn, x, params)
             with models.captured_code(codes[name]):
                 step()
             step()

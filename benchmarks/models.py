@@ -266,17 +266,31 @@ def make_step(
 
         return step
 
+    forward, backward = train_phases(fn, x, params)
+
     def train_step() -> list[torch.Tensor]:
         if cudagraphs:
             torch.compiler.cudagraph_mark_step_begin()
-        x.grad = None
-        for p in params:
-            p.grad = None
-        loss = fn(x)
-        loss.backward()
+        loss = forward()
+        backward(loss)
         return [loss, x.grad, *(p.grad for p in params)]
 
     return train_step
+
+
+def train_phases(
+    fn: Callable, x: torch.Tensor, params: list[torch.Tensor]
+) -> tuple[Callable[[], torch.Tensor], Callable[[torch.Tensor], None]]:
+    """A training step cut into its forward (the previous gradients dropped first) and
+    its backward: ``make_step`` runs them in turn, ``host_probe.py`` times them apart."""
+
+    def forward() -> torch.Tensor:
+        x.grad = None
+        for p in params:
+            p.grad = None
+        return fn(x)
+
+    return forward, lambda loss: loss.backward()
 
 
 def outputs(step: Callable[[], list[torch.Tensor]]) -> list[torch.Tensor]:
@@ -867,7 +881,7 @@ def cold_compile(bid: BlockId, mode: str, timeout: float = 900) -> dict:
         result[name] = round(report["compile_s"], 1)
         if name == "ours":
             result["ours_cutedsl_builds"] = report["cutedsl_builds"]
-            # Built but never loaded: speculative builds that took workers' CPU for nothing.
+            # Of the kernels built, those the process loaded: the rest were speculative builds.
             result["ours_cutedsl_loaded"] = report.get("cutedsl_loaded")
             result["ours_seconds_in"] = report.get("seconds_in", {})
     return result

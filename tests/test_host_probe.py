@@ -11,6 +11,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import host_probe  # noqa: E402
+import models  # noqa: E402
 
 
 def test_cpu_budget_tells_work_in_another_thread_from_waiting(monkeypatch):
@@ -47,7 +48,7 @@ def test_train_phases_drop_old_gradients_and_run_forward_then_backward():
     w = torch.nn.Parameter(torch.ones(3))
     x = torch.ones(3, requires_grad=True)
     x.grad, w.grad = torch.zeros(3), torch.zeros(3)
-    forward, backward = host_probe.train_phases(lambda t: (t * w).sum(), x, [w])
+    forward, backward = models.train_phases(lambda t: (t * w).sum(), x, [w])
     loss = forward()
     assert x.grad is None and w.grad is None
     backward(loss)
