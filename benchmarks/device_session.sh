@@ -54,7 +54,9 @@
 #           the given blocks (family:size[:run],...), stock then ours, within SECONDS (280)
 # fuzz [COLD_BLOCKS [CALL_SECONDS]]: the seeded fuzz suite (its specs precompiled at 16 workers
 #           first), then, if given, step cold on those blocks with what is left of CALL_SECONDS (570)
-# host BLOCKS: host_probe.py on the given blocks (family:size:run,...): where a call's host time goes
+# host BLOCKS [MODES [SECONDS]]: host_probe.py on the given blocks (family:size:run,...) in MODES
+#           (max-autotune-no-cudagraphs; comma-separated), within SECONDS (400): where a call's host
+#           time goes
 # duty:     duty_probe.py (ours vs cuBLAS at the Phi-3 training shapes, back to back and between
 #           memory-bound copies, GEMM kernel times from the profiler)
 # select:   timing, then the fusion/Inductor/timing GPU tests, then the epilogue benchmark
@@ -216,7 +218,8 @@ fuzz)
     left=$(( ${3:-570} - (SECONDS - t0) ))
     [ -z "${2:-}" ] || [ "$left" -lt 100 ] || bash "$0" cold "$2" "$left" ;;
 host)
-    step host 400 python3 benchmarks/host_probe.py --blocks "${2:?blocks}" --calls 100 --out "$OUT/host"
+    step host "${4:-400}" python3 benchmarks/host_probe.py --blocks "${2:?blocks}" --calls 100 --out "$OUT/host" \
+        --modes "${3:-max-autotune-no-cudagraphs}"
     grep -E "^\{|^(stock|ours) |Error" "$OUT/host.log" | cut -c1-1500 | tail -12 ;;
 duty)
     duty_probe 300 ;;

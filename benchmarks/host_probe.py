@@ -1,9 +1,10 @@
-"""Where a compiled block's host time goes without CUDA graphs: stock vs ours.
+"""Where a compiled block's host time goes: stock vs ours.
 
     python benchmarks/host_probe.py --blocks vit:prefill:inference,gpt2:small:inference --out DIR
 
-Per block, stock and ours are compiled with ``max-autotune-no-cudagraphs`` (as the
-model suite does) and then, for each backend:
+Per block and mode (``--modes``: ``max-autotune-no-cudagraphs`` by default, as the model
+suite profiles; ``max-autotune`` for CUDA graphs, where a training step stays host-bound),
+stock and ours are compiled and then, for each backend:
 
 - wall ms per call: N back-to-back calls then one sync (``GpuProbe.loop_ms``);
 - enqueue us per call: calls queued behind a GPU sleep, so none waits for the GPU
@@ -18,7 +19,9 @@ model suite does) and then, for each backend:
   thread, garbage collections and their us, and (training) the forward's and the
   backward's wall us apart: more process CPU than wall says another thread works
   meanwhile, more wall than CPU says a thread waits (the GIL, a lock, a sync);
-- the Python threads alive, by name.
+- the Python threads alive, by name;
+- the compiled graphs' CUDA graph skips (Inductor's counter): a skipped graph runs
+  its kernels one launch at a time.
 
 Writes ``DIR/host_probe.json`` and each backend's cProfile text and wrapper code.
 """
@@ -44,7 +47,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import models  # noqa: E402  (the suite's blocks and helpers)
 from inductor_cutedsl.timing import rotations  # noqa: E402
 
-MODE = "max-autotune-no-cudagraphs"
 
 
 def cpu_events(step, calls: int, top: int = 30) -> dict:
@@ -125,38 +127,49 @@ def python_profile(step, calls: int, top: int = 40) -> str:
     return s.getvalue()
 
 
-def probe(bid: models.BlockId, out_dir: str, calls: int) -> dict:
+def cudagraph_skips() -> dict:
+    """Inductor's count of CUDA graph skips by reason, this process so far."""
+    from torch._dynamo.utils import counters
+
+    return dict(counters["inductor"].get("cudagraph_skips", {}) or {})
+
+
+def probe(bid: models.BlockId, out_dir: str, calls: int, mode: str = models.NO_CUDAGRAPHS) -> dict:
+    cudagraphs = models.uses_cudagraphs(mode)
     block, x = models.make_block(bid.family, bid.size)
     params = list(block.parameters())
     if bid.run == "train":
         x.requires_grad_(True)
     target = models.target_of(block, bid.run)
-    steps, codes, phases = {}, {}, {}
+    steps, codes, phases, skips = {}, {}, {}, {}
     for name in models.BACKENDS:
         codes[name] = []
         with models.backend(name):
-            fn = models.compile_block(target, MODE)
-            step = models.make_step(fn, x, bid.run, params)
+            before = cudagraph_skips()
+            fn = models.compile_block(target, mode)
+            step = models.make_step(fn, x, bid.run, params, cudagraphs)
             if bid.run == "train":
-                phases[name] = models.train_phases(fn, x, params)
+                phases[name] = models.train_phases(fn, x, params, cudagraphs)
             with models.captured_code(codes[name]):
                 step()
-            step()
+            for _ in range(3):  # a CUDA graph tree records on a later call than the first
+                step()
             torch.cuda.synchronize()
             steps[name] = step
+            skips[name] = {k: v - before.get(k, 0) for k, v in cudagraph_skips().items() if v > before.get(k, 0)}
     probe_ = models.GpuProbe()
-    result: dict = {"block": bid.name, "host_state": probe_.quiet()}
+    result: dict = {"block": bid.name, "mode": mode, "host_state": probe_.quiet()}
     wall = probe_.loop_ms(steps, calls=calls)
     host = probe_.host_us(steps, {name: 20 for name in steps})
     budget = cpu_budget(steps, max(1, calls // 5), phases=phases or None)
     for name in steps:
         result[name] = {"wall_ms": wall[name], "enqueue_us": host[name], "gpu_busy": host["gpu_busy"],
-                        "cpu_budget": budget[name]}  # fmt: skip
+                        "cpu_budget": budget[name], "cudagraph_skips": skips[name]}  # fmt: skip
     result["threads"] = sorted(t.name for t in threading.enumerate())
     for name, step in steps.items():
         result[name].update(cpu_events(step, 20))
         text = python_profile(step, calls)
-        tag = bid.name.replace(":", "_")
+        tag = f"{bid.name}_{'cg' if cudagraphs else 'nocg'}".replace(":", "_")
         with open(os.path.join(out_dir, f"{tag}_{name}_cprofile.txt"), "w") as f:
             f.write(text)
         with open(os.path.join(out_dir, f"{tag}_{name}_wrapper.py"), "w") as f:
@@ -169,15 +182,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--blocks", default="vit:prefill:inference", help="FAMILY:SIZE:RUN, comma-separated")
     ap.add_argument("--out", default=".", help="directory for the results")
     ap.add_argument("--calls", type=int, default=200, help="calls per timed loop")
+    ap.add_argument("--modes", default=models.NO_CUDAGRAPHS, help="compile modes, comma-separated")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("no CUDA GPU: nothing to probe")
         return
     os.makedirs(args.out, exist_ok=True)
     results = []
-    for text in args.blocks.split(","):
+    for text, mode in [(t, m) for t in args.blocks.split(",") for m in args.modes.split(",")]:
         bid = models.BlockId.parse(text)
-        results.append(probe(bid, args.out, args.calls))
+        results.append(probe(bid, args.out, args.calls, mode))
         models.release()
         r = results[-1]
         print(json.dumps({k: ({kk: vv for kk, vv in v.items() if kk not in ("api", "self_cpu")}

@@ -266,11 +266,9 @@ def make_step(
 
         return step
 
-    forward, backward = train_phases(fn, x, params)
+    forward, backward = train_phases(fn, x, params, cudagraphs)
 
     def train_step() -> list[torch.Tensor]:
-        if cudagraphs:
-            torch.compiler.cudagraph_mark_step_begin()
         loss = forward()
         backward(loss)
         return [loss, x.grad, *(p.grad for p in params)]
@@ -279,12 +277,15 @@ def make_step(
 
 
 def train_phases(
-    fn: Callable, x: torch.Tensor, params: list[torch.Tensor]
+    fn: Callable, x: torch.Tensor, params: list[torch.Tensor], cudagraphs: bool = False
 ) -> tuple[Callable[[], torch.Tensor], Callable[[torch.Tensor], None]]:
-    """A training step cut into its forward (the previous gradients dropped first) and
-    its backward: ``make_step`` runs them in turn, ``host_probe.py`` times them apart."""
+    """A training step cut into its forward (the previous gradients dropped first; under
+    CUDA graphs a new step begun) and its backward: ``make_step`` runs them in turn,
+    ``host_probe.py`` times them apart."""
 
     def forward() -> torch.Tensor:
+        if cudagraphs:
+            torch.compiler.cudagraph_mark_step_begin()
         x.grad = None
         for p in params:
             p.grad = None

@@ -53,3 +53,18 @@ def test_train_phases_drop_old_gradients_and_run_forward_then_backward():
     assert x.grad is None and w.grad is None
     backward(loss)
     assert torch.equal(w.grad, torch.ones(3)) and torch.equal(x.grad, torch.ones(3))
+
+
+def test_train_phases_begin_a_cuda_graph_step_only_under_cuda_graphs(monkeypatch):
+    """Under CUDA graphs each step's forward starts a new graph-tree step (else the tree
+    keeps the previous step's outputs alive and re-records); without, it starts none."""
+    begun = []
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: begun.append(1))
+    x = torch.ones(2, requires_grad=True)
+    for cudagraphs, expected in ((False, 0), (True, 2)):
+        begun.clear()
+        step = models.make_step(lambda t: t.sum(), x, "train", [], cudagraphs)
+        step()
+        forward, _ = models.train_phases(lambda t: t.sum(), x, [], cudagraphs)
+        forward()
+        assert len(begun) == expected
