@@ -46,8 +46,11 @@
 #           if given
 # distributed-bench [WRAP...]: benchmarks/distributed.py (step time stock vs ours, cold compile per
 #           rank; meant for nvidia-h200-x2: on one GPU it runs over gloo, "gpus": 1)
-# training [BLOCKS]: the GPU tests of training paths (a backward after a stock compile, the
-#           gated forms), then the suite's training rows of BLOCKS (llama:prefill)
+# training [BLOCKS [FIRST]]: the GPU tests of training paths (a backward after a stock compile, the
+#           gated forms), then the suite's training rows of BLOCKS (llama:prefill), FIRST (stock)
+#           compiled first
+# train-check [BLOCKS [FIRST]]: the backward and training-step GPU tests, then the training rows of
+#           BLOCKS (gpt2:prefill), FIRST (ours) compiled first
 # cold-train COLD_BLOCKS SECONDS TRAIN_BLOCKS SECONDS: step cold, then the training rows of TRAIN_BLOCKS
 # train-duty: the GPT-2 training row, then duty_probe.py
 # cold BLOCKS [SECONDS]: the model suite's cold compiles (fresh processes, empty caches) of
@@ -84,9 +87,10 @@ fp8_tests() {  # fp8_tests: the fp8 GPU tests (the fast mode's error at large K 
     grep -E "passed|failed|^FAILED|^ERROR|^E |fp8 K=" "$OUT/gpu-fp8.log" | tail -20
 }
 
-train_rows() {  # train_rows SECONDS BLOCKS JSON: the suite's training rows of BLOCKS within SECONDS
+train_rows() {  # train_rows SECONDS BLOCKS JSON [FIRST]: the suite's training rows of BLOCKS within
+    # SECONDS, FIRST (stock) compiled first
     TORCH_LOGS=+inductor_cutedsl step suite "$1" python3 benchmarks/models.py --runs train \
-        --blocks "$2" --budget "$(( $1 - 20 ))" --json "$OUT/$3"
+        --blocks "$2" --budget "$(( $1 - 20 ))" --json "$OUT/$3" --compile-first "${4:-stock}"
     grep -E "^==|: GPU|FAILED|not started|gated" "$OUT/suite.log" | grep -vE "^(W|I)[0-9]{4}" | tail -12
 }
 
@@ -115,7 +119,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log
     echo "== $name: rc=$? in $((SECONDS - t0)) s"
 }
 
-case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, energy, gemm, fusion-tests, compile-check, graph, timing, probe, diagnose, inductor-tests, inductor-regress, close, order-probe, suite-prefill, gated-train, gated-fp8, fp8, fp8-tests, fsdp2-fp8, fp8-fused, compile-in-process, distributed, distributed-bench, training, cold-train, train-duty, cold, fuzz, host or duty}" in
+case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, energy, gemm, fusion-tests, compile-check, graph, timing, probe, diagnose, inductor-tests, inductor-regress, close, order-probe, suite-prefill, gated-train, gated-fp8, fp8, fp8-tests, fsdp2-fp8, fp8-fused, compile-in-process, distributed, distributed-bench, training, train-check, cold-train, train-duty, cold, fuzz, host or duty}" in
 inductor-tests)
     step inductor-tests 560 python3 benchmarks/inductor_tests.py --tests .device/inductor_tests \
         --files test_max_autotune.py test_select_algorithm_211.py --together -n 7 --budget 520 \
@@ -196,7 +200,13 @@ training)
     step gpu-training 280 python3 -m pytest tests/test_inductor_gpu.py tests/test_gated_gpu.py -m gpu -n 6 -q -rfE \
         -p no:cacheprovider -k "backward or training or gated"
     grep -E "passed|failed|^FAILED|^ERROR|^E " "$OUT/gpu-training.log" | tail -12
-    train_rows 290 "${2:-llama:prefill}" h200-models-train.json
+    train_rows 290 "${2:-llama:prefill}" h200-models-train.json "${3:-stock}"
+    grep -c "offering CuteDSL.* for mm" "$OUT/suite.log" ;;
+train-check)
+    step gpu-training 240 python3 -m pytest tests/test_inductor_gpu.py tests/test_gated_gpu.py -m gpu -n 6 -q -rfE \
+        -p no:cacheprovider -k "backward or training"
+    grep -E "passed|failed|^FAILED|^ERROR|^E " "$OUT/gpu-training.log" | tail -12
+    train_rows 330 "${2:-gpt2:prefill}" h200-models-train.json "${3:-ours}"
     grep -c "offering CuteDSL.* for mm" "$OUT/suite.log" ;;
 cold-train)
     bash "$0" cold "${2:?cold blocks}" "${3:?cold seconds}"

@@ -753,19 +753,40 @@ def restore_benchmark_hook(original: Any) -> None:
 
 
 def on_compile_start(fn: Callable[[], None]) -> Any:
-    """Call ``fn()`` whenever a torch.compile compilation starts; returns the handle
-    for ``remove_compile_start_hook``."""
+    """Call ``fn()`` whenever a torch.compile compilation starts (a training step's
+    lazily compiled backward included); returns the handle for
+    ``remove_compile_start_hook``.
+
+    ``torch._dynamo.reset()`` (and ``torch.compiler.reset()``) clears every start
+    callback, but the backend stays installed: its hook must too, or a backward that
+    compiles after a reset, in autograd's device thread, keeps that thread's stale
+    choices handler. So the handler's ``clear`` is wrapped, on the instance, to register
+    the hook again after clearing."""
     from torch._dynamo.callback import callback_handler
 
-    return callback_handler.register_start_callback(lambda args: fn())
+    hook = callback_handler.register_start_callback(lambda args: fn())
+    own = callback_handler.__dict__.get("clear")  # another wrapper's, or None
+    original = callback_handler.clear
+
+    def clear() -> None:
+        original()
+        callback_handler.register_start_callback(hook)
+
+    callback_handler.clear = clear
+    return hook, clear, own
 
 
 def remove_compile_start_hook(handle: Any) -> None:
     from torch._dynamo.callback import callback_handler
 
-    # torch.compiler.reset() clears every callback: the hook may be gone already.
-    if handle in callback_handler.start_callbacks:
-        callback_handler.remove_start_callback(handle)
+    hook, clear, own = handle
+    if hook in callback_handler.start_callbacks:
+        callback_handler.remove_start_callback(hook)
+    if callback_handler.__dict__.get("clear") is clear:  # not wrapped again since
+        if own is None:
+            del callback_handler.clear
+        else:
+            callback_handler.clear = own
 
 
 # -- lowering a custom op (the gated MLP's dual GEMM) ---------------------------------

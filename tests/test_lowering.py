@@ -255,10 +255,12 @@ def test_failed_compile_offers_no_candidate(monkeypatch, caplog):
     assert any("compile failed: disk full" in r.getMessage() for r in caplog.records)
 
 
-def test_precompile_waits_for_the_build_and_loads_the_kernel_where_kernels_run(monkeypatch):
+def test_precompile_loads_a_built_kernel_where_kernels_run_and_leaves_a_running_build(monkeypatch):
     """Inductor's precompile threads load our kernel as they load Triton's: the process's
     first load (the DSL runtime's set-up) then stays out of the timed benchmarks. A
-    compile for a fake GPU loads nothing; a failed build fails the precompile."""
+    compile for a fake GPU loads nothing; a failed build fails the precompile; a build
+    still running is not waited for (Inductor benchmarks nothing until every precompile
+    returns), and the benchmark waits for it and loads."""
     import contextlib
 
     from inductor_cutedsl.kernels import GemmConfig
@@ -286,6 +288,14 @@ def test_precompile_waits_for_the_build_and_loads_the_kernel_where_kernels_run(m
     with pytest.raises(OSError):
         caller.precompile()
     assert len(loaded) == 1
+    caller.build = concurrent.futures.Future()
+    caller.precompile()  # returns at once
+    assert len(loaded) == 1
+    caller.build.set_result(("/cache/k2.o", True, 1.5))
+    monkeypatch.setattr(caller, "bmreq", types.SimpleNamespace(benchmark=lambda *a, out: 0.01, input_tensor_meta=[]),
+                        raising=False)  # fmt: skip
+    assert caller.benchmark(out=None) == 0.01
+    assert loaded[-1] == (spec, "/cache/k2.o")
 
 
 def test_candidate_hash_key_is_stable_per_kernel():
@@ -427,6 +437,32 @@ def test_a_thread_that_lowered_while_we_were_off_gets_ours_when_it_compiles():
     assert not issubclass(out["before"], CuteDSLChoices)
     assert out["after"] == (inductor_config.inductor_choices_class, inductor_config.max_autotune_gemm_backends)
     assert issubclass(out["after"][0], CuteDSLChoices) and "CUTEDSL" in out["after"][1]
+
+
+def test_a_thread_that_lowered_while_we_were_off_gets_ours_after_a_dynamo_reset():
+    """``torch.compiler.reset()`` clears Dynamo's compile-start callbacks; the backend
+    stays installed, so its hook is back for the next compile: a backward compiling
+    after a reset, in a thread whose handler a stock compile made, is still ours (the
+    GPU test ``test_backward_after_a_stock_compile_gets_our_candidates`` failed so)."""
+    from torch._dynamo.callback import callback_handler
+
+    inductor_cutedsl.disable()
+    try:
+        out = _in_a_thread_around(lambda: (inductor_cutedsl.enable(), torch.compiler.reset()),
+                                  lambda: type(V.choices), _compile_starts)  # fmt: skip
+    finally:
+        inductor_cutedsl.enable()
+    assert not issubclass(out["before"], CuteDSLChoices)
+    assert issubclass(out["after"][0], CuteDSLChoices)
+    # disable() takes the hook and the wrapper away; a reset then leaves no hook of ours.
+    hooks = len(callback_handler.start_callbacks)
+    inductor_cutedsl.disable()
+    assert "clear" not in callback_handler.__dict__ and len(callback_handler.start_callbacks) == hooks - 1
+    torch.compiler.reset()
+    assert callback_handler.start_callbacks == []
+    inductor_cutedsl.enable()
+    torch.compiler.reset()
+    assert len(callback_handler.start_callbacks) == 1
 
 
 def test_a_thread_that_made_ours_offers_nothing_after_disable(monkeypatch):
