@@ -34,6 +34,8 @@
 #           modes beside the fp8 tests named in its comment, then the GPT-2 small row
 # order-probe TESTS...: the given test ids of test_max_autotune.py, in that order, in one process
 #           per mode, with benchmarks/autotune_cache_probe.py printing every Triton autotune cache
+# host-paced [BLOCKS [RUNS]]: the suite's rows of BLOCKS (gpt2:small,llama:small,vit:small) with
+#           config.host_paced on (fair timing ranks by GPU or host launch time without CUDA graphs)
 # suite-prefill: the model suite's ViT, BERT and GPT-2 prefill inference rows
 # gated-train: the gated GPU tests, then the Phi-3 (and LLaMA, if time is left) training rows
 # fp8:      torch's scale_result semantics, the fp8 GPU tests, then the plain scaled-GEMM benchmark
@@ -119,7 +121,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log
     echo "== $name: rc=$? in $((SECONDS - t0)) s"
 }
 
-case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, energy, gemm, fusion-tests, compile-check, graph, timing, probe, diagnose, inductor-tests, inductor-regress, close, order-probe, suite-prefill, gated-train, gated-fp8, fp8, fp8-tests, fsdp2-fp8, fp8-fused, compile-in-process, distributed, distributed-bench, training, train-check, cold-train, train-duty, cold, fuzz, host or duty}" in
+case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, energy, gemm, fusion-tests, compile-check, graph, timing, probe, diagnose, inductor-tests, inductor-regress, close, order-probe, host-paced, suite-prefill, gated-train, gated-fp8, fp8, fp8-tests, fsdp2-fp8, fp8-fused, compile-in-process, distributed, distributed-bench, training, train-check, cold-train, train-duty, cold, fuzz, host or duty}" in
 inductor-tests)
     step inductor-tests 560 python3 benchmarks/inductor_tests.py --tests .device/inductor_tests \
         --files test_max_autotune.py test_select_algorithm_211.py --together -n 7 --budget 520 \
@@ -154,6 +156,12 @@ order-probe)
     probe_both 400 order -v $(printf 'test_max_autotune.py::%s ' "$@")
     wait
     grep -hE "PASSED|FAILED|AssertionError" "$OUT"/order-*.log | cut -c1-200 | tail -20 ;;
+host-paced)
+    # Both modes: the CUDA-graph rows must not move (the ranking applies without graphs only).
+    INDUCTOR_CUTEDSL_HOST_PACED=1 TORCH_LOGS=+inductor_cutedsl step suite 580 python3 benchmarks/models.py \
+        --runs "${3:-inference}" --blocks "${2:-gpt2:small,llama:small,vit:small}" --budget 540 \
+        --json "$OUT/h200-models-host-paced.json"
+    grep -E "^==|: GPU|FAILED|not started" "$OUT/suite.log" | tail -20 ;;
 suite-prefill)
     TORCH_LOGS=+inductor_cutedsl step suite 580 python3 benchmarks/models.py --runs inference \
         --blocks vit:prefill,bert:prefill,gpt2:prefill --budget 540 --json "$OUT/h200-models-prefill.json"

@@ -53,7 +53,7 @@ from inductor_cutedsl.job.kernel_profile import CUTEDSL_KERNEL, kernel_times  # 
 from inductor_cutedsl.job.model import RMSNorm  # noqa: E402
 from inductor_cutedsl.job.run import TOLERANCE, compile_options, json_process  # noqa: E402
 from inductor_cutedsl.bench.report import geomean, rel_err, run_info, side_by_side_rounds, write_json  # noqa: E402
-from inductor_cutedsl.timing import rotations  # noqa: E402
+from inductor_cutedsl.timing import enqueue_ms, rotations  # noqa: E402
 
 # ---------------------------------------------------------------------------------------
 # The blocks
@@ -694,42 +694,16 @@ class GpuProbe:
         starts none of them while the host times them (``gpu_busy`` says whether it held
         every time), so nothing the GPU does can slow the host. Few enough calls that
         their launches fit in the launch queue."""
-        per_ms = self._sleep_cycles_per_ms()
         calls = {n: max(2, min(20, int(self.max_queued_launches // max(launches[n], 1)))) for n in steps}
         times: dict = {name: [] for name in steps}
         busy = True
         for order in rotations(list(steps), self.host_rounds):
             for name in order:
-                fn, n = steps[name], calls[name]
-                fn()
-                t0 = time.perf_counter()
-                for _ in range(n):
-                    fn()
-                guess_ms = (time.perf_counter() - t0) * 1e3
-                torch.cuda.synchronize()
-                torch.cuda._sleep(int(per_ms * (2 * guess_ms + 5)))
-                slept = torch.cuda.Event()
-                slept.record()
-                t0 = time.perf_counter()
-                for _ in range(n):
-                    fn()
-                seconds = time.perf_counter() - t0
-                busy &= not slept.query()
-                torch.cuda.synchronize()
-                times[name].append(seconds / n * 1e6)
+                ms, pure = enqueue_ms(steps[name], calls[name])
+                busy &= pure
+                times[name].append(ms * 1e3)
         return {**{name: round(statistics.median(t), 1) for name, t in times.items()}, "calls": calls,
                 "gpu_busy": busy}  # fmt: skip
-
-    @staticmethod
-    def _sleep_cycles_per_ms() -> float:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        cycles = 10**7
-        torch.cuda._sleep(cycles)  # the first launch sets the kernel up
-        start.record()
-        torch.cuda._sleep(cycles)
-        end.record()
-        end.synchronize()
-        return cycles / start.elapsed_time(end)
 
 
 class GcTimer:

@@ -39,6 +39,7 @@ __all__ = [
     "autotune_backends",
     "choices_class",
     "codegen_blocked",
+    "compile_uses_cudagraphs",
     "feedback_saver",
     "freeze_layout",
     "kernel_out_dtype",
@@ -354,6 +355,12 @@ def benchmark_fusion_setting() -> str:
 
 def max_autotune_on() -> bool:
     return bool(inductor_config.max_autotune or inductor_config.max_autotune_gemm)
+
+
+def compile_uses_cudagraphs() -> bool:
+    """Whether the graph compiling in this thread will run as CUDA graphs (``mode=
+    "max-autotune"`` sets ``triton.cudagraphs`` for its compile; ``-no-cudagraphs`` not)."""
+    return bool(inductor_config.triton.cudagraphs)
 
 
 def codegen_blocked() -> str | None:

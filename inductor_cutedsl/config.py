@@ -73,9 +73,16 @@ dual_gemm: bool = _env_bool("INDUCTOR_CUTEDSL_DUAL_GEMM", True)
 #: ranks candidates by speed only, so an unproven kernel is not offered by default.
 fp8: bool = _env_bool("INDUCTOR_CUTEDSL_FP8", False)
 
+#: In a compile without CUDA graphs, rank the GEMM choices that fair timing re-times by
+#: the larger of their GPU time and their host launch time (``INDUCTOR_CUTEDSL_HOST_PACED``;
+#: ``lowering/fair_timing.py``): there a step of short GEMMs is paced by the host, and a
+#: cuBLASLt ``addmm`` costs several times the host time of a Triton or CuteDSL launch.
+#: Off until measured on the model suite's no-CUDA-graph rows.
+host_paced: bool = _env_bool("INDUCTOR_CUTEDSL_HOST_PACED", False)
+
 _FIELDS = (
     "enabled", "cache_dir", "max_configs", "compile_workers", "epilogue_fusion", "staged_operands", "dual_gemm",
-    "fp8",
+    "fp8", "host_paced",
 )  # fmt: skip
 
 

@@ -3,9 +3,11 @@ interleaved rounds of a balanced order (fair timing, the fused/unfused selection
 dual-GEMM gate). What the benchmarks add to report results is in ``bench/report.py``."""
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import statistics
+import time
 from typing import Callable, Iterator
 
 import torch
@@ -87,6 +89,44 @@ def graph_median(
     if warmup is None:
         warmup = min(rep, MAX_WARMUP_MS)
     return lambda: bench(replay, rep=rep, warmup=warmup)
+
+
+@functools.lru_cache(maxsize=None)
+def sleep_cycles_per_ms(device: int) -> float:
+    """Clock cycles of ``torch.cuda._sleep`` per millisecond on ``device`` (measured once)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    cycles = 10**7
+    torch.cuda._sleep(cycles)  # the first launch sets the kernel up
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    end.synchronize()
+    return cycles / start.elapsed_time(end)
+
+
+def enqueue_ms(fn: Callable[[], object], calls: int = 20) -> tuple[float, bool]:
+    """Host milliseconds per call of ``fn`` (its launch path alone: what a step without
+    CUDA graphs pays per call when the host sets the pace), and whether the figure is
+    pure: ``calls`` calls are enqueued behind a GPU sleep long enough that the GPU starts
+    none of them while the host times them. Not pure if the sleep ended first (the
+    figure then includes waiting for the GPU). ``calls`` times ``fn``'s launches must fit
+    in the GPU's launch queue, or enqueueing blocks."""
+    fn()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    guess_ms = (time.perf_counter() - t0) * 1e3
+    torch.cuda.synchronize()
+    torch.cuda._sleep(int(sleep_cycles_per_ms(torch.cuda.current_device()) * (2 * guess_ms + 5)))
+    slept = torch.cuda.Event()
+    slept.record()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    seconds = time.perf_counter() - t0
+    pure = not slept.query()
+    torch.cuda.synchronize()
+    return seconds / calls * 1e3, pure
 
 
 def balanced_rounds(count: int) -> int:

@@ -199,3 +199,61 @@ def test_inductors_benchmark_pass_goes_through_the_rescale():
         assert seen == ["aten", "ours"]
     finally:
         inductor_cutedsl.enable()
+
+
+@pytest.mark.parametrize("cudagraphs", [False, True])
+def test_host_paced_ranking_without_cuda_graphs(monkeypatch, cudagraphs):
+    """With ``host_paced``, a compile without CUDA graphs ranks the re-timed choices by
+    the larger of GPU and host launch time: cuBLASLt's addmm, 3% faster on the GPU but
+    with a launch path longer than its kernel, loses to our launch; under CUDA graphs
+    (launch paths replayed away) the GPU ranking stands and no launch is timed."""
+    from inductor_cutedsl import _compat, config
+
+    aten, mine = Other("addmm"), ours("a")
+    timings = {aten: 0.063, mine: 0.050}
+    run_fn, _ = steady_runs({aten: 0.0422, mine: 0.0434})
+    host = {"addmm": 0.060, "a": 0.015}
+    timed = []
+
+    def fake_enqueue(run, calls=20):
+        timed.append(run)
+        return host[run.choice], True
+
+    def named_run_fn(choice):
+        run = run_fn(choice)
+        run.choice = choice.name
+        return run
+
+    monkeypatch.setattr(fair_timing, "enqueue_ms", fake_enqueue)
+    monkeypatch.setattr(_compat, "compile_uses_cudagraphs", lambda: cudagraphs)
+    with config.patch(host_paced=True):
+        out = fair_timing.rescale(timings, named_run_fn)
+    if cudagraphs:
+        assert out[mine] > out[aten] and timed == []
+        assert "host_ms" not in fair_timing.decisions[-1]
+    else:
+        assert out[mine] < out[aten] and len(timed) == 2 * fair_timing.ROUNDS
+        assert fair_timing.decisions[-1]["host_ms"] == {"addmm": 0.06, "a": 0.015}
+        assert out[aten] == pytest.approx(0.063) and out[mine] == pytest.approx(0.063 * 0.0434 / 0.060, rel=1e-6)
+
+
+def test_host_paced_ranking_is_off_by_default(monkeypatch):
+    from inductor_cutedsl import _compat, config
+
+    monkeypatch.setattr(fair_timing, "enqueue_ms", lambda run, calls=20: pytest.fail("timed a launch"))
+    monkeypatch.setattr(_compat, "compile_uses_cudagraphs", lambda: False)
+    assert config.host_paced is False
+    aten, mine = Other("addmm"), ours("a")
+    run_fn, _ = steady_runs({aten: 0.0422, mine: 0.0434})
+    out = fair_timing.rescale({aten: 0.063, mine: 0.050}, run_fn)
+    assert out[mine] > out[aten]
+
+
+@pytest.mark.parametrize("mode,expected", [("max-autotune", True), ("max-autotune-no-cudagraphs", False)])
+def test_compile_mode_tells_cuda_graphs(mode, expected):
+    from torch._inductor import config as inductor_config
+
+    from inductor_cutedsl import _compat
+
+    with inductor_config.patch(torch._inductor.list_mode_options(mode)):
+        assert _compat.compile_uses_cudagraphs() is expected

@@ -1,4 +1,4 @@
-"""CUDA graph replays used for timing keep what they touch alive."""
+"""Timing on the GPU: CUDA graph replays keep what they touch alive; launch paths timed alone."""
 from __future__ import annotations
 
 import gc
@@ -7,7 +7,7 @@ import weakref
 import pytest
 import torch
 
-from inductor_cutedsl.timing import graphed_run
+from inductor_cutedsl.timing import enqueue_ms, graphed_run
 
 pytestmark = pytest.mark.gpu
 
@@ -33,3 +33,16 @@ def test_graph_replay_keeps_the_captured_tensors_alive():
     del replay
     gc.collect()
     assert refs["y"]() is None, "released with the replay"
+
+
+def test_enqueue_time_is_the_launch_path_alone():
+    """A launch times as host microseconds with the GPU still asleep; a call that waits
+    for the GPU (a sync) is flagged as not pure; a slower launch path reads slower."""
+    a = torch.randn(256, 256, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty_like(a)
+    ms, pure = enqueue_ms(lambda: torch.mm(a, a, out=out))
+    assert pure and 0 < ms < 1
+    slow, pure_slow = enqueue_ms(lambda: [torch.mm(a, a, out=out) for _ in range(8)])
+    assert pure_slow and slow > 3 * ms
+    _, pure_sync = enqueue_ms(torch.cuda.synchronize, calls=3)
+    assert not pure_sync

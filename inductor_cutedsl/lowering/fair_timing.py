@@ -22,6 +22,13 @@ Side by side, each runs as a CUDA graph replay of its benchmark run function, ti
 by do_bench's median. Inductor's benchmarker would time the host too: it records its
 start event and then calls the run function, and its L2 flush is short, so a launch
 path slower than the flush shows up as kernel time.
+
+A compile without CUDA graphs launches each kernel from the host on every call, and a
+step of short GEMMs is then paced by the host: a choice costs the step the larger of
+its kernel's time and its launch's host time. With ``config.host_paced`` such a
+compile also times each re-timed choice's launch path (``timing.enqueue_ms``) and
+ranks them by that larger figure: a cuBLASLt ``addmm`` costs 45-65 us of host time
+against ~15 us for a Triton or CuteDSL launch (session 17's GPT-2 training probe).
 """
 from __future__ import annotations
 
@@ -30,8 +37,8 @@ import math
 import time
 from typing import Any, Callable
 
-from .. import _compat
-from ..timing import graph_median, interleaved, measure_ms
+from .. import _compat, config
+from ..timing import enqueue_ms, graph_median, interleaved, measure_ms
 from .template import GemmCaller
 
 log = logging.getLogger("inductor_cutedsl.lowering")
@@ -89,13 +96,16 @@ def rescale(timings: dict[Any, float], run_fn: Callable[[Any], Callable[[], Any]
         return timings
     finally:
         stats["measure_s"] += time.perf_counter() - t0
-    anchor = min(side[i] for i in range(len(close)))
-    retimed = {c: best * side[i] / anchor for i, c in enumerate(contenders)}
+    host = _host_ms(contenders, run_fn) if config.host_paced and not _compat.compile_uses_cudagraphs() else {}
+    paced = {i: max(side[i], host.get(i, 0.0)) for i in side}
+    anchor = min(paced[i] for i in range(len(close)))
+    retimed = {c: best * paced[i] / anchor for i, c in enumerate(contenders)}
     scale = retimed[mine] / ours[mine]
     decisions.append({
         "ours": mine.name,
         "inductor_ms": {c.name: round(finite[c], 4) for c in contenders},
         "side_ms": {c.name: round(side[i], 4) for i, c in enumerate(contenders)},
+        **({"host_ms": {c.name: round(host[i], 4) for i, c in enumerate(contenders) if i in host}} if host else {}),
     })  # fmt: skip
     log.info(
         "%s timed %.4f ms after %s; side by side (ms) %s, so %.4f ms",
@@ -104,4 +114,24 @@ def rescale(timings: dict[Any, float], run_fn: Callable[[Any], Callable[[], Any]
     )  # fmt: skip
     out = {c: t * scale if c in ours else t for c, t in timings.items()}
     out.update({c: retimed[c] for c in close})
+    return out
+
+
+def _host_ms(contenders: list, run_fn: Callable[[Any], Callable[[], Any]]) -> dict[int, float]:
+    """Each contender's host milliseconds per launch (median of ``ROUNDS``), by index;
+    none for one whose figure is not pure (the GPU caught up) or that fails."""
+    out: dict[int, float] = {}
+    t0 = time.perf_counter()
+    try:
+        for i, c in enumerate(contenders):
+            run = run_fn(c)
+            figures = [enqueue_ms(run) for _ in range(ROUNDS)]
+            pure = sorted(ms for ms, ok in figures if ok)
+            if pure:
+                out[i] = pure[len(pure) // 2]
+    except Exception as exc:  # the GPU times stand alone
+        log.warning("host launch timing failed: %s", exc)
+        return {}
+    finally:
+        stats["measure_s"] += time.perf_counter() - t0
     return out
