@@ -23,7 +23,8 @@ stock and ours are compiled and then, for each backend:
 - the compiled graphs' CUDA graph skips (Inductor's counter): a skipped graph runs
   its kernels one launch at a time.
 
-Writes ``DIR/host_probe.json`` and each backend's cProfile text and wrapper code.
+Writes ``DIR/host_probe.json`` (each backend's cProfile text in it) and, per block and
+mode, both backends' wrapper code.
 """
 from __future__ import annotations
 
@@ -168,12 +169,11 @@ def probe(bid: models.BlockId, out_dir: str, calls: int, mode: str = models.NO_C
     result["threads"] = sorted(t.name for t in threading.enumerate())
     for name, step in steps.items():
         result[name].update(cpu_events(step, 20))
-        text = python_profile(step, calls)
-        tag = f"{bid.name}_{'cg' if cudagraphs else 'nocg'}".replace(":", "_")
-        with open(os.path.join(out_dir, f"{tag}_{name}_cprofile.txt"), "w") as f:
-            f.write(text)
-        with open(os.path.join(out_dir, f"{tag}_{name}_wrapper.py"), "w") as f:
-            f.write("\n\n# ----\n\n".join(codes[name]))
+        result[name]["cprofile"] = python_profile(step, calls)
+    # One file per block and mode: the device returns at most 8 files a call.
+    tag = f"{bid.name}_{'cg' if cudagraphs else 'nocg'}".replace(":", "_")
+    with open(os.path.join(out_dir, f"{tag}_wrappers.py"), "w") as f:
+        f.write("\n\n".join(f"# ==== {name}\n\n" + "\n\n# ----\n\n".join(codes[name]) for name in steps))
     return result
 
 
@@ -194,11 +194,12 @@ def main(argv: list[str] | None = None) -> None:
         results.append(probe(bid, args.out, args.calls, mode))
         models.release()
         r = results[-1]
-        print(json.dumps({k: ({kk: vv for kk, vv in v.items() if kk not in ("api", "self_cpu")}
+        print(json.dumps({k: ({kk: vv for kk, vv in v.items() if kk not in ("api", "self_cpu", "cprofile")}
                                if isinstance(v, dict) else v) for k, v in r.items()}), flush=True)  # fmt: skip
         for name in models.BACKENDS:
             print(name, "api", json.dumps(dict(list(r[name]["api"].items())[:12])), flush=True)
             print(name, "self_cpu", json.dumps(dict(list(r[name]["self_cpu"].items())[:15])), flush=True)
+            print(name, "cprofile", "\n".join(r[name]["cprofile"].splitlines()[:16]), flush=True)
         with open(os.path.join(args.out, "host_probe.json"), "w") as f:
             json.dump(results, f, indent=1)
 
