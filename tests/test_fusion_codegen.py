@@ -341,14 +341,24 @@ def test_the_selection_builds_each_way_from_the_chain(caplog):
 
 
 def test_fused_builds_start_before_the_first_decision(monkeypatch):
-    """The selection's fused kernel is already building when the decision needs it, so
-    several GEMMs' fused builds overlap instead of queueing."""
+    """The selection's fused kernel is already building, and its benchmark modules (the
+    epilogue kernel, the fused Triton template) compiling, when the decision needs
+    them, so several GEMMs' builds and compiles overlap instead of queueing; each
+    module is compiled once."""
     import concurrent.futures
 
     import inductor_cutedsl.scheduler.selection as selection
+    from inductor_cutedsl import _compat
     from inductor_cutedsl.runtime.spec import KernelSpec
 
     events = []
+    nodes_module = _compat.nodes_module
+
+    def compiled(scheduler, nodes, triton_choice=None):
+        events.append(("module", tuple(n.get_name() for n in nodes), triton_choice is not None))
+        return nodes_module(scheduler, nodes, triton_choice)
+
+    monkeypatch.setattr(_compat, "nodes_module", compiled)
 
     def build_async(spec, cache, workers):
         events.append(("build", spec.key()))
@@ -360,12 +370,18 @@ def test_fused_builds_start_before_the_first_decision(monkeypatch):
     monkeypatch.setattr(selection.compiler, "build_async", build_async)
     monkeypatch.setattr(selection, "decide", lambda *a: (events.append(("decide", None)), decide(*a))[1])
     with backend():
-        code = generated_code(lambda x, w: torch.relu(x @ w.t()) * 2, (M, K), (N, K))
+        code = generated_code(lambda x, w: torch.relu(x @ w.t()) * 2, (M, K), (N, K),
+                              backends="ATEN,TRITON,CUTEDSL")  # fmt: skip
     assert kernels(code) == (1, 0)
     fused_key = launched_spec(code).key()
     # Candidate builds at lowering, then the fused one before the decision (and again,
     # a cache hit, when the fused kernel is generated).
-    assert events.index(("build", fused_key)) < events.index(("decide", None)), events
+    decided = events.index(("decide", None))
+    assert events.index(("build", fused_key)) < decided, events
+    modules = [e for e in events if e[0] == "module"]
+    assert len(modules) == 2 and len(set(modules)) == 2, events  # the epilogue, the fused Triton template
+    assert {triton for _, _, triton in modules} == {False, True}
+    assert all(events.index(m) < decided for m in modules), events
 
 
 def test_our_other_schedule_fused_can_take_the_gemm(caplog):

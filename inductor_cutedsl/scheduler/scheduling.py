@@ -214,9 +214,10 @@ class CuteDSLFusionScheduling(_compat.cuda_combined_scheduling()):
 
     def _start_fused_builds(self) -> None:
         """Once per graph, before its first fusion decision: for each undecided GEMM and
-        each pointwise consumer whose chain translates, start building the fused kernel
-        the selection would time (the first fusion a GEMM is offered is usually one of
-        these), so that those builds overlap instead of queueing behind each decision."""
+        each pointwise consumer whose chain translates, start building the fused kernels
+        and compiling the benchmark modules the selection would time (the first fusion a
+        GEMM is offered is usually one of these), so that they overlap instead of
+        queueing behind each decision."""
         graph = _compat.V.graph
         if graph in _builds_started:
             return
@@ -227,8 +228,10 @@ class CuteDSLFusionScheduling(_compat.cuda_combined_scheduling()):
                 continue
             for consumer in _consumers(template).values():
                 try:
-                    tr = translate_chain(self.scheduler, template, list(consumer.get_nodes()))
-                    selection.start_fused_build(template, tr)
+                    chain = _epilogue_chain(template, consumer)
+                    tr = translate_chain(self.scheduler, template, chain)
+                    triton = _compat.stock_pairs(self.scheduler, template, consumer)
+                    selection.start_fused_build(self.scheduler, template, tr, chain, triton)
                 except Exception as exc:  # only a head start: the decision builds what it needs
                     log.debug("no early build for %s + %s: %s", template.get_name(), consumer.get_name(), exc)
 

@@ -37,6 +37,7 @@ import dataclasses
 import logging
 import math
 import time
+import weakref
 from typing import Any, Callable, Sequence
 
 import torch
@@ -187,15 +188,42 @@ def _contenders(caller: GemmCaller, timings: dict, tr: Translation, triton: bool
     return {way: choice for way, choice in ways.items() if choice is not None}
 
 
-def start_fused_build(template: Any, tr: Translation) -> None:
-    """Start building (in compile workers) what ``decide`` would time for this GEMM and
-    chain, unless it would not: the builds of several GEMMs then run side by side
-    instead of one after another."""
+def start_fused_build(scheduler: Any, template: Any, tr: Translation, chain: Sequence[Any], triton: bool) -> None:
+    """Start what ``decide`` would need for this GEMM and chain, unless it would not
+    decide: our fused builds (in compile workers), and the epilogue's and the fused
+    Triton template's benchmark modules (in Inductor's compile pool). The work of
+    several GEMMs then runs side by side instead of one decision after another (a cold
+    compile spent most of the selection's seconds compiling these modules, serially)."""
     caller, timings = _candidates(template.node)
-    if caller is not None:
-        for way, choice in _contenders(caller, timings, tr).items():
-            if WAYS[way] == "cutedsl":
-                compiler.build_async(_fused(choice, tr)[1].spec, default_cache(), config.compile_workers)
+    if caller is None:
+        return
+    contenders = _contenders(caller, timings, tr, triton)
+    for way, choice in contenders.items():
+        if WAYS[way] == "cutedsl":
+            compiler.build_async(_fused(choice, tr)[1].spec, default_cache(), config.compile_workers)
+    early = _early_modules.setdefault(_compat.V.graph, {})
+    modules = [(tuple(chain), None)]
+    if "triton_fused" in contenders:
+        modules.append(((template, *chain), contenders["triton_fused"]))
+    for nodes, choice in modules:
+        key = _module_key(nodes, choice)
+        if key not in early:
+            early[key] = _compat.nodes_module(scheduler, list(nodes), choice)
+
+
+#: Benchmark modules whose compiles ``start_fused_build`` started, per graph, by
+#: ``_module_key``: each is taken once, by the decision that needs it.
+_early_modules: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+
+
+def _module_key(nodes: Sequence[Any], triton_choice: Any) -> tuple:
+    return tuple(n.get_name() for n in nodes), getattr(triton_choice, "name", None)
+
+
+def _side_module(scheduler: Any, nodes: Sequence[Any], triton_choice: Any = None) -> tuple[Any, Any]:
+    """``_compat.nodes_module`` of ``nodes``: the one started early, if it was."""
+    started = _early_modules.get(_compat.V.graph, {}).pop(_module_key(nodes, triton_choice), None)
+    return started if started is not None else _compat.nodes_module(scheduler, list(nodes), triton_choice)
 
 
 Maker = Callable[[], Callable[[], object]]
@@ -220,9 +248,9 @@ def side_by_side_runs(scheduler: Any, template: Any, contenders: dict[str, Any],
     # Through the worker pool: a build started early for this chain (start_fused_build)
     # is waited for, not redone.
     builds = [compiler.build_async(c.spec, default_cache(), config.compile_workers) for _, c in fused.values()]
-    epilogue = _compat.nodes_module(scheduler, chain)
+    epilogue = _side_module(scheduler, chain)
     triton_fused = (
-        _compat.nodes_module(scheduler, [template, *chain], contenders["triton_fused"])
+        _side_module(scheduler, [template, *chain], contenders["triton_fused"])
         if "triton_fused" in contenders else None
     )  # fmt: skip
     compiler.wait(builds)
