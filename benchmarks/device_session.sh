@@ -78,9 +78,9 @@ smi() {  # smi NAME: sample power, clocks and temperature every second into $OUT
         > "$OUT/$1-smi.csv" 2>&1 &
 }
 
-fusion_tests() {  # fusion_tests SECONDS: the fusion, Inductor and timing GPU tests
+fusion_tests() {  # fusion_tests SECONDS: the fusion, Inductor, timing and suite-measurement GPU tests
     step gpu-fusion "$1" python3 -m pytest tests/test_fusion_gpu.py tests/test_inductor_gpu.py tests/test_timing_gpu.py \
-        -m gpu -n 8 -q -rfE -p no:cacheprovider -k "not test_second_process and not test_training_step_forward"
+        tests/test_models_suite.py -m gpu -n 8 -q -rfE -p no:cacheprovider -k "not test_second_process and not test_training_step_forward"
     grep -E "passed|failed|^FAILED|^ERROR" "$OUT/gpu-fusion.log" | tail -15
 }
 
