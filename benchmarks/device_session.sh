@@ -96,6 +96,16 @@ train_rows() {  # train_rows SECONDS BLOCKS JSON [FIRST]: the suite's training r
     grep -E "^==|: GPU|FAILED|not started|gated" "$OUT/suite.log" | grep -vE "^(W|I)[0-9]{4}" | tail -12
 }
 
+training_tests_and_rows() {  # TEST_SECONDS K ROW_SECONDS BLOCKS FIRST: the training-path GPU tests
+    # matching pytest -k K, then the suite's training rows of BLOCKS (FIRST compiled first) and
+    # how many GEMMs were offered to ours
+    step gpu-training "$1" python3 -m pytest tests/test_inductor_gpu.py tests/test_gated_gpu.py -m gpu -n 6 -q -rfE \
+        -p no:cacheprovider -k "$2"
+    grep -E "passed|failed|^FAILED|^ERROR|^E " "$OUT/gpu-training.log" | tail -12
+    train_rows "$3" "$4" h200-models-train.json "$5"
+    grep -c "offering CuteDSL.* for mm" "$OUT/suite.log"
+}
+
 duty_probe() {  # duty_probe SECONDS: duty_probe.py
     step duty "$1" python3 benchmarks/duty_probe.py --json "$OUT/h200-duty.json"
     grep -E "^\{|Error" "$OUT/duty.log" | cut -c1-400 | tail -12
@@ -205,17 +215,9 @@ distributed-bench)
     grep -E "^\{|Error" "$OUT/distributed-bench.log" | cut -c1-600 | tail -6 ;;
 training)
     # The backward tests compile a training step stock and ours each: 150 s was too short.
-    step gpu-training 280 python3 -m pytest tests/test_inductor_gpu.py tests/test_gated_gpu.py -m gpu -n 6 -q -rfE \
-        -p no:cacheprovider -k "backward or training or gated"
-    grep -E "passed|failed|^FAILED|^ERROR|^E " "$OUT/gpu-training.log" | tail -12
-    train_rows 290 "${2:-llama:prefill}" h200-models-train.json "${3:-stock}"
-    grep -c "offering CuteDSL.* for mm" "$OUT/suite.log" ;;
+    training_tests_and_rows 280 "backward or training or gated" 290 "${2:-llama:prefill}" "${3:-stock}" ;;
 train-check)
-    step gpu-training 240 python3 -m pytest tests/test_inductor_gpu.py tests/test_gated_gpu.py -m gpu -n 6 -q -rfE \
-        -p no:cacheprovider -k "backward or training"
-    grep -E "passed|failed|^FAILED|^ERROR|^E " "$OUT/gpu-training.log" | tail -12
-    train_rows 330 "${2:-gpt2:prefill}" h200-models-train.json "${3:-ours}"
-    grep -c "offering CuteDSL.* for mm" "$OUT/suite.log" ;;
+    training_tests_and_rows 240 "backward or training" 330 "${2:-gpt2:prefill}" "${3:-ours}" ;;
 cold-train)
     bash "$0" cold "${2:?cold blocks}" "${3:?cold seconds}"
     train_rows "${5:?train seconds}" "${4:?train blocks}" h200-models-train.json ;;

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from inductor_cutedsl.bench.report import geomean, run_info, write_json  # noqa: E402  (no Inductor: cheap)
+from inductor_cutedsl.timing import sleep_cycles_per_ms  # noqa: E402
 
 MODE = "max-autotune-no-cudagraphs"
 #: name -> (M, N, K, op): op "matmul" is ``a @ b`` with a row-major B, "linear" is
@@ -131,17 +132,6 @@ def compile_for(backend: str, fn: Callable, args: tuple) -> tuple[Callable, dict
     finally:
         inductor_cutedsl.enable()
     return compiled, kernel_counts("\n".join(codes)), seconds
-
-
-def sleep_cycles_per_ms() -> float:
-    """GPU clock cycles ``torch.cuda._sleep`` spins per millisecond (measured)."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda._sleep(1_000_000)  # clocks up
-    start.record()
-    torch.cuda._sleep(20_000_000)
-    end.record()
-    end.synchronize()
-    return 20_000_000 / start.elapsed_time(end)
 
 
 def host_us(fns: dict[str, Callable], args: tuple, calls: int, rounds: int, cycles_per_ms: float) -> tuple[dict, bool]:
@@ -244,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     import inductor_cutedsl  # noqa: F401  (enables the backend)
 
     torch.manual_seed(0)
-    cycles_per_ms = sleep_cycles_per_ms()
+    cycles_per_ms = sleep_cycles_per_ms(torch.cuda.current_device())
     result: dict = {**run_info(), "mode": MODE, "calls": args.calls, "rounds": args.rounds, "rows": []}
     for name in args.shapes:
         t0 = time.perf_counter()

@@ -94,14 +94,15 @@ def graph_median(
 @functools.lru_cache(maxsize=None)
 def sleep_cycles_per_ms(device: int) -> float:
     """Clock cycles of ``torch.cuda._sleep`` per millisecond on ``device`` (measured once)."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    cycles = 10**7
-    torch.cuda._sleep(cycles)  # the first launch sets the kernel up
-    start.record()
-    torch.cuda._sleep(cycles)
-    end.record()
-    end.synchronize()
-    return cycles / start.elapsed_time(end)
+    with torch.cuda.device(device):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        cycles = 10**7
+        torch.cuda._sleep(cycles)  # the first launch sets the kernel up
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        return cycles / start.elapsed_time(end)
 
 
 def enqueue_ms(fn: Callable[[], object], calls: int = 20) -> tuple[float, bool]:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import math
+import statistics
 import time
 from typing import Any, Callable
 
@@ -126,9 +127,9 @@ def _host_ms(contenders: list, run_fn: Callable[[Any], Callable[[], Any]]) -> di
         for i, c in enumerate(contenders):
             run = run_fn(c)
             figures = [enqueue_ms(run) for _ in range(ROUNDS)]
-            pure = sorted(ms for ms, ok in figures if ok)
+            pure = [ms for ms, ok in figures if ok]
             if pure:
-                out[i] = pure[len(pure) // 2]
+                out[i] = statistics.median_high(pure)
     except Exception as exc:  # the GPU times stand alone
         log.warning("host launch timing failed: %s", exc)
         return {}
