@@ -41,11 +41,11 @@
 # fp8:      torch's scale_result semantics, the fp8 GPU tests, then the plain scaled-GEMM benchmark
 # gated-fp8: the gated and fp8 GPU tests side by side, then the Phi-3 training row
 # fp8-tests: the fp8 GPU tests
-# fsdp2-fp8: the world-size-2 FSDP2 test (gloo on one GPU), then the fp8 GPU tests
+# fp8-bench [SECONDS]: the plain scaled-GEMM benchmark alone, within SECONDS (300)
 # fp8-fused: the fp8 fused patterns and the quantized LLaMA prefill block
 # compile-in-process: a block's cold compile fresh and after three others, stock and ours
 # distributed [K]: the world-size-2 DDP / FSDP2 tests side by side (gloo on one GPU), pytest -k K
-#           if given
+#           if given (FSDP2 alone took over 300 s in session 19; a rank dumps its stacks at 480 s)
 # distributed-bench [WRAP...]: benchmarks/distributed.py (step time stock vs ours, cold compile per
 #           rank; meant for nvidia-h200-x2: on one GPU it runs over gloo, "gpus": 1)
 # training [BLOCKS [FIRST]]: the GPU tests of training paths (a backward after a stock compile, the
@@ -57,6 +57,8 @@
 # train-duty: the GPT-2 training row, then duty_probe.py
 # cold BLOCKS [SECONDS]: the model suite's cold compiles (fresh processes, empty caches) of
 #           the given blocks (family:size[:run],...), stock then ours, within SECONDS (280)
+# cold-profile BLOCKS [SECONDS]: step cold (SECONDS, 200), then the first block's cold compile once
+#           more per backend under cProfile ($OUT/profile-BACKEND.txt): where the seconds went
 # fuzz [COLD_BLOCKS [CALL_SECONDS]]: the seeded fuzz suite (its specs precompiled at 16 workers
 #           first), then, if given, step cold on those blocks with what is left of CALL_SECONDS (570)
 # host BLOCKS [MODES [SECONDS]]: host_probe.py on the given blocks (family:size:run,...) in MODES
@@ -131,7 +133,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log
     echo "== $name: rc=$? in $((SECONDS - t0)) s"
 }
 
-case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, energy, gemm, fusion-tests, compile-check, graph, timing, probe, diagnose, inductor-tests, inductor-regress, close, order-probe, host-paced, suite-prefill, gated-train, gated-fp8, fp8, fp8-tests, fsdp2-fp8, fp8-fused, compile-in-process, distributed, distributed-bench, training, train-check, cold-train, train-duty, cold, fuzz, host or duty}" in
+case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, energy, gemm, fusion-tests, compile-check, graph, timing, probe, diagnose, inductor-tests, inductor-regress, close, order-probe, host-paced, suite-prefill, gated-train, gated-fp8, fp8, fp8-tests, fp8-bench, fp8-fused, compile-in-process, distributed, distributed-bench, training, train-check, cold-train, train-duty, cold, cold-profile, fuzz, host or duty}" in
 inductor-tests)
     step inductor-tests 560 python3 benchmarks/inductor_tests.py --tests .device/inductor_tests \
         --files test_max_autotune.py test_select_algorithm_211.py --together -n 7 --budget 520 \
@@ -194,10 +196,9 @@ fp8)
     tail -16 "$OUT/fp8.log" ;;
 fp8-tests)
     fp8_tests ;;
-fsdp2-fp8)
-    step gpu-distributed 300 python3 -m pytest tests/test_distributed_gpu.py -m gpu -q -rfE -p no:cacheprovider -k fsdp2
-    grep -E "passed|failed|^FAILED|^ERROR|^E " "$OUT/gpu-distributed.log" | tail -20
-    fp8_tests ;;
+fp8-bench)
+    step fp8 "${2:-300}" python3 benchmarks/fp8.py --workers 16 --json "$OUT/h200-fp8-plain.json"
+    tail -16 "$OUT/fp8.log" ;;
 fp8-fused)
     TORCH_LOGS=+inductor_cutedsl step fp8-fused 560 python3 benchmarks/fp8.py --fused-only --block --workers 16 \
         --json "$OUT/h200-fp8-fused.json"
@@ -228,6 +229,15 @@ cold)
     step cold "${3:-280}" python3 benchmarks/models.py --cold-only --runs inference --blocks "${2:?blocks}" \
         --budget "$(( ${3:-280} - 20 ))" --json "$OUT/h200-models-cold.json"
     grep -E "^==|cold|Error|not started" "$OUT/cold.log" | grep -vE "^(W|I)[0-9]{4}" | tail -12 ;;
+cold-profile)
+    bash "$0" cold "${2:?blocks}" "${3:-200}"
+    for b in stock ours; do
+        caches=$(mktemp -d)  # a cold compile: every cache new and empty
+        TORCHINDUCTOR_CACHE_DIR=$caches/inductor TRITON_CACHE_DIR=$caches/triton INDUCTOR_CUTEDSL_CACHE_DIR=$caches/kernels \
+            step profile-$b 150 python3 benchmarks/models.py --compile-once "${2%%,*}:inference:max-autotune:$b" \
+            --profile "$OUT/profile-$b.txt"
+        grep "^{" "$OUT/profile-$b.log" | cut -c1-900
+    done ;;
 fuzz)
     t0=$SECONDS
     step fuzz-precompile 60 python3 tests/test_fuzz_gpu.py --precompile --workers 16

@@ -27,11 +27,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
 import dataclasses
 import gc
 import json
 import logging
 import os
+import pstats
 import re
 import statistics
 import sys
@@ -861,12 +863,21 @@ def cold_compile(bid: BlockId, mode: str, timeout: float = 900) -> dict:
             # Of the kernels built, those the process loaded: the rest were speculative builds.
             result["ours_cutedsl_loaded"] = report.get("cutedsl_loaded")
             result["ours_seconds_in"] = report.get("seconds_in", {})
+        # Where each compile's seconds went (Dynamo's and Inductor's timed phases, the
+        # longest), to set ours against stock phase by phase.
+        result.setdefault("phases", {})[name] = report.get("phases", {})
     return result
 
 
-def compile_once(spec: str) -> None:
+#: How many of a cold compile's timed phases its report keeps (the longest).
+PHASES_KEPT = 24
+
+
+def compile_once(spec: str, profile: str | None = None) -> None:
     """One cold compile (``FAMILY:SIZE:RUN:MODE:BACKEND``) in this fresh process: the
-    first call's seconds, compile included, printed as one JSON line."""
+    first call's seconds, compile included, printed as one JSON line. With ``profile``
+    (a path), the first call runs under cProfile and the functions where this thread
+    spent its time are written there (the figures are then slower than a plain compile's)."""
     from inductor_cutedsl import _compat
     from inductor_cutedsl.runtime.launch import default_cache, loaded_kernels
 
@@ -881,12 +892,25 @@ def compile_once(spec: str) -> None:
         with _compat.caches_disabled():
             fn = torch.compile(target_of(block, run), options=compile_options(mode))
             step = make_step(fn, x, run, list(block.parameters()), uses_cudagraphs(mode))
+            profiler = cProfile.Profile() if profile else None
             t0 = time.perf_counter()
-            step()
-            torch.cuda.synchronize()
+            with profiler or contextlib.nullcontext():
+                step()
+                torch.cuda.synchronize()
             seconds = time.perf_counter() - t0
+    if profiler is not None:
+        write_profile(profiler, profile)
+    phases = sorted(_compat.compile_phase_seconds().items(), key=lambda kv: -kv[1])[:PHASES_KEPT]
     print(json.dumps({"compile_s": seconds, "cutedsl_builds": default_cache().builds,
-                      "cutedsl_loaded": loaded_kernels(), "seconds_in": our_seconds()}))  # fmt: skip
+                      "cutedsl_loaded": loaded_kernels(), "seconds_in": our_seconds(),
+                      "phases": {name: round(s, 2) for name, s in phases}}))  # fmt: skip
+
+
+def write_profile(profiler: cProfile.Profile, path: str, lines: int = 80) -> None:
+    """``profiler``'s functions by cumulative and by own time, the top ``lines`` of each."""
+    with open(path, "w") as f:
+        for order in ("cumulative", "tottime"):
+            pstats.Stats(profiler, stream=f).sort_stats(order).print_stats(lines)
 
 
 def our_seconds() -> dict:
@@ -900,6 +924,7 @@ def our_seconds() -> dict:
 
     figures = {"build_wait": compiler.stats["wait_s"], "autotune_ours": template.stats["benchmark_s"],
                "fair_timing": fair_timing.stats["measure_s"], "selection": selection.stats["decide_s"],
+               "selection_builds": selection.stats["builds_s"], "selection_modules": selection.stats["modules_s"],
                "gated": gated.stats["measure_s"]}  # fmt: skip
     return {name: round(s, 2) for name, s in figures.items()}
 
@@ -1066,13 +1091,15 @@ def parser() -> argparse.ArgumentParser:
                     help="merge these result files' rows into --json (summary figures computed again); no GPU")
     ap.add_argument("--compile-once", metavar="FAMILY:SIZE:RUN:MODE:BACKEND",
                     help="internal: one cold compile in this process, printed as a JSON line")
+    ap.add_argument("--profile", metavar="PATH",
+                    help="with --compile-once: profile the compile (cProfile) and write its top functions to PATH")
     return ap
 
 
 def main(argv: list[str] | None = None) -> dict | None:
     args = parser().parse_args(argv)
     if args.compile_once:
-        compile_once(args.compile_once)
+        compile_once(args.compile_once, args.profile)
         return None
     if args.combine:
         results = []

@@ -511,6 +511,14 @@ def caches_disabled() -> contextlib.AbstractContextManager:
     return inductor_config.patch(force_disable_caches=True)
 
 
+def compile_phase_seconds() -> dict[str, float]:
+    """Seconds this process spent in each of Dynamo's and Inductor's timed compile phases
+    (``dynamo_timed``), summed over compiles: where a cold compile's time went."""
+    from torch._dynamo.utils import compilation_time_metrics
+
+    return {name: sum(times) for name, times in compilation_time_metrics.items()}
+
+
 def node_ranges(node: Any) -> tuple[list[Any], list[Any]]:
     """(loop sizes, reduction sizes) of a scheduler node."""
     var_sizes, reduce_sizes = node.get_ranges()

@@ -68,10 +68,10 @@ staged_operands: bool = _env_bool("INDUCTOR_CUTEDSL_STAGED_OPERANDS", True)
 #: by ``enable()`` and when a graph is compiled; ``lowering/gated.py``).
 dual_gemm: bool = _env_bool("INDUCTOR_CUTEDSL_DUAL_GEMM", True)
 
-#: Offer CuteDSL candidates for fp8 ``torch._scaled_mm`` (``INDUCTOR_CUTEDSL_FP8``). Off
-#: until the fp8 kernel has passed its GPU tests (``tests/test_fp8_gpu.py``): autotuning
-#: ranks candidates by speed only, so an unproven kernel is not offered by default.
-fp8: bool = _env_bool("INDUCTOR_CUTEDSL_FP8", False)
+#: Offer CuteDSL candidates for fp8 ``torch._scaled_mm``, and fused fp8 outputs
+#: (``INDUCTOR_CUTEDSL_FP8``). The switch exists because autotuning ranks candidates by
+#: speed only: it stays for turning off a kernel family that a GPU test finds wrong.
+fp8: bool = _env_bool("INDUCTOR_CUTEDSL_FP8", True)
 
 #: In a compile without CUDA graphs, rank the GEMM choices that fair timing re-times by
 #: the larger of their GPU time and their host launch time (``INDUCTOR_CUTEDSL_HOST_PACED``;

@@ -14,6 +14,7 @@ from __future__ import annotations
 import faulthandler
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,11 @@ WORLD = 2
 STEPS = 3
 FAMILY = "gpt2"  # the suite's block with the fewest GEMMs to autotune (fused qkv)
 TOL = 5e-2  # relative, on bf16 training: losses and whole-run parameter updates
+#: A rank still running after this long dumps every thread's stack to its log and exits,
+#: so a hang (a collective that never completes) names where it waits instead of
+#: running into the caller's time limit with nothing to show (each rank compiles twice
+#: with max-autotune, both ranks on one GPU over gloo: minutes).
+RANK_DEADLINE_S = 480
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 
@@ -60,9 +66,12 @@ def _rank(rank: int, backend: str, wrap: str, out_dir: str) -> None:
     # Python error: its log keeps the last stage reached and every thread's stack.
     log_file = open(f"{out_dir}/rank{rank}.log", "w")  # noqa: SIM115 (open until the process ends)
     faulthandler.enable(log_file, all_threads=True)
+    faulthandler.dump_traceback_later(RANK_DEADLINE_S, exit=True, file=log_file)
+
+    started = time.monotonic()
 
     def log(stage: str) -> None:
-        log_file.write(stage + "\n")
+        log_file.write(f"{time.monotonic() - started:.0f} s: {stage}\n")
         log_file.flush()
 
     torch.cuda.set_device(rank % torch.cuda.device_count())

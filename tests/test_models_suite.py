@@ -453,7 +453,8 @@ def test_cold_compiles_run_in_fresh_processes_with_empty_caches(monkeypatch, tmp
     def json_process(args, env, timeout):
         calls.append((args, env))
         backend = args[-1].rsplit(":", 1)[1]
-        report = {"compile_s": 20.0 if backend == "stock" else 25.0, "cutedsl_builds": 0 if backend == "stock" else 6}
+        report = {"compile_s": 20.0 if backend == "stock" else 25.0, "cutedsl_builds": 0 if backend == "stock" else 6,
+                  "phases": {"compile_fx_inner": 8.0 if backend == "stock" else 11.0}}  # fmt: skip
         return report | ({"cutedsl_loaded": 4, "seconds_in": {"build_wait": 3.0}} if backend == "ours" else {})
 
     monkeypatch.setattr(models, "json_process", json_process)
@@ -467,7 +468,9 @@ def test_cold_compiles_run_in_fresh_processes_with_empty_caches(monkeypatch, tmp
     result = cold_run([measured])
     (row,) = result["rows"]
     assert row["cold_compile_s"] == {"mode": models.CUDAGRAPHS, "stock": 20.0, "ours": 25.0, "ours_cutedsl_builds": 6,
-                                     "ours_cutedsl_loaded": 4, "ours_seconds_in": {"build_wait": 3.0}}  # fmt: skip
+                                     "ours_cutedsl_loaded": 4, "ours_seconds_in": {"build_wait": 3.0},
+                                     "phases": {"stock": {"compile_fx_inner": 8.0},
+                                                "ours": {"compile_fx_inner": 11.0}}}  # fmt: skip
     assert "ours built 6 kernels, loaded 4, ours' seconds in build_wait 3.0" in models._block_line(row)
     assert row["compile_ratio"] == 1.25 and result["compile_ratio_max"] == 1.25 and row["gpu_speedup"] == 1.1
     assert len(calls) == 2
@@ -482,8 +485,35 @@ def test_cold_compiles_run_in_fresh_processes_with_empty_caches(monkeypatch, tmp
 def test_a_cold_compile_reports_where_our_seconds_went():
     """Every stage of ours that can hold a compile up has its counter, zero before any compile."""
     seconds = models.our_seconds()
-    assert set(seconds) == {"build_wait", "autotune_ours", "fair_timing", "selection", "gated"}
+    assert set(seconds) == {"build_wait", "autotune_ours", "fair_timing", "selection", "selection_builds",
+                            "selection_modules", "gated"}  # fmt: skip
     assert all(isinstance(v, float) and v >= 0 for v in seconds.values())
+
+
+def test_compile_phase_seconds_sum_each_timed_phase(monkeypatch):
+    """Dynamo's timed phases, summed per phase: what a cold row sets ours against stock by."""
+    from torch._dynamo import utils
+
+    from inductor_cutedsl import _compat
+
+    monkeypatch.setattr(utils, "compilation_time_metrics", {"compile_fx_inner": [1.5, 2.0], "GraphLowering.run": [0.5]})
+    assert _compat.compile_phase_seconds() == {"compile_fx_inner": 3.5, "GraphLowering.run": 0.5}
+
+
+def test_a_profiled_compile_writes_where_the_thread_spent_its_time(tmp_path):
+    import cProfile
+
+    def slow_phase():
+        return sum(i * i for i in range(20000))
+
+    profiler = cProfile.Profile()
+    with profiler:
+        slow_phase()
+    models.write_profile(profiler, str(tmp_path / "profile.txt"), lines=10)
+    text = (tmp_path / "profile.txt").read_text()
+    assert "Ordered by: cumulative time" in text and "Ordered by: internal time" in text
+    assert text.count("(slow_phase)") == 2
+    assert models.parser().parse_args(["--compile-once", "x", "--profile", "p.txt"]).profile == "p.txt"
 
 
 # --- the main job's --suite ---------------------------------------------------------------

@@ -25,7 +25,7 @@ def fp8_on():
         yield
 
 
-def test_fp8_candidates_are_off_by_default(caplog):
+def test_fp8_candidates_can_be_turned_off(caplog):
     from inductor_cutedsl import config
 
     with config.patch(fp8=False), caplog.at_level(logging.INFO, logger="inductor_cutedsl.lowering"), backend():

@@ -73,8 +73,10 @@ WAYS = {
 
 #: One record per measured decision in this process: {"gemm", "way", "ms": {way: ms}}.
 decisions: list[dict] = []
-#: Wall seconds of this process's decisions: building and measuring the ways (compile time).
-stats = {"decide_s": 0.0}
+#: Wall seconds of this process's decisions (compile time): in all (``decide_s``), and of
+#: those, waiting for our fused builds (``builds_s``) and for the benchmark modules'
+#: compiles (``modules_s``); the rest captures and measures the ways.
+stats = {"decide_s": 0.0, "builds_s": 0.0, "modules_s": 0.0}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -253,7 +255,14 @@ def side_by_side_runs(scheduler: Any, template: Any, contenders: dict[str, Any],
         _side_module(scheduler, [template, *chain], contenders["triton_fused"])
         if "triton_fused" in contenders else None
     )  # fmt: skip
+    t0 = time.perf_counter()
     compiler.wait(builds)
+    t1 = time.perf_counter()
+    for future, _ in filter(None, (epilogue, triton_fused)):
+        if future is not None:
+            future.result()
+    stats["builds_s"] += t1 - t0
+    stats["modules_s"] += time.perf_counter() - t1
     caller = contenders["ours_separate"]
 
     def ours(cand: GemmCandidate, layout: Any) -> Maker:
