@@ -59,6 +59,9 @@
 #           the given blocks (family:size[:run],...), stock then ours, within SECONDS (280)
 # cold-profile BLOCKS [SECONDS]: step cold (SECONDS, 200), then the first block's cold compile once
 #           more per backend under cProfile ($OUT/profile-BACKEND.txt): where the seconds went
+# cold-variants FAMILY:SIZE [ROUNDS [NICE]]: the block's cold compile (inference, max-autotune) stock,
+#           ours, and ours with compile workers at nice +NICE (10), each in a fresh process with
+#           empty caches, in ROUNDS (2) interleaved rounds (the order reversed every other round)
 # fuzz [COLD_BLOCKS [CALL_SECONDS]]: the seeded fuzz suite (its specs precompiled at 16 workers
 #           first), then, if given, step cold on those blocks with what is left of CALL_SECONDS (570)
 # host BLOCKS [MODES [SECONDS]]: host_probe.py on the given blocks (family:size:run,...) in MODES
@@ -133,7 +136,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log
     echo "== $name: rc=$? in $((SECONDS - t0)) s"
 }
 
-case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, energy, gemm, fusion-tests, compile-check, graph, timing, probe, diagnose, inductor-tests, inductor-regress, close, order-probe, host-paced, suite-prefill, gated-train, gated-fp8, fp8, fp8-tests, fp8-bench, fp8-fused, compile-in-process, distributed, distributed-bench, training, train-check, cold-train, train-duty, cold, cold-profile, fuzz, host or duty}" in
+case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, energy, gemm, fusion-tests, compile-check, graph, timing, probe, diagnose, inductor-tests, inductor-regress, close, order-probe, host-paced, suite-prefill, gated-train, gated-fp8, fp8, fp8-tests, fp8-bench, fp8-fused, compile-in-process, distributed, distributed-bench, training, train-check, cold-train, train-duty, cold, cold-profile, cold-variants, fuzz, host or duty}" in
 inductor-tests)
     step inductor-tests 560 python3 benchmarks/inductor_tests.py --tests .device/inductor_tests \
         --files test_max_autotune.py test_select_algorithm_211.py --together -n 7 --budget 520 \
@@ -237,6 +240,19 @@ cold-profile)
             step profile-$b 150 python3 benchmarks/models.py --compile-once "${2%%,*}:inference:max-autotune:$b" \
             --profile "$OUT/profile-$b.txt"
         grep "^{" "$OUT/profile-$b.log" | cut -c1-900
+    done ;;
+cold-variants)
+    variants=(stock ours ours-nice)
+    for r in $(seq "${3:-2}"); do
+        [ $((r % 2)) = 0 ] && order=(ours-nice ours stock) || order=("${variants[@]}")
+        for v in "${order[@]}"; do
+            caches=$(mktemp -d)
+            INDUCTOR_CUTEDSL_WORKER_NICE=$([ "$v" = ours-nice ] && echo "${4:-10}" || echo 0) \
+                TORCHINDUCTOR_CACHE_DIR=$caches/inductor TRITON_CACHE_DIR=$caches/triton \
+                INDUCTOR_CUTEDSL_CACHE_DIR=$caches/kernels timeout 150 python3 benchmarks/models.py \
+                --compile-once "$2:inference:max-autotune:${v%%-*}" > "$OUT/cold-$v-$r.log" 2>&1
+            echo "$v round $r: $(grep "^{" "$OUT/cold-$v-$r.log" | cut -c1-330)"
+        done
     done ;;
 fuzz)
     t0=$SECONDS
