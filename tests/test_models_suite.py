@@ -308,6 +308,20 @@ def test_combine_merges_partial_runs(tmp_path, capsys):
     assert "gpt2:small:inference" in capsys.readouterr().out
 
 
+def test_cold_pairs_of_one_block_pool_into_the_ratio_of_their_medians():
+    """One cold pair moves by tens of percent between runs: every pair measured for a
+    block counts, each once (combining a file with itself adds nothing)."""
+    measured = _row("vit:small:inference", 1.1, 1.05, 1.1, 0.9, compile_ratio=1.5)  # 20.0 / 30.0
+    later = [{"block": "vit:small:inference", "cold_compile_s": cold, "compile_ratio": cold["ours"] / cold["stock"]}
+             for cold in ({"stock": 24.0, "ours": 30.0}, {"stock": 28.0, "ours": 31.0})]  # fmt: skip
+    (row,) = models.merge_rows([measured, *later])
+    assert row["gpu_speedup"] == 1.1 and len(row["cold_compile_runs"]) == 3
+    assert row["compile_ratio"] == round(30.0 / 24.0, 4)  # medians: ours 30.0, stock 24.0
+    (again,) = models.merge_rows([row, *later])
+    assert again["cold_compile_runs"] == row["cold_compile_runs"] and again["compile_ratio"] == row["compile_ratio"]
+    assert models.summarize([again], {})["compile_ratio_max"] == round(30.0 / 24.0, 4)
+
+
 # --- the command line ------------------------------------------------------------------
 
 
