@@ -41,7 +41,8 @@
 # fp8:      torch's scale_result semantics, the fp8 GPU tests, then the plain scaled-GEMM benchmark
 # gated-fp8: the gated and fp8 GPU tests side by side, then the Phi-3 training row
 # fp8-tests: the fp8 GPU tests
-# fp8-bench [SECONDS]: the plain scaled-GEMM benchmark alone, within SECONDS (300)
+# fp8-bench [SECONDS [ARGS...]]: the plain scaled-GEMM benchmark alone (fp8.py ARGS, e.g.
+#           --fast-accum), within SECONDS (300)
 # fp8-fused: the fp8 fused patterns and the quantized LLaMA prefill block
 # compile-in-process: a block's cold compile fresh and after three others, stock and ours
 # distributed [K]: the world-size-2 DDP / FSDP2 tests side by side (gloo on one GPU), pytest -k K
@@ -200,7 +201,7 @@ fp8)
 fp8-tests)
     fp8_tests ;;
 fp8-bench)
-    step fp8 "${2:-300}" python3 benchmarks/fp8.py --workers 16 --json "$OUT/h200-fp8-plain.json"
+    step fp8 "${2:-300}" python3 benchmarks/fp8.py --workers 16 --json "$OUT/h200-fp8-plain.json" "${@:3}"
     tail -16 "$OUT/fp8.log" ;;
 fp8-fused)
     TORCH_LOGS=+inductor_cutedsl step fp8-fused 560 python3 benchmarks/fp8.py --fused-only --block --workers 16 \

@@ -35,6 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from inductor_cutedsl.bench.report import geomean, rel_err, run_info, side_by_side, write_json  # noqa: E402
 from inductor_cutedsl.kernels import shortlist  # noqa: E402
+from inductor_cutedsl.kernels.config import PROMOTE_HALVES, PROMOTE_NONE, PROMOTE_TILE  # noqa: E402
 from inductor_cutedsl.kernels import epilogue as E  # noqa: E402
 from inductor_cutedsl.runtime import KernelSpec, get_gemm  # noqa: E402
 from inductor_cutedsl.runtime.compiler import build_many  # noqa: E402
@@ -55,12 +56,14 @@ FINALISTS = 3
 FP8 = "float8_e4m3fn"
 
 
-def candidate_specs(m: int, n: int, k: int, mode: str, promote: int, limit: int) -> list[KernelSpec]:
+def candidate_specs(m: int, n: int, k: int, mode: str, promote: bool, limit: int) -> list[KernelSpec]:
     """Our shortlist for the shape as scaled fp8 kernels (configs without registers for
-    a second accumulator dropped when promoting)."""
+    a second accumulator dropped when promoting), promoting in each mode
+    (``PROMOTE_TILE`` and ``PROMOTE_HALVES``, timed side by side) when asked to."""
     epi = E.scaled(mode, mode)
-    return [KernelSpec(c, FP8, "bfloat16", "k", "k", epi, promote=promote)
-            for c in shortlist(m, n, k, limit=limit, promote=bool(promote))]  # fmt: skip
+    modes = (PROMOTE_TILE, PROMOTE_HALVES) if promote else (PROMOTE_NONE,)
+    return [KernelSpec(c, FP8, "bfloat16", "k", "k", epi, promote=p)
+            for c in shortlist(m, n, k, limit=limit, promote=promote) for p in modes]  # fmt: skip
 
 
 def operands(m: int, n: int, k: int, mode: str):
@@ -90,11 +93,12 @@ def measure(m: int, n: int, k: int, mode: str, specs: list[KernelSpec], fast: bo
         torch.cuda.synchronize()
         err = rel_err(out, ref.double())
         if not err < 1e-2:
-            print(f"  {spec.config.name()}: WRONG (rel err {err:.3e} vs _scaled_mm)", flush=True)
+            print(f"  {spec.config.name()} promote {spec.promote}: WRONG (rel err {err:.3e} vs _scaled_mm)", flush=True)
             continue
         ms = bench(lambda kern=kern: kern(a, b, out, sa, sb))
         ratio = bench(theirs) / ms
-        tried.append({"config": spec.config.name(), "ms": round(ms, 4), "vs_scaled_mm": round(ratio, 4)})
+        tried.append({"config": spec.config.name(), "promote": spec.promote, "ms": round(ms, 4),
+                      "vs_scaled_mm": round(ratio, 4)})  # fmt: skip
         ranked.append((ratio, spec))
     if not ranked:
         return {"shape": [m, n, k], "mode": mode, "error": "no candidate computed the right result"}
@@ -245,7 +249,7 @@ def main(argv: list[str] | None = None) -> dict:
         print("no CUDA GPU: nothing to measure")
         return {}
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
-    promote = 0 if args.fast_accum else 1
+    promote = not args.fast_accum
     torch.manual_seed(0)
     plan = {} if args.fused_only else {
         (shape, mode): candidate_specs(*shape, mode, promote, args.configs) for shape in shapes for mode in MODES
@@ -260,7 +264,8 @@ def main(argv: list[str] | None = None) -> dict:
         if "error" in row:
             print(f"{m}x{n}x{k} {mode}: {row['error']}", flush=True)
             continue
-        print(f"{m}x{n}x{k} {mode:6s}: ours {row['ours_ms']:.4f} ms ({row['tflops']} TFLOP/s, {row['config']}) "
+        print(f"{m}x{n}x{k} {mode:6s}: ours {row['ours_ms']:.4f} ms ({row['tflops']} TFLOP/s, {row['config']} "
+              f"promote {row['promote']}) "
               f"_scaled_mm {row['scaled_mm_ms']:.4f} ms ({row['scaled_mm_tflops']}) -> {row['vs_scaled_mm']:.3f}x",
               flush=True)  # fmt: skip
     ratios = [r["vs_scaled_mm"] for r in rows if "error" not in r]

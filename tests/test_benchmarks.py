@@ -63,9 +63,11 @@ def test_fp8_benchmark_plans_kernels_that_can_be_built():
 
     for shape in fp8.SHAPES:
         for mode in fp8.MODES:
-            for promote in (0, 1):
+            for promote in (False, True):
                 specs = fp8.candidate_specs(*shape, mode, promote, limit=6)
-                assert specs and len(specs) <= 6
+                # Promoting: each config in both promotion modes, side by side.
+                assert specs and len(specs) <= (12 if promote else 6)
+                assert {s.promote for s in specs} == ({1, 2} if promote else {0})
                 for s in specs:  # the kernel's own checks, without compiling it
                     Sm90Gemm(s.config, s.ab_dtype, s.out_dtype, s.a_major, s.b_major, s.epilogue, s.dual, s.promote)
                 assert not promote or all(s.config.promotion_reason() is None for s in specs)

@@ -90,7 +90,7 @@ SCRIPT = textwrap.dedent("""
     # "0" / "1": a 128x128 tile without / with promotion; "wide": the widest tile the
     # promoting shortlist offers (two accumulators of 96 registers per thread).
     for name, cfg, promote in (("0", GemmConfig(128, 128, 2, 1), 0), ("1", GemmConfig(128, 128, 2, 1), 1),
-                               ("wide", GemmConfig(128, 192, 2, 1), 1)):
+                               ("wide", GemmConfig(128, 192, 2, 1), 1), ("halves", GemmConfig(128, 192, 2, 1), 2)):
         for old in dump.glob("*"):
             old.unlink()
         spec = KernelSpec(cfg, "float8_e4m3fn", "bfloat16", "k", "k", E.IDENTITY, promote=promote)
@@ -134,6 +134,17 @@ def test_the_widest_promoting_tile_keeps_both_accumulators_in_registers(fp8_sass
     thread) and the promoting shortlist puts it first: it must not spill."""
     wide = fp8_sass["wide"]
     assert wide["spill_stores"] == 0 and wide["fadd"] == 96 and wide["mma_from_zero"] == 1, wide
+
+
+def test_promotion_by_halves_keeps_both_batches_pipelined_in_the_same_registers(fp8_sass):
+    """PROMOTE_HALVES: per k-tile two batches of four 64x96x32 wgmmas (one per column
+    half), each restarting from zero and scoreboarded once (ptxas serializes every
+    wgmma when a batch is in flight across the loop's back edge or an instruction
+    writes partial sums between batches); 48 additions per half in the loop and the
+    last k-tile's second half after it; no more registers than PROMOTE_TILE's."""
+    halves = fp8_sass["halves"]
+    assert halves["mma"] == halves["fp8_mma"] == 8 and halves["scoreboarded_mma"] == 2, halves
+    assert halves["mma_from_zero"] == 2 and halves["fadd"] == 3 * 48 and halves["spill_stores"] == 0, halves
 
 
 def test_scaled_epilogue_reads_scales_as_the_mode_says():

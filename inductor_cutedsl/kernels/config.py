@@ -32,15 +32,27 @@ _TILE_M_CHOICES = ((64, True), (128, True), (128, False), (256, False))
 _CLUSTERS = ((1, 1), (2, 1), (1, 2), (2, 2))
 
 
+#: Promotion modes of an fp8 kernel (``KernelSpec.promote``): the wgmma accumulates
+#: alone (PyTorch's use_fast_accum=True); the partial sums of each k-tile are added into
+#: fp32 once the k-tile's wgmmas are done; or the same per column half of the tile, each
+#: half's additions running while the other half's wgmmas do.
+PROMOTE_NONE, PROMOTE_TILE, PROMOTE_HALVES = 0, 1, 2
+PROMOTE_MODES = (PROMOTE_NONE, PROMOTE_TILE, PROMOTE_HALVES)
+
+
 def promote_reason(promote: object, fp8_operands: bool) -> str | None:
     """None when ``promote`` is a valid promotion mode for these operands, else why not.
 
-    0: the wgmma accumulates alone; 1: fp8 partial sums are added into fp32 after every
-    k-tile. There is no "every p > 1 k-tiles": that promotion sits in a branch of the
-    k-loop and ptxas serializes every wgmma (C7515), while after every k-tile it folds
-    the restart from zero into the first wgmma and keeps the batches pipelined."""
-    if isinstance(promote, bool) or promote not in (0, 1):
-        return f"promote: 0 (fast accumulation) or 1 (fp8 partial sums promoted every k-tile), got {promote!r}"
+    Every mode promotes after every k-tile, none "every p > 1 k-tiles": that promotion
+    sits in a branch of the k-loop and ptxas serializes every wgmma (C7515), while after
+    every k-tile it folds the restart from zero into the first wgmma and keeps the
+    batches pipelined. ``PROMOTE_TILE`` leaves the tensor cores idle while both
+    warpgroups add (they wait on the same stage, so they add at the same time);
+    ``PROMOTE_HALVES`` issues each half's wgmmas as a batch of their own, so one half's
+    additions overlap the other's wgmmas, for the same registers."""
+    if isinstance(promote, bool) or promote not in PROMOTE_MODES:
+        return (f"promote: 0 (fast accumulation), 1 (fp8 partial sums promoted every k-tile) or 2 (the same "
+                f"by column halves, overlapped with the other half's wgmmas), got {promote!r}")  # fmt: skip
     if promote and not fp8_operands:
         return "promote: only fp8 operands' partial sums are promoted"
     return None

@@ -51,7 +51,7 @@ from cutlass.tensor_utils import LayoutEnum
 from cutlass import Float32, Int32, Int64
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 
-from .config import MIN_STAGED_AB_STAGES, STAGED_BUFFERS, GemmConfig, promote_reason
+from .config import MIN_STAGED_AB_STAGES, PROMOTE_HALVES, STAGED_BUFFERS, GemmConfig, promote_reason
 from .epilogue import Epilogue
 from .epilogue_math import materialize
 
@@ -720,13 +720,18 @@ class Sm90Gemm:
         else:
             acc_shape = thr_mma.partition_C(gD).shape[:3]
         acc = cute.make_rmem_tensor(acc_shape, self.acc_dtype)
-        # What the wgmmas accumulate into: the accumulator itself, or (promoting fp8
-        # partial sums) a second one added into it after every k-tile.
-        part = cute.make_rmem_tensor(acc_shape, self.acc_dtype) if cutlass.const_expr(self.promote) else acc
+        halves = None
+        if cutlass.const_expr(self.promote == PROMOTE_HALVES):
+            halves = self._half_mmas(sA, sB, wg, pingpong)
+            part = None
+        else:
+            # What the wgmmas accumulate into: the accumulator itself, or (promoting fp8
+            # partial sums) a second one added into it after every k-tile.
+            part = cute.make_rmem_tensor(acc_shape, self.acc_dtype) if cutlass.const_expr(self.promote) else acc
         # Every wgmma accumulates (each tile starts from a zero-filled acc). Set once, here:
         # a value staged inside the tile loops could not be used after them.
         tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
-        mma = (tiled_mma, tCrA, tCrB, acc, cute.size(tCrA, mode=[2]), part)
+        mma = (tiled_mma, tCrA, tCrB, acc, cute.size(tCrA, mode=[2]), part, halves)
 
         # Epilogue: registers -> smem (stmatrix for 16-bit D) -> gmem (TMA store).
         # Sub-tiles are carved out of the accumulator with the 16-bit copy's register
@@ -894,11 +899,62 @@ class Sm90Gemm:
         """Accumulator column blocks the hook runs on: in a dual kernel the gate half."""
         return frag[2] // 2 if self.dual else frag[2]
 
+    def _half_mmas(self, sA, sB, wg, pingpong):
+        """What ``PROMOTE_HALVES`` multiplies with: an MMA over half the tile's columns,
+        its A and B fragments of each column half of B's stages, a partial-sum
+        accumulator per half and, per half, the (partial sum, accumulator) index pairs
+        of each value (``_half_pairs``)."""
+        tm, tn, tk = self.tile_shape_mnk
+        mode = LayoutEnum.ROW_MAJOR.sm90_mma_major_mode()  # fp8: A and B K-major
+        half_mma = sm90_utils.make_trivial_tiled_mma(
+            self.ab_dtype, self.ab_dtype, mode, mode, self.acc_dtype, self.atom_layout_mnk, tiler_mn=(64, tn // 2),
+        )  # fmt: skip
+        thr = half_mma.get_slice(0 if pingpong else wg * _WG_THREADS)
+        hA = half_mma.make_fragment_A(thr.partition_A(sA))
+        # (bN / 2, bK, half, 1, stage), as a dual kernel's B stage is split.
+        b_halves = cute.flat_divide(sB, (tn // 2, tk))
+        hB = [half_mma.make_fragment_B(thr.partition_B(b_halves[(None, None, h, 0, None)])) for h in range(2)]
+        shape = thr.partition_C(cute.make_identity_tensor((tm, tn // 2))).shape
+        parts = [cute.make_rmem_tensor(shape, self.acc_dtype) for _ in range(2)]
+        return half_mma, hA, hB, parts, self._half_pairs(half_mma)
+
+    def _half_pairs(self, half_mma):
+        """Per column half of the tile, the (partial sum index, accumulator index) of
+        every value of a thread's half-tile partial sums: the accumulator value at the
+        same (m, n), n offset by tile_n / 2 in the second half. A thread's coordinates
+        are its first value's plus a static offset per value in both MMAs (the wgmma
+        C layout depends on N only through the number of 8-column blocks), so thread
+        0's static coordinates decide for all; checked at trace time."""
+        tm, tn = self.tile_shape_mnk[:2]
+        full = self._full_mma_coords(tm, tn)
+        at = {tuple(full[j]): j for j in range(cute.size(full))}
+        half = half_mma.get_slice(0).partition_C(cute.make_identity_tensor((tm, tn // 2)))
+        pairs = []
+        for h in range(2):
+            index = []
+            for i in range(cute.size(half)):
+                m, n = half[i]
+                j = at.get((m, n + h * (tn // 2)))
+                if j is None:
+                    raise NotImplementedError(f"half-tile value ({m}, {n}) has no accumulator value in half {h}")
+                index.append((i, j))
+            pairs.append(index)
+        return pairs
+
+    def _full_mma_coords(self, tm, tn):
+        mode = LayoutEnum.ROW_MAJOR.sm90_mma_major_mode()
+        full_mma = sm90_utils.make_trivial_tiled_mma(
+            self.ab_dtype, self.ab_dtype, mode, mode, self.acc_dtype, self.atom_layout_mnk, tiler_mn=(64, tn),
+        )  # fmt: skip
+        return full_mma.get_slice(0).partition_C(cute.make_identity_tensor((tm, tn)))
+
     @cute.jit
     def _mainloop(self, ab_pipe, mma, read, release, k0, k1, tCcD, tc, wg, epi):
         """acc = the sum over k-tiles [k0, k1) of tile ``tc``: one wgmma batch in flight,
         the stage behind it released."""
-        tiled_mma, tCrA, tCrB, acc, k_blocks, part = mma
+        tiled_mma, tCrA, tCrB, acc, k_blocks, part, halves = mma
+        if cutlass.const_expr(halves is not None):
+            return self._mainloop_halves(ab_pipe, acc, k_blocks, halves, read, release, k0, k1, tCcD, tc, wg, epi)
         # Full (M x N) epilogue inputs are pulled toward L2 a few k-tiles before the
         # epilogue reads them (see _prefetch_full_operands).
         full_inputs = [t for t, op in zip(epi.ep_tensors, self.tensor_ops) if op.kind == "full" and not op.staged]
@@ -933,6 +989,59 @@ class Sm90Gemm:
             ab_pipe.consumer_release(release)
             release.advance()
         return read, release
+
+    @cute.jit
+    def _mainloop_halves(self, ab_pipe, acc, k_blocks, halves, read, release, k0, k1, tCcD, tc, wg, epi):
+        """``_mainloop`` promoting by column halves (``PROMOTE_HALVES``): per k-tile, the
+        first half's wgmmas are issued and the second half's sums of the previous k-tile
+        added while they run; then the second half's wgmmas are issued and the first
+        half's sums added while those run. Nothing is in flight across the loop's back
+        edge (the k-tile ends waiting for its second batch): with a batch in flight
+        there, ptxas serializes every wgmma of the loop. The second half's sums start at
+        zero, so its first addition adds nothing (no branch in the loop: see
+        ``promote_reason``); after that each batch's first wgmma restarts them."""
+        half_mma, hA, hB, parts, pairs = halves
+        full_inputs = [t for t, op in zip(epi.ep_tensors, self.tensor_ops) if op.kind == "full" and not op.staged]
+        prefetch_kt = cutlass.max(k1 - _PREFETCH_LEAD_K_TILES, k0)
+        acc.fill(0.0)
+        parts[1].fill(0.0)
+        cute.nvgpu.warpgroup.fence()
+        for kt in range(k0, k1):
+            if cutlass.const_expr(len(full_inputs) > 0):
+                if kt == prefetch_kt:
+                    self._prefetch_full_operands(tCcD, tc[2], full_inputs, epi.size_m, epi.size_n)
+            ab_pipe.consumer_wait(read)
+            for h in cutlass.range_constexpr(2):
+                # The additions read the partial sums this batch writes: fenced.
+                cute.nvgpu.warpgroup.fence()
+                for kb in cutlass.range_constexpr(k_blocks):
+                    # Each batch restarts its half's partial sums from zero in its first
+                    # wgmma: an instruction writing them between batches would make
+                    # ptxas serialize every wgmma.
+                    half_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, kb != 0)
+                    blk = (None, None, kb, read.index)
+                    cute.gemm(half_mma, parts[h], hA[blk], hB[h][blk], parts[h])
+                cute.nvgpu.warpgroup.commit_group()
+                if cutlass.const_expr(h == 0):
+                    # The previous k-tile's second half (done: it ended waiting for it).
+                    self._promote_half(acc, parts[1], pairs[1])
+                else:
+                    cute.nvgpu.warpgroup.wait_group(1)  # this k-tile's first half done
+                    self._promote_half(acc, parts[0], pairs[0])
+            cute.nvgpu.warpgroup.wait_group(0)
+            ab_pipe.consumer_release(release)
+            release.advance()
+            read.advance()
+        if cutlass.const_expr(self.pingpong):
+            self._turn_pass(_BAR_MMA_TURN, 1 - wg)
+        self._promote_half(acc, parts[1], pairs[1])
+        return read, release
+
+    @cute.jit
+    def _promote_half(self, acc, part, pairs):
+        """The accumulator values of one column half += that half's partial sums."""
+        for k in cutlass.range_constexpr(len(pairs)):
+            acc[pairs[k][1]] = acc[pairs[k][1]] + part[pairs[k][0]]
 
     @cute.jit
     def _promote(self, acc, part):

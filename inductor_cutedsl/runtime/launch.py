@@ -269,7 +269,8 @@ def gemm(
 
     fp8 (e4m3) operands must both be K-major and need ``out_dtype`` (or ``out``);
     ``promote=1`` adds their partial sums into fp32 every k-tile of 128 (PyTorch's
-    ``use_fast_accum=False``), 0 accumulates in the MMA only.
+    ``use_fast_accum=False``), 2 the same by column halves overlapped with the other
+    half's MMAs (``kernels.config.PROMOTE_HALVES``), 0 accumulates in the MMA only.
 
     Raises ValueError for inputs it refuses, naming the argument (``a``, ``b``, ``out``,
     ``out_dtype``, ``config``, ``epilogue`` or an operand by its declared name); an
