@@ -722,7 +722,7 @@ class Sm90Gemm:
         acc = cute.make_rmem_tensor(acc_shape, self.acc_dtype)
         halves = None
         if cutlass.const_expr(self.promote == PROMOTE_HALVES):
-            halves = self._half_mmas(sA, sB, wg, pingpong)
+            halves = self._half_mmas(tiled_mma, sA, sB, wg, pingpong)
             part = None
         else:
             # What the wgmmas accumulate into: the accumulator itself, or (promoting fp8
@@ -899,7 +899,7 @@ class Sm90Gemm:
         """Accumulator column blocks the hook runs on: in a dual kernel the gate half."""
         return frag[2] // 2 if self.dual else frag[2]
 
-    def _half_mmas(self, sA, sB, wg, pingpong):
+    def _half_mmas(self, tiled_mma, sA, sB, wg, pingpong):
         """What ``PROMOTE_HALVES`` multiplies with: an MMA over half the tile's columns,
         its A and B fragments of each column half of B's stages, a partial-sum
         accumulator per half and, per half, the (partial sum, accumulator) index pairs
@@ -916,17 +916,18 @@ class Sm90Gemm:
         hB = [half_mma.make_fragment_B(thr.partition_B(b_halves[(None, None, h, 0, None)])) for h in range(2)]
         shape = thr.partition_C(cute.make_identity_tensor((tm, tn // 2))).shape
         parts = [cute.make_rmem_tensor(shape, self.acc_dtype) for _ in range(2)]
-        return half_mma, hA, hB, parts, self._half_pairs(half_mma)
+        return half_mma, hA, hB, parts, self._half_pairs(tiled_mma, half_mma)
 
-    def _half_pairs(self, half_mma):
+    def _half_pairs(self, tiled_mma, half_mma):
         """Per column half of the tile, the (partial sum index, accumulator index) of
-        every value of a thread's half-tile partial sums: the accumulator value at the
-        same (m, n), n offset by tile_n / 2 in the second half. A thread's coordinates
-        are its first value's plus a static offset per value in both MMAs (the wgmma
-        C layout depends on N only through the number of 8-column blocks), so thread
-        0's static coordinates decide for all; checked at trace time."""
+        every value of a thread's half-tile partial sums: the value of ``tiled_mma``'s
+        (whole-tile) accumulator at the same (m, n), n offset by tile_n / 2 in the
+        second half. A thread's coordinates are its first value's plus a static offset
+        per value in both MMAs (the wgmma C layout depends on N only through the number
+        of 8-column blocks), so thread 0's static coordinates decide for all; checked
+        at trace time."""
         tm, tn = self.tile_shape_mnk[:2]
-        full = self._full_mma_coords(tm, tn)
+        full = tiled_mma.get_slice(0).partition_C(cute.make_identity_tensor((tm, tn)))
         at = {tuple(full[j]): j for j in range(cute.size(full))}
         half = half_mma.get_slice(0).partition_C(cute.make_identity_tensor((tm, tn // 2)))
         pairs = []
@@ -940,13 +941,6 @@ class Sm90Gemm:
                 index.append((i, j))
             pairs.append(index)
         return pairs
-
-    def _full_mma_coords(self, tm, tn):
-        mode = LayoutEnum.ROW_MAJOR.sm90_mma_major_mode()
-        full_mma = sm90_utils.make_trivial_tiled_mma(
-            self.ab_dtype, self.ab_dtype, mode, mode, self.acc_dtype, self.atom_layout_mnk, tiler_mn=(64, tn),
-        )  # fmt: skip
-        return full_mma.get_slice(0).partition_C(cute.make_identity_tensor((tm, tn)))
 
     @cute.jit
     def _mainloop(self, ab_pipe, mma, read, release, k0, k1, tCcD, tc, wg, epi):
