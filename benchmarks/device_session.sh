@@ -251,8 +251,12 @@ cold-variants)
             INDUCTOR_CUTEDSL_WORKER_NICE=$([ "$v" = ours-nice ] && echo "${4:-10}" || echo 0) \
                 TORCHINDUCTOR_CACHE_DIR=$caches/inductor TRITON_CACHE_DIR=$caches/triton \
                 INDUCTOR_CUTEDSL_CACHE_DIR=$caches/kernels timeout 150 python3 benchmarks/models.py \
-                --compile-once "$2:inference:max-autotune:${v%%-*}" > "$OUT/cold-$v-$r.log" 2>&1
-            echo "$v round $r: $(grep "^{" "$OUT/cold-$v-$r.log" | cut -c1-330)"
+                --compile-once "$2:inference:max-autotune:${v%%-*}" > "$caches/log" 2>&1
+            # Few files come back from a call: one line per compile, a failed one's log tail.
+            line=$(grep "^{" "$caches/log")
+            [ -n "$line" ] || { echo "== $v round $r"; tail -30 "$caches/log"; } >> "$OUT/cold-variants-failed.log"
+            echo "{\"variant\": \"$v\", \"round\": $r, \"report\": ${line:-null}}" >> "$OUT/cold-variants.jsonl"
+            echo "$v round $r: $(echo "$line" | cut -c1-330)"
         done
     done ;;
 fuzz)
