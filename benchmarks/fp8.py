@@ -227,9 +227,6 @@ def block_row(family: str, size: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from inductor_cutedsl import config
-
-    config.fp8 = True  # the lowering's fp8 candidates, off by default until proven on the GPU
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", metavar="PATH", default=None, help="where the results are written (default: nowhere)")
     ap.add_argument("--fast-accum", action="store_true",
