@@ -90,7 +90,8 @@ SCRIPT = textwrap.dedent("""
     # "0" / "1": a 128x128 tile without / with promotion; "wide": the widest tile the
     # promoting shortlist offers (two accumulators of 96 registers per thread).
     for name, cfg, promote in (("0", GemmConfig(128, 128, 2, 1), 0), ("1", GemmConfig(128, 128, 2, 1), 1),
-                               ("wide", GemmConfig(128, 192, 2, 1), 1), ("halves", GemmConfig(128, 192, 2, 1), 2)):
+                               ("wide", GemmConfig(128, 192, 2, 1), 1), ("halves", GemmConfig(128, 192, 2, 1), 2),
+                               ("halves128", GemmConfig(128, 128, 2, 1), 2)):
         for old in dump.glob("*"):
             old.unlink()
         spec = KernelSpec(cfg, "float8_e4m3fn", "bfloat16", "k", "k", E.IDENTITY, promote=promote)
@@ -105,6 +106,8 @@ SCRIPT = textwrap.dedent("""
             "mma_from_zero": sum(", RZ," in l for l in mma),
             "fadd": sum(" FADD " in l for l in lines),
             "spill_stores": sum("STL" in l for l in lines),
+            # Waits for wgmma batches: each drains the tensor pipe up to its count.
+            "batch_waits": sum("WARPGROUP.DEPBAR" in l for l in lines),
         }
     print(json.dumps(stats))
 """)
@@ -140,11 +143,16 @@ def test_promotion_by_halves_keeps_both_batches_pipelined_in_the_same_registers(
     """PROMOTE_HALVES: per k-tile two batches of four 64x96x32 wgmmas (one per column
     half), each restarting from zero and scoreboarded once (ptxas serializes every
     wgmma when a batch is in flight across the loop's back edge or an instruction
-    writes partial sums between batches); 48 additions per half in the loop and the
+    writes partial sums between batches); the additions per half in the loop and the
     last k-tile's second half after it; no more registers than PROMOTE_TILE's."""
-    halves = fp8_sass["halves"]
-    assert halves["mma"] == halves["fp8_mma"] == 8 and halves["scoreboarded_mma"] == 2, halves
-    assert halves["mma_from_zero"] == 2 and halves["fadd"] == 3 * 48 and halves["spill_stores"] == 0, halves
+    for name, per_half in (("halves", 48), ("halves128", 32)):
+        halves = fp8_sass[name]
+        assert halves["mma"] == halves["fp8_mma"] == 8 and halves["scoreboarded_mma"] == 2, halves
+        assert halves["mma_from_zero"] == 2 and halves["fadd"] == 3 * per_half and halves["spill_stores"] == 0, halves
+        # Two waits: for the first batch with the second in flight, then for the
+        # second at the k-tile's end; none between the batches (ptxas injects one
+        # where the code reads the first batch's sums before the second may issue).
+        assert halves["batch_waits"] == 2, halves
 
 
 def test_scaled_epilogue_reads_scales_as_the_mode_says():

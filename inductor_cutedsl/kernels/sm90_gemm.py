@@ -987,11 +987,13 @@ class Sm90Gemm:
     @cute.jit
     def _mainloop_halves(self, ab_pipe, acc, k_blocks, halves, read, release, k0, k1, tCcD, tc, wg, epi):
         """``_mainloop`` promoting by column halves (``PROMOTE_HALVES``): per k-tile, the
-        first half's wgmmas are issued and the second half's sums of the previous k-tile
-        added while they run; then the second half's wgmmas are issued and the first
-        half's sums added while those run. Nothing is in flight across the loop's back
-        edge (the k-tile ends waiting for its second batch): with a batch in flight
-        there, ptxas serializes every wgmma of the loop. The second half's sums start at
+        second half's sums of the previous k-tile are added while the first half's
+        wgmmas run, then the first half's sums while the second half's run. Nothing is
+        in flight across the loop's back edge (the k-tile ends waiting for its second
+        batch): with a batch in flight there, ptxas serializes every wgmma of the loop.
+        The second half's additions are written before the first batch (ptxas schedules
+        them among its wgmmas): written after its commit, at a 128x128 tile ptxas made
+        the second batch wait for the first (C7517). The second half's sums start at
         zero, so its first addition adds nothing (no branch in the loop: see
         ``promote_reason``); after that each batch's first wgmma restarts them."""
         half_mma, hA, hB, parts, pairs = halves
@@ -1005,6 +1007,8 @@ class Sm90Gemm:
                 if kt == prefetch_kt:
                     self._prefetch_full_operands(tCcD, tc[2], full_inputs, epi.size_m, epi.size_n)
             ab_pipe.consumer_wait(read)
+            # The previous k-tile's second half (done: that k-tile ended waiting for it).
+            self._promote_half(acc, parts[1], pairs[1])
             for h in cutlass.range_constexpr(2):
                 # The additions read the partial sums this batch writes: fenced.
                 cute.nvgpu.warpgroup.fence()
@@ -1016,10 +1020,7 @@ class Sm90Gemm:
                     blk = (None, None, kb, read.index)
                     cute.gemm(half_mma, parts[h], hA[blk], hB[h][blk], parts[h])
                 cute.nvgpu.warpgroup.commit_group()
-                if cutlass.const_expr(h == 0):
-                    # The previous k-tile's second half (done: it ended waiting for it).
-                    self._promote_half(acc, parts[1], pairs[1])
-                else:
+                if cutlass.const_expr(h == 1):
                     cute.nvgpu.warpgroup.wait_group(1)  # this k-tile's first half done
                     self._promote_half(acc, parts[0], pairs[0])
             cute.nvgpu.warpgroup.wait_group(0)
