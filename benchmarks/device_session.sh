@@ -130,6 +130,13 @@ probe_both() {  # probe_both SECONDS LOG PYTEST_ARGS...: PyTorch's tests in .dev
     done
 }
 
+fresh_caches() {  # fresh_caches COMMAND...: COMMAND (a function too) with Inductor's, Triton's and
+    # our kernel caches new and empty, as a cold compile needs (models.py --cold sets the same three)
+    local caches
+    caches=$(mktemp -d)
+    TORCHINDUCTOR_CACHE_DIR=$caches/inductor TRITON_CACHE_DIR=$caches/triton INDUCTOR_CUTEDSL_CACHE_DIR=$caches/kernels "$@"
+}
+
 step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log
     local name=$1 limit=$2 t0=$SECONDS
     shift 2
@@ -236,10 +243,8 @@ cold)
 cold-profile)
     bash "$0" cold "${2:?blocks}" "${3:-200}"
     for b in stock ours; do
-        caches=$(mktemp -d)  # a cold compile: every cache new and empty
-        TORCHINDUCTOR_CACHE_DIR=$caches/inductor TRITON_CACHE_DIR=$caches/triton INDUCTOR_CUTEDSL_CACHE_DIR=$caches/kernels \
-            step profile-$b 150 python3 benchmarks/models.py --compile-once "${2%%,*}:inference:max-autotune:$b" \
-            --profile "$OUT/profile-$b.txt"
+        fresh_caches step profile-$b 150 python3 benchmarks/models.py \
+            --compile-once "${2%%,*}:inference:max-autotune:$b" --profile "$OUT/profile-$b.txt"
         grep "^{" "$OUT/profile-$b.log" | cut -c1-900
     done ;;
 cold-variants)
@@ -247,14 +252,13 @@ cold-variants)
     for r in $(seq "${3:-2}"); do
         [ $((r % 2)) = 0 ] && order=(ours-nice ours stock) || order=("${variants[@]}")
         for v in "${order[@]}"; do
-            caches=$(mktemp -d)
+            log=$(mktemp)
             INDUCTOR_CUTEDSL_WORKER_NICE=$([ "$v" = ours-nice ] && echo "${4:-10}" || echo 0) \
-                TORCHINDUCTOR_CACHE_DIR=$caches/inductor TRITON_CACHE_DIR=$caches/triton \
-                INDUCTOR_CUTEDSL_CACHE_DIR=$caches/kernels timeout 150 python3 benchmarks/models.py \
-                --compile-once "$2:inference:max-autotune:${v%%-*}" > "$caches/log" 2>&1
+                fresh_caches timeout 150 python3 benchmarks/models.py \
+                --compile-once "$2:inference:max-autotune:${v%%-*}" > "$log" 2>&1
             # Few files come back from a call: one line per compile, a failed one's log tail.
-            line=$(grep "^{" "$caches/log")
-            [ -n "$line" ] || { echo "== $v round $r"; tail -30 "$caches/log"; } >> "$OUT/cold-variants-failed.log"
+            line=$(grep "^{" "$log")
+            [ -n "$line" ] || { echo "== $v round $r"; tail -30 "$log"; } >> "$OUT/cold-variants-failed.log"
             echo "{\"variant\": \"$v\", \"round\": $r, \"report\": ${line:-null}}" >> "$OUT/cold-variants.jsonl"
             echo "$v round $r: $(echo "$line" | cut -c1-330)"
         done

@@ -30,10 +30,8 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import io
 import json
 import os
-import pstats
 import statistics
 import sys
 import threading
@@ -123,9 +121,7 @@ def python_profile(step, calls: int, top: int = 40) -> str:
         step()
     pr.disable()
     torch.cuda.synchronize()
-    s = io.StringIO()
-    pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(top)
-    return s.getvalue()
+    return models.profile_text(pr, ("tottime",), top)
 
 
 def cudagraph_skips() -> dict:

@@ -30,6 +30,7 @@ import contextlib
 import cProfile
 import dataclasses
 import gc
+import io
 import json
 import logging
 import os
@@ -578,8 +579,13 @@ def pool_cold_runs(row: dict, runs: list[dict]) -> None:
     distinct = [r for i, r in enumerate(runs) if r not in runs[:i]]
     if len(distinct) > 1:
         row["cold_compile_runs"] = distinct
-        medians = {b: statistics.median(r[b] for r in distinct) for b in BACKENDS}
+        medians = cold_medians(distinct)
         row["compile_ratio"] = _ratio(medians["ours"], medians["stock"])
+
+
+def cold_medians(runs: list[dict]) -> dict:
+    """Each backend's median cold-compile seconds over ``runs`` ({} for none)."""
+    return {b: statistics.median(r[b] for r in runs) for b in BACKENDS} if runs else {}
 
 
 def merge_rows(rows: Iterable[dict]) -> list[dict]:
@@ -632,8 +638,7 @@ def print_table(result: dict) -> None:
             print(f"{r['block']:<24} FAILED: {r['error'][:150]}")
             continue
         gpu, host, wall = r.get("gpu_us", {}), r.get("host_us", {}), r.get("wall_speedup", {})
-        runs = cold_runs(r)
-        cold = {b: statistics.median(run[b] for run in runs) for b in BACKENDS} if runs else {}
+        cold = cold_medians(cold_runs(r))
         ours_gemms = r.get("gemm_kernels", {}).get("ours", [])
         launches = sum(k["launches"] for k in ours_gemms)
         mine = sum(k["launches"] for k in ours_gemms if k["ours"])
@@ -898,8 +903,10 @@ PHASES_KEPT = 24
 def compile_once(spec: str, profile: str | None = None) -> None:
     """One cold compile (``FAMILY:SIZE:RUN:MODE:BACKEND``) in this fresh process: the
     first call's seconds, compile included, printed as one JSON line. With ``profile``
-    (a path), the first call runs under cProfile and the functions where this thread
-    spent its time are written there (the figures are then slower than a plain compile's)."""
+    (a path), the first call runs under cProfile and the functions where the process's
+    Python threads spent their time are written there (Python 3.12's cProfile sees
+    every thread, and a thread waiting for the GIL counts as time in its function; the
+    figures are then slower than a plain compile's)."""
     from inductor_cutedsl import _compat
     from inductor_cutedsl.runtime.launch import default_cache, loaded_kernels
 
@@ -928,11 +935,18 @@ def compile_once(spec: str, profile: str | None = None) -> None:
                       "phases": {name: round(s, 2) for name, s in phases}}))  # fmt: skip
 
 
+def profile_text(profiler: cProfile.Profile, orders: tuple[str, ...], lines: int) -> str:
+    """``profiler``'s functions in each of ``orders`` (pstats sort keys), the top ``lines``."""
+    out = io.StringIO()
+    for order in orders:
+        pstats.Stats(profiler, stream=out).sort_stats(order).print_stats(lines)
+    return out.getvalue()
+
+
 def write_profile(profiler: cProfile.Profile, path: str, lines: int = 80) -> None:
     """``profiler``'s functions by cumulative and by own time, the top ``lines`` of each."""
     with open(path, "w") as f:
-        for order in ("cumulative", "tottime"):
-            pstats.Stats(profiler, stream=f).sort_stats(order).print_stats(lines)
+        f.write(profile_text(profiler, ("cumulative", "tottime"), lines))
 
 
 def our_seconds() -> dict:

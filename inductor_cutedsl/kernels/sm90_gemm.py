@@ -942,6 +942,13 @@ class Sm90Gemm:
             pairs.append(index)
         return pairs
 
+    def _prefetch_plan(self, epi, k0, k1):
+        """(the full (M x N) epilogue inputs read from global memory, the k-tile at which
+        the mainloop over [k0, k1) pulls them toward L2): a few k-tiles before the
+        epilogue reads them (see ``_prefetch_full_operands``)."""
+        full_inputs = [t for t, op in zip(epi.ep_tensors, self.tensor_ops) if op.kind == "full" and not op.staged]
+        return full_inputs, cutlass.max(k1 - _PREFETCH_LEAD_K_TILES, k0)
+
     @cute.jit
     def _mainloop(self, ab_pipe, mma, read, release, k0, k1, tCcD, tc, wg, epi):
         """acc = the sum over k-tiles [k0, k1) of tile ``tc``: one wgmma batch in flight,
@@ -949,11 +956,8 @@ class Sm90Gemm:
         tiled_mma, tCrA, tCrB, acc, k_blocks, part, halves = mma
         if cutlass.const_expr(halves is not None):
             return self._mainloop_halves(ab_pipe, acc, k_blocks, halves, read, release, k0, k1, tCcD, tc, wg, epi)
-        # Full (M x N) epilogue inputs are pulled toward L2 a few k-tiles before the
-        # epilogue reads them (see _prefetch_full_operands).
-        full_inputs = [t for t, op in zip(epi.ep_tensors, self.tensor_ops) if op.kind == "full" and not op.staged]
+        full_inputs, prefetch_kt = self._prefetch_plan(epi, k0, k1)
         size_m, size_n = epi.size_m, epi.size_n
-        prefetch_kt = cutlass.max(k1 - _PREFETCH_LEAD_K_TILES, k0)
         acc.fill(0.0)
         if cutlass.const_expr(self.promote > 0):
             part.fill(0.0)
@@ -997,8 +1001,7 @@ class Sm90Gemm:
         zero, so its first addition adds nothing (no branch in the loop: see
         ``promote_reason``); after that each batch's first wgmma restarts them."""
         half_mma, hA, hB, parts, pairs = halves
-        full_inputs = [t for t, op in zip(epi.ep_tensors, self.tensor_ops) if op.kind == "full" and not op.staged]
-        prefetch_kt = cutlass.max(k1 - _PREFETCH_LEAD_K_TILES, k0)
+        full_inputs, prefetch_kt = self._prefetch_plan(epi, k0, k1)
         acc.fill(0.0)
         parts[1].fill(0.0)
         cute.nvgpu.warpgroup.fence()

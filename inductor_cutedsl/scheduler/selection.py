@@ -204,10 +204,7 @@ def start_fused_build(scheduler: Any, template: Any, tr: Translation, chain: Seq
         if WAYS[way] == "cutedsl":
             compiler.build_async(_fused(choice, tr)[1].spec, default_cache(), config.compile_workers)
     early = _early_modules.setdefault(_compat.V.graph, {})
-    modules = [(tuple(chain), None)]
-    if "triton_fused" in contenders:
-        modules.append(((template, *chain), contenders["triton_fused"]))
-    for nodes, choice in modules:
+    for nodes, choice in _side_modules(template, chain, contenders).values():
         key = _module_key(nodes, choice)
         if key not in early:
             early[key] = _compat.nodes_module(scheduler, list(nodes), choice)
@@ -216,6 +213,16 @@ def start_fused_build(scheduler: Any, template: Any, tr: Translation, chain: Seq
 #: Benchmark modules whose compiles ``start_fused_build`` started, per graph, by
 #: ``_module_key``: each is taken once, by the decision that needs it.
 _early_modules: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+
+
+def _side_modules(template: Any, chain: Sequence[Any], contenders: dict[str, Any]) -> dict[str, tuple]:
+    """The benchmark modules the ways of ``contenders`` time besides our kernels, as
+    (nodes, Triton choice rendering the template or None): the epilogue alone, and the
+    fused Triton template where that way exists."""
+    modules = {"epilogue": (tuple(chain), None)}
+    if "triton_fused" in contenders:
+        modules["triton_fused"] = ((template, *chain), contenders["triton_fused"])
+    return modules
 
 
 def _module_key(nodes: Sequence[Any], triton_choice: Any) -> tuple:
@@ -250,15 +257,12 @@ def side_by_side_runs(scheduler: Any, template: Any, contenders: dict[str, Any],
     # Through the worker pool: a build started early for this chain (start_fused_build)
     # is waited for, not redone.
     builds = [compiler.build_async(c.spec, default_cache(), config.compile_workers) for _, c in fused.values()]
-    epilogue = _side_module(scheduler, chain)
-    triton_fused = (
-        _side_module(scheduler, [template, *chain], contenders["triton_fused"])
-        if "triton_fused" in contenders else None
-    )  # fmt: skip
+    modules = {name: _side_module(scheduler, nodes, choice)
+               for name, (nodes, choice) in _side_modules(template, chain, contenders).items()}  # fmt: skip
     t0 = time.perf_counter()
     compiler.wait(builds)
     t1 = time.perf_counter()
-    for future, _ in filter(None, (epilogue, triton_fused)):
+    for future, _ in modules.values():
         if future is not None:
             future.result()
     stats["builds_s"] += t1 - t0
@@ -281,13 +285,13 @@ def side_by_side_runs(scheduler: Any, template: Any, contenders: dict[str, Any],
 
         return make
 
-    epilogue_run: Maker = lambda: _compat.module_run_fn(*epilogue)  # noqa: E731
+    epilogue_run: Maker = lambda: _compat.module_run_fn(*modules["epilogue"])  # noqa: E731
     runs = {name: ours(cand, out.get_layout()) for name, (out, cand) in fused.items()}
     runs["ours_separate"] = _then(ours(caller.candidate, caller.layout), epilogue_run)
     if "other_separate" in contenders:
         runs["other_separate"] = _then(lambda: _compat.choice_run_fn(contenders["other_separate"]), epilogue_run)
-    if triton_fused is not None:
-        runs["triton_fused"] = lambda: _compat.module_run_fn(*triton_fused)
+    if "triton_fused" in modules:
+        runs["triton_fused"] = lambda: _compat.module_run_fn(*modules["triton_fused"])
     return runs
 
 
