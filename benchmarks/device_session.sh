@@ -60,9 +60,11 @@
 #           the given blocks (family:size[:run],...), stock then ours, within SECONDS (280)
 # cold-profile BLOCKS [SECONDS]: step cold (SECONDS, 200), then the first block's cold compile once
 #           more per backend under cProfile ($OUT/profile-BACKEND.txt): where the seconds went
-# cold-variants FAMILY:SIZE [ROUNDS [NICE]]: the block's cold compile (inference, max-autotune) stock,
-#           ours, and ours with compile workers at nice +NICE (10), each in a fresh process with
-#           empty caches, in ROUNDS (2) interleaved rounds (the order reversed every other round)
+# cold-variants FAMILY:SIZE [ROUNDS [NICE [VARIANTS]]]: the block's cold compile (inference,
+#           max-autotune) for each of VARIANTS (stock,ours,ours-nice; ours-nice: compile workers at
+#           nice +NICE (10); ours-wN: N compile workers), each in a fresh process with empty caches,
+#           the compiling thread's stack sampled, in ROUNDS (2) interleaved rounds (the order
+#           reversed every other round)
 # fuzz [COLD_BLOCKS [CALL_SECONDS]]: the seeded fuzz suite (its specs precompiled at 16 workers
 #           first), then, if given, step cold on those blocks with what is left of CALL_SECONDS (570)
 # host BLOCKS [MODES [SECONDS]]: host_probe.py on the given blocks (family:size:run,...) in MODES
@@ -248,14 +250,17 @@ cold-profile)
         grep "^{" "$OUT/profile-$b.log" | cut -c1-900
     done ;;
 cold-variants)
-    variants=(stock ours ours-nice)
+    IFS=, read -r -a variants <<< "${5:-stock,ours,ours-nice}"
     for r in $(seq "${3:-2}"); do
-        [ $((r % 2)) = 0 ] && order=(ours-nice ours stock) || order=("${variants[@]}")
+        order=("${variants[@]}")
+        [ $((r % 2)) = 0 ] && for i in "${!variants[@]}"; do order[i]=${variants[-i-1]}; done
         for v in "${order[@]}"; do
             log=$(mktemp)
+            # ours-nice: workers at nice +NICE; ours-wN: N compile workers
             INDUCTOR_CUTEDSL_WORKER_NICE=$([ "$v" = ours-nice ] && echo "${4:-10}" || echo 0) \
-                fresh_caches timeout 150 python3 benchmarks/models.py \
-                --compile-once "$2:inference:max-autotune:${v%%-*}" > "$log" 2>&1
+            INDUCTOR_CUTEDSL_COMPILE_WORKERS=$([[ "$v" == ours-w* ]] && echo "${v#ours-w}" || echo 8) \
+                fresh_caches timeout 150 python3 benchmarks/models.py --compile-once \
+                "$2:inference:max-autotune:${v%%-*}" --sample "$OUT/cold-variants-samples.txt" > "$log" 2>&1
             # Few files come back from a call: one line per compile, a failed one's log tail.
             line=$(grep "^{" "$log")
             [ -n "$line" ] || { echo "== $v round $r"; tail -30 "$log"; } >> "$OUT/cold-variants-failed.log"

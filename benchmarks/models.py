@@ -30,6 +30,7 @@ import contextlib
 import cProfile
 import dataclasses
 import gc
+import gzip
 import io
 import json
 import logging
@@ -900,13 +901,18 @@ def cold_compile(bid: BlockId, mode: str, timeout: float = 900) -> dict:
 PHASES_KEPT = 24
 
 
-def compile_once(spec: str, profile: str | None = None) -> None:
+def compile_once(spec: str, profile: str | None = None, sample: str | None = None) -> None:
     """One cold compile (``FAMILY:SIZE:RUN:MODE:BACKEND``) in this fresh process: the
     first call's seconds, compile included, printed as one JSON line. With ``profile``
     (a path), the first call runs under cProfile and the functions where the process's
     Python threads spent their time are written there (Python 3.12's cProfile sees
     every thread, and a thread waiting for the GIL counts as time in its function; the
-    figures are then slower than a plain compile's)."""
+    figures are then slower than a plain compile's). With ``sample`` (a path), the
+    compiling thread's stack is sampled in wall time (``wall_sampler``) and the report,
+    headed by the spec, appended there: where that thread waited, and for how long;
+    every sample, as folded stacks, goes to ``sample``.folded.gz."""
+    from wall_sampler import WallSampler
+
     from inductor_cutedsl import _compat
     from inductor_cutedsl.runtime.launch import default_cache, loaded_kernels
 
@@ -922,17 +928,35 @@ def compile_once(spec: str, profile: str | None = None) -> None:
             fn = torch.compile(target_of(block, run), options=compile_options(mode))
             step = make_step(fn, x, run, list(block.parameters()), uses_cudagraphs(mode))
             profiler = cProfile.Profile() if profile else None
+            sampler = WallSampler(events=compile_events()) if sample else None
             t0 = time.perf_counter()
-            with profiler or contextlib.nullcontext():
+            with profiler or contextlib.nullcontext(), sampler or contextlib.nullcontext():
                 step()
                 torch.cuda.synchronize()
             seconds = time.perf_counter() - t0
     if profiler is not None:
         write_profile(profiler, profile)
+    if sampler is not None:
+        header = f"=== {spec}: {seconds:.2f} s\n"
+        with open(sample, "a") as f:
+            f.write(f"{header}{sampler.report()}\n")
+        with gzip.open(f"{sample}.folded.gz", "at") as f:  # a gzip member per compile
+            f.write(header + sampler.folded())
     phases = sorted(_compat.compile_phase_seconds().items(), key=lambda kv: -kv[1])[:PHASES_KEPT]
-    print(json.dumps({"compile_s": seconds, "cutedsl_builds": default_cache().builds,
+    events = {"events_s": sampler.seen} if sampler is not None else {}
+    print(json.dumps({"compile_s": seconds, **events, "cutedsl_builds": default_cache().builds,
                       "cutedsl_loaded": loaded_kernels(), "seconds_in": our_seconds(),
                       "phases": {name: round(s, 2) for name, s in phases}}))  # fmt: skip
+
+
+def compile_events() -> dict:
+    """Conditions whose first time to hold a cold compile's sampler records: Inductor's
+    compile subprocesses ready (``_compat.compile_pool_ready``) and our compile workers
+    started."""
+    from inductor_cutedsl import _compat
+    from inductor_cutedsl.runtime import workers
+
+    return {"inductor_pool_ready": _compat.compile_pool_ready, "cutedsl_workers_started": workers.started}
 
 
 def profile_text(profiler: cProfile.Profile, orders: tuple[str, ...], lines: int) -> str:
@@ -1129,13 +1153,16 @@ def parser() -> argparse.ArgumentParser:
                     help="internal: one cold compile in this process, printed as a JSON line")
     ap.add_argument("--profile", metavar="PATH",
                     help="with --compile-once: profile the compile (cProfile) and write its top functions to PATH")
+    ap.add_argument("--sample", metavar="PATH",
+                    help="with --compile-once: sample the compiling thread's stack in wall time (wall_sampler) and "
+                         "append where it waited to PATH")  # fmt: skip
     return ap
 
 
 def main(argv: list[str] | None = None) -> dict | None:
     args = parser().parse_args(argv)
     if args.compile_once:
-        compile_once(args.compile_once, args.profile)
+        compile_once(args.compile_once, args.profile, args.sample)
         return None
     if args.combine:
         results = []

@@ -519,6 +519,16 @@ def compile_phase_seconds() -> dict[str, float]:
     return {name: sum(times) for name, times in compilation_time_metrics.items()}
 
 
+def compile_pool_ready() -> bool:
+    """Whether Inductor's compile subprocesses are up. Until then Inductor compiles Triton
+    kernels in this process: autotuning choices in threads, and a benchmark module's
+    kernels (``Scheduler.compile_kernel``) at the module's first run."""
+    from torch._inductor.async_compile import AsyncCompile
+
+    ready = AsyncCompile._ready_future
+    return ready is not None and ready.done()
+
+
 def node_ranges(node: Any) -> tuple[list[Any], list[Any]]:
     """(loop sizes, reduction sizes) of a scheduler node."""
     var_sizes, reduce_sizes = node.get_ranges()

@@ -178,3 +178,40 @@ def test_distributed_gathers_fsdp2_shards_through_the_host_as_full_tensor_does(t
     for rank in range(2):
         same = torch.load(tmp_path / f"rank{rank}.pt")
         assert len(same) == 4 and all(same), same
+
+
+def test_wall_sampler_finds_where_the_thread_waited_and_for_how_long():
+    import threading
+    import time
+
+    import wall_sampler
+
+    def waits_for_a_future():
+        done = threading.Event()
+        threading.Timer(0.6, done.set).start()
+        done.wait()
+
+    def busy(seconds):
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+
+    flag = threading.Event()
+    events = {"flag set": flag.is_set, "never": lambda: False}
+    with wall_sampler.WallSampler(interval=0.02, events=events) as sampler:
+        busy(0.2)
+        flag.set()
+        waits_for_a_future()
+        busy(0.1)
+    assert 0.15 <= sampler.seen["flag set"] <= 0.35 and "never" not in sampler.seen
+    assert "never: not seen" in sampler.report()
+    (longest, *_) = sampler.stretches(min_s=0.3)
+    assert any(f.endswith(":waits_for_a_future") for f in longest["stack"]), longest
+    assert 0.45 <= longest["seconds"] <= 0.8 and 0.15 <= longest["start_s"] <= 0.35, longest
+    inclusive = dict(sampler.inclusive())
+    assert 0.45 <= inclusive["test_benchmarks.py:waits_for_a_future"] <= 0.8
+    assert 0.1 <= inclusive["test_benchmarks.py:busy"] <= 0.45
+    assert "waits_for_a_future" in sampler.report()
+    folded = dict(line.rsplit(" ", 1) for line in sampler.folded().splitlines())
+    assert sum(map(int, folded.values())) == len(sampler.samples)
+    assert any("test_benchmarks.py:waits_for_a_future;threading.py:wait" in stack for stack in folded)

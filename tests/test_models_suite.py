@@ -519,6 +519,28 @@ def test_compile_phase_seconds_sum_each_timed_phase(monkeypatch):
     assert _compat.compile_phase_seconds() == {"compile_fx_inner": 3.5, "GraphLowering.run": 0.5}
 
 
+def test_compile_events_say_when_inductors_pool_is_ready_and_our_workers_started(monkeypatch):
+    """The cold sampler's events read the pool's readiness future, through ``_compat``."""
+    import concurrent.futures
+
+    from torch._inductor.async_compile import AsyncCompile
+
+    from inductor_cutedsl.runtime import workers
+
+    events = models.compile_events()
+    monkeypatch.setattr(AsyncCompile, "_ready_future", None)
+    assert not events["inductor_pool_ready"]()
+    pending: concurrent.futures.Future = concurrent.futures.Future()
+    monkeypatch.setattr(AsyncCompile, "_ready_future", pending)
+    assert not events["inductor_pool_ready"]()
+    pending.set_result("ready")
+    assert events["inductor_pool_ready"]()
+    monkeypatch.setattr(workers, "_pool", None)
+    assert not events["cutedsl_workers_started"]()
+    monkeypatch.setattr(workers, "_pool", object())
+    assert events["cutedsl_workers_started"]()
+
+
 def test_a_profiled_compile_writes_where_the_thread_spent_its_time(tmp_path):
     import cProfile
 

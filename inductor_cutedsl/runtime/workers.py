@@ -135,6 +135,11 @@ _pool: WorkerPool | None = None
 _lock = threading.Lock()
 
 
+def started() -> bool:
+    """Whether this process has started its compile workers."""
+    return _pool is not None
+
+
 def pool(size: int) -> WorkerPool:
     """The process's pool, with at least ``size`` workers (started on first use)."""
     global _pool
