@@ -22,6 +22,7 @@ as CUDA graphs: ``block_speedup_vs_max_autotune``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -34,8 +35,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # models.py (the
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from inductor_cutedsl.bench.report import geomean, rel_err, run_info, side_by_side, write_json  # noqa: E402
-from inductor_cutedsl.kernels import shortlist  # noqa: E402
-from inductor_cutedsl.kernels.config import PROMOTE_HALVES, PROMOTE_NONE, PROMOTE_TILE  # noqa: E402
+from inductor_cutedsl.kernels import GemmConfig, shortlist  # noqa: E402
+from inductor_cutedsl.kernels.config import PROMOTE_HALVES, PROMOTE_NONE, PROMOTE_TILE, fitted_swizzle  # noqa: E402
 from inductor_cutedsl.kernels import epilogue as E  # noqa: E402
 from inductor_cutedsl.runtime import KernelSpec, get_gemm  # noqa: E402
 from inductor_cutedsl.runtime.compiler import build_many  # noqa: E402
@@ -54,6 +55,11 @@ SHAPES = [
 MODES = ("tensor", "row")
 FINALISTS = 3
 FP8 = "float8_e4m3fn"
+#: Promoting configs timed beside the shortlist, on trial before the lowering offers
+#: them: 64x192 pingpong keeps both accumulators in registers (2 x 96 per thread) and
+#: runs one warpgroup's epilogue while the other's wgmmas run, which a cooperative tile
+#: cannot (its tensor cores idle through each tile's epilogue).
+TRIAL = (GemmConfig(64, 192, 2, 1, True),)
 
 
 def candidate_specs(m: int, n: int, k: int, mode: str, promote: bool, limit: int) -> list[KernelSpec]:
@@ -62,8 +68,12 @@ def candidate_specs(m: int, n: int, k: int, mode: str, promote: bool, limit: int
     (``PROMOTE_TILE`` and ``PROMOTE_HALVES``, timed side by side) when asked to."""
     epi = E.scaled(mode, mode)
     modes = (PROMOTE_TILE, PROMOTE_HALVES) if promote else (PROMOTE_NONE,)
-    return [KernelSpec(c, FP8, "bfloat16", "k", "k", epi, promote=p)
-            for c in shortlist(m, n, k, limit=limit, promote=promote) for p in modes]  # fmt: skip
+    configs = shortlist(m, n, k, limit=limit, promote=promote)
+    if promote:  # rastered and swizzled as the shortlist's own
+        for c in TRIAL:
+            c = dataclasses.replace(c, raster_along_m=m >= n, swizzle=8)
+            configs.append(dataclasses.replace(c, swizzle=fitted_swizzle(c, m, n)))
+    return [KernelSpec(c, FP8, "bfloat16", "k", "k", epi, promote=p) for c in configs for p in modes]
 
 
 def operands(m: int, n: int, k: int, mode: str):

@@ -65,8 +65,11 @@ def test_fp8_benchmark_plans_kernels_that_can_be_built():
         for mode in fp8.MODES:
             for promote in (False, True):
                 specs = fp8.candidate_specs(*shape, mode, promote, limit=6)
-                # Promoting: each config in both promotion modes, side by side.
-                assert specs and len(specs) <= (12 if promote else 6)
+                # Promoting: each config in both promotion modes, side by side, the
+                # trial configs among them.
+                assert specs and len(specs) <= (2 * (6 + len(fp8.TRIAL)) if promote else 6)
+                trial = {(c.tile_m, c.tile_n, c.pingpong) for c in fp8.TRIAL}
+                assert not promote or trial <= {(s.config.tile_m, s.config.tile_n, s.config.pingpong) for s in specs}
                 assert {s.promote for s in specs} == ({1, 2} if promote else {0})
                 for s in specs:  # the kernel's own checks, without compiling it
                     Sm90Gemm(s.config, s.ab_dtype, s.out_dtype, s.a_major, s.b_major, s.epilogue, s.dual, s.promote)

@@ -49,6 +49,7 @@ def test_fp8_gemm_matches_float64(shape, out_dtype, promote):
 @pytest.mark.parametrize("cfg, promote", [
     (GemmConfig(128, 128, 2, 1), 1), (GemmConfig(128, 128, 2, 1), 2), (GemmConfig(64, 128, 1, 2, True), 1),
     (GemmConfig(64, 128, 1, 2, True), 2), (GemmConfig(128, 192, 2, 1), 2),
+    (GemmConfig(64, 192, 2, 1, True), 1), (GemmConfig(64, 192, 2, 1, True), 2),  # fp8.py's trial tile
     (GemmConfig(128, 256), 0),  # no registers for a second accumulator
 ])  # fmt: skip
 def test_fp8_configs(cfg, promote):

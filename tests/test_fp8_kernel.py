@@ -91,7 +91,8 @@ SCRIPT = textwrap.dedent("""
     # promoting shortlist offers (two accumulators of 96 registers per thread).
     for name, cfg, promote in (("0", GemmConfig(128, 128, 2, 1), 0), ("1", GemmConfig(128, 128, 2, 1), 1),
                                ("wide", GemmConfig(128, 192, 2, 1), 1), ("halves", GemmConfig(128, 192, 2, 1), 2),
-                               ("halves128", GemmConfig(128, 128, 2, 1), 2)):
+                               ("halves128", GemmConfig(128, 128, 2, 1), 2),
+                               ("pingpong", GemmConfig(64, 192, 1, 2, pingpong=True), 1)):
         for old in dump.glob("*"):
             old.unlink()
         spec = KernelSpec(cfg, "float8_e4m3fn", "bfloat16", "k", "k", E.IDENTITY, promote=promote)
@@ -137,6 +138,16 @@ def test_the_widest_promoting_tile_keeps_both_accumulators_in_registers(fp8_sass
     thread) and the promoting shortlist puts it first: it must not spill."""
     wide = fp8_sass["wide"]
     assert wide["spill_stores"] == 0 and wide["fadd"] == 96 and wide["mma_from_zero"] == 1, wide
+
+
+def test_the_promoting_pingpong_tile_keeps_both_accumulators_in_registers(fp8_sass):
+    """64x192 pingpong (each warpgroup a whole tile: 2 x 96 accumulator registers per
+    thread), which the promoting shortlist offers so that one warpgroup's epilogue runs
+    while the other's wgmmas do: one scoreboarded batch of four 64x192x32 wgmmas per
+    k-tile, 96 additions, no spills."""
+    pp = fp8_sass["pingpong"]
+    assert pp["mma"] == pp["fp8_mma"] == 4 and pp["scoreboarded_mma"] == 1, pp
+    assert pp["spill_stores"] == 0 and pp["fadd"] == 96 and pp["mma_from_zero"] == 1, pp
 
 
 def test_promotion_by_halves_keeps_both_batches_pipelined_in_the_same_registers(fp8_sass):
