@@ -626,10 +626,38 @@ def nodes_module(scheduler: Any, nodes: Sequence[Any], triton_choice: Any = None
     """(compile future or None, module) of ``nodes`` generated as one Inductor kernel's
     benchmark module (random arguments of its own), its compile started in Inductor's
     worker pool. ``nodes`` may start with a MultiTemplateBuffer's node, rendered as
-    ``triton_choice`` (as ``Scheduler.speedup_by_fusion`` does)."""
+    ``triton_choice`` (as ``Scheduler.speedup_by_fusion`` does).
+
+    Until Inductor's compile subprocesses are up, ``Scheduler.compile_kernel`` starts no
+    compile, and the module's kernels would compile at its first run, in the compiling
+    thread; they are then compiled in Inductor's compile threads instead, as its
+    autotuning compiles its Triton choices while the subprocesses are not up."""
     template = nodes[0].node
     with template.swap_as_triton_caller(triton_choice) if triton_choice is not None else contextlib.nullcontext():
-        return scheduler.compile_kernel(list(nodes))
+        future, module = scheduler.compile_kernel(list(nodes))
+    if future is None:
+        future = precompile_in_threads(module)
+    return future, module
+
+
+def precompile_in_threads(module: Any) -> Any:
+    """A future of the Triton kernels of ``module`` compiled (and their launchers made)
+    in Inductor's compile threads, on this thread's CUDA device; None where Inductor
+    compiles in one thread only, or the module has no kernel."""
+    from torch._inductor.async_compile import AsyncCompile, get_compile_threads
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    kernels = [k for k in vars(module).values() if isinstance(k, CachingAutotuner)]
+    if not kernels or get_compile_threads() <= 1:
+        return None
+    device = torch.cuda.current_device() if torch.cuda.is_initialized() else None
+
+    def compile_all() -> None:
+        with torch.cuda.device(device) if device is not None else contextlib.nullcontext():
+            for kernel in kernels:
+                kernel.precompile()  # under the kernel's lock: a first run meanwhile waits
+
+    return AsyncCompile.pool().submit(compile_all)
 
 
 def module_run_fn(future: Any, module: Any) -> Callable[[], Any]:

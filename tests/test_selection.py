@@ -4,6 +4,8 @@ from __future__ import annotations
 import math
 import types
 
+import pytest
+
 from inductor_cutedsl.lowering.template import GemmCaller
 from inductor_cutedsl.scheduler import selection
 
@@ -43,3 +45,60 @@ def test_screen_measures_ours_only_when_it_is_close_to_the_fastest():
     assert caller is None, "20% behind on autotuning's figures: not worth a fused build"
     caller, _ = selection._candidates(_buffer({aten: 1.0}))
     assert caller is None
+
+
+def test_benchmark_modules_compile_in_inductors_threads_until_its_subprocesses_are_up(monkeypatch):
+    """``Scheduler.compile_kernel`` starts no compile before Inductor's compile
+    subprocesses are up; the module's kernels then compile in Inductor's compile threads
+    (each once, off the compiling thread), not at the module's first run in it."""
+    import threading
+
+    from torch._inductor import async_compile
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    from inductor_cutedsl import _compat
+
+    class Kernel(CachingAutotuner):
+        def __init__(self):  # none of the real set-up: only precompile is called
+            self.threads = []
+
+        def precompile(self, *args, **kwargs):
+            self.threads.append(threading.get_ident())
+
+    first, second = Kernel(), Kernel()
+    module = types.SimpleNamespace(triton_a=first, triton_b=second, get_args=lambda: [])
+    template = types.SimpleNamespace(node=None)
+    scheduler = types.SimpleNamespace(compile_kernel=lambda nodes: (None, module))
+    future, got = _compat.nodes_module(scheduler, [template])
+    assert got is module and future is not None
+    future.result()
+    for kernel in (first, second):
+        assert len(kernel.threads) == 1 and kernel.threads[0] != threading.get_ident()
+    # Subprocesses up: their compile's future, untouched.
+    pooled = object()
+    scheduler.compile_kernel = lambda nodes: (pooled, module)
+    assert _compat.nodes_module(scheduler, [template])[0] is pooled
+    # No kernel in the module, or one compile thread only: nothing started.
+    assert _compat.precompile_in_threads(types.SimpleNamespace(get_args=lambda: [])) is None
+    monkeypatch.setattr(async_compile, "get_compile_threads", lambda: 1)
+    assert _compat.precompile_in_threads(module) is None
+
+
+def test_a_module_that_fails_to_compile_fails_its_ways_alone():
+    """The wait for the benchmark modules waits for each, and does not raise for one
+    that failed: its ways are still made, and fail, inside the side-by-side
+    measurement, which records them as inf."""
+    import concurrent.futures
+    import threading
+
+    from inductor_cutedsl import _compat
+
+    failed: concurrent.futures.Future = concurrent.futures.Future()
+    failed.set_exception(RuntimeError("out of resource: shared memory"))
+    pending: concurrent.futures.Future = concurrent.futures.Future()
+    threading.Timer(0.2, pending.set_result, ("compiled",)).start()
+    module = types.SimpleNamespace(get_args=lambda: [])
+    selection.await_modules([(failed, module), (None, module), (pending, module)])
+    assert pending.done()
+    with pytest.raises(RuntimeError, match="shared memory"):
+        _compat.module_run_fn(failed, module)

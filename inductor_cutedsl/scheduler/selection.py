@@ -33,12 +33,13 @@ ours is not worth measuring, Inductor decides as it would without us.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
 import time
 import weakref
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
@@ -248,6 +249,16 @@ def _then(first: Maker, second: Maker) -> Maker:
     return make
 
 
+def await_modules(modules: Iterable[tuple[Any, Any]]) -> None:
+    """Wait for the compiles of ``(future or None, module)`` benchmark modules. One that
+    failed to compile fails its ways alone, when they are made (``module_run_fn``
+    raises there, and the side-by-side measurement records that way as inf)."""
+    for future, _ in modules:
+        if future is not None:
+            with contextlib.suppress(Exception):
+                future.result()
+
+
 def side_by_side_runs(scheduler: Any, template: Any, contenders: dict[str, Any], tr: Translation,
                       chain: Sequence[Any]) -> dict[str, Maker]:  # fmt: skip
     """Makers (see ``timing.graphed_run``) of one run of each way of ``contenders`` (see
@@ -262,9 +273,7 @@ def side_by_side_runs(scheduler: Any, template: Any, contenders: dict[str, Any],
     t0 = time.perf_counter()
     compiler.wait(builds)
     t1 = time.perf_counter()
-    for future, _ in modules.values():
-        if future is not None:
-            future.result()
+    await_modules(modules.values())
     stats["builds_s"] += t1 - t0
     stats["modules_s"] += time.perf_counter() - t1
     caller = contenders["ours_separate"]
