@@ -60,10 +60,10 @@
 #           the given blocks (family:size[:run],...), stock then ours, within SECONDS (280)
 # cold-profile BLOCKS [SECONDS]: step cold (SECONDS, 200), then the first block's cold compile once
 #           more per backend under cProfile ($OUT/profile-BACKEND.txt): where the seconds went
-# cold-variants FAMILY:SIZE [ROUNDS [NICE [VARIANTS]]]: the block's cold compile (inference,
-#           max-autotune) for each of VARIANTS (stock,ours,ours-nice; ours-nice: compile workers at
-#           nice +NICE (10); ours-wN: N compile workers), each in a fresh process with empty caches,
-#           the compiling thread's stack sampled, in ROUNDS (2) interleaved rounds (the order
+# cold-variants FAMILY:SIZE [ROUNDS [VARIANTS]]: the block's cold compile (inference,
+#           max-autotune) for each of VARIANTS (stock,ours; ours-wN: ours with N compile workers),
+#           each in a fresh process with empty caches, the compiling thread's stack sampled
+#           (cold-variants-samples.txt, .folded.gz), in ROUNDS (2) interleaved rounds (the order
 #           reversed every other round)
 # fuzz [COLD_BLOCKS [CALL_SECONDS]]: the seeded fuzz suite (its specs precompiled at 16 workers
 #           first), then, if given, step cold on those blocks with what is left of CALL_SECONDS (570)
@@ -250,14 +250,12 @@ cold-profile)
         grep "^{" "$OUT/profile-$b.log" | cut -c1-900
     done ;;
 cold-variants)
-    IFS=, read -r -a variants <<< "${5:-stock,ours,ours-nice}"
+    IFS=, read -r -a variants <<< "${4:-stock,ours}"
     for r in $(seq "${3:-2}"); do
         order=("${variants[@]}")
         [ $((r % 2)) = 0 ] && for i in "${!variants[@]}"; do order[i]=${variants[-i-1]}; done
         for v in "${order[@]}"; do
             log=$(mktemp)
-            # ours-nice: workers at nice +NICE; ours-wN: N compile workers
-            INDUCTOR_CUTEDSL_WORKER_NICE=$([ "$v" = ours-nice ] && echo "${4:-10}" || echo 0) \
             INDUCTOR_CUTEDSL_COMPILE_WORKERS=$([[ "$v" == ours-w* ]] && echo "${v#ours-w}" || echo 8) \
                 fresh_caches timeout 150 python3 benchmarks/models.py --compile-once \
                 "$2:inference:max-autotune:${v%%-*}" --sample "$OUT/cold-variants-samples.txt" > "$log" 2>&1

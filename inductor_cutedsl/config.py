@@ -28,7 +28,7 @@ def _env_bool(name: str, default: bool) -> bool:
     return value.strip().lower() not in ("0", "false", "no", "off", "")
 
 
-def _env_int(name: str, default: int, minimum: int = 1) -> int:
+def _env_int(name: str, default: int) -> int:
     value = os.environ.get(name)
     if not value:
         return default
@@ -36,8 +36,8 @@ def _env_int(name: str, default: int, minimum: int = 1) -> int:
         number = int(value)
     except ValueError:
         raise ValueError(f"{name}={value!r}: a whole number is expected") from None
-    if number < minimum:
-        raise ValueError(f"{name}={value!r}: at least {minimum} is expected")
+    if number < 1:
+        raise ValueError(f"{name}={value!r}: at least 1 is expected")
     return number
 
 
@@ -51,10 +51,6 @@ cache_dir: str | None = os.environ.get("INDUCTOR_CUTEDSL_CACHE_DIR") or None
 max_configs: int = _env_int("INDUCTOR_CUTEDSL_MAX_CONFIGS", 3)
 #: Processes that compile candidates in parallel (``INDUCTOR_CUTEDSL_COMPILE_WORKERS``).
 compile_workers: int = _env_int("INDUCTOR_CUTEDSL_COMPILE_WORKERS", min(8, os.cpu_count() or 1))
-#: How much lower the compile workers' CPU priority is than the compiling process's
-#: (``INDUCTOR_CUTEDSL_WORKER_NICE``, a nice increment): with a positive value, Inductor's
-#: own Triton compiles, which autotuning waits for, win the CPU from our builds.
-worker_nice: int = _env_int("INDUCTOR_CUTEDSL_WORKER_NICE", 0, minimum=0)
 
 #: Fuse pointwise consumers into CuteDSL GEMM epilogues (``INDUCTOR_CUTEDSL_EPILOGUE_FUSION``).
 #: Read by ``enable()``. Each undecided GEMM then takes whichever of its fused and
@@ -85,7 +81,7 @@ fp8: bool = _env_bool("INDUCTOR_CUTEDSL_FP8", True)
 host_paced: bool = _env_bool("INDUCTOR_CUTEDSL_HOST_PACED", False)
 
 _FIELDS = (
-    "enabled", "cache_dir", "max_configs", "compile_workers", "worker_nice", "epilogue_fusion", "staged_operands", "dual_gemm",
+    "enabled", "cache_dir", "max_configs", "compile_workers", "epilogue_fusion", "staged_operands", "dual_gemm",
     "fp8", "host_paced",
 )  # fmt: skip
 
@@ -128,6 +124,6 @@ def cache_key() -> tuple:
     source and the settings read while compiling. Where settings change between
     compiles, a cached graph must not be reused."""
     settings = as_dict()
-    for name in ("cache_dir", "compile_workers", "worker_nice"):  # where and how fast, not what
+    for name in ("cache_dir", "compile_workers"):  # where and how fast, not what
         settings.pop(name)
     return ("inductor_cutedsl", _source_digest(), tuple(sorted(settings.items())))

@@ -64,18 +64,3 @@ def test_build_many_reports_every_spec(tmp_path):
     out = build_many(specs, KernelCache(tmp_path), workers=2)
     assert list(out) == [SPEC]
 
-
-def test_workers_run_at_the_configured_lower_priority():
-    """With ``worker_nice``, a worker's nice value is the compiling process's plus it, so
-    that Inductor's Triton compiles (which autotuning waits for) win the CPU."""
-    from inductor_cutedsl import config
-    from inductor_cutedsl.runtime import workers
-
-    with config.patch(worker_nice=7):
-        worker = workers._Worker()
-    try:
-        worker._read()  # {"ready": true}: past the point where the worker sets its priority
-        own = os.getpriority(os.PRIO_PROCESS, 0)
-        assert os.getpriority(os.PRIO_PROCESS, worker.proc.pid) == min(19, own + 7)
-    finally:
-        worker.close()

@@ -45,10 +45,6 @@ class _Collect(logging.Handler):
 
 def serve() -> None:
     signal.signal(signal.SIGTERM, _terminate)
-    from .. import config
-
-    if config.worker_nice:
-        os.nice(config.worker_nice)
     collect = _Collect()
     ours = logging.getLogger("inductor_cutedsl")
     ours.addHandler(collect)

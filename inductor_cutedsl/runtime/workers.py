@@ -20,7 +20,6 @@ import threading
 import time
 from pathlib import Path
 
-from .. import config
 from ..arch import ARCH
 
 log = logging.getLogger("inductor_cutedsl.compile")
@@ -37,7 +36,6 @@ class _Worker:
             "CUTE_DSL_ARCH": os.environ.get("CUTE_DSL_ARCH", ARCH),
             "INDUCTOR_CUTEDSL_WORKER": "1",
             "CUDA_VISIBLE_DEVICES": "",  # compiling needs no GPU; never open a context
-            "INDUCTOR_CUTEDSL_WORKER_NICE": str(config.worker_nice),  # the setting now, not at import
         }
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
