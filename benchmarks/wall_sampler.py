@@ -115,3 +115,53 @@ class WallSampler:
         lines.append("\ninclusive wall seconds:")
         lines += [f"{s:8.2f}  {f}" for f, s in self.inclusive(top)]
         return "\n".join(lines) + "\n"
+
+
+def read_folded(path: str) -> list[tuple[str, collections.Counter]]:
+    """The compiles of a ``.folded.gz`` file (one gzip member each, headed by a line
+    ``=== SPEC: SECONDS s``): [(header, {stack: samples})]."""
+    import gzip
+
+    compiles: list[tuple[str, collections.Counter]] = []
+    with gzip.open(path, "rt") as f:
+        for line in f:
+            if line.startswith("=== "):
+                compiles.append((line[4:].strip(), collections.Counter()))
+            elif line.strip():
+                stack, count = line.rstrip("\n").rsplit(" ", 1)
+                compiles[-1][1][stack] += int(count)
+    return compiles
+
+
+def frame_seconds(stacks: collections.Counter, frames: list[Frame], interval: float = 0.05) -> dict[Frame, float]:
+    """Inclusive wall seconds of each of ``frames`` in one compile's folded stacks."""
+    out = dict.fromkeys(frames, 0.0)
+    for stack, count in stacks.items():
+        on = set(stack.split(";"))
+        for frame in frames:
+            if frame in on:
+                out[frame] += count * interval
+    return {f: round(s, 2) for f, s in out.items()}
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Inclusive wall seconds of frames in each compile of a .folded.gz file")
+    ap.add_argument("folded", help="the file --sample wrote beside its report (PATH.folded.gz)")
+    ap.add_argument("--frames", required=True,
+                    help="comma-separated frames as the samples name them, e.g. selection.py:decide")  # fmt: skip
+    ap.add_argument("--interval", type=float, default=0.05, help="seconds per sample (default: %(default)s)")
+    args = ap.parse_args(argv)
+    frames = [f for f in args.frames.split(",") if f]
+    compiles = read_folded(args.folded)
+    width = max(map(len, frames))
+    print(" " * width, *(f"{head.rsplit(':', 2)[-2][:12]:>12}" for head, _ in compiles))
+    print(" " * width, *(f"{head.rsplit(':', 1)[-1].strip():>12}" for head, _ in compiles))
+    table = [frame_seconds(stacks, frames, args.interval) for _, stacks in compiles]
+    for frame in frames:
+        print(frame.ljust(width), *(f"{row[frame]:12.2f}" for row in table))
+
+
+if __name__ == "__main__":
+    main()
