@@ -102,3 +102,27 @@ def test_a_module_that_fails_to_compile_fails_its_ways_alone():
     assert pending.done()
     with pytest.raises(RuntimeError, match="shared memory"):
         _compat.module_run_fn(failed, module)
+
+
+def test_a_decision_measures_only_once_every_early_module_has_compiled(monkeypatch):
+    """Modules started early for later decisions compile in this process's threads
+    while Inductor's subprocesses are not up: the first decision waits for them all,
+    so that no compile takes the GIL during its measurements."""
+    import concurrent.futures
+    import threading
+
+    from inductor_cutedsl import _compat
+
+    class Graph:  # weakly referenced, as Inductor's GraphLowering is
+        pass
+
+    graph = Graph()
+    monkeypatch.setattr(_compat, "V", types.SimpleNamespace(graph=graph))
+    later = [concurrent.futures.Future() for _ in range(2)]
+    for i, future in enumerate(later):
+        threading.Timer(0.1 * (i + 1), future.set_result, (None,)).start()
+    selection._early_modules[graph] = {("later", i): (f, object()) for i, f in enumerate(later)}
+    own: concurrent.futures.Future = concurrent.futures.Future()
+    own.set_result(None)
+    selection.await_modules_before_measuring([(own, object())])
+    assert all(f.done() for f in later)

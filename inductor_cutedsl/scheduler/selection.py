@@ -259,6 +259,13 @@ def await_modules(modules: Iterable[tuple[Any, Any]]) -> None:
                 future.result()
 
 
+def await_modules_before_measuring(modules: Iterable[tuple[Any, Any]]) -> None:
+    """Wait for ``modules``, and for the graph's modules started early for other
+    decisions: those compiling in this process's threads
+    (``_compat.precompile_in_threads``) would take the GIL from the measurements."""
+    await_modules([*modules, *_early_modules.get(_compat.V.graph, {}).values()])
+
+
 def side_by_side_runs(scheduler: Any, template: Any, contenders: dict[str, Any], tr: Translation,
                       chain: Sequence[Any]) -> dict[str, Maker]:  # fmt: skip
     """Makers (see ``timing.graphed_run``) of one run of each way of ``contenders`` (see
@@ -273,7 +280,7 @@ def side_by_side_runs(scheduler: Any, template: Any, contenders: dict[str, Any],
     t0 = time.perf_counter()
     compiler.wait(builds)
     t1 = time.perf_counter()
-    await_modules(modules.values())
+    await_modules_before_measuring(modules.values())
     stats["builds_s"] += t1 - t0
     stats["modules_s"] += time.perf_counter() - t1
     caller = contenders["ours_separate"]
