@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from inductor_cutedsl.bench.report import geomean, rel_err, run_info, side_by_side, write_json  # noqa: E402
 from inductor_cutedsl.kernels import GemmConfig, shortlist  # noqa: E402
-from inductor_cutedsl.kernels.config import PROMOTE_HALVES, PROMOTE_NONE, PROMOTE_TILE, fitted_swizzle  # noqa: E402
+from inductor_cutedsl.kernels.config import PROMOTE_ALTERNATE, PROMOTE_HALVES, PROMOTE_NONE, PROMOTE_TILE, fitted_swizzle  # noqa: E402
 from inductor_cutedsl.kernels import epilogue as E  # noqa: E402
 from inductor_cutedsl.runtime import KernelSpec, get_gemm  # noqa: E402
 from inductor_cutedsl.runtime.compiler import build_many  # noqa: E402
@@ -64,16 +64,18 @@ TRIAL = (GemmConfig(64, 192, 2, 1, True),)
 
 def candidate_specs(m: int, n: int, k: int, mode: str, promote: bool, limit: int) -> list[KernelSpec]:
     """Our shortlist for the shape as scaled fp8 kernels (configs without registers for
-    a second accumulator dropped when promoting), promoting in each mode
-    (``PROMOTE_TILE`` and ``PROMOTE_HALVES``, timed side by side) when asked to."""
+    a second accumulator dropped when promoting), promoting in each mode the config
+    has the registers for (``PROMOTE_TILE``, ``PROMOTE_HALVES``, ``PROMOTE_ALTERNATE``,
+    timed side by side) when asked to."""
     epi = E.scaled(mode, mode)
-    modes = (PROMOTE_TILE, PROMOTE_HALVES) if promote else (PROMOTE_NONE,)
+    modes = (PROMOTE_TILE, PROMOTE_HALVES, PROMOTE_ALTERNATE) if promote else (PROMOTE_NONE,)
     configs = shortlist(m, n, k, limit=limit, promote=promote)
     if promote:  # rastered and swizzled as the shortlist's own
         for c in TRIAL:
             c = dataclasses.replace(c, raster_along_m=m >= n, swizzle=8)
             configs.append(dataclasses.replace(c, swizzle=fitted_swizzle(c, m, n)))
-    return [KernelSpec(c, FP8, "bfloat16", "k", "k", epi, promote=p) for c in configs for p in modes]
+    return [KernelSpec(c, FP8, "bfloat16", "k", "k", epi, promote=p)
+            for c in configs for p in modes if not p or c.promotion_reason(p) is None]  # fmt: skip
 
 
 def operands(m: int, n: int, k: int, mode: str):

@@ -65,15 +65,15 @@ def test_fp8_benchmark_plans_kernels_that_can_be_built():
         for mode in fp8.MODES:
             for promote in (False, True):
                 specs = fp8.candidate_specs(*shape, mode, promote, limit=6)
-                # Promoting: each config in both promotion modes, side by side, the
-                # trial configs among them.
-                assert specs and len(specs) <= (2 * (6 + len(fp8.TRIAL)) if promote else 6)
+                # Promoting: each config in each promotion mode it has the registers
+                # for, side by side, the trial configs among them.
+                assert specs and len(specs) <= (3 * (6 + len(fp8.TRIAL)) if promote else 6)
                 trial = {(c.tile_m, c.tile_n, c.pingpong) for c in fp8.TRIAL}
                 assert not promote or trial <= {(s.config.tile_m, s.config.tile_n, s.config.pingpong) for s in specs}
-                assert {s.promote for s in specs} == ({1, 2} if promote else {0})
+                assert {s.promote for s in specs} == ({1, 2, 3} if promote else {0})
                 for s in specs:  # the kernel's own checks, without compiling it
                     Sm90Gemm(s.config, s.ab_dtype, s.out_dtype, s.a_major, s.b_major, s.epilogue, s.dual, s.promote)
-                assert not promote or all(s.config.promotion_reason() is None for s in specs)
+                assert not promote or all(s.config.promotion_reason(s.promote) is None for s in specs)
 
 
 def test_fp8_block_quantizes_every_linear_row_wise():

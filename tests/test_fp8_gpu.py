@@ -33,7 +33,7 @@ def operands(m: int, n: int, k: int):
 
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("shape", [(1000, 1008, 4096), (17, 4096, 1024), (4096, 16, 4000), (8192, 4096, 4096)])
-@pytest.mark.parametrize("promote", [0, 1, 2])
+@pytest.mark.parametrize("promote", [0, 1, 2, 3])
 def test_fp8_gemm_matches_float64(shape, out_dtype, promote):
     from inductor_cutedsl.runtime import gemm
 
@@ -50,6 +50,7 @@ def test_fp8_gemm_matches_float64(shape, out_dtype, promote):
     (GemmConfig(128, 128, 2, 1), 1), (GemmConfig(128, 128, 2, 1), 2), (GemmConfig(64, 128, 1, 2, True), 1),
     (GemmConfig(64, 128, 1, 2, True), 2), (GemmConfig(128, 192, 2, 1), 2),
     (GemmConfig(64, 192, 2, 1, True), 1), (GemmConfig(64, 192, 2, 1, True), 2),  # fp8.py's trial tile
+    (GemmConfig(128, 128, 2, 1), 3), (GemmConfig(64, 128, 1, 2, True), 3), (GemmConfig(128, 128, 1, 1), 3),
     (GemmConfig(128, 256), 0),  # no registers for a second accumulator
 ])  # fmt: skip
 def test_fp8_configs(cfg, promote):
@@ -70,13 +71,14 @@ def test_fast_accumulation_error_at_large_k_and_promotion_removes_it():
     a, b = operands(m, n, k)
     ref = a.double() @ b.double()
     errs = {}
-    for promote in (0, 1, 2):
+    for promote in (0, 1, 2, 3):
         out = poisoned((m, n), torch.float32)
         gemm(a, b, out=out, promote=promote)
         errs[promote] = rel_err(out, ref)
-    print(f"fp8 K={k}: rel err fast {errs[0]:.2e}, promoted every k-tile {errs[1]:.2e}, by halves {errs[2]:.2e}")
+    print(f"fp8 K={k}: rel err fast {errs[0]:.2e}, promoted every k-tile {errs[1]:.2e}, by halves {errs[2]:.2e}, "
+          f"alternating {errs[3]:.2e}")  # fmt: skip
     assert errs[0] < FAST_TOL, errs  # the fast mode's bound; its figure is printed above
-    for promoted in (1, 2):
+    for promoted in (1, 2, 3):
         assert errs[promoted] < TOL[torch.float32] and errs[promoted] <= errs[0], errs
 
 
@@ -94,6 +96,8 @@ def test_fp8_refusals_on_the_gpu():
         gemm(a.to(torch.bfloat16), b.to(torch.bfloat16), promote=1)
     with pytest.raises(ValueError, match="promote"):
         gemm(a, b, out_dtype=torch.bfloat16, promote=4)
+    with pytest.raises(ValueError, match="3 accumulators"):
+        gemm(a, b, out_dtype=torch.bfloat16, promote=3, config=GemmConfig(128, 192, 2, 1))
     from inductor_cutedsl.runtime import scaled_gemm
 
     one = torch.ones((), device="cuda")

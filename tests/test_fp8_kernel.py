@@ -30,6 +30,10 @@ def test_promotion_needs_registers_for_a_second_accumulator():
     assert GemmConfig(128, 128).promotion_reason() is None
     assert GemmConfig(64, 128, pingpong=True).promotion_reason() is None
     assert "spill" in GemmConfig(128, 256).promotion_reason()
+    # PROMOTE_ALTERNATE holds two partial-sum sets beside the accumulator.
+    assert GemmConfig(128, 128).promotion_reason(3) is None
+    assert GemmConfig(64, 128, pingpong=True).promotion_reason(3) is None
+    assert "3 accumulators" in GemmConfig(128, 192).promotion_reason(3)
     assert "stream-K" in GemmConfig(128, 128, stream_k=True).promotion_reason()
 
 
@@ -92,7 +96,8 @@ SCRIPT = textwrap.dedent("""
     for name, cfg, promote in (("0", GemmConfig(128, 128, 2, 1), 0), ("1", GemmConfig(128, 128, 2, 1), 1),
                                ("wide", GemmConfig(128, 192, 2, 1), 1), ("halves", GemmConfig(128, 192, 2, 1), 2),
                                ("halves128", GemmConfig(128, 128, 2, 1), 2),
-                               ("pingpong", GemmConfig(64, 192, 1, 2, pingpong=True), 1)):
+                               ("pingpong", GemmConfig(64, 192, 1, 2, pingpong=True), 1),
+                               ("alternate", GemmConfig(128, 128, 2, 1), 3)):
         for old in dump.glob("*"):
             old.unlink()
         spec = KernelSpec(cfg, "float8_e4m3fn", "bfloat16", "k", "k", E.IDENTITY, promote=promote)
@@ -109,6 +114,8 @@ SCRIPT = textwrap.dedent("""
             "spill_stores": sum("STL" in l for l in lines),
             # Waits for wgmma batches: each drains the tensor pipe up to its count.
             "batch_waits": sum("WARPGROUP.DEPBAR" in l for l in lines),
+            # ... of which those that leave one batch in flight.
+            "waits_one_in_flight": sum("WARPGROUP.DEPBAR.LE gsb0, 0x1" in l for l in lines),
         }
     print(json.dumps(stats))
 """)
@@ -148,6 +155,21 @@ def test_the_promoting_pingpong_tile_keeps_both_accumulators_in_registers(fp8_sa
     pp = fp8_sass["pingpong"]
     assert pp["mma"] == pp["fp8_mma"] == 4 and pp["scoreboarded_mma"] == 1, pp
     assert pp["spill_stores"] == 0 and pp["fadd"] == 96 and pp["mma_from_zero"] == 1, pp
+
+
+def test_alternating_promotion_keeps_a_batch_in_flight_through_the_additions(fp8_sass):
+    """PROMOTE_ALTERNATE at 128x128: the first k-tile's batch, two per loop turn and an
+    odd last one (4 batches in the code), each of four 64x128x32 wgmmas scoreboarded
+    once and restarting its set from zero; every addition in the loop and the odd
+    tail's first one waits with the next batch still in flight (3 waits at 1), the
+    last k-tile's sums once the pipe is empty (2 waits at 0, one per tail); 64
+    additions per thread per add (5 in the code); three accumulators without spills.
+    Without the asm pinning each read of a set after its wait, the compiler hoists
+    copies of the in-flight set above the wait and ptxas serializes every wgmma."""
+    alt = fp8_sass["alternate"]
+    assert alt["mma"] == alt["fp8_mma"] == 16 and alt["scoreboarded_mma"] == 4, alt
+    assert alt["mma_from_zero"] == 4 and alt["fadd"] == 5 * 64 and alt["spill_stores"] == 0, alt
+    assert alt["batch_waits"] == 5 and alt["waits_one_in_flight"] == 3, alt
 
 
 def test_promotion_by_halves_keeps_both_batches_pipelined_in_the_same_registers(fp8_sass):
@@ -198,7 +220,7 @@ def test_scaled_refusals_name_what_is_wrong(monkeypatch):
     assert "one fp32 value" in scales_reason(a, b, one, one, None, e4m3, torch.ones(2))
 
 
-@pytest.mark.parametrize("promote", [0, 1])
+@pytest.mark.parametrize("promote", [0, 1, 3])
 def test_scaled_fp8_kernels_compile_and_export(promote, tmp_path):
     pytest.importorskip("cutlass")
     from inductor_cutedsl.runtime import KernelCache

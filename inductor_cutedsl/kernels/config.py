@@ -35,9 +35,10 @@ _CLUSTERS = ((1, 1), (2, 1), (1, 2), (2, 2))
 #: Promotion modes of an fp8 kernel (``KernelSpec.promote``): the wgmma accumulates
 #: alone (PyTorch's use_fast_accum=True); the partial sums of each k-tile are added into
 #: fp32 once the k-tile's wgmmas are done; or the same per column half of the tile, each
-#: half's additions running while the other half's wgmmas do.
-PROMOTE_NONE, PROMOTE_TILE, PROMOTE_HALVES = 0, 1, 2
-PROMOTE_MODES = (PROMOTE_NONE, PROMOTE_TILE, PROMOTE_HALVES)
+#: half's additions running while the other half's wgmmas do; or into two partial-sum
+#: sets in turn, one k-tile's sums added while the next k-tile's wgmmas run.
+PROMOTE_NONE, PROMOTE_TILE, PROMOTE_HALVES, PROMOTE_ALTERNATE = 0, 1, 2, 3
+PROMOTE_MODES = (PROMOTE_NONE, PROMOTE_TILE, PROMOTE_HALVES, PROMOTE_ALTERNATE)
 
 
 def promote_reason(promote: object, fp8_operands: bool) -> str | None:
@@ -49,10 +50,13 @@ def promote_reason(promote: object, fp8_operands: bool) -> str | None:
     batches pipelined. ``PROMOTE_TILE`` leaves the tensor cores idle while both
     warpgroups add (they wait on the same stage, so they add at the same time);
     ``PROMOTE_HALVES`` issues each half's wgmmas as a batch of their own, so one half's
-    additions overlap the other's wgmmas, for the same registers."""
+    additions overlap the other's wgmmas, for the same registers; ``PROMOTE_ALTERNATE``
+    accumulates k-tile t into partial-sum set t % 2 and adds the other set, done, while
+    t's wgmmas run, so a batch is always in flight, for a third accumulator's registers."""
     if isinstance(promote, bool) or promote not in PROMOTE_MODES:
-        return (f"promote: 0 (fast accumulation), 1 (fp8 partial sums promoted every k-tile) or 2 (the same "
-                f"by column halves, overlapped with the other half's wgmmas), got {promote!r}")  # fmt: skip
+        return (f"promote: 0 (fast accumulation), 1 (fp8 partial sums promoted every k-tile), 2 (the same "
+                f"by column halves, overlapped with the other half's wgmmas) or 3 (into two partial-sum sets "
+                f"in turn), got {promote!r}")  # fmt: skip
     if promote and not fp8_operands:
         return "promote: only fp8 operands' partial sums are promoted"
     return None
@@ -158,11 +162,13 @@ class GemmConfig:
             return "a dual kernel has no stream-K"
         return None
 
-    def promotion_reason(self) -> str | None:
-        """None when an fp8 kernel that promotes its partial sums (a second fp32
-        accumulator per thread) can be built with this config, else why not."""
-        if 2 * self.acc_regs() > 192:
-            return f"two accumulators of {self.acc_regs()} registers per thread would spill"
+    def promotion_reason(self, promote: int = PROMOTE_TILE) -> str | None:
+        """None when an fp8 kernel that promotes its partial sums in mode ``promote`` (a
+        second fp32 accumulator per thread; a third for ``PROMOTE_ALTERNATE``) can be
+        built with this config, else why not."""
+        sets = 3 if promote == PROMOTE_ALTERNATE else 2
+        if sets * self.acc_regs() > 192:
+            return f"{sets} accumulators of {self.acc_regs()} registers per thread would spill"
         if self.stream_k:
             return "promotion has no stream-K"
         return None
@@ -236,7 +242,7 @@ def fitted_swizzle(cfg: GemmConfig, m: int, n: int) -> int:
     return swizzle
 
 
-def shortlist(m: int, n: int, k: int, batch: int = 1, limit: int = 6, promote: bool = False) -> list[GemmConfig]:
+def shortlist(m: int, n: int, k: int, batch: int = 1, limit: int = 6, promote: int = PROMOTE_NONE) -> list[GemmConfig]:
     """A shape-aware short list of configs worth benchmarking, best guess first.
 
     Ordered by what won on the H200 (benchmarks/results/h200-gemm.json and
@@ -245,7 +251,8 @@ def shortlist(m: int, n: int, k: int, batch: int = 1, limit: int = 6, promote: b
     small ones want narrower tiles so all 132 SMs get work. A pair cluster multicasts
     the wider of a tile's two operands (a 128x256 tile pairs along M, sharing B): the
     least L2 -> SM traffic per MAC, and at the power limit the least energy per GEMM.
-    ``promote``: only configs with registers for an fp8 kernel's second accumulator.
+    ``promote`` (a promotion mode): only configs with registers for an fp8 kernel's
+    partial sums besides its accumulator (``GemmConfig.promotion_reason``).
     """
     sms = 132
     raster_m = m >= n
@@ -292,7 +299,7 @@ def shortlist(m: int, n: int, k: int, batch: int = 1, limit: int = 6, promote: b
         if tiles < sms // 2 and cfg.tile_m * cfg.tile_n > 128 * 128:
             continue
         cfg = dataclasses.replace(cfg, swizzle=fitted_swizzle(cfg, m, n))
-        if cfg.invalid_reason() is None and (not promote or cfg.promotion_reason() is None) and cfg not in cands:
+        if cfg.invalid_reason() is None and (not promote or cfg.promotion_reason(promote) is None) and cfg not in cands:
             cands.append(cfg)
     return cands[:limit]
 

@@ -49,9 +49,10 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.memory import SmemAllocator
 from cutlass.tensor_utils import LayoutEnum
 from cutlass import Float32, Int32, Int64
+from cutlass._mlir.dialects import llvm
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 
-from .config import MIN_STAGED_AB_STAGES, PROMOTE_HALVES, STAGED_BUFFERS, GemmConfig, promote_reason
+from .config import MIN_STAGED_AB_STAGES, PROMOTE_ALTERNATE, PROMOTE_HALVES, STAGED_BUFFERS, GemmConfig, promote_reason
 from .epilogue import Epilogue
 from .epilogue_math import materialize
 
@@ -143,7 +144,7 @@ class Sm90Gemm:
         reason = (
             cfg.invalid_reason(in_bytes, DTYPES[out_dtype].width // 8)
             or (cfg.dual_reason() if dual else None)
-            or (cfg.promotion_reason() if promote else None)
+            or (cfg.promotion_reason(promote) if promote else None)
         )
         if reason:
             raise ValueError(f"invalid config {cfg.name()}: {reason}")
@@ -724,6 +725,9 @@ class Sm90Gemm:
         if cutlass.const_expr(self.promote == PROMOTE_HALVES):
             halves = self._half_mmas(tiled_mma, sA, sB, wg, pingpong)
             part = None
+        elif cutlass.const_expr(self.promote == PROMOTE_ALTERNATE):
+            halves = self._alternate_mma(sA, sB, wg, pingpong, acc_shape)
+            part = None
         else:
             # What the wgmmas accumulate into: the accumulator itself, or (promoting fp8
             # partial sums) a second one added into it after every k-tile.
@@ -918,6 +922,21 @@ class Sm90Gemm:
         parts = [cute.make_rmem_tensor(shape, self.acc_dtype) for _ in range(2)]
         return half_mma, hA, hB, parts, self._half_pairs(tiled_mma, half_mma)
 
+    def _alternate_mma(self, sA, sB, wg, pingpong, acc_shape):
+        """What ``PROMOTE_ALTERNATE`` multiplies with: an MMA like the kernel's own, whose
+        first wgmma of each batch restarts its partial sums from zero (its accumulate
+        field is set per wgmma: the kernel's own stays set for good), its A and B
+        fragments, and the two partial-sum sets."""
+        mode = LayoutEnum.ROW_MAJOR.sm90_mma_major_mode()  # fp8: A and B K-major
+        alt_mma = sm90_utils.make_trivial_tiled_mma(
+            self.ab_dtype, self.ab_dtype, mode, mode, self.acc_dtype, self.atom_layout_mnk,
+            tiler_mn=(64, self.tile_shape_mnk[1]),
+        )  # fmt: skip
+        thr = alt_mma.get_slice(0 if pingpong else wg * _WG_THREADS)
+        aA = alt_mma.make_fragment_A(thr.partition_A(sA))
+        aB = alt_mma.make_fragment_B(thr.partition_B(sB))
+        return alt_mma, aA, aB, [cute.make_rmem_tensor(acc_shape, self.acc_dtype) for _ in range(2)], None
+
     def _half_pairs(self, tiled_mma, half_mma):
         """Per column half of the tile, the (partial sum index, accumulator index) of
         every value of a thread's half-tile partial sums: the value of ``tiled_mma``'s
@@ -954,6 +973,8 @@ class Sm90Gemm:
         """acc = the sum over k-tiles [k0, k1) of tile ``tc``: one wgmma batch in flight,
         the stage behind it released."""
         tiled_mma, tCrA, tCrB, acc, k_blocks, part, halves = mma
+        if cutlass.const_expr(self.promote == PROMOTE_ALTERNATE):
+            return self._mainloop_alternate(ab_pipe, acc, k_blocks, halves, read, release, k0, k1, tCcD, tc, wg, epi)
         if cutlass.const_expr(halves is not None):
             return self._mainloop_halves(ab_pipe, acc, k_blocks, halves, read, release, k0, k1, tCcD, tc, wg, epi)
         full_inputs, prefetch_kt = self._prefetch_plan(epi, k0, k1)
@@ -1034,6 +1055,83 @@ class Sm90Gemm:
             self._turn_pass(_BAR_MMA_TURN, 1 - wg)
         self._promote_half(acc, parts[1], pairs[1])
         return read, release
+
+    @cute.jit
+    def _mainloop_alternate(self, ab_pipe, acc, k_blocks, alt, read, release, k0, k1, tCcD, tc, wg, epi):
+        """``_mainloop`` promoting into two partial-sum sets in turn (``PROMOTE_ALTERNATE``):
+        k-tile k0 + i accumulates into set i % 2, and once it is issued the other set,
+        done with the k-tile before, is added into ``acc`` while it runs: a batch stays
+        in flight through the additions and across the loop's back edge. The loop takes
+        two k-tiles per turn (each set a name of its own in the code); an odd last
+        k-tile follows it. Each batch restarts its set from zero in its first wgmma.
+        Pipeline states advance and the MMA's accumulate field is set in this body
+        itself: the DSL carries neither out of a branch or loop from a helper."""
+        alt_mma, aA, aB, parts, _ = alt
+        full_inputs, prefetch_kt = self._prefetch_plan(epi, k0, k1)
+        acc.fill(0.0)
+        rest = k1 - k0 - 1
+        # (turn, set) of every batch: the first k-tile, two per turn, an odd last one.
+        ab_pipe.consumer_wait(read)
+        cute.nvgpu.warpgroup.fence()
+        for kb in cutlass.range_constexpr(k_blocks):
+            alt_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, kb != 0)
+            cute.gemm(alt_mma, parts[0], aA[(None, None, kb, read.index)], aB[(None, None, kb, read.index)], parts[0])
+        cute.nvgpu.warpgroup.commit_group()
+        read.advance()
+        for turn in range(rest // 2):
+            for s in cutlass.range_constexpr(2):
+                if cutlass.const_expr(len(full_inputs) > 0):
+                    if k0 + 1 + 2 * turn + s == prefetch_kt:
+                        self._prefetch_full_operands(tCcD, tc[2], full_inputs, epi.size_m, epi.size_n)
+                ab_pipe.consumer_wait(read)
+                cute.nvgpu.warpgroup.fence()
+                for kb in cutlass.range_constexpr(k_blocks):
+                    alt_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, kb != 0)
+                    blk = (None, None, kb, read.index)
+                    cute.gemm(alt_mma, parts[1 - s], aA[blk], aB[blk], parts[1 - s])
+                cute.nvgpu.warpgroup.commit_group()
+                read.advance()
+                cute.nvgpu.warpgroup.wait_group(1)  # the k-tile before: its set is done
+                self._add_partial_sums(acc, parts[s])
+                ab_pipe.consumer_release(release)
+                release.advance()
+        if rest % 2 == 1:
+            ab_pipe.consumer_wait(read)
+            cute.nvgpu.warpgroup.fence()
+            for kb in cutlass.range_constexpr(k_blocks):
+                alt_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, kb != 0)
+                blk = (None, None, kb, read.index)
+                cute.gemm(alt_mma, parts[1], aA[blk], aB[blk], parts[1])
+            cute.nvgpu.warpgroup.commit_group()
+            read.advance()
+            cute.nvgpu.warpgroup.wait_group(1)
+            self._add_partial_sums(acc, parts[0])
+            ab_pipe.consumer_release(release)
+            release.advance()
+            if cutlass.const_expr(self.pingpong):
+                self._turn_pass(_BAR_MMA_TURN, 1 - wg)
+            cute.nvgpu.warpgroup.wait_group(0)
+            self._add_partial_sums(acc, parts[1])
+            ab_pipe.consumer_release(release)
+            release.advance()
+        else:
+            if cutlass.const_expr(self.pingpong):
+                self._turn_pass(_BAR_MMA_TURN, 1 - wg)
+            cute.nvgpu.warpgroup.wait_group(0)
+            self._add_partial_sums(acc, parts[0])
+            ab_pipe.consumer_release(release)
+            release.advance()
+        return read, release
+
+    @cute.jit
+    def _add_partial_sums(self, acc, part):
+        """acc += part, reading part only after this point: each value passes through an
+        empty volatile asm here, so no read of it (an addition, a copy) can be scheduled
+        above the batch wait just before (the compiler takes a wgmma's results as ready
+        when it issues, and ptxas then serializes every wgmma)."""
+        for i in cutlass.range_constexpr(cute.size(acc)):
+            pinned = llvm.inline_asm(Float32.mlir_type, [part[i].ir_value()], "", "=f,0", has_side_effects=True)
+            acc[i] = acc[i] + Float32(pinned)
 
     @cute.jit
     def _promote_half(self, acc, part, pairs):

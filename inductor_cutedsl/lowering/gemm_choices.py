@@ -88,7 +88,7 @@ def candidate_specs(
     in_bytes, out_bytes = (getattr(torch, name).itemsize for name in (ab_dtype, out_dtype))
     return [
         KernelSpec(cfg, ab_dtype, out_dtype, a_major, b_major, epilogue, promote=promote)
-        for cfg in shortlist(*mnkl, limit=config.max_configs, promote=bool(promote))
+        for cfg in shortlist(*mnkl, limit=config.max_configs, promote=promote)
         if cfg.invalid_reason(in_bytes, out_bytes) is None
     ]
 

@@ -250,7 +250,7 @@ def _config_reason(config, out_bytes: int, dual: bool = False, in_bytes: int = 2
     why = (
         config.invalid_reason(in_bytes, out_bytes)
         or (config.dual_reason() if dual else None)
-        or (config.promotion_reason() if promote else None)
+        or (config.promotion_reason(promote) if promote else None)
     )
     return f"config {config.name()}: {why}" if why else None
 
@@ -270,7 +270,8 @@ def gemm(
     fp8 (e4m3) operands must both be K-major and need ``out_dtype`` (or ``out``);
     ``promote=1`` adds their partial sums into fp32 every k-tile of 128 (PyTorch's
     ``use_fast_accum=False``), 2 the same by column halves overlapped with the other
-    half's MMAs (``kernels.config.PROMOTE_HALVES``), 0 accumulates in the MMA only.
+    half's MMAs (``kernels.config.PROMOTE_HALVES``), 3 into two partial-sum sets in
+    turn (``PROMOTE_ALTERNATE``), 0 accumulates in the MMA only.
 
     Raises ValueError for inputs it refuses, naming the argument (``a``, ``b``, ``out``,
     ``out_dtype``, ``config``, ``epilogue`` or an operand by its declared name); an
@@ -296,7 +297,7 @@ def gemm(
         out = torch.empty(shape, dtype=out_dtype, device=a.device)
     if config is None:
         batch = a.shape[0] if a.dim() == 3 else 1
-        config = shortlist(a.shape[-2], b.shape[-1], a.shape[-1], batch, promote=bool(promote))[0]
+        config = shortlist(a.shape[-2], b.shape[-1], a.shape[-1], batch, promote=promote)[0]
     get_gemm(spec_for(a, b, out.dtype, config, epilogue, promote=promote))(a, b, out, *operands)
     return out
 

@@ -53,7 +53,7 @@ class KernelSpec:
     b_major: str  # "k" (B is K x N column-major) or "n" (row-major B)
     epilogue: Epilogue
     dual: bool = False
-    #: fp8 operands: the promotion mode (``kernels.config.PROMOTE_MODES``): 1 or 2
+    #: fp8 operands: the promotion mode (``kernels.config.PROMOTE_MODES``): 1, 2 or 3
     #: promote the wgmma's partial sums into fp32 every k-tile (PyTorch's
     #: use_fast_accum=False); 0 accumulates in the wgmma only.
     promote: int = 0
