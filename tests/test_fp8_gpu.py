@@ -33,8 +33,8 @@ def operands(m: int, n: int, k: int):
 
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
 # K = 4176: 33 k-tiles, the last partial. PROMOTE_ALTERNATE issues the first k-tile,
-# then two per loop turn: an odd count ends with the loop, an even one (the other
-# shapes, and 17 x 128 below with the first) with one k-tile after it.
+# then two per loop turn: an odd count (33 here, 17 in the config test below) ends
+# with the loop, an even one (the other shapes) with one k-tile after it.
 @pytest.mark.parametrize("shape", [(1000, 1008, 4096), (17, 4096, 1024), (4096, 16, 4000), (8192, 4096, 4096),
                                    (520, 2048, 4176)])  # fmt: skip
 @pytest.mark.parametrize("promote", [0, 1, 2, 3])
