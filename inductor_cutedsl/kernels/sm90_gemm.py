@@ -1125,13 +1125,18 @@ class Sm90Gemm:
 
     @cute.jit
     def _add_partial_sums(self, acc, part):
-        """acc += part, reading part only after this point: each value passes through an
-        empty volatile asm here, so no read of it (an addition, a copy) can be scheduled
-        above the batch wait just before (the compiler takes a wgmma's results as ready
-        when it issues, and ptxas then serializes every wgmma)."""
+        """acc += part (read through ``_pinned``)."""
         for i in cutlass.range_constexpr(cute.size(acc)):
-            pinned = llvm.inline_asm(Float32.mlir_type, [part[i].ir_value()], "", "=f,0", has_side_effects=True)
-            acc[i] = acc[i] + Float32(pinned)
+            acc[i] = acc[i] + self._pinned(part[i])
+
+    @staticmethod
+    def _pinned(value):
+        """``value`` (a partial sum a wgmma wrote) as read at this point of the code: it
+        passes through an empty volatile asm, so no read of it (an addition, a copy) is
+        scheduled above the batch wait just before. The compiler takes a wgmma's results
+        as ready when it issues; a read hoisted above the wait made ptxas serialize every
+        wgmma (C7514)."""
+        return Float32(llvm.inline_asm(Float32.mlir_type, [value.ir_value()], "", "=f,0", has_side_effects=True))
 
     @cute.jit
     def _promote_half(self, acc, part, pairs):
