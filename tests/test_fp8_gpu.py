@@ -200,3 +200,18 @@ def test_bf16_gemm_stores_fp8_output_saturated():
     gemm(a, b, out=out)
     ref = (a.double() @ b.double()).clamp(-448, 448)  # |a @ b| ~ 32: a few saturate
     assert rel_err(out, ref) < 0.07
+
+
+@pytest.mark.parametrize("promote", [1, 3])
+def test_fp8_gemm_with_a_full_operand_epilogue(promote):
+    """An M x N input in the epilogue (a residual): the mainloop prefetches it toward L2
+    a few k-tiles before the end, inside PROMOTE_ALTERNATE's two-k-tile loop too."""
+    from inductor_cutedsl.kernels import epilogue as E
+    from inductor_cutedsl.runtime import gemm
+
+    m, n, k = 1000, 1024, 4096 + 128  # 33 k-tiles
+    a, b = operands(m, n, k)
+    residual = torch.randn(m, n, device="cuda").to(torch.bfloat16)
+    out = poisoned((m, n), torch.float32)
+    gemm(a, b, residual, out=out, epilogue=E.bias("full"), promote=promote, config=GemmConfig(128, 128, 2, 1))
+    assert rel_err(out, a.double() @ b.double() + residual.double()) < tol(torch.float32, promote)
