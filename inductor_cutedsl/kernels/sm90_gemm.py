@@ -1070,7 +1070,6 @@ class Sm90Gemm:
         full_inputs, prefetch_kt = self._prefetch_plan(epi, k0, k1)
         acc.fill(0.0)
         rest = k1 - k0 - 1
-        # (turn, set) of every batch: the first k-tile, two per turn, an odd last one.
         ab_pipe.consumer_wait(read)
         cute.nvgpu.warpgroup.fence()
         for kb in cutlass.range_constexpr(k_blocks):
@@ -1108,20 +1107,21 @@ class Sm90Gemm:
             self._add_partial_sums(acc, parts[0])
             ab_pipe.consumer_release(release)
             release.advance()
-            if cutlass.const_expr(self.pingpong):
-                self._turn_pass(_BAR_MMA_TURN, 1 - wg)
-            cute.nvgpu.warpgroup.wait_group(0)
-            self._add_partial_sums(acc, parts[1])
-            ab_pipe.consumer_release(release)
-            release.advance()
+            self._add_last_partial_sums(acc, parts[1], wg)
         else:
-            if cutlass.const_expr(self.pingpong):
-                self._turn_pass(_BAR_MMA_TURN, 1 - wg)
-            cute.nvgpu.warpgroup.wait_group(0)
-            self._add_partial_sums(acc, parts[0])
-            ab_pipe.consumer_release(release)
-            release.advance()
+            self._add_last_partial_sums(acc, parts[0], wg)
+        ab_pipe.consumer_release(release)
+        release.advance()
         return read, release
+
+    @cute.jit
+    def _add_last_partial_sums(self, acc, part, wg):
+        """The tile's last batch issued: the other warpgroup's turn passed (pingpong),
+        then its sums added once it is done."""
+        if cutlass.const_expr(self.pingpong):
+            self._turn_pass(_BAR_MMA_TURN, 1 - wg)
+        cute.nvgpu.warpgroup.wait_group(0)
+        self._add_partial_sums(acc, part)
 
     @cute.jit
     def _add_partial_sums(self, acc, part):
