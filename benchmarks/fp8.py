@@ -36,7 +36,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from inductor_cutedsl.bench.report import geomean, rel_err, run_info, side_by_side, write_json  # noqa: E402
 from inductor_cutedsl.kernels import GemmConfig, shortlist  # noqa: E402
-from inductor_cutedsl.kernels.config import PROMOTE_ALTERNATE, PROMOTE_HALVES, PROMOTE_NONE, PROMOTE_TILE, fitted_swizzle  # noqa: E402
+from inductor_cutedsl.kernels.config import (  # noqa: E402
+    PROMOTE_ALTERNATE, PROMOTE_HALVES, PROMOTE_NONE, PROMOTE_TILE, fitted_swizzle,
+)
 from inductor_cutedsl.kernels import epilogue as E  # noqa: E402
 from inductor_cutedsl.runtime import KernelSpec, get_gemm  # noqa: E402
 from inductor_cutedsl.runtime.compiler import build_many  # noqa: E402

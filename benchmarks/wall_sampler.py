@@ -39,8 +39,10 @@ class WallSampler:
     {name: condition}, each checked at every sample; ``seen`` gets the seconds at which
     each first held (a pool becoming ready, say)."""
 
-    def __init__(self, interval: float = 0.05, depth: int = 40, key_frames: int = 6,
-                 thread_id: int | None = None, events: dict[str, Callable[[], bool]] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, interval: float = 0.05, depth: int = 40, key_frames: int = 6, thread_id: int | None = None,
+        events: dict[str, Callable[[], bool]] | None = None,
+    ) -> None:  # fmt: skip
         self.interval, self.depth, self.key_frames = interval, depth, key_frames
         self.thread_id = thread_id
         self.events = dict(events or {})
