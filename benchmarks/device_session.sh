@@ -44,7 +44,8 @@
 # fp8-bench [SECONDS [ARGS...]]: the plain scaled-GEMM benchmark alone (fp8.py ARGS, e.g.
 #           --fast-accum), within SECONDS (300)
 # fp8-fused: the fp8 fused patterns and the quantized LLaMA prefill block
-# compile-in-process: a block's cold compile fresh and after three others, stock and ours
+# compile-in-process [SECONDS]: a block's cold compile fresh and after three others, stock and ours,
+#           within SECONDS (590)
 # distributed [K]: the world-size-2 DDP / FSDP2 tests side by side (gloo on one GPU), pytest -k K
 #           if given (FSDP2 alone took over 300 s in session 19; a rank dumps its stacks at 480 s)
 # distributed-bench [WRAP...]: benchmarks/distributed.py (step time stock vs ours, cold compile per
@@ -217,7 +218,7 @@ fp8-fused)
         --json "$OUT/h200-fp8-fused.json"
     grep -E "x: eager|fp8 llama|geomean|Error" "$OUT/fp8-fused.log" | tail -16 ;;
 compile-in-process)
-    step compile 590 python3 benchmarks/compile_in_process.py --json "$OUT/h200-compile-in-process.json"
+    step compile "${2:-590}" python3 benchmarks/compile_in_process.py --json "$OUT/h200-compile-in-process.json"
     grep -E "^(stock|ours):|Error" "$OUT/compile.log" | tail -6 ;;
 distributed)
     step gpu-distributed 580 python3 -m pytest tests/test_distributed_gpu.py -m gpu -n 2 -q -rfE -p no:cacheprovider \
