@@ -266,7 +266,10 @@ cold-variants)
             echo "{\"variant\": \"$v\", \"round\": $r, \"report\": ${line:-null}}" >> "$OUT/cold-variants.jsonl"
             echo "$v round $r: $(echo "$line" | cut -c1-330)"
         done
-    done ;;
+    done
+    # Where each compiling thread's seconds went (inclusive; frames as the samples name them).
+    python3 benchmarks/wall_sampler.py "$OUT/cold-variants-samples.txt.folded.gz" --frames \
+        graph.py:run,scheduler.py:fuse_nodes,selection.py:start_fused_build,selection.py:decide,compiler.py:wait,select_algorithm.py:autotune,triton_heuristics.py:precompile ;;
 fuzz)
     t0=$SECONDS
     step fuzz-precompile 60 python3 tests/test_fuzz_gpu.py --precompile --workers 16
