@@ -721,13 +721,12 @@ class Sm90Gemm:
         else:
             acc_shape = thr_mma.partition_C(gD).shape[:3]
         acc = cute.make_rmem_tensor(acc_shape, self.acc_dtype)
-        halves = None
+        # What a promotion mode of its own multiplies with (its mainloop unpacks it).
+        promotion, part = None, None
         if cutlass.const_expr(self.promote == PROMOTE_HALVES):
-            halves = self._half_mmas(tiled_mma, sA, sB, wg, pingpong)
-            part = None
+            promotion = self._half_mmas(tiled_mma, sA, sB, wg, pingpong)
         elif cutlass.const_expr(self.promote == PROMOTE_ALTERNATE):
-            halves = self._alternate_mma(sA, sB, wg, pingpong, acc_shape)
-            part = None
+            promotion = self._alternate_mma(sA, sB, wg, pingpong, acc_shape)
         else:
             # What the wgmmas accumulate into: the accumulator itself, or (promoting fp8
             # partial sums) a second one added into it after every k-tile.
@@ -735,7 +734,7 @@ class Sm90Gemm:
         # Every wgmma accumulates (each tile starts from a zero-filled acc). Set once, here:
         # a value staged inside the tile loops could not be used after them.
         tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
-        mma = (tiled_mma, tCrA, tCrB, acc, cute.size(tCrA, mode=[2]), part, halves)
+        mma = (tiled_mma, tCrA, tCrB, acc, cute.size(tCrA, mode=[2]), part, promotion)
 
         # Epilogue: registers -> smem (stmatrix for 16-bit D) -> gmem (TMA store).
         # Sub-tiles are carved out of the accumulator with the 16-bit copy's register
@@ -909,11 +908,7 @@ class Sm90Gemm:
         accumulator per half and, per half, the (partial sum, accumulator) index pairs
         of each value (``_half_pairs``)."""
         tm, tn, tk = self.tile_shape_mnk
-        mode = LayoutEnum.ROW_MAJOR.sm90_mma_major_mode()  # fp8: A and B K-major
-        half_mma = sm90_utils.make_trivial_tiled_mma(
-            self.ab_dtype, self.ab_dtype, mode, mode, self.acc_dtype, self.atom_layout_mnk, tiler_mn=(64, tn // 2),
-        )  # fmt: skip
-        thr = half_mma.get_slice(0 if pingpong else wg * _WG_THREADS)
+        half_mma, thr = self._kmajor_mma(tn // 2, wg, pingpong)
         hA = half_mma.make_fragment_A(thr.partition_A(sA))
         # (bN / 2, bK, half, 1, stage), as a dual kernel's B stage is split.
         b_halves = cute.flat_divide(sB, (tn // 2, tk))
@@ -927,15 +922,19 @@ class Sm90Gemm:
         first wgmma of each batch restarts its partial sums from zero (its accumulate
         field is set per wgmma: the kernel's own stays set for good), its A and B
         fragments, and the two partial-sum sets."""
-        mode = LayoutEnum.ROW_MAJOR.sm90_mma_major_mode()  # fp8: A and B K-major
-        alt_mma = sm90_utils.make_trivial_tiled_mma(
-            self.ab_dtype, self.ab_dtype, mode, mode, self.acc_dtype, self.atom_layout_mnk,
-            tiler_mn=(64, self.tile_shape_mnk[1]),
-        )  # fmt: skip
-        thr = alt_mma.get_slice(0 if pingpong else wg * _WG_THREADS)
+        alt_mma, thr = self._kmajor_mma(self.tile_shape_mnk[1], wg, pingpong)
         aA = alt_mma.make_fragment_A(thr.partition_A(sA))
         aB = alt_mma.make_fragment_B(thr.partition_B(sB))
-        return alt_mma, aA, aB, [cute.make_rmem_tensor(acc_shape, self.acc_dtype) for _ in range(2)], None
+        return alt_mma, aA, aB, [cute.make_rmem_tensor(acc_shape, self.acc_dtype) for _ in range(2)]
+
+    def _kmajor_mma(self, tile_n, wg, pingpong):
+        """A promotion mode's own MMA over ``tile_n`` columns (fp8: A and B K-major) and
+        this warpgroup's slice of it."""
+        mode = LayoutEnum.ROW_MAJOR.sm90_mma_major_mode()
+        mma = sm90_utils.make_trivial_tiled_mma(
+            self.ab_dtype, self.ab_dtype, mode, mode, self.acc_dtype, self.atom_layout_mnk, tiler_mn=(64, tile_n),
+        )  # fmt: skip
+        return mma, mma.get_slice(0 if pingpong else wg * _WG_THREADS)
 
     def _half_pairs(self, tiled_mma, half_mma):
         """Per column half of the tile, the (partial sum index, accumulator index) of
@@ -972,11 +971,11 @@ class Sm90Gemm:
     def _mainloop(self, ab_pipe, mma, read, release, k0, k1, tCcD, tc, wg, epi):
         """acc = the sum over k-tiles [k0, k1) of tile ``tc``: one wgmma batch in flight,
         the stage behind it released."""
-        tiled_mma, tCrA, tCrB, acc, k_blocks, part, halves = mma
+        tiled_mma, tCrA, tCrB, acc, k_blocks, part, promotion = mma
         if cutlass.const_expr(self.promote == PROMOTE_ALTERNATE):
-            return self._mainloop_alternate(ab_pipe, acc, k_blocks, halves, read, release, k0, k1, tCcD, tc, wg, epi)
-        if cutlass.const_expr(halves is not None):
-            return self._mainloop_halves(ab_pipe, acc, k_blocks, halves, read, release, k0, k1, tCcD, tc, wg, epi)
+            return self._mainloop_alternate(ab_pipe, acc, k_blocks, promotion, read, release, k0, k1, tCcD, tc, wg, epi)
+        if cutlass.const_expr(self.promote == PROMOTE_HALVES):
+            return self._mainloop_halves(ab_pipe, acc, k_blocks, promotion, read, release, k0, k1, tCcD, tc, wg, epi)
         full_inputs, prefetch_kt = self._prefetch_plan(epi, k0, k1)
         size_m, size_n = epi.size_m, epi.size_n
         acc.fill(0.0)
@@ -1066,7 +1065,7 @@ class Sm90Gemm:
         k-tile follows it. Each batch restarts its set from zero in its first wgmma.
         Pipeline states advance and the MMA's accumulate field is set in this body
         itself: the DSL carries neither out of a branch or loop from a helper."""
-        alt_mma, aA, aB, parts, _ = alt
+        alt_mma, aA, aB, parts = alt
         full_inputs, prefetch_kt = self._prefetch_plan(epi, k0, k1)
         acc.fill(0.0)
         rest = k1 - k0 - 1
@@ -1074,7 +1073,8 @@ class Sm90Gemm:
         cute.nvgpu.warpgroup.fence()
         for kb in cutlass.range_constexpr(k_blocks):
             alt_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, kb != 0)
-            cute.gemm(alt_mma, parts[0], aA[(None, None, kb, read.index)], aB[(None, None, kb, read.index)], parts[0])
+            blk = (None, None, kb, read.index)
+            cute.gemm(alt_mma, parts[0], aA[blk], aB[blk], parts[0])
         cute.nvgpu.warpgroup.commit_group()
         read.advance()
         for turn in range(rest // 2):
