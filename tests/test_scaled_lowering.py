@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from fake_hopper import generated_code, launched
+from inductor_cutedsl.kernels.config import promotion_mode
 from test_fusion_codegen import backend, kernels
 from test_lowering import graph  # noqa: F401  (the fixture)
 
@@ -49,10 +50,28 @@ def test_row_wise_scales_are_the_epilogue_of_a_promoting_fp8_kernel():
                               (M, K), (N, K), (M, 1), (1, N), backends="CUTEDSL,ATEN")  # fmt: skip
     assert kernels(code)[0] == 1
     spec = launched(code, 0)["spec"]
-    assert (spec.ab_dtype, spec.a_major, spec.b_major, spec.promote) == ("float8_e4m3fn", "k", "k", 1)
+    assert (spec.ab_dtype, spec.a_major, spec.b_major) == ("float8_e4m3fn", "k", "k")
+    assert spec.promote == promotion_mode(spec.config) != 0
     assert spec.epilogue.name == "scaled_row_row"
     assert [op.kind for op in spec.epilogue.operands] == ["col", "row"]
     assert "_launch(a, b, out_ptr0, scale_a, scale_b, stream=stream)" in code
+
+
+def test_each_promoting_candidate_takes_the_mode_its_registers_allow():
+    from inductor_cutedsl.kernels import epilogue as E
+    from inductor_cutedsl.kernels.config import PROMOTE_ALTERNATE, PROMOTE_TILE, GemmConfig
+    from inductor_cutedsl.lowering.gemm_choices import candidate_specs
+
+    # Three accumulators fit a 128x128 cooperative tile (64 registers each), not a 128x192 one.
+    assert promotion_mode(GemmConfig(128, 128)) == PROMOTE_ALTERNATE
+    assert promotion_mode(GemmConfig(128, 192)) == PROMOTE_TILE
+    for m, n, k in ((1024, 4096, 4096), (8192, 8192, 8192), (8192, 14336, 4096)):
+        promoting = candidate_specs((m, n, k, 1), "float8_e4m3fn", "bfloat16", "k", "k", E.scaled("row", "row"), True)
+        modes = {(s.config.tile_m, s.config.tile_n): s.promote for s in promoting}
+        assert modes[(128, 192)] == PROMOTE_TILE and modes[(128, 128)] == PROMOTE_ALTERNATE, modes
+        assert all(s.config.promotion_reason(s.promote) is None for s in promoting)
+        fast = candidate_specs((m, n, k, 1), "float8_e4m3fn", "bfloat16", "k", "k", E.scaled("row", "row"), False)
+        assert fast and all(s.promote == 0 for s in fast)
 
 
 def test_tensor_wise_scales_bias_and_consumers_fuse_with_fast_accumulation():

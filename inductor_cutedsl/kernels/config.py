@@ -242,6 +242,15 @@ def fitted_swizzle(cfg: GemmConfig, m: int, n: int) -> int:
     return swizzle
 
 
+def promotion_mode(cfg: GemmConfig) -> int:
+    """The mode a promoting fp8 kernel with ``cfg`` is built in: ``PROMOTE_ALTERNATE``
+    where the config has registers for its third accumulator (a batch of wgmmas stays in
+    flight through the additions; on the H200 it beat ``PROMOTE_TILE`` at the same tile
+    and was our fastest promoting kernel at 7 of the 12 benchmark rows), else
+    ``PROMOTE_TILE`` (``PROMOTE_HALVES`` never beat it)."""
+    return PROMOTE_ALTERNATE if cfg.promotion_reason(PROMOTE_ALTERNATE) is None else PROMOTE_TILE
+
+
 def shortlist(m: int, n: int, k: int, batch: int = 1, limit: int = 6, promote: int = PROMOTE_NONE) -> list[GemmConfig]:
     """A shape-aware short list of configs worth benchmarking, best guess first.
 

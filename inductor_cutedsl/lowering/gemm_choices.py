@@ -16,7 +16,7 @@ import torch
 from .. import _compat, config
 from ..config import BACKEND_TOKEN
 from ..kernels import epilogue as E
-from ..kernels.config import shortlist
+from ..kernels.config import PROMOTE_NONE, PROMOTE_TILE, promotion_mode, shortlist
 from ..runtime import compiler
 from ..runtime.launch import default_cache
 from ..runtime.spec import ALIGNMENT, KernelSpec
@@ -82,13 +82,16 @@ def candidate_specs(
     a_major: str,
     b_major: str,
     epilogue: E.Epilogue,
-    promote: int = 0,
+    promote: bool = False,
 ) -> list[KernelSpec]:
-    """The short list of kernels offered for one GEMM (``config.max_configs`` at most)."""
+    """The short list of kernels offered for one GEMM (``config.max_configs`` at most);
+    ``promote``: an fp8 GEMM whose partial sums are promoted, each config in the mode it
+    has registers for (``promotion_mode``)."""
     in_bytes, out_bytes = (getattr(torch, name).itemsize for name in (ab_dtype, out_dtype))
     return [
-        KernelSpec(cfg, ab_dtype, out_dtype, a_major, b_major, epilogue, promote=promote)
-        for cfg in shortlist(*mnkl, limit=config.max_configs, promote=promote)
+        KernelSpec(cfg, ab_dtype, out_dtype, a_major, b_major, epilogue,
+                   promote=promotion_mode(cfg) if promote else PROMOTE_NONE)  # fmt: skip
+        for cfg in shortlist(*mnkl, limit=config.max_configs, promote=PROMOTE_TILE if promote else PROMOTE_NONE)
         if cfg.invalid_reason(in_bytes, out_bytes) is None
     ]
 
@@ -211,7 +214,7 @@ def scaled_candidates(kernel_inputs: Any) -> tuple[list[GemmCandidate], Any]:
     if bias is not None and (bias.get_dtype() not in OUT_DTYPES or len(bias.get_size()) != 1):
         raise Refusal(f"bias {bias.get_dtype()} of {len(bias.get_size())} dims (want N values)")
     layout = _output_layout(kernel_inputs, out_dtype)
-    promote = 0 if _compat.current_node_arg("use_fast_accum", 7, False) else 1
+    promote = not _compat.current_node_arg("use_fast_accum", 7, False)
     epi = E.scaled(*modes, OUT_DTYPES[bias.get_dtype()] if bias is not None else None)
     specs = candidate_specs((m, n, k, 1), FP8_DTYPES[ab_dtype], STORE_DTYPES[out_dtype], "k", "k", epi, promote)
     names = ("a", "b", "scale_a", "scale_b") + (("bias",) if bias is not None else ())

@@ -13,7 +13,15 @@ from pathlib import Path
 import torch
 
 from .. import config
-from ..kernels.config import GemmConfig, dual_shortlist, promote_reason, shortlist
+from ..kernels.config import (
+    PROMOTE_NONE,
+    PROMOTE_TILE,
+    GemmConfig,
+    dual_shortlist,
+    promote_reason,
+    promotion_mode,
+    shortlist,
+)
 from ..kernels.epilogue import GATED_ACTIVATIONS, IDENTITY, Epilogue, gated, scaled
 from .cache import KernelCache
 from .compiler import build
@@ -321,7 +329,8 @@ def scaled_gemm(
     only with an fp8 output, as ``scales_reason`` says). ``a``
     (M x K) row-major and ``b`` (K x N) column-major e4m3; scales fp32, each tensor-wise
     or row-wise ((M, 1) for A, (1, N) for B). Without ``use_fast_accum`` the fp8 partial sums
-    are promoted into fp32 every k-tile (128 of K). Raises ValueError for what it refuses."""
+    are promoted into fp32 every k-tile (128 of K), in the mode the config has registers for
+    (``kernels.config.promotion_mode``). Raises ValueError for what it refuses."""
     reason = scales_reason(a, b, scale_a, scale_b, bias, out.dtype if out is not None else out_dtype, scale_result)
     if reason:
         raise ValueError(f"inductor_cutedsl cannot run this scaled GEMM: {reason}")
@@ -329,8 +338,13 @@ def scaled_gemm(
              scale_mode(scale_b.shape, scale_b.dtype, 1, b.shape[-1]))  # fmt: skip
     epi = scaled(*modes, OUT_DTYPES[bias.dtype] if bias is not None else None, scale_result is not None)
     operands = (scale_a, scale_b, *(t for t in (bias, scale_result) if t is not None))
+    promote = PROMOTE_NONE
+    if not use_fast_accum:
+        if config is None:
+            config = shortlist(a.shape[-2], b.shape[-1], a.shape[-1], promote=PROMOTE_TILE)[0]
+        promote = promotion_mode(config) if isinstance(config, GemmConfig) else PROMOTE_TILE
     return gemm(a, b, *operands, out=out, out_dtype=None if out is not None else out_dtype, config=config,
-                epilogue=epi, promote=0 if use_fast_accum else 1)  # fmt: skip
+                epilogue=epi, promote=promote)  # fmt: skip
 
 
 def gated_gemm(
