@@ -114,6 +114,8 @@ def main(argv: list[str] | None = None) -> dict:
                     help="blocks compiled before the target in the long-lived process (comma-separated)")
     ap.add_argument("--mode", default="max-autotune-no-cudagraphs", help="torch.compile mode (default: %(default)s)")
     ap.add_argument("--json", default=None, help="where the results are written")
+    ap.add_argument("--backends", default=",".join(BACKENDS),
+                    help="comma-separated, in this order (default: %(default)s)")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per process (default: %(default)s)")
     ap.add_argument("--smoke", action="store_true", help="tiny CPU compiles instead of blocks (no GPU)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -124,7 +126,10 @@ def main(argv: list[str] | None = None) -> dict:
         return {}
     before = [b for b in args.before.split(",") if b]
     result: dict = {"target": args.target, "before": before, "mode": args.mode, "smoke": args.smoke}
-    for backend in BACKENDS:
+    backends = args.backends.split(",")
+    if not set(backends) <= set(BACKENDS):
+        ap.error(f"--backends: each of {', '.join(BACKENDS)}")
+    for backend in backends:
         fresh = run_worker([args.target], backend, args.mode, args.smoke, args.timeout)
         late = run_worker([*before, args.target], backend, args.mode, args.smoke, args.timeout)
         first, last = fresh["compiles"][0], late["compiles"][-1]
@@ -133,10 +138,10 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"{backend}: {args.target} fresh {first['seconds']} s, after {len(before)} blocks "
               f"{last['seconds']} s ({result[backend]['slowdown']}x; gc {last['gc_s']} s, "
               f"{last['before']['children']} child processes before it)", flush=True)  # fmt: skip
-    if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
+        if args.json:  # after each backend: a call's time limit can stop the next one
+            os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+            with open(args.json, "w") as f:
+                json.dump(result, f, indent=1)
     return result
 
 

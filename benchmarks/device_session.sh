@@ -43,9 +43,11 @@
 # fp8-tests: the fp8 GPU tests
 # fp8-bench [SECONDS [ARGS...]]: the plain scaled-GEMM benchmark alone (fp8.py ARGS, e.g.
 #           --fast-accum), within SECONDS (300)
-# fp8-fused: the fp8 fused patterns and the quantized LLaMA prefill block
-# compile-in-process [SECONDS]: a block's cold compile fresh and after three others, stock and ours,
-#           within SECONDS (590)
+# fp8-fused: the fp8 fused patterns (470 s in session 21: stock autotunes 105 Triton choices per
+#           fp8 GEMM, about a minute each)
+# fp8-block [SECONDS]: the quantized LLaMA prefill block alone, within SECONDS (560)
+# compile-in-process [SECONDS [BACKENDS]]: a block's cold compile fresh and after three others,
+#           for BACKENDS (stock,ours), within SECONDS (590; stock alone took 380 s in session 21)
 # distributed [K]: the world-size-2 DDP / FSDP2 tests side by side (gloo on one GPU), pytest -k K
 #           if given (FSDP2 alone took over 300 s in session 19; a rank dumps its stacks at 480 s)
 # distributed-bench [WRAP...]: benchmarks/distributed.py (step time stock vs ours, cold compile per
@@ -66,6 +68,10 @@
 #           each in a fresh process with empty caches, the compiling thread's stack sampled
 #           (cold-variants-samples.txt, .folded.gz), in ROUNDS (2) interleaved rounds (the order
 #           reversed every other round)
+# precompile-probe [FAMILY:SIZE [VARIANTS]]: precompile_probe.py on the block's cold compile
+#           (inference, max-autotune) for each of VARIANTS (ours,stock; e.g. ours,ours,ours to catch
+#           the slow mode), each in a fresh process with empty caches: which Triton kernels compiled
+#           in which thread, hits and misses
 # fuzz [COLD_BLOCKS [CALL_SECONDS]]: the seeded fuzz suite (its specs precompiled at 16 workers
 #           first), then, if given, step cold on those blocks with what is left of CALL_SECONDS (570)
 # host BLOCKS [MODES [SECONDS]]: host_probe.py on the given blocks (family:size:run,...) in MODES
@@ -211,14 +217,22 @@ fp8)
 fp8-tests)
     fp8_tests ;;
 fp8-bench)
-    step fp8 "${2:-300}" python3 benchmarks/fp8.py --workers 16 --json "$OUT/h200-fp8-plain.json" "${@:3}"
-    tail -16 "$OUT/fp8.log" ;;
+    # Named by the extra arguments: two runs in one call must not overwrite each other.
+    tag=$(echo "${*:3}" | tr -c 'a-z0-9\n' - | tr -d '\n' | sed 's/^-*//')
+    step "fp8${tag:+-$tag}" "${2:-300}" python3 benchmarks/fp8.py --workers 16 \
+        --json "$OUT/h200-fp8-plain${tag:+-$tag}.json" "${@:3}"
+    tail -16 "$OUT/fp8${tag:+-$tag}.log" ;;
+fp8-block)
+    TORCH_LOGS=+inductor_cutedsl step fp8-block "${2:-560}" python3 benchmarks/fp8.py --block-only --workers 16 \
+        --json "$OUT/h200-fp8-block.json"
+    grep -E "fp8 llama|Error" "$OUT/fp8-block.log" | tail -6 ;;
 fp8-fused)
-    TORCH_LOGS=+inductor_cutedsl step fp8-fused 560 python3 benchmarks/fp8.py --fused-only --block --workers 16 \
+    TORCH_LOGS=+inductor_cutedsl step fp8-fused 560 python3 benchmarks/fp8.py --fused-only --workers 16 \
         --json "$OUT/h200-fp8-fused.json"
-    grep -E "x: eager|fp8 llama|geomean|Error" "$OUT/fp8-fused.log" | tail -16 ;;
+    grep -E "x: eager|fp8 llama|fused_geomean|Error" "$OUT/fp8-fused.log" | tail -16 ;;
 compile-in-process)
-    step compile "${2:-590}" python3 benchmarks/compile_in_process.py --json "$OUT/h200-compile-in-process.json"
+    step compile "${2:-590}" python3 benchmarks/compile_in_process.py --backends "${3:-stock,ours}" \
+        --json "$OUT/h200-compile-in-process.json"
     grep -E "^(stock|ours):|Error" "$OUT/compile.log" | tail -6 ;;
 distributed)
     step gpu-distributed 580 python3 -m pytest tests/test_distributed_gpu.py -m gpu -n 2 -q -rfE -p no:cacheprovider \
@@ -261,7 +275,7 @@ cold-variants)
                 fresh_caches timeout 150 python3 benchmarks/models.py --compile-once \
                 "$2:inference:max-autotune:${v%%-*}" --sample "$OUT/cold-variants-samples.txt" > "$log" 2>&1
             # Few files come back from a call: one line per compile, a failed one's log tail.
-            line=$(grep "^{" "$log")
+            line=$(grep "^{\"compile_s\"" "$log")  # not the autotune stats lines
             [ -n "$line" ] || { echo "== $v round $r"; tail -30 "$log"; } >> "$OUT/cold-variants-failed.log"
             echo "{\"variant\": \"$v\", \"round\": $r, \"report\": ${line:-null}}" >> "$OUT/cold-variants.jsonl"
             echo "$v round $r: $(echo "$line" | cut -c1-330)"
@@ -270,6 +284,15 @@ cold-variants)
     # Where each compiling thread's seconds went (inclusive; frames as the samples name them).
     python3 benchmarks/wall_sampler.py "$OUT/cold-variants-samples.txt.folded.gz" --frames \
         graph.py:run,scheduler.py:fuse_nodes,selection.py:start_fused_build,selection.py:decide,compiler.py:wait,select_algorithm.py:autotune,triton_heuristics.py:precompile ;;
+precompile-probe)
+    IFS=, read -r -a variants <<< "${3:-ours,stock}"
+    for i in "${!variants[@]}"; do
+        v=${variants[i]}
+        fresh_caches step "probe-$i-$v" 150 python3 benchmarks/precompile_probe.py \
+            "${2:-vit:small}:inference:max-autotune:$v" --json "$OUT/precompile-probe-$i-$v.json"
+        grep -E "^\{\"(compile_s|spec)|Error" "$OUT/probe-$i-$v.log" | cut -c1-600
+        rm "$OUT/probe-$i-$v.log"  # few files come back from a call: the JSON has it all
+    done ;;
 fuzz)
     t0=$SECONDS
     step fuzz-precompile 60 python3 tests/test_fuzz_gpu.py --precompile --workers 16

@@ -2,6 +2,7 @@
 the probe would build is valid, so no device time is lost to a typo."""
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -106,6 +107,46 @@ def test_compile_in_process_records_what_a_late_compile_carries():
         gc.collect()
     assert timer.passes[2] >= 1 and timer.seconds >= 0
     assert timer not in gc.callbacks
+
+
+def test_compile_in_process_runs_the_backends_asked_for(tmp_path):
+    import compile_in_process as cip
+
+    out = tmp_path / "cip.json"
+    result = cip.main(["--smoke", "--backends", "stock", "--before", "", "--json", str(out), "--timeout", "300"])
+    assert "ours" not in result and json.loads(out.read_text()) == result
+    fresh, late = result["stock"]["fresh"], result["stock"]["late"]
+    assert len(fresh) == len(late) == 1 and all(c["seconds"] > 0 for c in fresh + late)
+    with pytest.raises(SystemExit):
+        cip.main(["--smoke", "--backends", "stock,theirs"])
+
+
+def test_precompile_probe_tells_a_compile_from_a_cache_hit(tmp_path, monkeypatch):
+    import precompile_probe as probe
+    import triton
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(probe, "EVENTS", [])
+    probe.install()
+
+    @triton.jit
+    def triton_mm(x, n: tl.constexpr):
+        tl.store(x + tl.arange(0, n), tl.arange(0, n))
+
+    src = triton.compiler.ASTSource(fn=triton_mm, signature={"x": "*fp32", "n": "constexpr"}, constexprs={"n": 16})
+    try:
+        for _ in range(2):  # a miss (every stage runs), then a hit (none)
+            triton.compile(src, target=GPUTarget("cuda", 90, 32))
+    finally:
+        probe.uninstall()
+    assert triton.compile.__module__ == "triton.compiler.compiler"
+    compiles = [e for e in probe.EVENTS if e["kind"] == "triton.compile"]
+    assert [e["stages_run"] > 0 for e in compiles] == [True, False]
+    assert compiles[0]["file"] == "test_benchmarks.py" and compiles[0]["thread"] == "MainThread"
+    summary = probe.summary(probe.EVENTS)
+    assert summary["template_compiles_in_main_thread"] == 1 and summary["compiled_twice"] == {}
 
 
 def test_distributed_benchmark_rows_take_each_rounds_slowest_rank():
