@@ -18,6 +18,7 @@ import contextlib
 import importlib
 import importlib.abc
 import math
+import os
 import re
 import sys
 import threading
@@ -527,6 +528,42 @@ def compile_pool_ready() -> bool:
 
     ready = AsyncCompile._ready_future
     return ready is not None and ready.done()
+
+
+def align_triton_ptxas() -> Callable[[], None] | None:
+    """Make this process key its Triton compiles on the ptxas that Inductor's compile
+    workers use; returns what undoes it (None where nothing changed).
+
+    A Triton kernel's on-disk cache key holds the ptxas version, which Triton reads once
+    per process (``get_ptxas_version`` is memoized). Inductor's workers point Triton at
+    torch's own ptxas (``_set_triton_ptxas_path``, where torch ships one: CUDA 13.0 beside
+    Triton 3.6's 12.8) before compiling; this process does only at its first Triton
+    compile outside the workers, but autotuning's threads compile Inductor's template
+    choices at lowering, before that, with Triton's bundled ptxas, and the memoized version
+    then stays. So no kernel a worker compiled was found in the cache by this process: each
+    was compiled again here, at its first run, in the compiling thread (a GEMM's whole set
+    of choices, about 9 s, where its lowering came after the workers were up; every kernel
+    of a later graph in a long-lived process)."""
+    try:
+        from torch._inductor.runtime.compile_tasks import _set_triton_ptxas_path
+        from triton.backends.nvidia import compiler as nvidia
+    except ImportError:  # no CUDA Triton: nothing to align
+        return None
+    name = "TRITON_PTXAS_PATH"
+    before = os.environ.get(name)
+    _set_triton_ptxas_path()
+    after = os.environ.get(name)
+    forget = getattr(nvidia.get_ptxas_version, "cache_clear", lambda: None)
+    forget()  # read again, from the ptxas the path now names
+    if after == before:
+        return None
+
+    def undo() -> None:
+        if os.environ.get(name) == after:
+            del os.environ[name]
+        forget()
+
+    return undo
 
 
 def node_ranges(node: Any) -> tuple[list[Any], list[Any]]:

@@ -142,6 +142,9 @@ def _install_rest() -> None:
 
         if _compat.choices_class() is _choices:
             _compat.set_choices_class(_choices_class())
+        # Before any Triton compile of this compilation: the kernels Inductor's workers
+        # compile must be found by this process, not compiled again in it.
+        _saved["ptxas"] = _compat.align_triton_ptxas()
         _saved["benchmark_hook"] = _compat.install_benchmark_hook(rescale)
         if _saved["dual_gemm"]:
             from .lowering import gated
@@ -175,6 +178,8 @@ def disable() -> None:
             _compat.restore_pre_grad_pass(saved["pre_grad_pass"])
         if "benchmark_hook" in saved:
             _compat.restore_benchmark_hook(saved["benchmark_hook"])
+        if saved.get("ptxas") is not None:
+            saved["ptxas"]()
         if "rest" in saved and saved["dual_gemm"]:
             _compat.unregister_lowering(torch.ops.inductor_cutedsl.gated_mm.default)
         if "scheduling" in saved:

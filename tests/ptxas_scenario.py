@@ -1,0 +1,77 @@
+"""One process of ``test_triton_ptxas``'s scenario (run as a script, so that Triton's
+per-process memo of the ptxas version starts empty):
+
+    python ptxas_scenario.py worker          # compiles kernel_b, as an Inductor worker
+    python ptxas_scenario.py parent OTHER plain|align
+
+The parent compiles kernel_a first (on the bundled ptxas), has a worker compile kernel_b
+on ``OTHER`` (``TRITON_PTXAS_PATH``, as Inductor's workers set it), then compiles
+kernel_b itself, after ``_compat.align_triton_ptxas`` with ``align``; it prints JSON
+lines: how many compile stages ran each time (0: found in the on-disk cache)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import triton
+import triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.backends.nvidia import compiler as nvidia
+
+
+@triton.jit
+def kernel_a(x, n: tl.constexpr):
+    tl.store(x + tl.arange(0, n), tl.arange(0, n))
+
+
+@triton.jit
+def kernel_b(x, n: tl.constexpr):
+    tl.store(x + tl.arange(0, n), tl.arange(0, n) * 3)
+
+
+def stages_run(fn) -> int:
+    """Compile ``fn`` for sm_90; the number of compile stages that ran."""
+    runs = []
+    original = nvidia.CUDABackend.add_stages
+
+    def add_stages(self, stages, options, *args, **kwargs):
+        original(self, stages, options, *args, **kwargs)
+        for key, stage in list(stages.items()):
+            stages[key] = lambda *a, _stage=stage, **k: (runs.append(key), _stage(*a, **k))[1]
+
+    nvidia.CUDABackend.add_stages = add_stages
+    try:
+        src = triton.compiler.ASTSource(fn=fn, signature={"x": "*fp32", "n": "constexpr"}, constexprs={"n": 16})
+        triton.compile(src, target=GPUTarget("cuda", 90, 32))
+    finally:
+        nvidia.CUDABackend.add_stages = original
+    return len(runs)
+
+
+def parent(other: str, align: bool) -> None:
+    from torch._inductor.runtime import compile_tasks
+
+    from inductor_cutedsl import _compat
+
+    first = stages_run(kernel_a)
+    subprocess.run([sys.executable, __file__, "worker"], env={**os.environ, "TRITON_PTXAS_PATH": other}, check=True)
+    undo = None
+    if align:  # torch's own ptxas stands in for OTHER
+        compile_tasks._set_triton_ptxas_path = lambda: os.environ.setdefault("TRITON_PTXAS_PATH", other)
+        undo = _compat.align_triton_ptxas()
+    else:
+        os.environ["TRITON_PTXAS_PATH"] = other  # as Inductor sets it at its first in-process compile
+    print(json.dumps({"first": first, "again": stages_run(kernel_b), "undo": undo is not None,
+                      "path": os.environ.get("TRITON_PTXAS_PATH")}))  # fmt: skip
+    if undo is not None:
+        undo()
+        print(json.dumps({"after_undo": os.environ.get("TRITON_PTXAS_PATH")}))
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "worker":
+        assert stages_run(kernel_b) > 0
+    else:
+        parent(sys.argv[2], sys.argv[3] == "align")
