@@ -187,10 +187,16 @@ def main() -> None:
     install()
     import models
 
+    ptxas_before = os.environ.get("TRITON_PTXAS_PATH")
     models.compile_once(args.spec)
+    # Which ptxas this process keyed its compiles on (_compat.align_triton_ptxas).
+    from triton.backends.nvidia.compiler import get_ptxas_version
+
+    _record("ptxas", path_before=ptxas_before, path_after=os.environ.get("TRITON_PTXAS_PATH"),
+            version=get_ptxas_version(90).strip().splitlines()[-1])  # fmt: skip
     with open(args.json, "w") as f:
         json.dump({"spec": args.spec, "summary": summary(EVENTS), "events": EVENTS}, f)
-    print(json.dumps({"spec": args.spec, **summary(EVENTS)})[:3000])
+    print(json.dumps({"spec": args.spec, "ptxas": EVENTS[-1], **summary(EVENTS)})[:3000])
 
 
 if __name__ == "__main__":
