@@ -536,14 +536,15 @@ def align_triton_ptxas() -> Callable[[], None] | None:
 
     A Triton kernel's on-disk cache key holds the ptxas version, which Triton reads once
     per process (``get_ptxas_version`` is memoized). Inductor's workers point Triton at
-    torch's own ptxas (``_set_triton_ptxas_path``, where torch ships one: CUDA 13.0 beside
-    Triton 3.6's 12.8) before compiling; this process does only at its first Triton
-    compile outside the workers, but autotuning's threads compile Inductor's template
-    choices at lowering, before that, with Triton's bundled ptxas, and the memoized version
-    then stays. So no kernel a worker compiled was found in the cache by this process: each
-    was compiled again here, at its first run, in the compiling thread (a GEMM's whole set
-    of choices, about 9 s, where its lowering came after the workers were up; every kernel
-    of a later graph in a long-lived process)."""
+    torch's own ptxas (``_set_triton_ptxas_path``, where torch ships one, of another CUDA
+    release than Triton's bundled one) before compiling; this process does only at its
+    first Triton compile outside the workers, but autotuning's threads compile Inductor's
+    template choices at lowering, before that, with Triton's bundled ptxas, and the
+    memoized version then stays. So no kernel a worker compiled was found in the cache by
+    this process: each was compiled again here, at its first run, in the compiling thread
+    (a GEMM's whole set of choices where its lowering came after the workers were up;
+    every kernel of a later graph in a long-lived process). docs/performance.md has the
+    figures."""
     try:
         from torch._inductor.runtime.compile_tasks import _set_triton_ptxas_path
         from triton.backends.nvidia import compiler as nvidia
