@@ -153,7 +153,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log
     echo "== $name: rc=$? in $((SECONDS - t0)) s"
 }
 
-case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, energy, gemm, fusion-tests, compile-check, graph, timing, probe, diagnose, inductor-tests, inductor-regress, close, order-probe, host-paced, suite-prefill, gated-train, gated-fp8, fp8, fp8-tests, fp8-bench, fp8-fused, compile-in-process, distributed, distributed-bench, training, train-check, cold-train, train-duty, cold, cold-profile, cold-variants, fuzz, host or duty}" in
+case "${1:?tests, model, epilogue, fusion, job, final, verify, select, closing, bias, staged, energy, gemm, fusion-tests, compile-check, graph, timing, probe, diagnose, inductor-tests, inductor-regress, close, order-probe, host-paced, suite-prefill, gated-train, gated-fp8, fp8, fp8-tests, fp8-bench, fp8-fused, fp8-block, compile-in-process, distributed, distributed-bench, training, train-check, cold-train, train-duty, cold, cold-profile, cold-variants, precompile-probe, fuzz, host or duty}" in
 inductor-tests)
     step inductor-tests 560 python3 benchmarks/inductor_tests.py --tests .device/inductor_tests \
         --files test_max_autotune.py test_select_algorithm_211.py --together -n 7 --budget 520 \
