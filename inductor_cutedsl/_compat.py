@@ -540,11 +540,12 @@ def align_triton_ptxas() -> Callable[[], None] | None:
     release than Triton's bundled one) before compiling; this process does only at its
     first Triton compile outside the workers, but autotuning's threads compile Inductor's
     template choices at lowering, before that, with Triton's bundled ptxas, and the
-    memoized version then stays. So no kernel a worker compiled was found in the cache by
-    this process: each was compiled again here, at its first run, in the compiling thread
-    (a GEMM's whole set of choices where its lowering came after the workers were up;
-    every kernel of a later graph in a long-lived process). docs/performance.md has the
-    figures."""
+    memoized version then stays. A kernel whose worker result this process uses (a
+    compiled graph's) is unaffected, but one it compiles itself after a worker did (a
+    template choice at its first benchmark, precompiled by the workers where its GEMM was
+    lowered after they came up: every choice of every graph in a long-lived process) was
+    never found in the cache and was compiled again here, in the compiling thread.
+    docs/performance.md has the figures."""
     try:
         from torch._inductor.runtime.compile_tasks import _set_triton_ptxas_path
         from triton.backends.nvidia import compiler as nvidia
