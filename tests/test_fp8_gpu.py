@@ -134,15 +134,24 @@ def test_scaled_gemm_matches_float64_and_torch_scaled_mm(mode, bias, fast):
 
 
 @pytest.mark.parametrize("mode", ["tensor", "row"])
-def test_compiled_scaled_mm_runs_our_kernel_and_computes_the_block(mode):
+@pytest.mark.parametrize("offered", ["shortlist", "alternate"])
+def test_compiled_scaled_mm_runs_our_kernel_and_computes_the_block(mode, offered, monkeypatch):
     """torch.compile of a quantized Linear + GELU + residual with CuteDSL as the only
     GEMM backend: our fp8 kernel takes the _scaled_mm (the consumers fused into it or
-    not, as the selection measures) and the result matches float64."""
+    not, as the selection measures), promoting in its config's mode, and the result
+    matches float64. ``alternate``: the lowering offers only a 128x128 tile, so the
+    kernel that runs promotes by ``PROMOTE_ALTERNATE``."""
     import torch.nn.functional as F
     from torch._inductor import config as ic
     from torch._inductor.utils import run_and_get_code
 
+    from fake_hopper import launched
     from helpers import cutedsl_launches
+    from inductor_cutedsl.kernels.config import PROMOTE_ALTERNATE, promotion_mode
+    from inductor_cutedsl.lowering import gemm_choices
+
+    if offered == "alternate":
+        monkeypatch.setattr(gemm_choices, "shortlist", lambda *a, **k: [GemmConfig(128, 128, 1, 2)])
 
     m, n, k = 1000, 2048, 1024
     a, b = operands(m, n, k)
@@ -161,6 +170,9 @@ def test_compiled_scaled_mm_runs_our_kernel_and_computes_the_block(mode):
         got, codes = run_and_get_code(torch.compile(fn, mode="max-autotune-no-cudagraphs"), a, b, sa, sb, c, r)
     code = "\n".join(codes)
     assert cutedsl_launches(code) == 1 and "extern_kernels._scaled_mm" not in code
+    spec = launched(code)["spec"]
+    assert spec.promote == promotion_mode(spec.config)
+    assert offered == "shortlist" or spec.promote == PROMOTE_ALTERNATE
     y = (a.double() @ b.double()) * sa.double() * sb.double() + c.double()
     ref = F.gelu(y, approximate="tanh") + r.double()
     assert rel_err(got, ref) < 1e-2
