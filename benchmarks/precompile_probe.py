@@ -8,8 +8,9 @@ hit or miss), written as JSON.
 Run it with empty caches (``device_session.sh`` step ``precompile-probe`` does). It
 answers why the selection's start sometimes compiles Inductor's Triton template choices
 in the compiling thread, at their first benchmark, although Inductor precompiled them
-at lowering: a kernel compiled twice (``misses`` > 1 for one source) or a choice first
-compiled in the compiling thread names the cause.
+at lowering: a template choice compiled in the compiling thread
+(``template_compiles_in_main_thread``) is the slow mode; the ``ptxas`` event says which
+ptxas version this process keyed its compiles on (``_compat.align_triton_ptxas``).
 """
 from __future__ import annotations
 
@@ -157,26 +158,25 @@ def install() -> None:
 
 
 def summary(events: list[dict]) -> dict:
-    """Per kernel name: compiles that ran stages (misses), in which threads, seconds."""
-    per = collections.defaultdict(lambda: {"misses": 0, "hits": 0, "miss_s": 0.0, "miss_threads": []})
-    for e in events:
-        if e["kind"] == "triton.compile":
-            row = per[e["kernel"]]
-            if e["stages_run"]:
-                row["misses"] += 1
-                row["miss_s"] = round(row["miss_s"] + e["s"], 3)
-                row["miss_threads"].append(e["thread"])
-            else:
-                row["hits"] += 1
-    main_misses = [(k, r) for k, r in per.items() if "MainThread" in r["miss_threads"]]
-    # Template choices compiled in the compiling thread: the slow mode this probe looks for.
-    templates_in_main = [e for e in events if e["kind"] == "triton.compile" and e["stages_run"]
-                         and e["thread"] == "MainThread" and e["kernel"] == "triton_mm"]  # fmt: skip
-    return {"kernels": len(per), "compiled_twice": {k: r for k, r in per.items() if r["misses"] > 1},
-            "missed_in_main_thread": {k: r for k, r in main_misses},
-            "main_thread_miss_s": round(sum(r["miss_s"] for _, r in main_misses), 2),
-            "template_compiles_in_main_thread": len(templates_in_main),
-            "template_compile_s_in_main_thread": round(sum(e["s"] for e in templates_in_main), 2)}  # fmt: skip
+    """Compiles that ran their stages (cache misses): how many and their seconds per
+    thread kind, the compiling thread's by kernel (name and generated module), and the
+    template choices among them (the slow mode this probe looks for)."""
+    misses = [e for e in events if e["kind"] == "triton.compile" and e["stages_run"]]
+    by_thread: dict = collections.defaultdict(lambda: {"compiles": 0, "s": 0.0})
+    main: dict = collections.defaultdict(lambda: {"compiles": 0, "s": 0.0})
+    for e in misses:
+        rows = [by_thread[e["thread"].rsplit("_", 1)[0]]]  # a pool's threads together
+        if e["thread"] == "MainThread":
+            rows.append(main[f"{e['kernel']} {e.get('file')}"])
+        for row in rows:
+            row["compiles"] += 1
+            row["s"] = round(row["s"] + e["s"], 3)
+    templates = [e for e in misses if e["thread"] == "MainThread" and e["kernel"] == "triton_mm"]
+    return {"misses_by_thread": dict(by_thread),
+            "main_thread": dict(sorted(main.items(), key=lambda kv: -kv[1]["s"])[:12]),
+            "main_thread_miss_s": round(sum(r["s"] for r in main.values()), 2),
+            "template_compiles_in_main_thread": len(templates),
+            "template_compile_s_in_main_thread": round(sum(e["s"] for e in templates), 2)}  # fmt: skip
 
 
 def main() -> None:
