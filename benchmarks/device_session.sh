@@ -64,7 +64,8 @@
 # cold-profile BLOCKS [SECONDS]: step cold (SECONDS, 200), then the first block's cold compile once
 #           more per backend under cProfile ($OUT/profile-BACKEND.txt): where the seconds went
 # cold-variants FAMILY:SIZE [ROUNDS [VARIANTS]]: the block's cold compile (inference,
-#           max-autotune) for each of VARIANTS (stock,ours; ours-wN: ours with N compile workers),
+#           max-autotune) for each of VARIANTS (stock,ours; ours-wN: ours with N compile workers;
+#           stock-aligned: stock with TRITON_PTXAS_PATH at torch's ptxas from the start),
 #           each in a fresh process with empty caches, the compiling thread's stack sampled
 #           (cold-variants-samples.txt, .folded.gz), in ROUNDS (2) interleaved rounds (the order
 #           reversed every other round)
@@ -271,9 +272,16 @@ cold-variants)
         [ $((r % 2)) = 0 ] && for i in "${!variants[@]}"; do order[i]=${variants[-i-1]}; done
         for v in "${order[@]}"; do
             log=$(mktemp)
-            INDUCTOR_CUTEDSL_COMPILE_WORKERS=$([[ "$v" == ours-w* ]] && echo "${v#ours-w}" || echo 8) \
-                fresh_caches timeout 150 python3 benchmarks/models.py --compile-once \
-                "$2:inference:max-autotune:${v%%-*}" --sample "$OUT/cold-variants-samples.txt" > "$log" 2>&1
+            (
+                # stock-aligned: stock with Triton on torch's ptxas from the start, as ours
+                # aligns it (_compat.align_triton_ptxas): what stock would compile in without
+                # the memoized-ptxas recompiles.
+                ptxas=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "bin", "ptxas"))')
+                [ "$v" = stock-aligned ] && [ -x "$ptxas" ] && export TRITON_PTXAS_PATH=$ptxas
+                INDUCTOR_CUTEDSL_COMPILE_WORKERS=$([[ "$v" == ours-w* ]] && echo "${v#ours-w}" || echo 8) \
+                    fresh_caches timeout 150 python3 benchmarks/models.py --compile-once \
+                    "$2:inference:max-autotune:${v%%-*}" --sample "$OUT/cold-variants-samples.txt" > "$log" 2>&1
+            )
             # Few files come back from a call: one line per compile, a failed one's log tail.
             line=$(grep "^{\"compile_s\"" "$log")  # not the autotune stats lines
             [ -n "$line" ] || { echo "== $v round $r"; tail -30 "$log"; } >> "$OUT/cold-variants-failed.log"
