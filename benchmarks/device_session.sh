@@ -276,8 +276,10 @@ cold-variants)
                 # stock-aligned: stock with Triton on torch's ptxas from the start, as ours
                 # aligns it (_compat.align_triton_ptxas): what stock would compile in without
                 # the memoized-ptxas recompiles.
-                ptxas=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "bin", "ptxas"))')
-                [ "$v" = stock-aligned ] && [ -x "$ptxas" ] && export TRITON_PTXAS_PATH=$ptxas
+                if [ "$v" = stock-aligned ]; then  # (an import of torch: only where needed)
+                    ptxas=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "bin", "ptxas"))')
+                    [ -x "$ptxas" ] && export TRITON_PTXAS_PATH=$ptxas
+                fi
                 INDUCTOR_CUTEDSL_COMPILE_WORKERS=$([[ "$v" == ours-w* ]] && echo "${v#ours-w}" || echo 8) \
                     fresh_caches timeout 150 python3 benchmarks/models.py --compile-once \
                     "$2:inference:max-autotune:${v%%-*}" --sample "$OUT/cold-variants-samples.txt" > "$log" 2>&1
