@@ -18,7 +18,9 @@ import sys
 import triton
 import triton.language as tl
 from triton.backends.compiler import GPUTarget
-from triton.backends.nvidia import compiler as nvidia
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+import precompile_probe as probe  # noqa: E402
 
 
 @triton.jit
@@ -32,22 +34,10 @@ def kernel_b(x, n: tl.constexpr):
 
 
 def stages_run(fn) -> int:
-    """Compile ``fn`` for sm_90; the number of compile stages that ran."""
-    runs = []
-    original = nvidia.CUDABackend.add_stages
-
-    def add_stages(self, stages, options, *args, **kwargs):
-        original(self, stages, options, *args, **kwargs)
-        for key, stage in list(stages.items()):
-            stages[key] = lambda *a, _stage=stage, **k: (runs.append(key), _stage(*a, **k))[1]
-
-    nvidia.CUDABackend.add_stages = add_stages
-    try:
-        src = triton.compiler.ASTSource(fn=fn, signature={"x": "*fp32", "n": "constexpr"}, constexprs={"n": 16})
-        triton.compile(src, target=GPUTarget("cuda", 90, 32))
-    finally:
-        nvidia.CUDABackend.add_stages = original
-    return len(runs)
+    """Compile ``fn`` for sm_90; the number of compile stages that ran (the probe's count)."""
+    src = triton.compiler.ASTSource(fn=fn, signature={"x": "*fp32", "n": "constexpr"}, constexprs={"n": 16})
+    triton.compile(src, target=GPUTarget("cuda", 90, 32))
+    return [e for e in probe.EVENTS if e["kind"] == "triton.compile"][-1]["stages_run"]
 
 
 def parent(other: str, align: bool) -> None:
@@ -71,6 +61,7 @@ def parent(other: str, align: bool) -> None:
 
 
 if __name__ == "__main__":
+    probe.install()
     if sys.argv[1] == "worker":
         assert stages_run(kernel_b) > 0
     else:
