@@ -11,7 +11,13 @@ suite's process does. ``slowdown`` is the target's late compile over its fresh o
 the part of it both backends show is Inductor's (or the process's), what only ours
 shows is ours. Each compile records what could explain it: garbage-collector passes
 and their seconds (``gc.callbacks``), tracked Python objects, resident memory,
-threads and child processes (worker pools left running) before it starts.
+threads and child processes (worker pools left running) before it starts. With
+``--sample PATH`` each compile's thread is sampled in wall time (``wall_sampler``, as
+``models.py --sample``: the report appended to PATH, the folded stacks to
+PATH.folded.gz, one member per compile, headed by backend, block and fresh/late) and
+every Triton compile recorded (``precompile_probe``): a record then carries which
+threads compiled what, and whether template choices were compiled again in the
+compiling thread.
 """
 from __future__ import annotations
 
@@ -78,24 +84,40 @@ def smoke_seconds(block_name: str, backend: str, mode: str) -> float:
     return time.perf_counter() - t0
 
 
-def worker(blocks: list[str], backend: str, mode: str, smoke: bool) -> dict:
+def worker(blocks: list[str], backend: str, mode: str, smoke: bool, sample: str | None = None) -> dict:
     """Compile ``blocks`` in order in this process; one record per compile."""
-    import models
+    import contextlib
+    import gzip
 
+    import models
+    import precompile_probe
+    from wall_sampler import WallSampler
+
+    if sample:
+        precompile_probe.install()
     measure = smoke_seconds if smoke else compile_seconds
     records = []
-    for name in blocks:
+    for i, name in enumerate(blocks):
         state = process_state()
-        with models.GcTimer() as timer:
+        first_event = len(precompile_probe.EVENTS)
+        sampler = WallSampler() if sample else None
+        with models.GcTimer() as timer, sampler or contextlib.nullcontext():
             seconds = measure(name, backend, mode)
         records.append({"block": name, "seconds": round(seconds, 2), "gc_passes": timer.passes,
                         "gc_s": round(timer.seconds, 2), "before": state})  # fmt: skip
+        if sampler is not None:
+            records[-1]["triton_compiles"] = precompile_probe.summary(precompile_probe.EVENTS[first_event:])
+            header = f"=== {backend} {name} ({'fresh' if len(blocks) == 1 else f'late {i + 1} of {len(blocks)}'}): {seconds:.2f} s\n"
+            with open(sample, "a") as f:
+                f.write(f"{header}{sampler.report()}\n")
+            with gzip.open(f"{sample}.folded.gz", "at") as f:
+                f.write(header + sampler.folded())
         if not smoke:
             models.release()  # as the suite does between blocks
     return {"backend": backend, "compiles": records}
 
 
-def run_worker(blocks: list[str], backend: str, mode: str, smoke: bool, timeout: float) -> dict:
+def run_worker(blocks: list[str], backend: str, mode: str, smoke: bool, timeout: float, sample: str | None) -> dict:
     """``worker`` in a fresh process with every cache empty."""
     import models
     from inductor_cutedsl.job.run import json_process
@@ -104,7 +126,8 @@ def run_worker(blocks: list[str], backend: str, mode: str, smoke: bool, timeout:
         env = {key: os.path.join(tmp, key) for key in models.COLD_CACHE_DIRS}
         env["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"
         args = [os.path.abspath(__file__), "--worker", ",".join(blocks), "--backend", backend, "--mode", mode]
-        return json_process(args + (["--smoke"] if smoke else []), env, timeout)
+        args += ["--smoke"] if smoke else []
+        return json_process(args + (["--sample", sample] if sample else []), env, timeout)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -118,11 +141,13 @@ def main(argv: list[str] | None = None) -> dict:
                     help="comma-separated, in this order (default: %(default)s)")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per process (default: %(default)s)")
     ap.add_argument("--smoke", action="store_true", help="tiny CPU compiles instead of blocks (no GPU)")
+    ap.add_argument("--sample", metavar="PATH", default=None,
+                    help="sample each compile's thread and record every Triton compile (see above)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--backend", choices=BACKENDS, default="stock", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker is not None:
-        print(json.dumps(worker(args.worker.split(","), args.backend, args.mode, args.smoke)))
+        print(json.dumps(worker(args.worker.split(","), args.backend, args.mode, args.smoke, args.sample)))
         return {}
     before = [b for b in args.before.split(",") if b]
     result: dict = {"target": args.target, "before": before, "mode": args.mode, "smoke": args.smoke}
@@ -130,8 +155,8 @@ def main(argv: list[str] | None = None) -> dict:
     if not set(backends) <= set(BACKENDS):
         ap.error(f"--backends: each of {', '.join(BACKENDS)}")
     for backend in backends:
-        fresh = run_worker([args.target], backend, args.mode, args.smoke, args.timeout)
-        late = run_worker([*before, args.target], backend, args.mode, args.smoke, args.timeout)
+        fresh = run_worker([args.target], backend, args.mode, args.smoke, args.timeout, args.sample)
+        late = run_worker([*before, args.target], backend, args.mode, args.smoke, args.timeout, args.sample)
         first, last = fresh["compiles"][0], late["compiles"][-1]
         result[backend] = {"fresh": fresh["compiles"], "late": late["compiles"],
                            "slowdown": round(last["seconds"] / first["seconds"], 3)}  # fmt: skip

@@ -121,6 +121,23 @@ def test_compile_in_process_runs_the_backends_asked_for(tmp_path):
         cip.main(["--smoke", "--backends", "stock,theirs"])
 
 
+def test_compile_in_process_samples_each_compile_when_asked(tmp_path):
+    import compile_in_process as cip
+    import wall_sampler
+
+    sample = tmp_path / "samples.txt"
+    result = cip.main(["--smoke", "--backends", "stock", "--before", "a:b:inference", "--timeout", "300",
+                       "--sample", str(sample)])  # fmt: skip
+    records = result["stock"]["fresh"] + result["stock"]["late"]
+    assert len(records) == 3
+    for record in records:  # every compile carries which threads compiled what
+        assert record["triton_compiles"]["template_compiles_in_main_thread"] == 0
+    headers = [h for h, _ in wall_sampler.read_folded(f"{sample}.folded.gz")]
+    assert [h.split(":")[0] for h in headers] == ["stock vit", "stock a", "stock vit"]
+    assert "(fresh)" in headers[0] and "(late 2 of 2)" in headers[2]
+    assert sample.read_text().count("samples every") == 3
+
+
 def test_precompile_probe_tells_a_compile_from_a_cache_hit(tmp_path, monkeypatch):
     import precompile_probe as probe
     import triton
