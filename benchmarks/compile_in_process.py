@@ -127,7 +127,24 @@ def run_worker(blocks: list[str], backend: str, mode: str, smoke: bool, timeout:
         env["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"
         args = [os.path.abspath(__file__), "--worker", ",".join(blocks), "--backend", backend, "--mode", mode]
         args += ["--smoke"] if smoke else []
-        return json_process(args + (["--sample", sample] if sample else []), env, timeout)
+        result = json_process(args + (["--sample", sample] if sample else []), env, timeout)
+        if sample:
+            keep_triton_metadata(tmp, f"{sample}.triton-meta-{backend}-{len(blocks)}.tar.gz")
+        return result
+
+
+def keep_triton_metadata(root: str, archive: str) -> None:
+    """Every Triton cache entry's metadata under ``root`` (each compile's fresh cache),
+    as a tar.gz at ``archive``: two entries of one kernel (a compile worker's and this
+    process's) show by their options what made their cache keys differ."""
+    import tarfile
+
+    with tarfile.open(archive, "w:gz") as tar:
+        for d, _, files in os.walk(root):
+            if any(f.endswith(".cubin") for f in files):  # a Triton cache entry
+                for f in files:
+                    if f.endswith(".json") and not f.startswith("__grp__"):
+                        tar.add(os.path.join(d, f), arcname=os.path.relpath(os.path.join(d, f), root))
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -48,7 +48,7 @@
 # fp8-block [SECONDS]: the quantized LLaMA prefill block alone, within SECONDS (560)
 # compile-in-process [SECONDS [BACKENDS [BEFORE]]]: a block's cold compile fresh and after the
 #           BEFORE blocks (three by default), for BACKENDS (stock,ours), within SECONDS (590; each
-#           backend took ~285 s in sessions 21-22), each compile sampled (compile-in-process-samples.txt)
+#           backend took ~285 s in sessions 21-22), each compile sampled (cip-samples.txt, and each process's Triton cache metadata)
 # distributed [K]: the world-size-2 DDP / FSDP2 tests side by side (gloo on one GPU), pytest -k K
 #           if given (FSDP2 alone took over 300 s in session 19; a rank dumps its stacks at 480 s)
 # distributed-bench [WRAP...]: benchmarks/distributed.py (step time stock vs ours, cold compile per
@@ -234,7 +234,7 @@ fp8-fused)
     grep -E "x: eager|fp8 llama|fused_geomean|Error" "$OUT/fp8-fused.log" | tail -16 ;;
 compile-in-process)
     step compile "${2:-590}" python3 benchmarks/compile_in_process.py --backends "${3:-stock,ours}" \
-        ${4:+--before "$4"} --sample "$OUT/compile-in-process-samples.txt" --json "$OUT/h200-compile-in-process.json"
+        ${4:+--before "$4"} --sample "$OUT/cip-samples.txt" --json "$OUT/h200-compile-in-process.json"
     grep -E "^(stock|ours):|Error" "$OUT/compile.log" | tail -6 ;;
 distributed)
     step gpu-distributed 580 python3 -m pytest tests/test_distributed_gpu.py -m gpu -n 2 -q -rfE -p no:cacheprovider \

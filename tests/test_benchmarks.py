@@ -136,6 +136,8 @@ def test_compile_in_process_samples_each_compile_when_asked(tmp_path):
     assert [h.split(":")[0] for h in headers] == ["stock vit", "stock a", "stock vit"]
     assert "(fresh)" in headers[0] and "(late 2 of 2)" in headers[2]
     assert sample.read_text().count("samples every") == 3
+    for n in (1, 2):  # each process's Triton cache metadata (none on CPU: an empty archive)
+        assert (tmp_path / f"samples.txt.triton-meta-stock-{n}.tar.gz").is_file()
 
 
 def test_precompile_probe_tells_a_compile_from_a_cache_hit(tmp_path, monkeypatch):
