@@ -22,6 +22,7 @@ compiling thread.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import os
@@ -117,14 +118,18 @@ def worker(blocks: list[str], backend: str, mode: str, smoke: bool, sample: str 
     return {"backend": backend, "compiles": records}
 
 
-def run_worker(blocks: list[str], backend: str, mode: str, smoke: bool, timeout: float, sample: str | None) -> dict:
-    """``worker`` in a fresh process with every cache empty."""
+def run_worker(
+    blocks: list[str], backend: str, mode: str, smoke: bool, timeout: float, sample: str | None, keep_caches: bool = False,
+) -> dict:  # fmt: skip
+    """``worker`` in a fresh process with every cache empty (and, unless
+    ``keep_caches``, Inductor's caches off: a fresh cache directory per compilation)."""
     import models
     from inductor_cutedsl.job.run import json_process
 
     with tempfile.TemporaryDirectory(prefix="compile-in-process-", ignore_cleanup_errors=True) as tmp:
         env = {key: os.path.join(tmp, key) for key in models.COLD_CACHE_DIRS}
-        env["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"
+        if not keep_caches:
+            env["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"
         args = [os.path.abspath(__file__), "--worker", ",".join(blocks), "--backend", backend, "--mode", mode]
         args += ["--smoke"] if smoke else []
         result = json_process(args + (["--sample", sample] if sample else []), env, timeout)
@@ -158,6 +163,8 @@ def main(argv: list[str] | None = None) -> dict:
                     help="comma-separated, in this order (default: %(default)s)")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per process (default: %(default)s)")
     ap.add_argument("--smoke", action="store_true", help="tiny CPU compiles instead of blocks (no GPU)")
+    ap.add_argument("--keep-caches", action="store_true",
+                    help="Inductor's caches on (still new and empty per process): a user's long-lived process")
     ap.add_argument("--sample", metavar="PATH", default=None,
                     help="sample each compile's thread and record every Triton compile (see above)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -167,13 +174,15 @@ def main(argv: list[str] | None = None) -> dict:
         print(json.dumps(worker(args.worker.split(","), args.backend, args.mode, args.smoke, args.sample)))
         return {}
     before = [b for b in args.before.split(",") if b]
-    result: dict = {"target": args.target, "before": before, "mode": args.mode, "smoke": args.smoke}
+    result: dict = {"target": args.target, "before": before, "mode": args.mode, "smoke": args.smoke,
+                    "caches": "on, empty" if args.keep_caches else "off"}  # fmt: skip
     backends = args.backends.split(",")
     if not set(backends) <= set(BACKENDS):
         ap.error(f"--backends: each of {', '.join(BACKENDS)}")
     for backend in backends:
-        fresh = run_worker([args.target], backend, args.mode, args.smoke, args.timeout, args.sample)
-        late = run_worker([*before, args.target], backend, args.mode, args.smoke, args.timeout, args.sample)
+        run = functools.partial(run_worker, backend=backend, mode=args.mode, smoke=args.smoke, timeout=args.timeout,
+                                sample=args.sample, keep_caches=args.keep_caches)  # fmt: skip
+        fresh, late = run([args.target]), run([*before, args.target])
         first, last = fresh["compiles"][0], late["compiles"][-1]
         result[backend] = {"fresh": fresh["compiles"], "late": late["compiles"],
                            "slowdown": round(last["seconds"] / first["seconds"], 3)}  # fmt: skip

@@ -113,8 +113,9 @@ def test_compile_in_process_runs_the_backends_asked_for(tmp_path):
     import compile_in_process as cip
 
     out = tmp_path / "cip.json"
-    result = cip.main(["--smoke", "--backends", "stock", "--before", "", "--json", str(out), "--timeout", "300"])
-    assert "ours" not in result and json.loads(out.read_text()) == result
+    result = cip.main(["--smoke", "--backends", "stock", "--before", "", "--json", str(out), "--timeout", "300",
+                       "--keep-caches"])  # fmt: skip
+    assert "ours" not in result and json.loads(out.read_text()) == result and result["caches"] == "on, empty"
     fresh, late = result["stock"]["fresh"], result["stock"]["late"]
     assert len(fresh) == len(late) == 1 and all(c["seconds"] > 0 for c in fresh + late)
     with pytest.raises(SystemExit):
