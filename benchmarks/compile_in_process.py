@@ -108,7 +108,8 @@ def worker(blocks: list[str], backend: str, mode: str, smoke: bool, sample: str 
                         "gc_s": round(timer.seconds, 2), "before": state})  # fmt: skip
         if sampler is not None:
             records[-1]["triton_compiles"] = precompile_probe.summary(precompile_probe.EVENTS[first_event:])
-            header = f"=== {backend} {name} ({'fresh' if len(blocks) == 1 else f'late {i + 1} of {len(blocks)}'}): {seconds:.2f} s\n"
+            when = "fresh" if len(blocks) == 1 else f"late {i + 1} of {len(blocks)}"
+            header = f"=== {backend} {name} ({when}): {seconds:.2f} s\n"
             with open(sample, "a") as f:
                 f.write(f"{header}{sampler.report()}\n")
             with gzip.open(f"{sample}.folded.gz", "at") as f:
@@ -119,7 +120,8 @@ def worker(blocks: list[str], backend: str, mode: str, smoke: bool, sample: str 
 
 
 def run_worker(
-    blocks: list[str], backend: str, mode: str, smoke: bool, timeout: float, sample: str | None, keep_caches: bool = False,
+    blocks: list[str], backend: str, mode: str, smoke: bool, timeout: float, sample: str | None,
+    keep_caches: bool = False,
 ) -> dict:  # fmt: skip
     """``worker`` in a fresh process with every cache empty (and, unless
     ``keep_caches``, Inductor's caches off: a fresh cache directory per compilation)."""
