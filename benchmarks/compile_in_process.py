@@ -119,39 +119,17 @@ def worker(blocks: list[str], backend: str, mode: str, smoke: bool, sample: str 
     return {"backend": backend, "compiles": records}
 
 
-def run_worker(
-    blocks: list[str], backend: str, mode: str, smoke: bool, timeout: float, sample: str | None,
-    keep_caches: bool = False,
-) -> dict:  # fmt: skip
-    """``worker`` in a fresh process with every cache empty (and, unless
-    ``keep_caches``, Inductor's caches off: a fresh cache directory per compilation)."""
+def run_worker(blocks: list[str], backend: str, mode: str, smoke: bool, timeout: float, sample: str | None) -> dict:
+    """``worker`` in a fresh process with every cache empty."""
     import models
     from inductor_cutedsl.job.run import json_process
 
     with tempfile.TemporaryDirectory(prefix="compile-in-process-", ignore_cleanup_errors=True) as tmp:
         env = {key: os.path.join(tmp, key) for key in models.COLD_CACHE_DIRS}
-        if not keep_caches:
-            env["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"
+        env["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"
         args = [os.path.abspath(__file__), "--worker", ",".join(blocks), "--backend", backend, "--mode", mode]
         args += ["--smoke"] if smoke else []
-        result = json_process(args + (["--sample", sample] if sample else []), env, timeout)
-        if sample:
-            keep_triton_metadata(tmp, f"{sample}.triton-meta-{backend}-{len(blocks)}.tar.gz")
-        return result
-
-
-def keep_triton_metadata(root: str, archive: str) -> None:
-    """Every Triton cache entry's metadata under ``root`` (each compile's fresh cache),
-    as a tar.gz at ``archive``: two entries of one kernel (a compile worker's and this
-    process's) show by their options what made their cache keys differ."""
-    import tarfile
-
-    with tarfile.open(archive, "w:gz") as tar:
-        for d, _, files in os.walk(root):
-            if any(f.endswith(".cubin") for f in files):  # a Triton cache entry
-                for f in files:
-                    if f.endswith(".json") and not f.startswith("__grp__"):
-                        tar.add(os.path.join(d, f), arcname=os.path.relpath(os.path.join(d, f), root))
+        return json_process(args + (["--sample", sample] if sample else []), env, timeout)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -165,8 +143,6 @@ def main(argv: list[str] | None = None) -> dict:
                     help="comma-separated, in this order (default: %(default)s)")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per process (default: %(default)s)")
     ap.add_argument("--smoke", action="store_true", help="tiny CPU compiles instead of blocks (no GPU)")
-    ap.add_argument("--keep-caches", action="store_true",
-                    help="Inductor's caches on (still new and empty per process): a user's long-lived process")
     ap.add_argument("--sample", metavar="PATH", default=None,
                     help="sample each compile's thread and record every Triton compile (see above)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -176,14 +152,13 @@ def main(argv: list[str] | None = None) -> dict:
         print(json.dumps(worker(args.worker.split(","), args.backend, args.mode, args.smoke, args.sample)))
         return {}
     before = [b for b in args.before.split(",") if b]
-    result: dict = {"target": args.target, "before": before, "mode": args.mode, "smoke": args.smoke,
-                    "caches": "on, empty" if args.keep_caches else "off"}  # fmt: skip
+    result: dict = {"target": args.target, "before": before, "mode": args.mode, "smoke": args.smoke}
     backends = args.backends.split(",")
     if not set(backends) <= set(BACKENDS):
         ap.error(f"--backends: each of {', '.join(BACKENDS)}")
     for backend in backends:
         run = functools.partial(run_worker, backend=backend, mode=args.mode, smoke=args.smoke, timeout=args.timeout,
-                                sample=args.sample, keep_caches=args.keep_caches)  # fmt: skip
+                                sample=args.sample)  # fmt: skip
         fresh, late = run([args.target]), run([*before, args.target])
         first, last = fresh["compiles"][0], late["compiles"][-1]
         result[backend] = {"fresh": fresh["compiles"], "late": late["compiles"],

@@ -46,11 +46,10 @@
 # fp8-fused: the fp8 fused patterns (470 s in session 21: stock autotunes 105 Triton choices per
 #           fp8 GEMM, about a minute each)
 # fp8-block [SECONDS]: the quantized LLaMA prefill block alone, within SECONDS (560)
-# compile-in-process [SECONDS [BACKENDS [BEFORE [keep-caches]]]]: a block's cold compile fresh
-#           and after the BEFORE blocks (three by default), for BACKENDS (stock,ours), within
-#           SECONDS (590; each backend took ~285 s in sessions 21-22, ~140 s with GPT-2 small
-#           alone before), each compile sampled; cip[-keep-caches].tar.gz holds the samples and
-#           each process's Triton cache metadata; keep-caches: Inductor's caches on (empty)
+# compile-in-process [SECONDS [BACKENDS [BEFORE]]]: a block's cold compile fresh and after the
+#           BEFORE blocks (three by default), for BACKENDS (stock,ours), within SECONDS (590; each
+#           backend took ~285 s in sessions 21-22, ~140 s with GPT-2 small alone before), each
+#           compile sampled (cip-samples.txt, .folded.gz; the JSON says who compiled which kernels)
 # distributed [K]: the world-size-2 DDP / FSDP2 tests side by side (gloo on one GPU), pytest -k K
 #           if given (FSDP2 alone took over 300 s in session 19; a rank dumps its stacks at 480 s)
 # distributed-bench [WRAP...]: benchmarks/distributed.py (step time stock vs ours, cold compile per
@@ -235,12 +234,9 @@ fp8-fused)
         --json "$OUT/h200-fp8-fused.json"
     grep -E "x: eager|fp8 llama|fused_geomean|Error" "$OUT/fp8-fused.log" | tail -16 ;;
 compile-in-process)
-    k=${5:+-$5}  # keep-caches: outputs named apart, so one call can run both
-    step "compile$k" "${2:-590}" python3 benchmarks/compile_in_process.py --backends "${3:-stock,ours}" \
-        ${4:+--before "$4"} ${5:+--$5} --sample "$OUT/cip$k-samples.txt" --json "$OUT/h200-compile-in-process$k.json"
-    # the samples and each process's Triton cache metadata as one file (8 come back per call)
-    tar czf "$OUT/cip$k.tar.gz" -C "$OUT" $(cd "$OUT" && ls "cip$k-samples.txt"*) && rm -f "$OUT/cip$k-samples.txt"*
-    grep -E "^(stock|ours):|Error" "$OUT/compile$k.log" | tail -6 ;;
+    step compile "${2:-590}" python3 benchmarks/compile_in_process.py --backends "${3:-stock,ours}" \
+        ${4:+--before "$4"} --sample "$OUT/cip-samples.txt" --json "$OUT/h200-compile-in-process.json"
+    grep -E "^(stock|ours):|Error" "$OUT/compile.log" | tail -6 ;;
 distributed)
     step gpu-distributed 580 python3 -m pytest tests/test_distributed_gpu.py -m gpu -n 2 -q -rfE -p no:cacheprovider \
         ${2:+-k "$2"}

@@ -553,7 +553,11 @@ def align_triton_ptxas() -> Callable[[], None] | None:
         return None
     name = "TRITON_PTXAS_PATH"
     before = os.environ.get(name)
-    _set_triton_ptxas_path()
+    # torch caches the setter (it runs once per process): called through the cache, an
+    # install after disable() undid the path would leave it unset, and the parent would
+    # key on the bundled ptxas again (every template choice of every later graph
+    # compiled twice).
+    getattr(_set_triton_ptxas_path, "__wrapped__", _set_triton_ptxas_path)()
     after = os.environ.get(name)
     forget = getattr(nvidia.get_ptxas_version, "cache_clear", lambda: None)
     forget()  # read again, from the ptxas the path now names

@@ -113,9 +113,8 @@ def test_compile_in_process_runs_the_backends_asked_for(tmp_path):
     import compile_in_process as cip
 
     out = tmp_path / "cip.json"
-    result = cip.main(["--smoke", "--backends", "stock", "--before", "", "--json", str(out), "--timeout", "300",
-                       "--keep-caches"])  # fmt: skip
-    assert "ours" not in result and json.loads(out.read_text()) == result and result["caches"] == "on, empty"
+    result = cip.main(["--smoke", "--backends", "stock", "--before", "", "--json", str(out), "--timeout", "300"])
+    assert "ours" not in result and json.loads(out.read_text()) == result
     fresh, late = result["stock"]["fresh"], result["stock"]["late"]
     assert len(fresh) == len(late) == 1 and all(c["seconds"] > 0 for c in fresh + late)
     with pytest.raises(SystemExit):
@@ -137,8 +136,6 @@ def test_compile_in_process_samples_each_compile_when_asked(tmp_path):
     assert [h.split(":")[0] for h in headers] == ["stock vit", "stock a", "stock vit"]
     assert "(fresh)" in headers[0] and "(late 2 of 2)" in headers[2]
     assert sample.read_text().count("samples every") == 3
-    for n in (1, 2):  # each process's Triton cache metadata (none on CPU: an empty archive)
-        assert (tmp_path / f"samples.txt.triton-meta-stock-{n}.tar.gz").is_file()
 
 
 def test_precompile_probe_tells_a_compile_from_a_cache_hit(tmp_path, monkeypatch):

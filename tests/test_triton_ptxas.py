@@ -54,7 +54,10 @@ def test_without_alignment_a_workers_kernel_is_compiled_again(other_ptxas, tmp_p
 
 
 def test_aligned_process_finds_the_workers_kernel_and_undo_restores(other_ptxas, tmp_path):
-    result, after = scenario(other_ptxas, align=True, cache_dir=tmp_path)
+    result, after, realigned = scenario(other_ptxas, align=True, cache_dir=tmp_path)
     assert result["first"] > 0 and result["again"] == 0, result
     assert result["undo"] and result["path"] == other_ptxas
     assert after == {"after_undo": None}
+    # Aligned again after the undo (enable() after disable()), although torch runs its
+    # setter only once: still the workers' ptxas, so the kernel is still found.
+    assert realigned == {"realigned": True, "path": other_ptxas, "again": 0}

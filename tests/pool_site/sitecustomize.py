@@ -1,0 +1,14 @@
+"""Imported at start-up by every interpreter with this folder on PYTHONPATH (the pool
+scenario and Inductor's compile subprocesses, which inherit the path): Triton gets a
+stand-in CUDA driver for sm_90, so kernels compile without a GPU (nothing runs)."""
+import os
+import sys
+
+if os.environ.get("POOL_SCENARIO_FAKE_GPU") == "1":
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
+    import fake_hopper
+    from torch._inductor.runtime import triton_helpers
+    from triton.runtime.driver import driver
+
+    driver._active = fake_hopper._TritonDriver()
+    triton_helpers.set_driver_to_gpu = lambda: None
