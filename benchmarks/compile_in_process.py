@@ -88,7 +88,6 @@ def smoke_seconds(block_name: str, backend: str, mode: str) -> float:
 def worker(blocks: list[str], backend: str, mode: str, smoke: bool, sample: str | None = None) -> dict:
     """Compile ``blocks`` in order in this process; one record per compile."""
     import contextlib
-    import gzip
 
     import models
     import precompile_probe
@@ -109,11 +108,7 @@ def worker(blocks: list[str], backend: str, mode: str, smoke: bool, sample: str 
         if sampler is not None:
             records[-1]["triton_compiles"] = precompile_probe.summary(precompile_probe.EVENTS[first_event:])
             when = "fresh" if len(blocks) == 1 else f"late {i + 1} of {len(blocks)}"
-            header = f"=== {backend} {name} ({when}): {seconds:.2f} s\n"
-            with open(sample, "a") as f:
-                f.write(f"{header}{sampler.report()}\n")
-            with gzip.open(f"{sample}.folded.gz", "at") as f:
-                f.write(header + sampler.folded())
+            sampler.append_to(sample, f"{backend} {name} ({when}): {seconds:.2f} s")
         if not smoke:
             models.release()  # as the suite does between blocks
     return {"backend": backend, "compiles": records}

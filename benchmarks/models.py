@@ -30,7 +30,6 @@ import contextlib
 import cProfile
 import dataclasses
 import gc
-import gzip
 import io
 import json
 import logging
@@ -937,11 +936,7 @@ def compile_once(spec: str, profile: str | None = None, sample: str | None = Non
     if profiler is not None:
         write_profile(profiler, profile)
     if sampler is not None:
-        header = f"=== {spec}: {seconds:.2f} s\n"
-        with open(sample, "a") as f:
-            f.write(f"{header}{sampler.report()}\n")
-        with gzip.open(f"{sample}.folded.gz", "at") as f:  # a gzip member per compile
-            f.write(header + sampler.folded())
+        sampler.append_to(sample, f"{spec}: {seconds:.2f} s")
     phases = sorted(_compat.compile_phase_seconds().items(), key=lambda kv: -kv[1])[:PHASES_KEPT]
     events = {"events_s": sampler.seen} if sampler is not None else {}
     print(json.dumps({"compile_s": seconds, **events, "cutedsl_builds": default_cache().builds,

@@ -118,6 +118,17 @@ class WallSampler:
         lines += [f"{s:8.2f}  {f}" for f, s in self.inclusive(top)]
         return "\n".join(lines) + "\n"
 
+    def append_to(self, path: str, title: str) -> None:
+        """This compile's report appended to ``path`` and its folded stacks to
+        ``path``.folded.gz (a gzip member each, headed ``=== TITLE``: ``read_folded``)."""
+        import gzip
+
+        header = f"=== {title}\n"
+        with open(path, "a") as f:
+            f.write(f"{header}{self.report()}\n")
+        with gzip.open(f"{path}.folded.gz", "at") as f:
+            f.write(header + self.folded())
+
 
 def read_folded(path: str) -> list[tuple[str, collections.Counter]]:
     """The compiles of a ``.folded.gz`` file (one gzip member each, headed by a line

@@ -296,15 +296,12 @@ def test_wall_sampler_finds_where_the_thread_waited_and_for_how_long():
 def test_folded_samples_read_back_per_compile(tmp_path, capsys):
     """``--sample`` appends a gzip member per compile (header, folded stacks); the
     reader gives each compile's inclusive seconds of named frames."""
-    import gzip
-
     import wall_sampler
 
     sampler = _sampled_wait()
     path = tmp_path / "samples.txt.folded.gz"
     for spec in ("vit:small:inference:max-autotune:stock", "vit:small:inference:max-autotune:ours"):
-        with gzip.open(path, "at") as f:
-            f.write(f"=== {spec}: 1.00 s\n" + sampler.folded())
+        sampler.append_to(str(tmp_path / "samples.txt"), f"{spec}: 1.00 s")
     compiles = wall_sampler.read_folded(str(path))
     assert [head for head, _ in compiles] == ["vit:small:inference:max-autotune:stock: 1.00 s",
                                               "vit:small:inference:max-autotune:ours: 1.00 s"]  # fmt: skip
