@@ -238,9 +238,10 @@ compile-in-process)
         ${4:+--before "$4"} --sample "$OUT/cip-samples.txt" --json "$OUT/h200-compile-in-process.json"
     grep -E "^(stock|ours):|Error" "$OUT/compile.log" | tail -6 ;;
 distributed)
-    step gpu-distributed 580 python3 -m pytest tests/test_distributed_gpu.py -m gpu -n 2 -q -rfE -p no:cacheprovider \
+    # -rA: a passing test's printed figures (ours' and stock's distance from the reference).
+    step gpu-distributed 580 python3 -m pytest tests/test_distributed_gpu.py -m gpu -n 2 -q -rA -p no:cacheprovider \
         ${2:+-k "$2"}
-    grep -E "passed|failed|^FAILED|^ERROR|^E " "$OUT/gpu-distributed.log" | tail -20 ;;
+    grep -E "passed|failed|^FAILED|^ERROR|^E |rank [0-9]: ours" "$OUT/gpu-distributed.log" | cut -c1-400 | tail -20 ;;
 distributed-bench)
     shift
     step distributed-bench 580 python3 benchmarks/distributed.py ${1:+--wrap "$@"} --json "$OUT/h200x2-distributed.json"

@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 import torch
 
@@ -50,24 +50,40 @@ def wrap_model(block: torch.nn.Module, wrap: str) -> torch.nn.Module:
     return fully_shard(block)
 
 
-def trainer(wrap: str, family: str, size: str, lr: float = 0.05) -> tuple[torch.nn.Module, torch.Tensor, Callable]:
+def trainer(
+    wrap: str, family: str, size: str, lr: float = 0.05, reference: bool = False
+) -> tuple[torch.nn.Module, torch.Tensor, Callable]:
     """A model-suite block (the same weights on every rank), wrapped and compiled in
     ``MODE`` under the backend now configured: (block, an input like the block's,
-    ``step(x)`` = one training step returning the loss)."""
+    ``step(x, grads=None)`` = one training step returning the loss, appending the whole
+    gradients (at least float32, on the host) to ``grads`` when given). ``reference``: the same
+    weights and inputs in float64, eager: what both compiled runs are measured against."""
     import models
 
     block, sample = models.make_block(family, size, seed=0)
-    compiled = models.compile_block(wrap_model(block, wrap), MODE)
+    if reference:
+        block = block.to(torch.float64)
+    wrapped = wrap_model(block, wrap)
+    compiled = wrapped if reference else models.compile_block(wrapped, MODE)
     opt = torch.optim.SGD(block.parameters(), lr=lr)
+    dtype = next(block.parameters()).dtype
 
-    def step(x: torch.Tensor) -> torch.Tensor:
-        loss = compiled(x).float().square().mean()
+    def step(x: torch.Tensor, grads: list[torch.Tensor] | None = None) -> torch.Tensor:
+        out = compiled(x.to(dtype))
+        loss = widened(out).square().mean()
         loss.backward()
+        if grads is not None:
+            grads.extend(widened(g).cpu() for g in full_tensors([p.grad for p in block.parameters()]))
         opt.step()
         opt.zero_grad(set_to_none=True)
         return loss.detach()
 
     return block, sample, step
+
+
+def widened(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in float32, or float64 when it is (the reference's)."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
 
 
 def batches(sample: torch.Tensor, rank: int, n: int) -> list[torch.Tensor]:
@@ -76,23 +92,24 @@ def batches(sample: torch.Tensor, rank: int, n: int) -> list[torch.Tensor]:
     return [torch.randn(sample.shape, device=sample.device, generator=gen).to(sample.dtype) for _ in range(n)]
 
 
-def full_parameters(block: torch.nn.Module, via_host: bool | None = None) -> list[torch.Tensor]:
-    """Every parameter whole (FSDP2's are DTensors sharded on dim 0). ``via_host``
-    (default: over gloo with CUDA shards) gathers the shards as CPU tensors:
-    ``full_tensor`` goes through the functional all-gather, which gloo serves with its
-    coalesced all-gather, and that one has no CUDA path (it reads device memory on the
-    host: SIGSEGV, pytorch/pytorch#132471). FSDP2's own collectives take gloo's CUDA
-    paths."""
+def full_tensors(tensors: Iterable[torch.Tensor], via_host: bool | None = None) -> list[torch.Tensor]:
+    """Each tensor whole: FSDP2's parameters and their gradients are DTensors sharded on
+    dim 0, gathered across the ranks (a collective: every rank calls this in step).
+    ``via_host`` (default: over gloo with CUDA shards) gathers the shards as CPU
+    tensors: ``full_tensor`` goes through the functional all-gather, which gloo serves
+    with its coalesced all-gather, and that one has no CUDA path (it reads device memory
+    on the host: SIGSEGV, pytorch/pytorch#132471). FSDP2's own collectives take gloo's
+    CUDA paths."""
     import torch.distributed as dist
 
     out = []
-    for p in block.parameters():
-        if not hasattr(p, "full_tensor"):
-            out.append(p)
+    for t in tensors:
+        if not hasattr(t, "full_tensor"):
+            out.append(t)
             continue
-        group = p.device_mesh.get_group()
-        host = via_host if via_host is not None else (p.device.type == "cuda" and dist.get_backend(group) == "gloo")
-        out.append(_gather_dim0_on_host(p, group) if host else p.full_tensor())
+        group = t.device_mesh.get_group()
+        host = via_host if via_host is not None else (t.device.type == "cuda" and dist.get_backend(group) == "gloo")
+        out.append(_gather_dim0_on_host(t, group) if host else t.full_tensor())
     return out
 
 
@@ -171,18 +188,22 @@ def _timed_rank(rank: int, backend: str, args: argparse.Namespace, out: str) -> 
 
 
 def _spawn(fn: Callable, args: tuple, env: dict[str, str]) -> None:
+    """``fn`` in WORLD new ranks, whose environment is this process's without what our
+    install set in it (``launch_environment``: a stock rank must not start aligned with
+    our ptxas) and with ``env``."""
     import torch.multiprocessing as mp
 
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # inherited by the spawned ranks
+    from inductor_cutedsl.install import launch_environment
+
+    saved = dict(os.environ)
+    start = {**launch_environment(), **env}
+    os.environ.clear()
+    os.environ.update(start)  # inherited by the spawned ranks
     try:
         mp.spawn(fn, args=args, nprocs=WORLD, join=True)
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def loss_rel_diff(stock: list[float], ours: list[float]) -> float:

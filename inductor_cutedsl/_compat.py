@@ -530,9 +530,22 @@ def compile_pool_ready() -> bool:
     return ready is not None and ready.done()
 
 
-def align_triton_ptxas() -> Callable[[], None] | None:
+class EnvChange:
+    """A variable this process set in its environment (``name`` = ``value``): ``undo()``
+    removes it again, if still so, and runs ``after_undo``."""
+
+    def __init__(self, name: str, value: str, after_undo: Callable[[], None] = lambda: None) -> None:
+        self.name, self.value, self._after_undo = name, value, after_undo
+
+    def undo(self) -> None:
+        if os.environ.get(self.name) == self.value:
+            del os.environ[self.name]
+        self._after_undo()
+
+
+def align_triton_ptxas() -> EnvChange | None:
     """Make this process key its Triton compiles on the ptxas that Inductor's compile
-    workers use; returns what undoes it (None where nothing changed).
+    workers use; returns the change to the environment (None where there was none).
 
     A Triton kernel's on-disk cache key holds the ptxas version, which Triton reads once
     per process (``get_ptxas_version`` is memoized). Inductor's workers point Triton at
@@ -561,15 +574,7 @@ def align_triton_ptxas() -> Callable[[], None] | None:
     after = os.environ.get(name)
     forget = getattr(nvidia.get_ptxas_version, "cache_clear", lambda: None)
     forget()  # read again, from the ptxas the path now names
-    if after == before:
-        return None
-
-    def undo() -> None:
-        if os.environ.get(name) == after:
-            del os.environ[name]
-        forget()
-
-    return undo
+    return None if after == before else EnvChange(name, after, forget)
 
 
 def node_ranges(node: Any) -> tuple[list[Any], list[Any]]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 from typing import Any, Iterator
 
@@ -179,12 +180,26 @@ def disable() -> None:
         if "benchmark_hook" in saved:
             _compat.restore_benchmark_hook(saved["benchmark_hook"])
         if saved.get("ptxas") is not None:
-            saved["ptxas"]()
+            saved["ptxas"].undo()
         if "rest" in saved and saved["dual_gemm"]:
             _compat.unregister_lowering(torch.ops.inductor_cutedsl.gated_mm.default)
         if "scheduling" in saved:
             _compat.restore_cuda_scheduling(saved["scheduling"])
             _compat.restore_fusion_hooks(saved["fusion_hooks"])
+
+
+def launch_environment() -> dict[str, str]:
+    """This process's environment less what the install set in it: where a new process
+    should start from to run as it would without us. A stock Inductor process started
+    with our ``TRITON_PTXAS_PATH`` would be spared Inductor's recompiles (slow cold
+    compiles, ``_compat.align_triton_ptxas``) that it has on its own; one of ours aligns
+    itself again as it installs."""
+    env = dict(os.environ)
+    with _lock:
+        change = (_saved or {}).get("ptxas")
+    if change is not None and env.get(change.name) == change.value:
+        del env[change.name]
+    return env
 
 
 @contextlib.contextmanager

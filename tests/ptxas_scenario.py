@@ -49,16 +49,16 @@ def parent(other: str, align: bool) -> None:
 
     first = stages_run(kernel_a)
     subprocess.run([sys.executable, __file__, "worker"], env={**os.environ, "TRITON_PTXAS_PATH": other}, check=True)
-    undo = None
+    change = None
     if align:  # torch's own ptxas stands in for OTHER; torch runs its setter once (functools.cache)
         compile_tasks._set_triton_ptxas_path = functools.cache(lambda: os.environ.setdefault("TRITON_PTXAS_PATH", other))
-        undo = _compat.align_triton_ptxas()
+        change = _compat.align_triton_ptxas()
     else:
         os.environ["TRITON_PTXAS_PATH"] = other  # as Inductor sets it at its first in-process compile
-    print(json.dumps({"first": first, "again": stages_run(kernel_b), "undo": undo is not None,
+    print(json.dumps({"first": first, "again": stages_run(kernel_b), "undo": change is not None,
                       "path": os.environ.get("TRITON_PTXAS_PATH")}))  # fmt: skip
-    if undo is not None:
-        undo()
+    if change is not None:
+        change.undo()
         print(json.dumps({"after_undo": os.environ.get("TRITON_PTXAS_PATH")}))
         # disable() then enable(), as a process that compiles several graphs may do
         realigned = _compat.align_triton_ptxas()

@@ -224,9 +224,14 @@ def _gather_rank(rank: int, rendezvous: str, out: str) -> None:
         torch.manual_seed(0)  # the same weights on both ranks
         block = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Linear(5, 3))  # 5 and 3 rows: uneven shards
         fully_shard(block)
-        host = distributed.full_parameters(block, via_host=True)
-        whole = distributed.full_parameters(block, via_host=False)
-        torch.save([(h.shape == w.shape and torch.equal(h, w)) for h, w in zip(host, whole)], f"{out}/rank{rank}.pt")
+        block(torch.randn(4, 6, generator=torch.Generator().manual_seed(rank))).square().sum().backward()
+        assert all(hasattr(p.grad, "full_tensor") for p in block.parameters())
+        same = []
+        for tensors in ([p for p in block.parameters()], [p.grad for p in block.parameters()]):  # grads: DTensors too
+            host = distributed.full_tensors(tensors, via_host=True)
+            whole = distributed.full_tensors(tensors, via_host=False)
+            same += [(h.shape == w.shape and torch.equal(h, w)) for h, w in zip(host, whole)]
+        torch.save(same, f"{out}/rank{rank}.pt")
     finally:
         dist.destroy_process_group()
 
@@ -239,7 +244,7 @@ def test_distributed_gathers_fsdp2_shards_through_the_host_as_full_tensor_does(t
     mp.spawn(_gather_rank, args=(str(tmp_path / "rendezvous"), str(tmp_path)), nprocs=2, join=True)
     for rank in range(2):
         same = torch.load(tmp_path / f"rank{rank}.pt")
-        assert len(same) == 4 and all(same), same
+        assert len(same) == 8 and all(same), same
 
 
 def _sampled_wait():

@@ -3,11 +3,12 @@ world size 2, every rank sharing one kernel cache (issue 20).
 
 Each rank trains a model-suite block (GPT-2 small) for a few SGD steps compiled with
 ``max-autotune-no-cudagraphs``, first with stock Inductor and then with ours, on the
-same data; the losses and the parameter updates must match stock's within bf16
-tolerance, CuteDSL kernels must have run, and no kernel may have been built twice
-across the ranks (the cache's own counts, one cache directory). With two GPUs the
-ranks use NCCL, one GPU each; with one, both ranks share it over ``gloo`` (which takes
-CUDA tensors; NCCL refuses two ranks on one GPU).
+same data, beside a float64 eager run of the same weights and inputs: the losses, the
+first step's gradients and the parameter updates of ours must be about as near that
+reference as stock's (``SLACK``, ``FLOOR``), CuteDSL kernels must have run, and no
+kernel may have been built twice across the ranks (the cache's own counts, one cache
+directory). With two GPUs the ranks use NCCL, one GPU each; with one, both ranks share
+it over ``gloo`` (which takes CUDA tensors; NCCL refuses two ranks on one GPU).
 """
 from __future__ import annotations
 
@@ -25,7 +26,12 @@ pytestmark = pytest.mark.gpu
 WORLD = 2
 STEPS = 3
 FAMILY = "gpt2"  # the suite's block with the fewest GEMMs to autotune (fused qkv)
-TOL = 5e-2  # relative, on bf16 training: losses and whole-run parameter updates
+#: Ours may be at most SLACK times as far as stock from the float64 reference, plus
+#: FLOOR (relative norms): the losses, the first step's gradients and the whole run's
+#: parameter updates. bf16 training rounds differently in any two compiles, most of all
+#: in the updates (an update below half an ulp of its bf16 parameter vanishes), so
+#: stock against ours directly is noise; a wrong kernel is off by order 1.
+SLACK, FLOOR = 2.0, 1e-2
 #: A rank still running after this long dumps every thread's stack to its log and exits,
 #: so a hang (a collective that never completes) names where it waits instead of
 #: running into the caller's time limit with nothing to show (each rank compiles twice
@@ -34,29 +40,36 @@ RANK_DEADLINE_S = 480
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 
-def _train(wrap: str, ours: bool, rank: int, log) -> dict:
-    """STEPS SGD steps of the block wrapped by ``wrap``; losses and parameter updates.
-    ``log(stage)`` marks progress in the rank's log (a crash names the last stage)."""
+def _train(wrap: str, label: str, rank: int, log) -> dict:
+    """STEPS SGD steps of the block wrapped by ``wrap``, compiled by ``label``'s backend
+    ("reference": float64 and eager): losses, the first step's gradients (from the same
+    weights in every run) and the whole run's parameter updates. ``log(stage)`` marks
+    progress in the rank's log (a crash names the last stage)."""
     import distributed
     from models import backend
 
-    label = "ours" if ours else "stock"
     torch._dynamo.reset()
-    with backend(label):
-        block, sample, step = distributed.trainer(wrap, FAMILY, "small")
+    with backend("ours" if label == "ours" else "stock"):
+        block, sample, step = distributed.trainer(wrap, FAMILY, "small", reference=label == "reference")
         log(f"{label}: wrapped")
-        before = [p.detach().float().clone() for p in distributed.full_parameters(block)]
+        names = [name for name, _ in block.named_parameters()]
+        before = [distributed.widened(p.detach()).clone() for p in distributed.full_tensors(block.parameters())]
         log(f"{label}: gathered the parameters")
-        losses, ran_ours = [], False
+        losses, grads, ran_ours = [], [], False
         for i, x in enumerate(distributed.batches(sample, rank, STEPS)):
             with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-                losses.append(step(x).item())
+                losses.append(step(x, grads if i == 0 else None).item())
                 torch.cuda.synchronize()
             log(f"{label}: step {i} done")
             ran_ours |= any("inductor_cutedsl" in e.name for e in prof.events())
-        after = distributed.full_parameters(block)
-    updates = [(a.detach().float() - b).cpu() for a, b in zip(after, before)]
-    return {"losses": losses, "updates": updates, "ran_ours": ran_ours}
+        after = distributed.full_tensors(block.parameters())
+    updates = [(distributed.widened(a.detach()) - b).cpu() for a, b in zip(after, before)]
+    return {"names": names, "losses": losses, "grads": grads, "updates": updates, "ran_ours": ran_ours}
+
+
+def _rel(x, ref) -> float:
+    x, ref = torch.as_tensor(x, dtype=torch.float64), torch.as_tensor(ref, dtype=torch.float64)
+    return ((x - ref).norm() / ref.norm().clamp_min(1e-30)).item()
 
 
 def _rank(rank: int, backend: str, wrap: str, out_dir: str) -> None:
@@ -86,11 +99,30 @@ def _rank(rank: int, backend: str, wrap: str, out_dir: str) -> None:
     try:
         from inductor_cutedsl.runtime.launch import default_cache
 
-        result = {label: _train(wrap, label == "ours", rank, log) for label in ("stock", "ours")}
+        result = {label: _train(wrap, label, rank, log) for label in ("reference", "stock", "ours")}
         result["built"] = list(default_cache().built)
         torch.save(result, f"{out_dir}/rank{rank}.pt")
     finally:
         dist.destroy_process_group()
+
+
+def _check_rank(r: int, result: dict) -> str:
+    """Asserts one rank's ours against its stock and reference runs; says, per quantity,
+    the tensor nearest its bound."""
+    ref, stock, ours = result["reference"], result["stock"], result["ours"]
+    assert ours["ran_ours"] and not stock["ran_ours"], f"rank {r}: CuteDSL kernels ran in ours only"
+    worst = {}
+    for what in ("losses", "grads", "updates"):
+        names = range(STEPS) if what == "losses" else ref["names"]
+        for name, o, s, e in zip(names, ours[what], stock[what], ref[what], strict=True):
+            err_ours, err_stock = _rel(o, e), _rel(s, e)
+            assert err_ours <= SLACK * err_stock + FLOOR, (
+                f"rank {r}: {what} {name}: ours is {err_ours:.3e} from the float64 reference, stock {err_stock:.3e}"
+            )
+            used = err_ours / (SLACK * err_stock + FLOOR)
+            if used >= worst.get(what, (-1.0,))[0]:
+                worst[what] = (used, name, err_ours, err_stock)
+    return "; ".join(f"{w} {n} {eo:.2e} / {es:.2e}" for w, (_, n, eo, es) in worst.items())
 
 
 @pytest.mark.parametrize("wrap", ["ddp", "fsdp2"])
@@ -112,13 +144,7 @@ def test_two_ranks_train_as_stock_does_and_build_each_kernel_once(wrap, tmp_path
         raise AssertionError(f"{exc}\n{logs}") from exc
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(WORLD)]
     for r, result in enumerate(ranks):
-        stock, ours = result["stock"], result["ours"]
-        assert ours["ran_ours"] and not stock["ran_ours"], f"rank {r}: CuteDSL kernels ran in ours only"
-        for s, o in zip(stock["losses"], ours["losses"]):
-            assert abs(s - o) <= TOL * abs(s), f"rank {r}: losses {stock['losses']} vs {ours['losses']}"
-        for s, o in zip(stock["updates"], ours["updates"]):
-            err = ((o - s).norm() / s.norm().clamp_min(1e-12)).item()
-            assert err < TOL, f"rank {r}: a parameter update differs from stock's by {err:.3e}"
+        print(f"{wrap} rank {r}: ours / stock from the float64 reference, nearest the bound:", _check_rank(r, result))
     # Replicas stay replicas: both ranks applied the same (all-reduced) updates.
     for u0, u1 in zip(ranks[0]["ours"]["updates"], ranks[1]["ours"]["updates"]):
         assert torch.allclose(u0, u1, rtol=1e-3, atol=1e-6)

@@ -342,6 +342,41 @@ def test_compile_workers_start_with_the_first_compilation(monkeypatch):
     inductor_cutedsl.enable()
 
 
+def test_a_process_started_by_ours_starts_from_the_environment_without_our_install(monkeypatch):
+    """What the install set in the environment (the ptxas alignment) does not pass to a
+    process it starts: a stock compile started so would run without Inductor's
+    memoized-ptxas recompiles, which a stock process has on its own (the cold-compile
+    benchmarks' children did, once the parent had installed). A user's own value passes."""
+    import os
+
+    from inductor_cutedsl.job.run import json_process
+
+    monkeypatch.delenv("TRITON_PTXAS_PATH", raising=False)
+
+    def align():  # as torch's setter does where torch ships a ptxas
+        os.environ["TRITON_PTXAS_PATH"] = "/ours/ptxas"
+        return _compat.EnvChange("TRITON_PTXAS_PATH", "/ours/ptxas")
+
+    monkeypatch.setattr(_compat, "align_triton_ptxas", align)
+    child = ["-c", "import json, os; print(json.dumps(os.environ.get('TRITON_PTXAS_PATH')))"]
+    inductor_cutedsl.disable()
+    try:
+        inductor_cutedsl.enable()  # Inductor is imported: the whole install, the alignment with it
+        assert os.environ["TRITON_PTXAS_PATH"] == "/ours/ptxas"
+        assert json_process(child, {}) is None
+        assert json_process(child, {"TRITON_PTXAS_PATH": "/given"}) == "/given"
+        inductor_cutedsl.disable()
+        assert "TRITON_PTXAS_PATH" not in os.environ
+        monkeypatch.setenv("TRITON_PTXAS_PATH", "/users/ptxas")  # the user's: set before the install
+        monkeypatch.setattr(_compat, "align_triton_ptxas", lambda: None)  # torch's setter keeps a set path
+        inductor_cutedsl.enable()
+        assert json_process(child, {}) == "/users/ptxas"
+    finally:
+        inductor_cutedsl.disable()
+        monkeypatch.undo()
+        inductor_cutedsl.enable()
+
+
 def test_disable_after_a_dynamo_reset():
     """torch.compiler.reset() drops dynamo's callbacks, our compile-start hook too."""
     inductor_cutedsl.disable()

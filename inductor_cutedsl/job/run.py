@@ -12,7 +12,6 @@ import dataclasses
 import itertools
 import json
 import math
-import os
 import shutil
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from typing import Any, Callable
 import torch
 
 from .. import _compat, config, disable, enable
+from ..install import launch_environment
 from ..bench.report import rel_err, run_info, side_by_side, write_json
 from ..scheduler import scheduling
 from .autotune_report import GemmTuning, record_gemm_tuning
@@ -63,9 +63,11 @@ def compile_in_fresh_process(size: BlockSize, backend: str, cache_dir: str) -> d
 
 def json_process(args: list[str], env: dict, timeout: float = 3600) -> dict:
     """Run ``python ARGS`` in a new process with ``env`` added to this one's
-    environment; its report is the last line it prints, one JSON object."""
+    environment as it would be without our install (``launch_environment``: a stock
+    process must not start with what ours set); its report is the last line it prints,
+    one JSON object."""
     done = subprocess.run(
-        [sys.executable, *args], env={**os.environ, **env}, capture_output=True, text=True, timeout=timeout,
+        [sys.executable, *args], env={**launch_environment(), **env}, capture_output=True, text=True, timeout=timeout,
     )  # fmt: skip
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(args)} failed:\n{done.stderr[-4000:]}")
