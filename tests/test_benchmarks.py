@@ -227,7 +227,7 @@ def _gather_rank(rank: int, rendezvous: str, out: str) -> None:
         block(torch.randn(4, 6, generator=torch.Generator().manual_seed(rank))).square().sum().backward()
         assert all(hasattr(p.grad, "full_tensor") for p in block.parameters())
         same = []
-        for tensors in ([p for p in block.parameters()], [p.grad for p in block.parameters()]):  # grads: DTensors too
+        for tensors in (list(block.parameters()), [p.grad for p in block.parameters()]):  # grads: DTensors too
             host = distributed.full_tensors(tensors, via_host=True)
             whole = distributed.full_tensors(tensors, via_host=False)
             same += [(h.shape == w.shape and torch.equal(h, w)) for h, w in zip(host, whole)]

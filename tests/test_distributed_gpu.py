@@ -67,11 +67,6 @@ def _train(wrap: str, label: str, rank: int, log) -> dict:
     return {"names": names, "losses": losses, "grads": grads, "updates": updates, "ran_ours": ran_ours}
 
 
-def _rel(x, ref) -> float:
-    x, ref = torch.as_tensor(x, dtype=torch.float64), torch.as_tensor(ref, dtype=torch.float64)
-    return ((x - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-
-
 def _rank(rank: int, backend: str, wrap: str, out_dir: str) -> None:
     import torch.distributed as dist
 
@@ -109,13 +104,16 @@ def _rank(rank: int, backend: str, wrap: str, out_dir: str) -> None:
 def _check_rank(r: int, result: dict) -> str:
     """Asserts one rank's ours against its stock and reference runs; says, per quantity,
     the tensor nearest its bound."""
+    from inductor_cutedsl.bench.report import rel_err
+
     ref, stock, ours = result["reference"], result["stock"], result["ours"]
     assert ours["ran_ours"] and not stock["ran_ours"], f"rank {r}: CuteDSL kernels ran in ours only"
     worst = {}
     for what in ("losses", "grads", "updates"):
         names = range(STEPS) if what == "losses" else ref["names"]
         for name, o, s, e in zip(names, ours[what], stock[what], ref[what], strict=True):
-            err_ours, err_stock = _rel(o, e), _rel(s, e)
+            ref64 = torch.as_tensor(e, dtype=torch.float64)  # losses are Python floats
+            err_ours, err_stock = (rel_err(torch.as_tensor(x, dtype=torch.float64), ref64) for x in (o, s))
             assert err_ours <= SLACK * err_stock + FLOOR, (
                 f"rank {r}: {what} {name}: ours is {err_ours:.3e} from the float64 reference, stock {err_stock:.3e}"
             )
