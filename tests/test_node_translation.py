@@ -69,8 +69,10 @@ def test_real_inductor_chains_translate(fn, args, operands):
 def assert_computes(t, fn, args, points):
     """The translated arithmetic gives eager's values at ``points`` (interpreted on the
     CPU, each operand read through its translated view); x (``args[0]``) is the GEMM
-    output, as an (M, N) matrix, and ``fn``'s result is read as one too."""
-    expected = fn(*args).float().reshape(M, N)
+    output, as an (M, N) matrix, and ``fn``'s result is read as one too. The reference is
+    ``fn`` in float64 on the same inputs: the translation computes in float32 and rounds
+    once, where eager bf16 rounds every step (two ulps apart near 1 at times)."""
+    expected = fn(*(a.double() for a in args)).reshape(M, N)
     flat = {f"arg{i}_1": a.float().flatten() for i, a in enumerate(args)}
     for mi, ni in points:
         ops_vals = tuple(
