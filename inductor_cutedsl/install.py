@@ -18,7 +18,7 @@ otherwise when the first compilation starts (or Inductor first makes its choices
 handler, or runs the pre-grad passes, whichever comes first). Until then the choices
 class is ``_choices``, which installs the rest and makes an instance of ours.
 
-On a torch outside the supported range (``_compat.SUPPORTED_TORCH``) ``enable()``
+On a torch outside the supported range (``releases.SUPPORTED_TORCH``) ``enable()``
 warns once and installs nothing: Inductor stays exactly as it is.
 """
 from __future__ import annotations
@@ -31,7 +31,8 @@ from typing import Any, Iterator
 
 import torch
 
-from . import _compat, config
+from . import config
+from .compat import autotune, codegen, environment, lazy, lowerings, releases, settings
 from .config import BACKEND_TOKEN
 from .runtime import workers
 
@@ -65,16 +66,16 @@ def _choices() -> Any:
     """Inductor's choices handler, made from ``config.inductor_choices_class`` before the
     rest of the backend is installed: installs it, then makes ours."""
     _install_rest()
-    cls = _compat.choices_class()
+    cls = settings.choices_class()
     if cls is _choices or cls is None:  # disabled meanwhile: Inductor's own
-        return _compat.stock_choices()
+        return settings.stock_choices()
     return cls()
 
 
 def _rewrite_gated(graph: torch.fx.Graph) -> None:
     """The pre-grad pass: the gated MLP rewritten into our op (``lowering.gated``)."""
     if not is_enabled():  # a thread still holding our settings after disable()
-        _compat.sync_thread_settings()
+        settings.sync_thread_settings()
         return
     _install_rest()
     from .lowering import gated
@@ -87,7 +88,7 @@ def _compile_starts() -> None:
     # The compiling thread may have made its choices handler while we were off, or (with
     # per-thread settings, torch 2.14 on) never seen our settings: autograd's device
     # thread, where a training step's backward compiles.
-    _compat.sync_thread_settings()
+    settings.sync_thread_settings()
     # Compile workers start with the first compilation (not at import): their DSL
     # import then overlaps tracing and lowering, before the first GEMM needs them.
     _start_workers()
@@ -100,13 +101,13 @@ def enable() -> None:
     and nothing else."""
     global _saved
     with _lock:
-        if _saved is not None or not _compat.check_torch():
+        if _saved is not None or not releases.check_torch():
             return
         # What enable() reads of our config, kept for the rest of the install.
         _saved = {"epilogue_fusion": config.epilogue_fusion, "dual_gemm": config.dual_gemm}
-        inductor = _compat.loaded("torch._inductor.config")
-        _saved["settings_hook"] = _compat.when_imported("torch._inductor.config", _install_settings)
-        _saved["start_hook"] = _compat.when_imported("torch._dynamo.callback", _install_start_hook)
+        inductor = lazy.loaded("torch._inductor.config")
+        _saved["settings_hook"] = lazy.when_imported("torch._inductor.config", _install_settings)
+        _saved["start_hook"] = lazy.when_imported("torch._dynamo.callback", _install_start_hook)
         if inductor:
             _install_rest()
 
@@ -116,21 +117,21 @@ def _install_settings() -> None:
     with _lock:
         if _saved is None or "backends" in _saved:
             return
-        prior_cls = _compat.choices_class()
+        prior_cls = settings.choices_class()
         if prior_cls is not None and not getattr(prior_cls, "__module__", "").startswith(__package__):
             log.warning("replacing inductor_choices_class %r with ours", prior_cls)
-        _saved.update(backends=_compat.autotune_backends(), choices_class=prior_cls)
-        if not _compat.backend_enabled(BACKEND_TOKEN):
-            _compat.set_autotune_backends(f"{_saved['backends']},{BACKEND_TOKEN}")
-        _compat.set_choices_class(_choices, live=False)  # Inductor makes its handler from it
+        _saved.update(backends=settings.autotune_backends(), choices_class=prior_cls)
+        if not settings.backend_enabled(BACKEND_TOKEN):
+            settings.set_autotune_backends(f"{_saved['backends']},{BACKEND_TOKEN}")
+        settings.set_choices_class(_choices, live=False)  # Inductor makes its handler from it
         if _saved["dual_gemm"]:
-            _saved["pre_grad_pass"] = _compat.install_pre_grad_pass(_rewrite_gated, config.cache_key)
+            _saved["pre_grad_pass"] = lowerings.install_pre_grad_pass(_rewrite_gated, config.cache_key)
 
 
 def _install_start_hook() -> None:
     with _lock:
         if _saved is not None and "compile_start_hook" not in _saved:
-            _saved["compile_start_hook"] = _compat.on_compile_start(_compile_starts)
+            _saved["compile_start_hook"] = settings.on_compile_start(_compile_starts)
 
 
 def _install_rest() -> None:
@@ -141,23 +142,23 @@ def _install_rest() -> None:
         _install_settings()
         from .lowering.fair_timing import rescale
 
-        if _compat.choices_class() is _choices:
-            _compat.set_choices_class(_choices_class())
+        if settings.choices_class() is _choices:
+            settings.set_choices_class(_choices_class())
         # Before any Triton compile of this compilation: the kernels Inductor's workers
         # compile must be found by this process, not compiled again in it.
-        _saved["ptxas"] = _compat.align_triton_ptxas()
-        _saved["benchmark_hook"] = _compat.install_benchmark_hook(rescale)
+        _saved["ptxas"] = environment.align_triton_ptxas()
+        _saved["benchmark_hook"] = autotune.install_benchmark_hook(rescale)
         if _saved["dual_gemm"]:
             from .lowering import gated
 
-            _compat.register_lowering(torch.ops.inductor_cutedsl.gated_mm.default, gated.lower)
+            lowerings.register_lowering(torch.ops.inductor_cutedsl.gated_mm.default, gated.lower)
         if _saved["epilogue_fusion"]:
             from .scheduler.scheduling import CuteDSLFusionScheduling, fusion_verdict, pairs_through_view
 
-            _saved["scheduling"] = _compat.install_cuda_scheduling(CuteDSLFusionScheduling)
+            _saved["scheduling"] = codegen.install_cuda_scheduling(CuteDSLFusionScheduling)
             # A GEMM whose epilogue we measured is decided already: Inductor's own
             # benchmark of the fusion (Triton candidates only) must not overrule it.
-            _saved["fusion_hooks"] = _compat.install_fusion_hooks(fusion_verdict, pairs_through_view)
+            _saved["fusion_hooks"] = codegen.install_fusion_hooks(fusion_verdict, pairs_through_view)
         _saved["rest"] = True
 
 
@@ -168,31 +169,31 @@ def disable() -> None:
         if _saved is None:
             return
         saved, _saved = _saved, None
-        _compat.cancel_when_imported(saved["settings_hook"])
-        _compat.cancel_when_imported(saved["start_hook"])
+        lazy.cancel_when_imported(saved["settings_hook"])
+        lazy.cancel_when_imported(saved["start_hook"])
         if "backends" in saved:
-            _compat.set_autotune_backends(saved["backends"], hold=False)
-            _compat.set_choices_class(saved["choices_class"], hold=False)
+            settings.set_autotune_backends(saved["backends"], hold=False)
+            settings.set_choices_class(saved["choices_class"], hold=False)
         if "compile_start_hook" in saved:
-            _compat.remove_compile_start_hook(saved["compile_start_hook"])
+            settings.remove_compile_start_hook(saved["compile_start_hook"])
         if "pre_grad_pass" in saved:
-            _compat.restore_pre_grad_pass(saved["pre_grad_pass"])
+            lowerings.restore_pre_grad_pass(saved["pre_grad_pass"])
         if "benchmark_hook" in saved:
-            _compat.restore_benchmark_hook(saved["benchmark_hook"])
+            autotune.restore_benchmark_hook(saved["benchmark_hook"])
         if saved.get("ptxas") is not None:
             saved["ptxas"].undo()
         if "rest" in saved and saved["dual_gemm"]:
-            _compat.unregister_lowering(torch.ops.inductor_cutedsl.gated_mm.default)
+            lowerings.unregister_lowering(torch.ops.inductor_cutedsl.gated_mm.default)
         if "scheduling" in saved:
-            _compat.restore_cuda_scheduling(saved["scheduling"])
-            _compat.restore_fusion_hooks(saved["fusion_hooks"])
+            codegen.restore_cuda_scheduling(saved["scheduling"])
+            codegen.restore_fusion_hooks(saved["fusion_hooks"])
 
 
 def launch_environment() -> dict[str, str]:
     """This process's environment less what the install set in it: where a new process
     should start from to run as it would without us. A stock Inductor process started
     with our ``TRITON_PTXAS_PATH`` would be spared Inductor's recompiles (slow cold
-    compiles, ``_compat.align_triton_ptxas``) that it has on its own; one of ours aligns
+    compiles, ``environment.align_triton_ptxas``) that it has on its own; one of ours aligns
     itself again as it installs."""
     env = dict(os.environ)
     with _lock:

@@ -6,7 +6,7 @@ per-process memo of the ptxas version starts empty):
 
 The parent compiles kernel_a first (on the bundled ptxas), has a worker compile kernel_b
 on ``OTHER`` (``TRITON_PTXAS_PATH``, as Inductor's workers set it), then compiles
-kernel_b itself, after ``_compat.align_triton_ptxas`` with ``align`` (then undoes the
+kernel_b itself, after ``environment.align_triton_ptxas`` with ``align`` (then undoes the
 alignment and aligns again, and compiles kernel_b once more); it prints JSON lines: how
 many compile stages ran each time (0: found in the on-disk cache)."""
 from __future__ import annotations
@@ -45,14 +45,14 @@ def stages_run(fn) -> int:
 def parent(other: str, align: bool) -> None:
     from torch._inductor.runtime import compile_tasks
 
-    from inductor_cutedsl import _compat
+    from inductor_cutedsl.compat import environment
 
     first = stages_run(kernel_a)
     subprocess.run([sys.executable, __file__, "worker"], env={**os.environ, "TRITON_PTXAS_PATH": other}, check=True)
     change = None
     if align:  # torch's own ptxas stands in for OTHER; torch runs its setter once (functools.cache)
         compile_tasks._set_triton_ptxas_path = functools.cache(lambda: os.environ.setdefault("TRITON_PTXAS_PATH", other))
-        change = _compat.align_triton_ptxas()
+        change = environment.align_triton_ptxas()
     else:
         os.environ["TRITON_PTXAS_PATH"] = other  # as Inductor sets it at its first in-process compile
     print(json.dumps({"first": first, "again": stages_run(kernel_b), "undo": change is not None,
@@ -61,7 +61,7 @@ def parent(other: str, align: bool) -> None:
         change.undo()
         print(json.dumps({"after_undo": os.environ.get("TRITON_PTXAS_PATH")}))
         # disable() then enable(), as a process that compiles several graphs may do
-        realigned = _compat.align_triton_ptxas()
+        realigned = environment.align_triton_ptxas()
         print(json.dumps({"realigned": realigned is not None, "path": os.environ.get("TRITON_PTXAS_PATH"),
                           "again": stages_run(kernel_b)}))  # fmt: skip
 

@@ -207,7 +207,8 @@ def test_host_paced_ranking_without_cuda_graphs(monkeypatch, cudagraphs):
     the larger of GPU and host launch time: cuBLASLt's addmm, 3% faster on the GPU but
     with a launch path longer than its kernel, loses to our launch; under CUDA graphs
     (launch paths replayed away) the GPU ranking stands and no launch is timed."""
-    from inductor_cutedsl import _compat, config
+    from inductor_cutedsl import config
+    from inductor_cutedsl.compat import settings
 
     aten, mine = Other("addmm"), ours("a")
     timings = {aten: 0.063, mine: 0.050}
@@ -225,7 +226,7 @@ def test_host_paced_ranking_without_cuda_graphs(monkeypatch, cudagraphs):
         return run
 
     monkeypatch.setattr(fair_timing, "enqueue_ms", fake_enqueue)
-    monkeypatch.setattr(_compat, "compile_uses_cudagraphs", lambda: cudagraphs)
+    monkeypatch.setattr(settings, "compile_uses_cudagraphs", lambda: cudagraphs)
     with config.patch(host_paced=True):
         out = fair_timing.rescale(timings, named_run_fn)
     if cudagraphs:
@@ -238,10 +239,11 @@ def test_host_paced_ranking_without_cuda_graphs(monkeypatch, cudagraphs):
 
 
 def test_host_paced_ranking_is_off_by_default(monkeypatch):
-    from inductor_cutedsl import _compat, config
+    from inductor_cutedsl import config
+    from inductor_cutedsl.compat import settings
 
     monkeypatch.setattr(fair_timing, "enqueue_ms", lambda run, calls=20: pytest.fail("timed a launch"))
-    monkeypatch.setattr(_compat, "compile_uses_cudagraphs", lambda: False)
+    monkeypatch.setattr(settings, "compile_uses_cudagraphs", lambda: False)
     assert config.host_paced is False
     aten, mine = Other("addmm"), ours("a")
     run_fn, _ = steady_runs({aten: 0.0422, mine: 0.0434})
@@ -253,7 +255,7 @@ def test_host_paced_ranking_is_off_by_default(monkeypatch):
 def test_compile_mode_tells_cuda_graphs(mode, expected):
     from torch._inductor import config as inductor_config
 
-    from inductor_cutedsl import _compat
+    from inductor_cutedsl.compat import settings
 
     with inductor_config.patch(torch._inductor.list_mode_options(mode)):
-        assert _compat.compile_uses_cudagraphs() is expected
+        assert settings.compile_uses_cudagraphs() is expected

@@ -348,17 +348,17 @@ def test_fused_builds_start_before_the_first_decision(monkeypatch):
     import concurrent.futures
 
     import inductor_cutedsl.scheduler.selection as selection
-    from inductor_cutedsl import _compat
+    from inductor_cutedsl.compat import codegen
     from inductor_cutedsl.runtime.spec import KernelSpec
 
     events = []
-    nodes_module = _compat.nodes_module
+    nodes_module = codegen.nodes_module
 
     def compiled(scheduler, nodes, triton_choice=None):
         events.append(("module", tuple(n.get_name() for n in nodes), triton_choice is not None))
         return nodes_module(scheduler, nodes, triton_choice)
 
-    monkeypatch.setattr(_compat, "nodes_module", compiled)
+    monkeypatch.setattr(codegen, "nodes_module", compiled)
 
     def build_async(spec, cache, workers):
         events.append(("build", spec.key()))

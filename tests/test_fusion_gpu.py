@@ -40,11 +40,11 @@ def compiled_code(fn, *args, backends="CUTEDSL", measure_epilogues=False):
     from torch._inductor import config as ic
     from torch._inductor.utils import run_and_get_code
 
-    from inductor_cutedsl import _compat
+    from inductor_cutedsl.compat import settings
 
     with ic.patch(
         max_autotune_gemm_backends=backends, force_disable_caches=True,
-        **{_compat.benchmark_fusion_setting(): measure_epilogues},
+        **{settings.benchmark_fusion_setting(): measure_epilogues},
     ):  # fmt: skip
         return run_and_get_code(torch.compile(fn, mode="max-autotune-no-cudagraphs"), *args)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from inductor_cutedsl import _compat
+from inductor_cutedsl.compat import lazy
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT_S = 1.0  # issue 17: at most this much over `import torch`
@@ -116,8 +116,8 @@ def test_import_loads_no_inductor_and_settings_come_with_its_config(stock):
     }  # fmt: skip
     installed = seen["installed"]
     assert "CuteDSLFusionChoices" in installed["choices"] and seen["handler"] == "CuteDSLFusionChoices"
-    assert installed["scheduler"] == ["inductor_cutedsl._compat"] * 2
-    assert installed["benchmark"] == "inductor_cutedsl._compat"
+    assert installed["scheduler"] == ["inductor_cutedsl.compat.codegen"] * 2
+    assert installed["benchmark"] == "inductor_cutedsl.compat.autotune"
     assert installed["cuda_scheduling"] == "inductor_cutedsl.scheduler.scheduling"
     assert installed["start_callbacks"] == stock["start_callbacks"] + 1
     assert installed["our_lowerings"] == ["inductor_cutedsl.gated_mm.default"]
@@ -138,7 +138,7 @@ def test_inductors_first_choices_handler_installs_the_rest(stock):
     """)
     assert seen["handler"] == "CuteDSLFusionChoices"
     assert "CuteDSLFusionChoices" in seen["installed"]["choices"]
-    assert seen["installed"]["scheduler"] == ["inductor_cutedsl._compat"] * 2
+    assert seen["installed"]["scheduler"] == ["inductor_cutedsl.compat.codegen"] * 2
     assert seen["restored"] == stock
 
 
@@ -167,16 +167,16 @@ def test_when_imported_runs_after_the_module_executes_and_before_the_importer_se
         seen.append(module.VALUE)
         module.VALUE = 10  # what the importer gets back
 
-    handle = _compat.when_imported("icd_probe_pkg.mod", hook)
-    cancelled = _compat.when_imported("icd_probe_pkg.other", lambda: seen.append("other"))
-    _compat.cancel_when_imported(cancelled)
-    assert handle is not None and any(isinstance(f, type(_compat._import_hooks)) for f in sys.meta_path)
+    handle = lazy.when_imported("icd_probe_pkg.mod", hook)
+    cancelled = lazy.when_imported("icd_probe_pkg.other", lambda: seen.append("other"))
+    lazy.cancel_when_imported(cancelled)
+    assert handle is not None and any(isinstance(f, type(lazy._import_hooks)) for f in sys.meta_path)
     from icd_probe_pkg import mod, other
 
     assert (seen, mod.VALUE, other.VALUE) == ([1], 10, 2)
-    assert not isinstance(mod.__loader__, _compat._HookedLoader) and mod.__spec__.loader is mod.__loader__
-    assert not any(isinstance(f, type(_compat._import_hooks)) for f in sys.meta_path)  # nothing left to watch
-    assert _compat.when_imported("icd_probe_pkg.mod", lambda: seen.append("now")) is None
+    assert not isinstance(mod.__loader__, lazy._HookedLoader) and mod.__spec__.loader is mod.__loader__
+    assert not any(isinstance(f, type(lazy._import_hooks)) for f in sys.meta_path)  # nothing left to watch
+    assert lazy.when_imported("icd_probe_pkg.mod", lambda: seen.append("now")) is None
     assert seen == [1, "now"]
 
 
@@ -184,13 +184,13 @@ def test_lazy_stand_ins_reach_the_real_objects():
     from torch._inductor import config as inductor_config
     from torch._inductor.virtualized import V
 
-    stand_in = _compat._Lazy("torch._inductor.config")
+    stand_in = lazy._Lazy("torch._inductor.config")
     assert stand_in.max_autotune_gemm_backends == inductor_config.max_autotune_gemm_backends
     with inductor_config.patch(max_autotune_gemm_backends="ATEN"):
         stand_in.max_autotune_gemm_backends = "TRITON"
         assert inductor_config.max_autotune_gemm_backends == "TRITON"
-    assert _compat.V.set_choices_handler == V.set_choices_handler
-    assert _compat.InductorChoices.__module__ == "torch._inductor.choices"
+    assert lazy.V.set_choices_handler == V.set_choices_handler
+    assert lazy.InductorChoices.__module__ == "torch._inductor.choices"
     with pytest.raises(AttributeError):
-        _compat.NoSuchName  # noqa: B018
-    assert isinstance(_compat, types.ModuleType)
+        lazy.NoSuchName  # noqa: B018
+    assert isinstance(lazy, types.ModuleType)

@@ -13,7 +13,8 @@ from torch._inductor.sizevars import SizeVarAllocator
 from torch._inductor.virtualized import V
 
 import inductor_cutedsl
-from inductor_cutedsl import _compat, config
+from inductor_cutedsl import config
+from inductor_cutedsl.compat import environment, settings
 from inductor_cutedsl.lowering import gemm_choices as gc
 from inductor_cutedsl.lowering.choices import CuteDSLChoices
 
@@ -214,7 +215,7 @@ def test_epilogue_fusion_setting_installs_and_restores_the_scheduling():
     inductor_cutedsl.disable()
     prior = common.device_codegens.get("cuda")
     prior_speedup, prior_vertical = Scheduler.speedup_by_fusion, Scheduler.can_fuse_vertical
-    prior_bef = getattr(inductor_config, _compat.benchmark_fusion_setting())
+    prior_bef = getattr(inductor_config, settings.benchmark_fusion_setting())
     try:
         with config.patch(epilogue_fusion=True):
             inductor_cutedsl.enable()
@@ -222,7 +223,7 @@ def test_epilogue_fusion_setting_installs_and_restores_the_scheduling():
             assert Scheduler.speedup_by_fusion is not prior_speedup
             assert Scheduler.can_fuse_vertical is not prior_vertical
             # Inductor's epilogue benchmarking stays on: our candidates join it.
-            assert getattr(inductor_config, _compat.benchmark_fusion_setting()) == prior_bef
+            assert getattr(inductor_config, settings.benchmark_fusion_setting()) == prior_bef
             inductor_cutedsl.disable()
         restored = common.device_codegens.get("cuda")
         assert restored is not None and restored.scheduling is not CuteDSLFusionScheduling
@@ -355,9 +356,9 @@ def test_a_process_started_by_ours_starts_from_the_environment_without_our_insta
 
     def align():  # as torch's setter does where torch ships a ptxas
         os.environ["TRITON_PTXAS_PATH"] = "/ours/ptxas"
-        return _compat.EnvChange("TRITON_PTXAS_PATH", "/ours/ptxas")
+        return environment.EnvChange("TRITON_PTXAS_PATH", "/ours/ptxas")
 
-    monkeypatch.setattr(_compat, "align_triton_ptxas", align)
+    monkeypatch.setattr(environment, "align_triton_ptxas", align)
     child = ["-c", "import json, os; print(json.dumps(os.environ.get('TRITON_PTXAS_PATH')))"]
     inductor_cutedsl.disable()
     try:
@@ -368,7 +369,7 @@ def test_a_process_started_by_ours_starts_from_the_environment_without_our_insta
         inductor_cutedsl.disable()
         assert "TRITON_PTXAS_PATH" not in os.environ
         monkeypatch.setenv("TRITON_PTXAS_PATH", "/users/ptxas")  # the user's: set before the install
-        monkeypatch.setattr(_compat, "align_triton_ptxas", lambda: None)  # torch's setter keeps a set path
+        monkeypatch.setattr(environment, "align_triton_ptxas", lambda: None)  # torch's setter keeps a set path
         inductor_cutedsl.enable()
         assert json_process(child, {}) == "/users/ptxas"
     finally:
@@ -389,7 +390,7 @@ def test_disable_after_a_dynamo_reset():
 
 def test_operand_layouts_freeze_only_for_a_gemm_we_take(graph, monkeypatch):
     frozen = []
-    monkeypatch.setattr(gc._compat, "freeze_layout", frozen.append)
+    monkeypatch.setattr(gc.ir_access, "freeze_layout", frozen.append)
     monkeypatch.setattr(gc, "_device_reason", lambda node: None)
 
     def inputs(n):

@@ -56,7 +56,7 @@ def test_benchmark_modules_compile_in_inductors_threads_until_its_subprocesses_a
     from torch._inductor import async_compile
     from torch._inductor.runtime.triton_heuristics import CachingAutotuner
 
-    from inductor_cutedsl import _compat
+    from inductor_cutedsl.compat import codegen
 
     class Kernel(CachingAutotuner):
         def __init__(self):  # none of the real set-up: only precompile is called
@@ -69,7 +69,7 @@ def test_benchmark_modules_compile_in_inductors_threads_until_its_subprocesses_a
     module = types.SimpleNamespace(triton_a=first, triton_b=second, get_args=lambda: [])
     template = types.SimpleNamespace(node=None)
     scheduler = types.SimpleNamespace(compile_kernel=lambda nodes: (None, module))
-    future, got = _compat.nodes_module(scheduler, [template])
+    future, got = codegen.nodes_module(scheduler, [template])
     assert got is module and future is not None
     future.result()
     for kernel in (first, second):
@@ -77,11 +77,11 @@ def test_benchmark_modules_compile_in_inductors_threads_until_its_subprocesses_a
     # Subprocesses up: their compile's future, untouched.
     pooled = object()
     scheduler.compile_kernel = lambda nodes: (pooled, module)
-    assert _compat.nodes_module(scheduler, [template])[0] is pooled
+    assert codegen.nodes_module(scheduler, [template])[0] is pooled
     # No kernel in the module, or one compile thread only: nothing started.
-    assert _compat.precompile_in_threads(types.SimpleNamespace(get_args=lambda: [])) is None
+    assert codegen.precompile_in_threads(types.SimpleNamespace(get_args=lambda: [])) is None
     monkeypatch.setattr(async_compile, "get_compile_threads", lambda: 1)
-    assert _compat.precompile_in_threads(module) is None
+    assert codegen.precompile_in_threads(module) is None
 
 
 def test_a_module_that_fails_to_compile_fails_its_ways_alone():
@@ -91,7 +91,7 @@ def test_a_module_that_fails_to_compile_fails_its_ways_alone():
     import concurrent.futures
     import threading
 
-    from inductor_cutedsl import _compat
+    from inductor_cutedsl.compat import codegen
 
     failed: concurrent.futures.Future = concurrent.futures.Future()
     failed.set_exception(RuntimeError("out of resource: shared memory"))
@@ -101,7 +101,7 @@ def test_a_module_that_fails_to_compile_fails_its_ways_alone():
     selection.await_modules([(failed, module), (None, module), (pending, module)])
     assert pending.done()
     with pytest.raises(RuntimeError, match="shared memory"):
-        _compat.module_run_fn(failed, module)
+        codegen.module_run_fn(failed, module)
 
 
 def test_a_decision_measures_only_once_every_early_module_has_compiled(monkeypatch):
@@ -111,13 +111,13 @@ def test_a_decision_measures_only_once_every_early_module_has_compiled(monkeypat
     import concurrent.futures
     import threading
 
-    from inductor_cutedsl import _compat
+    from inductor_cutedsl.compat import codegen
 
     class Graph:  # weakly referenced, as Inductor's GraphLowering is
         pass
 
     graph = Graph()
-    monkeypatch.setattr(_compat, "V", types.SimpleNamespace(graph=graph))
+    monkeypatch.setattr(selection, "V", types.SimpleNamespace(graph=graph))
     later = [concurrent.futures.Future() for _ in range(2)]
     for i, future in enumerate(later):
         threading.Timer(0.1 * (i + 1), future.set_result, (None,)).start()

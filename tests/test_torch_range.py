@@ -15,7 +15,8 @@ from test_import_time import FINGERPRINT, _run
 from torch._inductor import config as inductor_config
 
 import inductor_cutedsl
-from inductor_cutedsl import _compat, config, install
+from inductor_cutedsl import config, install
+from inductor_cutedsl.compat import lowerings, releases, settings
 from inductor_cutedsl.lowering.choices import CuteDSLChoices
 from inductor_cutedsl.scheduler.scheduling import CuteDSLFusionChoices
 
@@ -24,12 +25,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_setup_py_states_the_range_the_import_checks():
     setup = (ROOT / "setup.py").read_text()
-    assert re.findall(r'"(torch[^"]*)"', setup) == [_compat.supported_range_text()]
+    assert re.findall(r'"(torch[^"]*)"', setup) == [releases.supported_range_text()]
     assert "nvidia-cutlass-dsl[cu13]==4.8.1" in setup
 
 
 def test_this_torch_is_supported():
-    assert _compat.torch_supported(), torch.__version__
+    assert releases.torch_supported(), torch.__version__
 
 
 @pytest.mark.parametrize(
@@ -46,8 +47,8 @@ def test_this_torch_is_supported():
     ],
 )
 def test_torch_release_and_range(version, release, supported):
-    assert _compat.torch_release(version) == release
-    assert _compat.torch_supported(version) is supported
+    assert releases.torch_release(version) == release
+    assert releases.torch_supported(version) is supported
 
 
 def _inductor_settings() -> dict:
@@ -61,7 +62,7 @@ def test_enable_outside_the_range_warns_once_and_leaves_inductor_untouched(monke
     try:
         stock = _inductor_settings()
         monkeypatch.setattr(torch, "__version__", version)
-        monkeypatch.setattr(_compat, "_torch_warned", False)
+        monkeypatch.setattr(releases, "_torch_warned", False)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             for _ in range(3):
@@ -69,7 +70,7 @@ def test_enable_outside_the_range_warns_once_and_leaves_inductor_untouched(monke
         ours = [w for w in caught if "inductor_cutedsl supports" in str(w.message)]
         assert len(ours) == 1 and issubclass(ours[0].category, RuntimeWarning)
         message = str(ours[0].message)
-        assert version in message and _compat.supported_range_text() in message
+        assert version in message and releases.supported_range_text() in message
         assert not inductor_cutedsl.is_enabled()
         assert _inductor_settings() == stock
     finally:
@@ -164,7 +165,7 @@ def test_the_deferred_factory_makes_handlers_with_uuid():
     assert isinstance(handler, CuteDSLChoices) and callable(handler.uuid)
     with inductor_config.patch(inductor_choices_class=None):  # (monkeypatch's undo hides it on 2.15)
         stock = install._choices()
-    assert not isinstance(stock, CuteDSLChoices) and stock.uuid() == _compat.stock_choices().uuid()
+    assert not isinstance(stock, CuteDSLChoices) and stock.uuid() == settings.stock_choices().uuid()
 
 
 class _UserPass:
@@ -204,24 +205,24 @@ def test_pre_grad_pass_is_a_custom_graph_pass_with_uuid():
         assert isinstance(installed, CustomGraphPass) and installed.uuid() is not None
         assert pickle.loads(pickle.dumps(installed)).uuid() == installed.uuid()
 
-    alone = _compat._PreGradPasses(None, _noop, _pass_key)
+    alone = lowerings._PreGradPasses(None, _noop, _pass_key)
     assert isinstance(alone, CustomGraphPass)
     assert alone.uuid() == ("inductor_cutedsl.pre_grad", (), "key")
-    assert _compat._PreGradPasses(_UserPass(), _noop, _pass_key).uuid() is None
-    assert _compat._PreGradPasses(_user_pass_with_uuid(), _noop, _pass_key).uuid() == (
+    assert lowerings._PreGradPasses(_UserPass(), _noop, _pass_key).uuid() is None
+    assert lowerings._PreGradPasses(_user_pass_with_uuid(), _noop, _pass_key).uuid() == (
         "inductor_cutedsl.pre_grad", ("user-pass",), "key",
     )  # fmt: skip
 
 
 def test_pre_grad_pass_runs_a_list_of_user_passes_first():
     seen = []
-    passes = _compat._PreGradPasses([lambda g: seen.append(1), lambda g: seen.append(2)], seen.append, _pass_key)
+    passes = lowerings._PreGradPasses([lambda g: seen.append(1), lambda g: seen.append(2)], seen.append, _pass_key)
     passes("graph")
     assert seen == [1, 2, "graph"]
 
 
 def test_size_hint_and_fusion_benchmark_setting_exist_on_this_release():
-    assert hasattr(inductor_config, _compat.benchmark_fusion_setting())
+    assert hasattr(inductor_config, settings.benchmark_fusion_setting())
     from torch._inductor.sizevars import SizeVarAllocator
 
     assert hasattr(SizeVarAllocator, "size_hint") or hasattr(SizeVarAllocator, "optimization_hint")

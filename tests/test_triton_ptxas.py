@@ -1,5 +1,5 @@
 """Kernels that Inductor's compile workers build are found in Triton's cache by the
-compiling process (``_compat.align_triton_ptxas``), not compiled again there.
+compiling process (``environment.align_triton_ptxas``), not compiled again there.
 
 The workers point Triton at torch's ptxas; a process whose first Triton compile came
 before that (autotuning's precompile threads at lowering) keyed every compile on the

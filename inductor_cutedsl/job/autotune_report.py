@@ -5,7 +5,7 @@ import contextlib
 import dataclasses
 from typing import Iterator
 
-from .. import _compat
+from ..compat import autotune, ir_access
 
 
 @dataclasses.dataclass
@@ -44,8 +44,8 @@ def record_gemm_tuning() -> Iterator[list[GemmTuning]]:
             candidates[backend] = candidates.get(backend, 0) + 1
             best[backend] = min(best.get(backend, float("inf")), float(ms))
         winner = min(best, key=best.get)
-        shapes = [[_compat.size_hint(d) for d in node.get_size()] for node in input_nodes]
+        shapes = [[ir_access.size_hint(d) for d in node.get_size()] for node in input_nodes]
         rows.append(GemmTuning(name, shapes, candidates, best, winner, best[winner]))
 
-    with _compat.feedback_saver(saver):
+    with autotune.feedback_saver(saver):
         yield rows

@@ -21,7 +21,8 @@ from typing import Any, Callable
 
 import torch
 
-from .. import _compat, config, disable, enable
+from .. import config, disable, enable
+from ..compat import settings
 from ..install import launch_environment
 from ..bench.report import rel_err, run_info, side_by_side, write_json
 from ..scheduler import scheduling
@@ -40,12 +41,12 @@ def compile_options(mode: str = MODE) -> dict:
     entry between equal torch.compile backends, and torch.compiler.reset() between
     them would make the first recompile, under the second's settings, when it is
     next called. With the backends in the options, stock and ours differ."""
-    return {**torch._inductor.list_mode_options(mode), "max_autotune_gemm_backends": _compat.autotune_backends()}
+    return {**torch._inductor.list_mode_options(mode), "max_autotune_gemm_backends": settings.autotune_backends()}
 
 
 def compile_cold(block, x) -> tuple[Any, torch.Tensor, float, list[GemmTuning]]:
     """torch.compile the block with every Inductor cache off; time the first call."""
-    with _compat.caches_disabled(), record_gemm_tuning() as rows:
+    with settings.caches_disabled(), record_gemm_tuning() as rows:
         compiled = torch.compile(block, options=compile_options())
         t0 = time.perf_counter()
         with torch.no_grad():

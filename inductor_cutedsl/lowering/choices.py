@@ -5,14 +5,16 @@ import logging
 import weakref
 from typing import Any
 
-from .. import _compat, config
+from .. import config
+from ..compat import autotune, ir_access, settings
+from ..compat.lazy import InductorChoices
 from ..config import BACKEND_TOKEN
 from .gemm_choices import GEMM_OPS, SCALED_OP, gemm_choices
 
 log = logging.getLogger("inductor_cutedsl.lowering")
 
 
-class CuteDSLChoices(_compat.InductorChoices):
+class CuteDSLChoices(InductorChoices):
     """Inductor's default heuristics, plus CuteDSL GEMM candidates."""
 
     def uuid(self) -> tuple:
@@ -23,7 +25,7 @@ class CuteDSLChoices(_compat.InductorChoices):
     def get_template_configs(self, kernel_inputs, templates, op_name, kwarg_overrides=None):
         # A thread's handler made while we were on, asked after disable() (or under other
         # settings): the configured handler answers, and serves the thread from now on.
-        handler = _compat.sync_thread_settings()
+        handler = settings.sync_thread_settings()
         if handler is not None and handler is not self:
             return handler.get_template_configs(kernel_inputs, templates, op_name, kwarg_overrides)
         choices = super().get_template_configs(kernel_inputs, templates, op_name, kwarg_overrides)
@@ -51,7 +53,7 @@ _offered: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
 
 def _ours_once(kernel_inputs, op_name: str) -> tuple[list, int]:
     """(our choices to add to this ask, how many this GEMM has been offered in all)."""
-    site = _compat.lowering_site()
+    site = ir_access.lowering_site()
     nodes = kernel_inputs.nodes() if site is not None else ()
     if len(nodes) < 2:  # not inside a graph's lowering (or no operands): nothing to repeat
         ours = gemm_choices(kernel_inputs, op_name)
@@ -68,14 +70,14 @@ def _ours_once(kernel_inputs, op_name: str) -> tuple[list, int]:
 
 
 def _only_backend_is_ours() -> bool:
-    return _compat.autotune_backend_tokens() == [BACKEND_TOKEN]
+    return settings.autotune_backend_tokens() == [BACKEND_TOKEN]
 
 
 def _aten_fallback(kernel_inputs, op_name: str):
     """ATen's choice for this GEMM and its kwargs: an output dtype other than the
     inputs' (``torch.bmm(a, b, out_dtype=...)``) needs ATen's ``*_dtype`` kernel."""
-    out_dtype = _compat.kernel_out_dtype(kernel_inputs)
+    out_dtype = ir_access.kernel_out_dtype(kernel_inputs)
     if out_dtype is not None and op_name in ("mm", "bmm"):
-        choice = _compat.aten_dtype_choice(op_name)
+        choice = autotune.aten_dtype_choice(op_name)
         return choice, {choice.uid: {"out_dtype": out_dtype}}
-    return _compat.aten_choice(op_name), None
+    return autotune.aten_choice(op_name), None

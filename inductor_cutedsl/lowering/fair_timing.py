@@ -38,7 +38,8 @@ import statistics
 import time
 from typing import Any, Callable
 
-from .. import _compat, config
+from .. import config
+from ..compat import autotune, settings
 from ..timing import enqueue_ms, graph_median, interleaved, measure_ms
 from .template import GemmCaller
 
@@ -82,7 +83,7 @@ def rescale(timings: dict[Any, float], run_fn: Callable[[Any], Callable[[], Any]
     ranked = sorted(others, key=others.get)
     best = others[ranked[0]]
     close = [c for c in ranked[:OTHERS] if others[c] <= best * CLOSE + SLACK_MS]
-    aten = next((c for c in ranked if _compat.is_extern_caller(c)), None)
+    aten = next((c for c in ranked if autotune.is_extern_caller(c)), None)
     if aten is not None and aten not in close and others[aten] <= best * ATEN_FAR:
         close.append(aten)
     contenders = [*close, mine]
@@ -97,7 +98,7 @@ def rescale(timings: dict[Any, float], run_fn: Callable[[Any], Callable[[], Any]
         return timings
     finally:
         stats["measure_s"] += time.perf_counter() - t0
-    host = _host_ms(contenders, run_fn) if config.host_paced and not _compat.compile_uses_cudagraphs() else {}
+    host = _host_ms(contenders, run_fn) if config.host_paced and not settings.compile_uses_cudagraphs() else {}
     paced = {i: max(side[i], host.get(i, 0.0)) for i in side}
     anchor = min(paced[i] for i in range(len(close)))
     retimed = {c: best * paced[i] / anchor for i, c in enumerate(contenders)}

@@ -25,7 +25,9 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from .. import _compat, config
+from .. import config
+from ..compat import autotune, ir_access, lowerings, settings
+from ..compat.lazy import ir_ops
 from ..kernels import epilogue as E
 from ..kernels.config import dual_shortlist
 from ..runtime import compiler
@@ -212,7 +214,7 @@ def _fake_value(node: torch.fx.Node, fn: Callable, *args: Any) -> None:
 
 def rewrite(graph: torch.fx.Graph) -> int:
     """Replace each gated product of the graph by ``gated_mm``; returns how many."""
-    if not (config.enabled and config.dual_gemm and _compat.max_autotune_on()):
+    if not (config.enabled and config.dual_gemm and settings.max_autotune_on()):
         return 0
     count = 0
     for mul in list(graph.nodes):
@@ -244,18 +246,18 @@ def _operand_reason(name: str, node: Any, major_mode: int) -> str | None:
     """TMA's rules for an (R, C) operand whose mode ``major_mode`` is contiguous."""
     stride, align = node.get_stride(), ALIGNMENT // node.get_dtype().itemsize
     lead = stride[1 - major_mode]
-    if not _compat.is_one(stride[major_mode]):
+    if not ir_access.is_one(stride[major_mode]):
         return f"{name} strides {list(stride)} are not contiguous along mode {major_mode}"
-    if not _compat.multiple_of(lead, align) or not _compat.multiple_of(_compat.offset_of(node), align):
+    if not ir_access.multiple_of(lead, align) or not ir_access.multiple_of(ir_access.offset_of(node), align):
         return f"{name} rows or offset are not 16-byte aligned"
     return None
 
 
 def candidates(x2, w_gate, w_up, b_gate, b_up, activation: str, keep: bool) -> list[GemmCandidate]:
     """Our dual-kernel candidates for ``act(x2 @ w_gate^T + b_gate) * (...)``, or Refusal."""
-    if not _compat.backend_enabled(BACKEND_TOKEN):
+    if not settings.backend_enabled(BACKEND_TOKEN):
         raise Refusal(f"{BACKEND_TOKEN} is not in max_autotune_gemm_backends")
-    blocked = _compat.codegen_blocked() or device_reason(_compat.device_of(x2))
+    blocked = ir_access.codegen_blocked() or device_reason(ir_access.device_of(x2))
     if blocked:
         raise Refusal(blocked)
     dtype = x2.get_dtype()
@@ -265,14 +267,14 @@ def candidates(x2, w_gate, w_up, b_gate, b_up, activation: str, keep: bool) -> l
         if b is not None and b.get_dtype() not in OUT_DTYPES:
             raise Refusal(f"bias dtype {b.get_dtype()}")
     for weight in (w_gate, w_up):
-        _compat.freeze_layout(weight)
+        ir_access.freeze_layout(weight)
     if list(w_gate.get_stride()) != list(w_up.get_stride()):
         raise Refusal("the two weights are laid out differently")
     reasons = [_operand_reason("x", x2, 1), _operand_reason("w_gate", w_gate, 1), _operand_reason("w_up", w_up, 1)]
     if any(reasons):
         raise Refusal("; ".join(r for r in reasons if r))
-    m, k = (_compat.size_hint(s) for s in x2.get_size())
-    n = _compat.size_hint(w_gate.get_size()[0])
+    m, k = (ir_access.size_hint(s) for s in x2.get_size())
+    n = ir_access.size_hint(w_gate.get_size()[0])
     if n % (ALIGNMENT // dtype.itemsize):
         raise Refusal(f"output width {n} is not a multiple of 16 bytes")
     ab = AB_DTYPES[dtype]
@@ -358,7 +360,7 @@ def decide(
     runs = {f"dual{i}": _dual_maker(c, shapes, dtype, device, has_bias, keep) for i, c in enumerate(cands)}
     runs["alternative"] = _alternative_maker(shapes, dtype, device, activation, has_bias, fused)
     t0 = time.perf_counter()
-    with _compat.preserve_rng_state():
+    with autotune.preserve_rng_state():
         times = measure(runs, device)
     stats["measure_s"] += time.perf_counter() - t0
     best = min(range(len(cands)), key=lambda i: times.get(f"dual{i}", math.inf))
@@ -374,17 +376,17 @@ def decide(
 
 def _halves(t: Any, n: Any) -> tuple[Any, Any]:
     """Rows [0, n) and [n, 2n) of ``t`` (a fused weight or bias), as views."""
-    L, aten = _compat.lowering, torch.ops.aten
+    L, aten = lowerings.lowering, torch.ops.aten
     return L(aten.slice)(t, 0, 0, n), L(aten.slice)(t, 0, n, 2 * n)
 
 
 def lower(x, w_gate, w_up, b_gate, b_up, activation):
     """Inductor's lowering of ``gated_mm``: our dual kernel, or what the graph was."""
-    L, aten = _compat.lowering, torch.ops.aten
+    L, aten = lowerings.lowering, torch.ops.aten
     k = x.get_size()[-1]
     lead = list(x.get_size()[:-1])
     x2 = L(aten.reshape)(x, [-1, k])
-    keep = _compat.current_node_output_used(1) or _compat.current_node_output_used(2)
+    keep = ir_access.current_node_output_used(1) or ir_access.current_node_output_used(2)
     fused = w_up is None
     if fused:  # the dual kernel reads the halves of the one weight (and bias)
         n = w_gate.get_size()[0] // 2
@@ -392,24 +394,24 @@ def lower(x, w_gate, w_up, b_gate, b_up, activation):
     else:
         n, wg, wu, bg, bu = w_gate.get_size()[0], w_gate, w_up, b_gate, b_up
     # What the template reads: realized buffers (or views of them).
-    real = [_compat.realized(t) if t is not None else None for t in (x2, wg, wu, bg, bu)]
+    real = [ir_access.realized(t) if t is not None else None for t in (x2, wg, wu, bg, bu)]
     try:
         cands = candidates(*real, activation, keep)
         if not cands:
             raise Refusal("no dual config fits")
-        shapes = ((_compat.size_hint(x2.get_size()[0]), _compat.size_hint(k)), _compat.size_hint(n))
+        shapes = ((ir_access.size_hint(x2.get_size()[0]), ir_access.size_hint(k)), ir_access.size_hint(n))
         has_bias = (bg is not None, bu is not None)
-        chosen = decide(cands, shapes, x2.get_dtype(), _compat.device_of(x2), activation, has_bias, keep, fused)
+        chosen = decide(cands, shapes, x2.get_dtype(), ir_access.device_of(x2), activation, has_bias, keep, fused)
     except Refusal as why:
         log.info("gated %s: no dual kernel: %s", activation, why)
         chosen = None
     if chosen is None:
         return _as_graph(x2, w_gate, w_up, b_gate, b_up, activation, lead, n)
-    wg_t, wu_t = (_compat.realized(L(aten.permute)(w, [1, 0])) for w in (wg, wu))
+    wg_t, wu_t = (ir_access.realized(L(aten.permute)(w, [1, 0])) for w in (wg, wu))
     size = [x2.get_size()[0], n]
     inputs = [real[0], wg_t, wu_t] + [b for b in real[3:] if b is not None]
-    kept = [_compat.empty_buffer(size, x2.get_dtype(), _compat.device_of(x2)) for _ in range(2 * keep)]
-    layout = _compat.fixed_layout(size, x2.get_dtype(), _compat.device_of(x2))
+    kept = [ir_access.empty_buffer(size, x2.get_dtype(), ir_access.device_of(x2)) for _ in range(2 * keep)]
+    layout = ir_access.fixed_layout(size, x2.get_dtype(), ir_access.device_of(x2))
     caller = gemm_template().generate(
         input_nodes=inputs + kept, layout=layout, candidate=chosen, mutated_inputs=kept or None
     )
@@ -421,7 +423,7 @@ def lower(x, w_gate, w_up, b_gate, b_up, activation):
 def _as_graph(x2, w_gate, w_up, b_gate, b_up, activation, lead, n):
     """The graph's Linear layers (two, or one whose output is cut in two) and the gated
     product, lowered as Inductor would lower them."""
-    L, aten = _compat.lowering, torch.ops.aten
+    L, aten = lowerings.lowering, torch.ops.aten
 
     def linear(w, b):
         wt = L(aten.permute)(w, [1, 0])
@@ -432,13 +434,13 @@ def _as_graph(x2, w_gate, w_up, b_gate, b_up, activation, lead, n):
         gate, up = L(aten.slice)(both, 1, 0, n), L(aten.slice)(both, 1, n, 2 * n)
     else:
         gate, up = linear(w_gate, b_gate), linear(w_up, b_up)
-    h = _compat.pointwise(gate.get_device(), gate.get_dtype(), _product_fn(gate, up, activation), gate.get_size())
+    h = ir_access.pointwise(gate.get_device(), gate.get_dtype(), _product_fn(gate, up, activation), gate.get_size())
     return tuple(L(aten.reshape)(t, lead + [n]) for t in (h, gate, up))
 
 
 def _act_ops(activation: str, x: Any) -> Any:
     """act(x) in Inductor's ops (fp32), as its own decompositions compute it."""
-    ops = _compat.ir_ops
+    ops = ir_ops
     c = lambda v: ops.constant(v, torch.float32)  # noqa: E731
     if activation == "silu":
         return ops.mul(x, ops.sigmoid(x))
@@ -457,7 +459,7 @@ def _product_fn(gate: Any, up: Any, activation: str) -> Callable:
     load_gate, load_up = gate.make_loader(), up.make_loader()
 
     def inner(index):
-        ops = _compat.ir_ops
+        ops = ir_ops
         g = ops.to_dtype(load_gate(index), torch.float32)
         act = ops.to_dtype(ops.to_dtype(_act_ops(activation, g), dtype), torch.float32)
         return ops.to_dtype(ops.mul(act, ops.to_dtype(load_up(index), torch.float32)), dtype)

@@ -13,7 +13,8 @@ from typing import Any, Sequence
 
 import torch
 
-from .. import _compat, config
+from .. import config
+from ..compat import ir_access, settings
 from ..config import BACKEND_TOKEN
 from ..kernels import epilogue as E
 from ..kernels.config import PROMOTE_NONE, PROMOTE_TILE, promotion_mode, shortlist
@@ -41,25 +42,25 @@ def _contiguous_mode(name: str, node: Any) -> str:
     """'last' or 'first': which mode of a (.., R, C) operand is contiguous (16-byte rules checked)."""
     size, stride = node.get_size(), node.get_stride()
     align = ALIGNMENT // node.get_dtype().itemsize
-    if _compat.is_one(stride[-1]):
+    if ir_access.is_one(stride[-1]):
         major, lead = "last", stride[-2]
-    elif _compat.is_one(stride[-2]):
+    elif ir_access.is_one(stride[-2]):
         major, lead = "first", stride[-1]
     else:
         raise Refusal(f"{name} has no unit-stride matrix mode (strides {list(stride)})")
-    if not _compat.multiple_of(lead, align):
+    if not ir_access.multiple_of(lead, align):
         raise Refusal(f"{name} leading stride {lead} is not a multiple of 16 bytes")
-    if len(size) == 3 and not _compat.is_one(size[0]) and not _compat.multiple_of(stride[0], align):
+    if len(size) == 3 and not ir_access.is_one(size[0]) and not ir_access.multiple_of(stride[0], align):
         raise Refusal(f"{name} batch stride {stride[0]} is not a multiple of 16 bytes")
-    if len(size) == 3 and _compat.size_hint(size[0]) > 1 and _compat.size_hint(stride[0]) == 0:
+    if len(size) == 3 and ir_access.size_hint(size[0]) > 1 and ir_access.size_hint(stride[0]) == 0:
         raise Refusal(f"{name} has a broadcast batch")
-    if not _compat.multiple_of(_compat.offset_of(node), align):
+    if not ir_access.multiple_of(ir_access.offset_of(node), align):
         raise Refusal(f"{name} storage offset is not a multiple of 16 bytes")
     return major
 
 
 def _device_reason(node: Any) -> str | None:
-    device = _compat.device_of(node)
+    device = ir_access.device_of(node)
     return "tensor has no device" if device is None else device_reason(device)
 
 
@@ -103,8 +104,8 @@ def bias_kind(size: Sequence[Any], stride: Sequence[Any]) -> str:
     a mode of size 1). Only a broadcast the graph proves (a zero stride or a size of
     exactly 1, not merely for these sizes) makes a vector: the kernel then compiles that
     stride in, and reads each bias value once per column instead of once per element."""
-    along_m = len(size) < 2 or stride[-2] == 0 or _compat.is_one(size[-2])
-    along_n = stride[-1] == 0 or _compat.is_one(size[-1])
+    along_m = len(size) < 2 or stride[-2] == 0 or ir_access.is_one(size[-2])
+    along_n = stride[-1] == 0 or ir_access.is_one(size[-1])
     if along_m and not along_n:
         return "row"
     if along_n and not along_m:
@@ -114,11 +115,11 @@ def bias_kind(size: Sequence[Any], stride: Sequence[Any]) -> str:
 
 def _graph_refusal() -> None:
     """Refusal when nothing of this graph may run our kernel (settings, code generation)."""
-    if not _compat.backend_enabled(BACKEND_TOKEN):
+    if not settings.backend_enabled(BACKEND_TOKEN):
         raise Refusal(f"{BACKEND_TOKEN} is not in max_autotune_gemm_backends")
-    if not _compat.max_autotune_on():
+    if not settings.max_autotune_on():
         raise Refusal("max-autotune is off")
-    blocked = _compat.codegen_blocked()
+    blocked = ir_access.codegen_blocked()
     if blocked:
         raise Refusal(blocked)
 
@@ -127,11 +128,11 @@ def _output_layout(kernel_inputs: Any, out_dtype: Any) -> Any:
     """The GEMM's fixed output layout, or Refusal where the TMA store cannot write it."""
     layout = kernel_inputs.output_layout(flexible=False)
     out_stride = layout.stride
-    if not _compat.is_one(out_stride[-1]) or not _compat.multiple_of(
+    if not ir_access.is_one(out_stride[-1]) or not ir_access.multiple_of(
         out_stride[-2], ALIGNMENT // out_dtype.itemsize
     ):
         raise Refusal(f"output layout {list(out_stride)} is not row-major with 16-byte rows")
-    if not _compat.multiple_of(layout.size[-1], ALIGNMENT // out_dtype.itemsize):
+    if not ir_access.multiple_of(layout.size[-1], ALIGNMENT // out_dtype.itemsize):
         # The TMA store writes whole 16-byte units (runtime.support.row_width_reason).
         raise Refusal(f"output width {layout.size[-1]} is not provably whole 16-byte units")
     return layout
@@ -171,20 +172,20 @@ def gemm_candidates(kernel_inputs: Any, op_name: str) -> tuple[list[GemmCandidat
         else:
             epilogue, scalars = E.addmm(True, kind, bias_dtype), (alpha, beta)
 
-    m, n, k = (_compat.size_hint(x) for x in kernel_inputs.mnk_symbolic())
-    batch = _compat.size_hint(a.get_size()[0]) if len(a.get_size()) == 3 else 1
+    m, n, k = (ir_access.size_hint(x) for x in kernel_inputs.mnk_symbolic())
+    batch = ir_access.size_hint(a.get_size()[0]) if len(a.get_size()) == 3 else 1
     specs = candidate_specs(
         (m, n, k, batch), AB_DTYPES[ab_dtype], OUT_DTYPES[out_dtype], a_major, b_major, epilogue
     )
     names, operands = (("c", "a", "b"), ("c",)) if has_c else (("a", "b"), ())
     for node in (a, b):
-        _compat.freeze_layout(node)
+        ir_access.freeze_layout(node)
     return [GemmCandidate(spec, names, operands, scalars=tuple(scalars)) for spec in specs], layout
 
 
 def _scale_mode(name: str, node: Any, size: tuple[int, int]) -> str:
     """``support.scale_mode`` of a scale node; Refusal for any other (block-wise, MX) scale."""
-    shape = [_compat.size_hint(s) for s in node.get_size()]
+    shape = [ir_access.size_hint(s) for s in node.get_size()]
     mode = scale_mode(shape, node.get_dtype(), *size)
     if mode is None:
         raise Refusal(f"{name} is {node.get_dtype()} of shape {shape}: CuteDSL takes fp32 scales, "
@@ -204,22 +205,22 @@ def scaled_candidates(kernel_inputs: Any) -> tuple[list[GemmCandidate], Any]:
     bias = rest[0] if rest else None
     ab_dtype, out_dtype = a.get_dtype(), kernel_inputs.out_dtype()
     _check_operands(a, b, out_dtype, FP8_DTYPES, STORE_DTYPES, "fp8 e4m3 here")
-    if _compat.current_node_arg("scale_result", 5, None) is not None:
+    if ir_access.current_node_arg("scale_result", 5, None) is not None:
         # Inductor gives templates no scale_result input to read it from.
         raise Refusal("scale_result (an fp8 output's scale) is not among the template's inputs")
     if (_contiguous_mode("A", a), _contiguous_mode("B", b)) != ("last", "first"):
         raise Refusal("fp8 operands must both be K-major (A row-major, B column-major): Hopper's fp8 MMA")
-    m, n, k = (_compat.size_hint(x) for x in kernel_inputs.mnk_symbolic())
+    m, n, k = (ir_access.size_hint(x) for x in kernel_inputs.mnk_symbolic())
     modes = (_scale_mode("scale_a", scale_a, (m, 1)), _scale_mode("scale_b", scale_b, (1, n)))
     if bias is not None and (bias.get_dtype() not in OUT_DTYPES or len(bias.get_size()) != 1):
         raise Refusal(f"bias {bias.get_dtype()} of {len(bias.get_size())} dims (want N values)")
     layout = _output_layout(kernel_inputs, out_dtype)
-    promote = not _compat.current_node_arg("use_fast_accum", 7, False)
+    promote = not ir_access.current_node_arg("use_fast_accum", 7, False)
     epi = E.scaled(*modes, OUT_DTYPES[bias.get_dtype()] if bias is not None else None)
     specs = candidate_specs((m, n, k, 1), FP8_DTYPES[ab_dtype], STORE_DTYPES[out_dtype], "k", "k", epi, promote)
     names = ("a", "b", "scale_a", "scale_b") + (("bias",) if bias is not None else ())
     for node in (a, b):
-        _compat.freeze_layout(node)
+        ir_access.freeze_layout(node)
     return [GemmCandidate(spec, names, names[2:]) for spec in specs], layout
 
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from .. import _compat
-from .._compat import CuteDSLTemplate, CuteDSLTemplateBuffer, CuteDSLTemplateCaller
+from ..compat import ir_access
+from ..compat.lazy import CuteDSLTemplate, CuteDSLTemplateBuffer, CuteDSLTemplateCaller
 from ..runtime import compiler
 from .candidate import GemmCandidate
 
@@ -106,7 +106,7 @@ class GemmCaller(CuteDSLTemplateCaller):
         return {**super().info_dict(), "backend": "inductor_cutedsl"}
 
     def output_node(self):
-        return _compat.tensor_box(GemmTemplateBuffer(
+        return ir_access.tensor_box(GemmTemplateBuffer(
             self.candidate, layout=self.layout, inputs=self.input_nodes,
             make_kernel_render=self.make_kernel_render, template=self.template, mutated_inputs=self.mutated_inputs,
         ))  # fmt: skip

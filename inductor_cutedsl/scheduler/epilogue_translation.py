@@ -17,7 +17,7 @@ from typing import Any, Callable
 import sympy
 import torch
 
-from .._compat import OpsHandlerBase
+from ..compat.lazy import OpsHandlerBase
 from ..kernels.epilogue import Epilogue, EpilogueOperand
 from ..runtime.support import OUT_DTYPES, STORE_DTYPES  # also the dtypes epilogue values take
 

@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 import sympy
 import torch
 
-from .. import _compat
+from ..compat import ir_access
 from .epilogue_translation import Coordinates, EpilogueTranslator, Translation, finish
 
 M_SYM, N_SYM, L_SYM = sympy.symbols("cutedsl_m cutedsl_n cutedsl_l", integer=True, nonnegative=True)
@@ -87,7 +87,7 @@ def loop_view(var_sizes: Sequence[int], mnl_sizes: tuple[int, int, int]) -> tupl
     coords = Coordinates(
         tuple(atoms),
         tuple(tuple(dim_atoms.get(sym, ())) for sym in (M_SYM, N_SYM, L_SYM)),
-        _compat.simplify_with_ranges,
+        ir_access.simplify_with_ranges,
     )
     return exprs, coords
 
@@ -112,12 +112,12 @@ def translate_nodes(
     """
     tr = EpilogueTranslator(acc_buffer, (M_SYM, N_SYM, L_SYM), mnl_sizes, dtype_of)
     for node in nodes:
-        var_sizes, reduce_sizes = _compat.node_ranges(node)
+        var_sizes, reduce_sizes = ir_access.node_ranges(node)
         if reduce_sizes:
             raise NotImplementedError(f"{node.get_name()} is a reduction")
-        exprs, coords = loop_view([_compat.size_hint(s) for s in var_sizes], mnl_sizes)
+        exprs, coords = loop_view([ir_access.size_hint(s) for s in var_sizes], mnl_sizes)
         tr.begin_node(node.get_name(), coords)
-        _compat.replay_node(node, exprs, tr)
+        ir_access.replay_node(node, exprs, tr)
         tr.end_node()
     keep = tuple(b for b in (acc_buffer, *tr.outputs[:-1]) if keep_if(b))
     return finish(tr, name, keep)

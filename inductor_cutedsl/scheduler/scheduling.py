@@ -20,7 +20,9 @@ import logging
 import weakref
 from typing import Any, Sequence
 
-from .. import _compat, config
+from .. import config
+from ..compat import codegen, ir_access
+from ..compat.lazy import V
 from ..lowering.candidate import GemmCandidate
 from ..lowering.choices import CuteDSLChoices
 from ..lowering.template import GemmTemplateBuffer, gemm_template
@@ -72,7 +74,7 @@ def fusion_verdict(node1: Any, node2: Any) -> bool | None:
     if decision.way == "separate":
         return False
     if decision.way == "triton" and decision.consumer == node2.get_name():
-        _compat.finalize_as_triton(buffer, decision.choice)
+        codegen.finalize_as_triton(buffer, decision.choice)
         return True
     return None
 
@@ -99,7 +101,7 @@ def view_score(scheduler: Any, node1: Any, node2: Any) -> int:
 
 
 def _mnl(template_node: Any) -> tuple[int, int, int]:
-    size = [_compat.size_hint(s) for s in template_node.node.get_size()]
+    size = [ir_access.size_hint(s) for s in template_node.node.get_size()]
     return (size[-2], size[-1], size[0] if len(size) == 3 else 1)
 
 
@@ -149,8 +151,8 @@ def translate_chain(scheduler: Any, template_node: Any, chain: Sequence[Any]) ->
             template_node.node.get_name(),
             _mnl(template_node),
             chain,
-            _compat.V.graph.get_dtype,
-            keep_if=lambda name: _compat.buffer_users_outside(scheduler, name, inside),
+            V.graph.get_dtype,
+            keep_if=lambda name: ir_access.buffer_users_outside(scheduler, name, inside),
         )
     except NotImplementedError as exc:
         raise FusionRefused(str(exc)) from exc
@@ -159,16 +161,16 @@ def translate_chain(scheduler: Any, template_node: Any, chain: Sequence[Any]) ->
             f"{len(tr.kept)} of its buffers are read elsewhere ({', '.join(tr.kept)}); "
             f"an epilogue writes at most {MAX_KEPT_OUTPUTS} besides its result"
         )
-    out = _compat.V.graph.get_buffer(tr.outputs[-1])
+    out = V.graph.get_buffer(tr.outputs[-1])
     if out.get_dtype() not in STORE_DTYPES:
         raise FusionRefused(f"output dtype {out.get_dtype()}")
     if out.get_dtype() not in OUT_DTYPES and not config.fp8:
         raise FusionRefused(f"an {out.get_dtype()} output is off (INDUCTOR_CUTEDSL_FP8=1 allows it)")
     stride = out.get_layout().stride
     step = ALIGNMENT // out.get_dtype().itemsize  # TMA stores: 16-byte rows and batches
-    if not _compat.is_one(stride[-1]) or not all(_compat.multiple_of(s, step) for s in stride[:-1]):
+    if not ir_access.is_one(stride[-1]) or not all(ir_access.multiple_of(s, step) for s in stride[:-1]):
         raise FusionRefused(f"output layout {list(stride)} is not row-major with 16-byte rows")
-    if not _compat.multiple_of(out.get_size()[-1], step):
+    if not ir_access.multiple_of(out.get_size()[-1], step):
         # The TMA store writes whole 16-byte units (runtime.support.row_width_reason): a
         # narrower output dtype than the GEMM's (fp8) may end its rows inside one.
         raise FusionRefused(f"output width {out.get_size()[-1]} is not provably whole 16-byte units")
@@ -199,7 +201,7 @@ class CuteDSLFusionChoices(CuteDSLChoices):
 _builds_started: weakref.WeakSet = weakref.WeakSet()
 
 
-class CuteDSLFusionScheduling(_compat.cuda_combined_scheduling()):
+class CuteDSLFusionScheduling(codegen.cuda_combined_scheduling()):
     def can_fuse_vertical(self, node1: Any, node2: Any) -> bool:
         self._start_fused_builds()
         template = gemm_template_node(node1)
@@ -218,7 +220,7 @@ class CuteDSLFusionScheduling(_compat.cuda_combined_scheduling()):
         and compiling the benchmark modules the selection would time (the first fusion a
         GEMM is offered is usually one of these), so that they overlap instead of
         queueing behind each decision."""
-        graph = _compat.V.graph
+        graph = V.graph
         if graph in _builds_started:
             return
         _builds_started.add(graph)
@@ -230,7 +232,7 @@ class CuteDSLFusionScheduling(_compat.cuda_combined_scheduling()):
                 try:
                     chain = _epilogue_chain(template, consumer)
                     tr = translate_chain(self.scheduler, template, chain)
-                    triton = _compat.stock_pairs(self.scheduler, template, consumer)
+                    triton = codegen.stock_pairs(self.scheduler, template, consumer)
                     selection.start_fused_build(self.scheduler, template, tr, chain, triton)
                 except Exception as exc:  # only a head start: the decision builds what it needs
                     log.debug("no early build for %s + %s: %s", template.get_name(), consumer.get_name(), exc)
@@ -252,7 +254,7 @@ class CuteDSLFusionScheduling(_compat.cuda_combined_scheduling()):
             return
         # A Triton template's epilogue codegen relies on matching dependencies: a pair
         # that only our translation admits (a view) is no Triton fusion.
-        triton = _compat.stock_pairs(self.scheduler, node1, node2)
+        triton = codegen.stock_pairs(self.scheduler, node1, node2)
         try:
             decision = selection.decide(
                 self.scheduler, template, tr, _epilogue_chain(node1, node2), node2.get_name(), triton
@@ -286,21 +288,21 @@ class CuteDSLFusionScheduling(_compat.cuda_combined_scheduling()):
         tr = translate_chain(self.scheduler, template, list(epilogue_nodes))
         buffer = template.node
         candidate, inputs = render_source(buffer)
-        out = _compat.V.graph.get_buffer(tr.outputs[-1])
+        out = V.graph.get_buffer(tr.outputs[-1])
         fused = fuse(candidate, tr, STORE_DTYPES[out.get_dtype()])
         # Build now, in a worker: the generated module loads the kernel only after every
         # kernel of the graph is generated, so fused kernels compile in parallel meanwhile.
         compiler.build_async(fused.spec, default_cache(), config.compile_workers)
-        inputs += [_compat.V.graph.get_buffer(op.buffer) for op in tr.operands]
-        kernel = _compat.template_kernel(inputs, out)
+        inputs += [V.graph.get_buffer(op.buffer) for op in tr.operands]
+        kernel = codegen.template_kernel(inputs, out)
         src = kernel.render(gemm_template().template, candidate=fused).finalize_all()
         # Never allocated: the GEMM's own output and the chain's intermediates, unless kept.
-        _compat.V.graph.removed_buffers |= {buffer.get_name(), *tr.outputs[:-1]} - set(tr.kept)
+        V.graph.removed_buffers |= {buffer.get_name(), *tr.outputs[:-1]} - set(tr.kept)
         template.mark_run()
         for node in epilogue_nodes:
             node.mark_run()
         node_schedule = [template, *epilogue_nodes]
-        with _compat.V.set_kernel_handler(kernel):
+        with V.set_kernel_handler(kernel):
             kernel_name = self._cutedsl_scheduling.define_kernel(src, node_schedule)
         self.codegen_comment(node_schedule, kernel_name)
         kernel.call_kernel(kernel_name, buffer)

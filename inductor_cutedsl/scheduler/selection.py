@@ -43,7 +43,9 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
-from .. import _compat, config
+from .. import config
+from ..compat import autotune, codegen, ir_access
+from ..compat.lazy import V
 from ..kernels.config import GemmConfig
 from ..lowering.candidate import GemmCandidate
 from ..lowering.template import GemmCaller
@@ -108,7 +110,7 @@ def undecided_multi_template(node: Any) -> Any | None:
     if template is None:
         return None
     buffer = template.node
-    if not _compat.is_multi_template_buffer(buffer) or hasattr(buffer, DECISION_ATTR):
+    if not ir_access.is_multi_template_buffer(buffer) or hasattr(buffer, DECISION_ATTR):
         return None
     return template if any(isinstance(c, GemmCaller) for c in buffer.choices) else None
 
@@ -119,9 +121,9 @@ def decision_of(buffer: Any) -> Decision | None:
 
 def _random_tensor(layout: Any, fill: bool) -> torch.Tensor:
     """A tensor laid out like an IR layout (random normal when ``fill``)."""
-    size = [_compat.size_hint(s) for s in layout.size]
-    stride = [_compat.size_hint(s) for s in layout.stride]
-    offset = _compat.size_hint(layout.offset)
+    size = [ir_access.size_hint(s) for s in layout.size]
+    stride = [ir_access.size_hint(s) for s in layout.stride]
+    offset = ir_access.size_hint(layout.offset)
     needed = offset + 1 + sum((s - 1) * st for s, st in zip(size, stride))
     storage = torch.empty(needed, dtype=layout.dtype, device=layout.device)
     if fill and storage.element_size() == 1:  # 8-bit floats have no normal_
@@ -133,7 +135,7 @@ def _random_tensor(layout: Any, fill: bool) -> torch.Tensor:
 
 def _fused(caller: GemmCaller, tr: Translation) -> tuple[Any, GemmCandidate]:
     """(output buffer, candidate) of ``caller`` with ``tr`` fused."""
-    out = _compat.V.graph.get_buffer(tr.outputs[-1])
+    out = V.graph.get_buffer(tr.outputs[-1])
     return out, fusion.fuse(caller.candidate, tr, STORE_DTYPES[out.get_dtype()])
 
 
@@ -165,7 +167,7 @@ def _fused_choice(caller: GemmCaller, timings: dict, tr: Translation) -> GemmCal
     index = fusion.stageable_input(tr.epilogue, 0, tr)
     if index is None:
         return caller
-    in_dtype, out_dtype = tr.operands[index].dtype, _compat.V.graph.get_buffer(tr.outputs[-1]).get_dtype()
+    in_dtype, out_dtype = tr.operands[index].dtype, V.graph.get_buffer(tr.outputs[-1]).get_dtype()
     best = _fastest(timings, lambda c: isinstance(c, GemmCaller) and fusion.stages(_config(c), in_dtype, out_dtype))
     return best if _in_range(best, timings) else caller
 
@@ -185,7 +187,7 @@ def _contenders(caller: GemmCaller, timings: dict, tr: Translation, triton: bool
     fused = _fused_choice(caller, timings, tr)
     ways = {
         "fused": fused, "fused_alt": _alternative(fused, timings),
-        "triton_fused": _fastest(timings, _compat.is_triton_template_caller) if triton else None,
+        "triton_fused": _fastest(timings, ir_access.is_triton_template_caller) if triton else None,
         "ours_separate": caller, "other_separate": _fastest(timings, lambda c: not isinstance(c, GemmCaller)),
     }  # fmt: skip
     return {way: choice for way, choice in ways.items() if choice is not None}
@@ -204,11 +206,11 @@ def start_fused_build(scheduler: Any, template: Any, tr: Translation, chain: Seq
     for way, choice in contenders.items():
         if WAYS[way] == "cutedsl":
             compiler.build_async(_fused(choice, tr)[1].spec, default_cache(), config.compile_workers)
-    early = _early_modules.setdefault(_compat.V.graph, {})
+    early = _early_modules.setdefault(V.graph, {})
     for nodes, choice in _side_modules(template, chain, contenders).values():
         key = _module_key(nodes, choice)
         if key not in early:
-            early[key] = _compat.nodes_module(scheduler, list(nodes), choice)
+            early[key] = codegen.nodes_module(scheduler, list(nodes), choice)
 
 
 #: Benchmark modules whose compiles ``start_fused_build`` started, per graph, by
@@ -231,9 +233,9 @@ def _module_key(nodes: Sequence[Any], triton_choice: Any) -> tuple:
 
 
 def _side_module(scheduler: Any, nodes: Sequence[Any], triton_choice: Any = None) -> tuple[Any, Any]:
-    """``_compat.nodes_module`` of ``nodes``: the one started early, if it was."""
-    started = _early_modules.get(_compat.V.graph, {}).pop(_module_key(nodes, triton_choice), None)
-    return started if started is not None else _compat.nodes_module(scheduler, list(nodes), triton_choice)
+    """``codegen.nodes_module`` of ``nodes``: the one started early, if it was."""
+    started = _early_modules.get(V.graph, {}).pop(_module_key(nodes, triton_choice), None)
+    return started if started is not None else codegen.nodes_module(scheduler, list(nodes), triton_choice)
 
 
 Maker = Callable[[], Callable[[], object]]
@@ -262,8 +264,8 @@ def await_modules(modules: Iterable[tuple[Any, Any]]) -> None:
 def await_modules_before_measuring(modules: Iterable[tuple[Any, Any]]) -> None:
     """Wait for ``modules``, and for the graph's modules started early for other
     decisions: those compiling in this process's threads
-    (``_compat.precompile_in_threads``) would take the GIL from the measurements."""
-    await_modules([*modules, *_early_modules.get(_compat.V.graph, {}).values()])
+    (``codegen.precompile_in_threads``) would take the GIL from the measurements."""
+    await_modules([*modules, *_early_modules.get(V.graph, {}).values()])
 
 
 def side_by_side_runs(scheduler: Any, template: Any, contenders: dict[str, Any], tr: Translation,
@@ -291,7 +293,7 @@ def side_by_side_runs(scheduler: Any, template: Any, contenders: dict[str, Any],
             named = dict(zip(cand.input_names, inputs))
             kept = set(tr.kept)
             for name, op in zip(cand.input_names[len(inputs):], tr.operands):
-                op_layout = _compat.V.graph.get_buffer(op.buffer).get_layout()
+                op_layout = V.graph.get_buffer(op.buffer).get_layout()
                 named[name] = _random_tensor(op_layout, fill=op.buffer not in kept)
             result = _random_tensor(layout, fill=False)
             launch = cand.launcher()
@@ -301,13 +303,13 @@ def side_by_side_runs(scheduler: Any, template: Any, contenders: dict[str, Any],
 
         return make
 
-    epilogue_run: Maker = lambda: _compat.module_run_fn(*modules["epilogue"])  # noqa: E731
+    epilogue_run: Maker = lambda: codegen.module_run_fn(*modules["epilogue"])  # noqa: E731
     runs = {name: ours(cand, out.get_layout()) for name, (out, cand) in fused.items()}
     runs["ours_separate"] = _then(ours(caller.candidate, caller.layout), epilogue_run)
     if "other_separate" in contenders:
-        runs["other_separate"] = _then(lambda: _compat.choice_run_fn(contenders["other_separate"]), epilogue_run)
+        runs["other_separate"] = _then(lambda: autotune.choice_run_fn(contenders["other_separate"]), epilogue_run)
     if "triton_fused" in modules:
-        runs["triton_fused"] = lambda: _compat.module_run_fn(*modules["triton_fused"])
+        runs["triton_fused"] = lambda: codegen.module_run_fn(*modules["triton_fused"])
     return runs
 
 
@@ -338,7 +340,7 @@ def decide(scheduler: Any, template: Any, tr: Translation, chain: Sequence[Any],
         return None
     contenders = _contenders(caller, timings, tr, triton)
     t0 = time.perf_counter()
-    with _compat.preserve_rng_state():
+    with autotune.preserve_rng_state():
         runs = side_by_side_runs(scheduler, template, contenders, tr, chain)
         times = side_by_side_ms(runs, buffer.get_device())
     stats["decide_s"] += time.perf_counter() - t0
@@ -350,7 +352,7 @@ def decide(scheduler: Any, template: Any, tr: Translation, chain: Sequence[Any],
     if WAYS[way] == "separate":
         # The GEMM measured fastest here is the one that runs unfused, whatever autotuning's
         # sequential figures said (they can pick ours where cuBLAS + the epilogue is faster).
-        _compat.prefer_choice(buffer, choice)
+        codegen.prefer_choice(buffer, choice)
     decision = Decision(WAYS[way], choice, consumer)
     configs = {w: _config(c).name() for w, c in contenders.items() if isinstance(c, GemmCaller)}
     decisions.append({

@@ -1,0 +1,20 @@
+"""Every use of torch-private (``torch._inductor``, ``torch._dynamo``) API, split by the
+Inductor area it adapts, and every difference between the torch releases we support.
+
+Read against torch 2.11, 2.12, 2.13 and 2.14 (installed) and 2.15 (its source, tag
+v2.15.0); ``releases.SUPPORTED_TORCH`` states the range. A torch upgrade is a review of
+this package: widen the range (and ``install_requires`` in pyproject.toml, which states
+the same range) only after the CPU suite passes on the new release.
+
+- ``releases``: which torch releases are supported, and the refusal outside them.
+- ``lazy``: Inductor's modules and classes, imported on first use; code that runs when a
+  module is imported.
+- ``settings``: Inductor's config and choices handler, held in every compiling thread.
+- ``environment``: what the install changes in the process environment.
+- ``lowerings``: lowering registration and the pre-grad pass.
+- ``ir_access``: sizes, strides, layouts and nodes of Inductor's IR while lowering.
+- ``autotune``: autotuning choices, their benchmark requests and the benchmark hook.
+- ``codegen``: the CUDA scheduling, fusion rules and benchmark modules.
+
+Importing Inductor costs more than a second, so no module here imports it at import time.
+"""

@@ -1,0 +1,56 @@
+"""What the install changes in this process's environment, and how to undo it.
+
+Read against torch 2.11 to 2.15: torch ships its own ptxas in 2.11-2.13 only; 2.14 and
+2.15 ship none, and the alignment is then a no-op.
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+
+class EnvChange:
+    """A variable this process set in its environment (``name`` = ``value``): ``undo()``
+    removes it again, if still so, and runs ``after_undo``."""
+
+    def __init__(self, name: str, value: str, after_undo: Callable[[], None] = lambda: None) -> None:
+        self.name, self.value, self._after_undo = name, value, after_undo
+
+    def undo(self) -> None:
+        if os.environ.get(self.name) == self.value:
+            del os.environ[self.name]
+        self._after_undo()
+
+
+def align_triton_ptxas() -> EnvChange | None:
+    """Make this process key its Triton compiles on the ptxas that Inductor's compile
+    workers use; returns the change to the environment (None where there was none).
+
+    A Triton kernel's on-disk cache key holds the ptxas version, which Triton reads once
+    per process (``get_ptxas_version`` is memoized). Inductor's workers point Triton at
+    torch's own ptxas (``_set_triton_ptxas_path``, where torch ships one, of another CUDA
+    release than Triton's bundled one) before compiling; this process does only at its
+    first Triton compile outside the workers, but autotuning's threads compile Inductor's
+    template choices at lowering, before that, with Triton's bundled ptxas, and the
+    memoized version then stays. A kernel whose worker result this process uses (a
+    compiled graph's) is unaffected, but one it compiles itself after a worker did (a
+    template choice at its first benchmark, precompiled by the workers where its GEMM was
+    lowered after they came up: every choice of every graph in a long-lived process) was
+    never found in the cache and was compiled again here, in the compiling thread.
+    docs/performance.md has the figures."""
+    try:
+        from torch._inductor.runtime.compile_tasks import _set_triton_ptxas_path
+        from triton.backends.nvidia import compiler as nvidia
+    except ImportError:  # no CUDA Triton: nothing to align
+        return None
+    name = "TRITON_PTXAS_PATH"
+    before = os.environ.get(name)
+    # torch caches the setter (it runs once per process): called through the cache, an
+    # install after disable() undid the path would leave it unset, and the parent would
+    # key on the bundled ptxas again (every template choice of every later graph
+    # compiled twice).
+    getattr(_set_triton_ptxas_path, "__wrapped__", _set_triton_ptxas_path)()
+    after = os.environ.get(name)
+    forget = getattr(nvidia.get_ptxas_version, "cache_clear", lambda: None)
+    forget()  # read again, from the ptxas the path now names
+    return None if after == before else EnvChange(name, after, forget)
