@@ -6,6 +6,7 @@ the first compilation starts (``install``). ``inductor_cutedsl.disable()`` resto
 Inductor as it was. Settings live in ``inductor_cutedsl.config``.
 """
 import os
+import sys
 
 from . import config
 
@@ -16,5 +17,11 @@ if os.environ.get("INDUCTOR_CUTEDSL_WORKER") != "1":
     from .install import disable, enable, is_enabled
 
     __all__ = ["config", "disable", "enable", "is_enabled"]
-    if config.enabled:  # INDUCTOR_CUTEDSL_ENABLED=0: installed only by an explicit enable()
+    # A setting the environment spells wrongly is an error here, naming the variable:
+    # except for the command line, whose --help must work whatever the environment says
+    # (it reports the error itself once the arguments are parsed).
+    _cli = sys.argv[:1] == ["-m"] or os.path.basename(sys.argv[0] if sys.argv else "") == "inductor-cutedsl"
+    if not _cli:
+        config.validate()
+    if config.enabled and not config.errors:  # INDUCTOR_CUTEDSL_ENABLED=0: installed only by enable()
         enable()

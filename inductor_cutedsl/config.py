@@ -5,100 +5,189 @@
     with inductor_cutedsl.config.patch(enabled=False):
         ...
 
-Environment variables are read when this module is imported.
+Environment variables are read when this module is imported, and strictly: a boolean
+takes 0/1/true/false/on/off/yes/no (any case), a count a positive whole number, and
+anything else is an error naming the variable and what it accepts (``SettingError``,
+raised by ``import inductor_cutedsl``; the command line reports it after ``--help``).
+Assignments and ``patch`` are checked the same way: an unknown name or a value of the
+wrong type is refused.
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import os
 import sys
+import types
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 #: The token of ``max_autotune_gemm_backends`` that names this backend.
 BACKEND_TOKEN = "CUTEDSL"
+ENV_PREFIX = "INDUCTOR_CUTEDSL_"
+
+_TRUE = ("1", "true", "on", "yes")
+_FALSE = ("0", "false", "off", "no")
+ACCEPTED_BOOLEANS = "0/1/true/false/on/off/yes/no"
 
 
-def _env_bool(name: str, default: bool) -> bool:
-    value = os.environ.get(name)
-    if value is None:
-        return default
-    return value.strip().lower() not in ("0", "false", "no", "off", "")
+class SettingError(ValueError):
+    """A setting's value is not one it accepts; the message names the variable."""
 
 
-def _env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    if not value:
-        return default
+def parse_bool(name: str, text: str) -> bool:
+    value = text.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise SettingError(f"{name}={text!r}: expected one of {ACCEPTED_BOOLEANS}")
+
+
+def parse_count(name: str, text: str) -> int:
     try:
-        number = int(value)
+        number = int(text.strip())
     except ValueError:
-        raise ValueError(f"{name}={value!r}: a whole number is expected") from None
+        raise SettingError(f"{name}={text!r}: a positive whole number is expected") from None
     if number < 1:
-        raise ValueError(f"{name}={value!r}: at least 1 is expected")
+        raise SettingError(f"{name}={text!r}: a positive whole number is expected (at least 1)")
     return number
 
 
+def parse_path(name: str, text: str) -> str | None:
+    """A directory, made absolute now: compile workers and other processes that start
+    in another directory must find the same one."""
+    return os.path.abspath(os.path.expanduser(text)) if text.strip() else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One setting: its default, how its environment variable is read, and its type."""
+
+    default: Any
+    parse: Callable[[str, str], Any]
+    kind: type | tuple[type, ...]
+    doc: str
+
+    def check(self, name: str, value: Any) -> Any:
+        """``value`` if it fits this setting, else SettingError."""
+        if self.kind is bool and not isinstance(value, bool):
+            raise SettingError(f"config.{name} = {value!r}: a bool is expected")
+        if self.kind is int and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise SettingError(f"config.{name} = {value!r}: a positive int is expected")
+        if self.parse is parse_path:
+            if value is not None and not isinstance(value, (str, os.PathLike)):
+                raise SettingError(f"config.{name} = {value!r}: a path or None is expected")
+            return None if value is None else os.path.abspath(os.fspath(value))
+        return value
+
+
+def _workers() -> int:
+    return min(8, os.cpu_count() or 1)
+
+
+SETTINGS: dict[str, Setting] = {
+    "enabled": Setting(True, parse_bool, bool, "offer CuteDSL candidates at all"),
+    "cache_dir": Setting(None, parse_path, str, "kernel cache directory (None: the per-user default)"),
+    "max_configs": Setting(3, parse_count, int, "most CuteDSL configs offered to the autotuner per GEMM"),
+    "compile_workers": Setting(_workers(), parse_count, int, "processes compiling kernels in parallel"),
+    "epilogue_fusion": Setting(True, parse_bool, bool, "fuse pointwise consumers into our epilogues"),
+    "staged_operands": Setting(True, parse_bool, bool, "TMA-stage a fused epilogue's first M x N input"),
+    "dual_gemm": Setting(True, parse_bool, bool, "run gated MLPs as one dual-GEMM kernel where faster"),
+    "fp8": Setting(True, parse_bool, bool, "offer candidates for fp8 torch._scaled_mm"),
+    "host_paced": Setting(False, parse_bool, bool, "without CUDA graphs, rank choices by max(GPU, host)"),
+    "strict": Setting(False, parse_bool, bool, "raise on an internal failure instead of falling back"),
+    "shared_cache": Setting(False, parse_bool, bool, "load kernels from a cache directory others may write"),
+}
+
+
+def env_name(name: str) -> str:
+    return ENV_PREFIX + name.upper()
+
+
+def _from_environment() -> tuple[dict[str, Any], list[str]]:
+    """Every setting's value (the default where its variable is unset or wrong), and one
+    message per variable that holds a value its setting does not accept."""
+    values, errors = {}, []
+    for name, setting in SETTINGS.items():
+        text = os.environ.get(env_name(name))
+        values[name] = setting.default
+        if text is None:
+            continue
+        try:
+            values[name] = setting.parse(env_name(name), text)
+        except SettingError as exc:
+            errors.append(str(exc))
+    return values, errors
+
+
+_values, errors = _from_environment()
 #: Offer CuteDSL candidates at all (``INDUCTOR_CUTEDSL_ENABLED``).
-enabled: bool = _env_bool("INDUCTOR_CUTEDSL_ENABLED", True)
-#: Kernel cache directory (``INDUCTOR_CUTEDSL_CACHE_DIR``); None means the per-user default.
-cache_dir: str | None = os.environ.get("INDUCTOR_CUTEDSL_CACHE_DIR") or None
+enabled: bool = _values["enabled"]
+#: Kernel cache directory, absolute (``INDUCTOR_CUTEDSL_CACHE_DIR``); None means the per-user default.
+cache_dir: str | None = _values["cache_dir"]
 #: Most CuteDSL configs offered to the autotuner per GEMM (``INDUCTOR_CUTEDSL_MAX_CONFIGS``).
 #: The shortlist (``kernels/config.py``) puts the likeliest winners first; each config
 #: past the first few adds a compile and a benchmark for little chance of winning.
-max_configs: int = _env_int("INDUCTOR_CUTEDSL_MAX_CONFIGS", 3)
+max_configs: int = _values["max_configs"]
 #: Processes that compile candidates in parallel (``INDUCTOR_CUTEDSL_COMPILE_WORKERS``).
-compile_workers: int = _env_int("INDUCTOR_CUTEDSL_COMPILE_WORKERS", min(8, os.cpu_count() or 1))
-
+compile_workers: int = _values["compile_workers"]
 #: Fuse pointwise consumers into CuteDSL GEMM epilogues (``INDUCTOR_CUTEDSL_EPILOGUE_FUSION``).
 #: Read by ``enable()``. Each undecided GEMM then takes whichever of its fused and
 #: unfused ways measures fastest (``scheduler/selection.py``).
-epilogue_fusion: bool = _env_bool("INDUCTOR_CUTEDSL_EPILOGUE_FUSION", True)
-
+epilogue_fusion: bool = _values["epilogue_fusion"]
 #: Fused epilogues TMA-load their first M x N input into shared memory ahead of the
-#: epilogue (``EpilogueOperand.staged``; ``INDUCTOR_CUTEDSL_STAGED_OPERANDS``, on): that
-#: costs the kernel less than loading it from global memory in the epilogue
-#: (``benchmarks/results/h200-bias.json``).
-staged_operands: bool = _env_bool("INDUCTOR_CUTEDSL_STAGED_OPERANDS", True)
-
+#: epilogue (``EpilogueOperand.staged``; ``INDUCTOR_CUTEDSL_STAGED_OPERANDS``): that costs
+#: the kernel less than loading it from global memory in the epilogue.
+staged_operands: bool = _values["staged_operands"]
 #: Run a gated MLP's two GEMMs and product as one dual-GEMM kernel where it measures
 #: faster than two GEMMs and a pointwise kernel (``INDUCTOR_CUTEDSL_DUAL_GEMM``; read
 #: by ``enable()`` and when a graph is compiled; ``lowering/gated.py``).
-dual_gemm: bool = _env_bool("INDUCTOR_CUTEDSL_DUAL_GEMM", True)
-
+dual_gemm: bool = _values["dual_gemm"]
 #: Offer CuteDSL candidates for fp8 ``torch._scaled_mm``, and fused fp8 outputs
-#: (``INDUCTOR_CUTEDSL_FP8``). The switch exists because autotuning ranks candidates by
-#: speed only: it stays for turning off a kernel family that a GPU test finds wrong.
-fp8: bool = _env_bool("INDUCTOR_CUTEDSL_FP8", True)
-
+#: (``INDUCTOR_CUTEDSL_FP8``). Autotuning ranks candidates by speed only: the switch
+#: turns off a kernel family that a GPU test finds wrong.
+fp8: bool = _values["fp8"]
 #: In a compile without CUDA graphs, rank the GEMM choices that fair timing re-times by
 #: the larger of their GPU time and their host launch time (``INDUCTOR_CUTEDSL_HOST_PACED``;
-#: ``lowering/fair_timing.py``): there a step of short GEMMs is paced by the host, and a
-#: cuBLASLt ``addmm`` costs several times the host time of a Triton or CuteDSL launch.
-#: Off until measured on the model suite's no-CUDA-graph rows.
-host_paced: bool = _env_bool("INDUCTOR_CUTEDSL_HOST_PACED", False)
+#: ``lowering/fair_timing.py``). Off until the model suite's no-CUDA-graph rows gain from it.
+host_paced: bool = _values["host_paced"]
+#: An internal failure raises instead of falling back to stock Inductor for that GEMM
+#: (``INDUCTOR_CUTEDSL_STRICT``): on in the project's own tests and fuzz, so that they see
+#: every failure a user's compile would silently step around (``errors.fallback``).
+strict: bool = _values["strict"]
+#: Load kernels from a cache directory that other users may write
+#: (``INDUCTOR_CUTEDSL_SHARED_CACHE``). A kernel object is native code run in this
+#: process: by default the cache directory must be owned by this user and writable by
+#: no one else (``runtime/cache.py``).
+shared_cache: bool = _values["shared_cache"]
+del _values
 
-_FIELDS = (
-    "enabled", "cache_dir", "max_configs", "compile_workers", "epilogue_fusion", "staged_operands", "dual_gemm",
-    "fp8", "host_paced",
-)  # fmt: skip
+
+def validate() -> None:
+    """SettingError naming every environment variable that holds a value its setting
+    does not accept (those settings keep their defaults until then)."""
+    if errors:
+        raise SettingError("; ".join(errors))
 
 
 def as_dict() -> dict[str, Any]:
-    return {name: getattr(sys.modules[__name__], name) for name in _FIELDS}
+    return {name: getattr(sys.modules[__name__], name) for name in SETTINGS}
 
 
 @contextlib.contextmanager
 def patch(**changes: Any) -> Iterator[None]:
-    """Set some settings for the duration of a ``with`` block."""
+    """Set some settings for the duration of a ``with`` block (each checked as an
+    assignment is)."""
     module = sys.modules[__name__]
-    unknown = set(changes) - set(_FIELDS)
+    unknown = set(changes) - set(SETTINGS)
     if unknown:
         raise AttributeError(f"unknown inductor_cutedsl settings: {sorted(unknown)}")
+    checked = {name: SETTINGS[name].check(name, value) for name, value in changes.items()}
     saved = as_dict()
-    for name, value in changes.items():
+    for name, value in checked.items():
         setattr(module, name, value)
     try:
         yield
@@ -107,23 +196,45 @@ def patch(**changes: Any) -> Iterator[None]:
             setattr(module, name, value)
 
 
+class _ConfigModule(types.ModuleType):
+    """This module, whose settings are checked when assigned."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in SETTINGS:
+            value = SETTINGS[name].check(name, value)
+        elif not name.startswith("_") and name not in self.__dict__:
+            raise AttributeError(f"unknown inductor_cutedsl setting: {name!r} (known: {', '.join(SETTINGS)})")
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _ConfigModule
+
+#: The package's sources that shape what a compile generates (kernels, their runtime,
+#: the lowering, the scheduler and the torch adapters): a compiled graph cached by
+#: Inductor is stale when one of them changes, and only then. The command line, the
+#: install and the tools are not among them.
+SHAPING_SOURCES = ("kernels", "runtime", "lowering", "scheduler", "compat", "arch.py", "config.py", "errors.py")
+
+
 @functools.lru_cache(maxsize=1)
 def _source_digest() -> str:
-    """A digest of this package's Python source (what our kernels and lowering are)."""
+    """A digest of ``SHAPING_SOURCES``."""
     root = Path(__file__).resolve().parent
     digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        digest.update(str(path.relative_to(root)).encode())
-        digest.update(path.read_bytes())
+    for entry in SHAPING_SOURCES:
+        paths = sorted((root / entry).rglob("*.py")) if (root / entry).is_dir() else [root / entry]
+        for path in paths:
+            digest.update(str(path.relative_to(root)).encode())
+            digest.update(path.read_bytes())
     return digest.hexdigest()
 
 
 def cache_key() -> tuple:
     """What our part of a compiled graph depends on, for Inductor's compile caches
-    (the ``uuid()`` of our choices classes and of our pre-grad pass): this package's
-    source and the settings read while compiling. Where settings change between
+    (the ``uuid()`` of our choices classes and of our pre-grad pass): the sources that
+    shape it and the settings read while compiling. Where settings change between
     compiles, a cached graph must not be reused."""
     settings = as_dict()
-    for name in ("cache_dir", "compile_workers"):  # where and how fast, not what
+    for name in ("cache_dir", "compile_workers", "strict", "shared_cache"):  # where, how fast or how loud: not what
         settings.pop(name)
     return ("inductor_cutedsl", _source_digest(), tuple(sorted(settings.items())))

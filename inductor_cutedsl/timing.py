@@ -1,6 +1,9 @@
-"""How the product measures at compile time: medians of CUDA graph replays, taken in
-interleaved rounds of a balanced order (fair timing, the fused/unfused selection and the
-dual-GEMM gate). What the benchmarks add to report results is in ``bench/report.py``."""
+"""Side-by-side measurement, the one implementation: each contender measured once per
+round, in interleaved rounds of a balanced order, and the medians compared.
+
+Compilation measures with it (fair timing, the fused/unfused selection, the dual-GEMM
+gate), as medians of CUDA graph replays; the main job and the benchmarks use the same
+function on plain calls (``graphs=False``)."""
 from __future__ import annotations
 
 import functools
@@ -8,7 +11,7 @@ import logging
 import math
 import statistics
 import time
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -157,31 +160,50 @@ def rotations(names: list, rounds: int) -> Iterator[list]:
         yield [names[j] for j in rows[r % len(rows)]]
 
 
-def interleaved_rounds(measures: dict, rounds: int) -> dict:
+def interleaved_rounds(measures: dict[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
     """Each measurement (a callable returning ms) once per interleaved round
     (``rotations``), so clock and thermal drift, and the state each predecessor leaves,
     hit every contender alike: {name: [ms per round]}."""
-    times: dict = {name: [] for name in measures}
+    times: dict[str, list[float]] = {name: [] for name in measures}
     for order in rotations(list(measures), rounds):
         for name in order:
             times[name].append(measures[name]())
     return times
 
 
-def interleaved(measures: dict, rounds: int) -> dict:
-    """Median of each measurement over interleaved rounds (``interleaved_rounds``)."""
-    return {name: statistics.median(t) for name, t in interleaved_rounds(measures, rounds).items()}
+Maker = Callable[[], Callable[[], object]]
 
 
-def graphs_side_by_side(makers: dict, rounds: int) -> dict:
-    """Milliseconds of each run, measured as CUDA graph replays (``graph_median`` of each
-    maker) over ``rounds`` interleaved rounds; inf for one that fails to build or run
-    (the caller decides what a failure means; it is logged here)."""
-    measures = {}
+def side_by_side_rounds(
+    makers: dict[str, Maker], rounds: int, *, graphs: bool = True, rep: int | None = None,
+    warmup: int | None = None, max_ms: int = MAX_REP_MS, whole_designs: bool = False,
+) -> dict[str, list[float]]:  # fmt: skip
+    """Milliseconds of each run in each of ``rounds`` interleaved rounds (``rotations``).
+
+    ``makers[name]()`` makes the function that runs contender ``name`` once. With
+    ``graphs`` each is timed as a CUDA graph replay of its GPU work (``graph_median``:
+    host paths cost nothing, kernels compare as kernels), else as plain calls
+    (``bench``, ``rep`` ms of calls, 200 by default). ``whole_designs``: ``rounds``
+    rounded to whole balanced designs (at least one). A contender that fails to build
+    gets no entry (logged here: the caller decides what a failure means)."""
+    if whole_designs:
+        design = balanced_rounds(len(makers))
+        rounds = design * max(1, math.floor(rounds / design + 0.5))
+    measures: dict[str, Callable[[], float]] = {}
     for name, make in makers.items():
         try:
-            measures[name] = graph_median(make)
-        except Exception as exc:  # e.g. a kernel out of resources: that way is not taken
+            if graphs:
+                measures[name] = graph_median(make, rep=rep, warmup=warmup, max_ms=max_ms)
+            else:
+                fn = make()
+                measures[name] = lambda fn=fn: bench(fn, rep=rep or 200)
+        except Exception as exc:  # e.g. a kernel out of resources: that contender is not taken
             logging.getLogger("inductor_cutedsl").info("side-by-side %s not measured: %s", name, exc)
-    times = interleaved(measures, rounds)
-    return {name: times.get(name, math.inf) for name in makers}
+    return interleaved_rounds(measures, rounds)
+
+
+def side_by_side(makers: dict[str, Maker], rounds: int, **options: Any) -> dict[str, float]:
+    """The median over rounds of ``side_by_side_rounds`` for each run; inf for one that
+    failed to build."""
+    times = side_by_side_rounds(makers, rounds, **options)
+    return {name: statistics.median(times[name]) if name in times else math.inf for name in makers}

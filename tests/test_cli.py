@@ -38,7 +38,7 @@ def test_every_option_has_help_with_its_default_and_no_markup():
 
 
 def test_the_default_token_count_is_the_blocks():
-    from inductor_cutedsl.job.model import BlockSize
+    from inductor_cutedsl.cli.block import BlockSize
 
     assert BlockSize().tokens == cli.DEFAULT_TOKENS
 
@@ -131,7 +131,7 @@ def test_gemm_bench_without_a_gpu_says_it_needs_one_and_fails():
 @pytest.mark.parametrize("job", ["--gemm-bench", "--suite"])
 def test_gpu_jobs_print_where_their_results_went(job, tmp_path, monkeypatch, capsys):
     from inductor_cutedsl.bench import gemm
-    from inductor_cutedsl.job import suite
+    from inductor_cutedsl.cli import suite
 
     seen = []
     monkeypatch.setattr(cli, "gpu_reason", lambda: None)
@@ -145,7 +145,7 @@ def test_gpu_jobs_print_where_their_results_went(job, tmp_path, monkeypatch, cap
 
 
 def test_main_job_steps_are_numbered(capsys):
-    from inductor_cutedsl.job.run import steps
+    from inductor_cutedsl.cli.run import steps
 
     step = steps(2)
     step("first")
@@ -162,7 +162,7 @@ class _Spec:
 
 
 def test_kernel_builds_report_each_kernel_compiled_as_i_of_n(monkeypatch):
-    from inductor_cutedsl.job import precompile
+    from inductor_cutedsl.cli import precompile
     from inductor_cutedsl.runtime import compiler
 
     def build_async(spec, cache, workers):

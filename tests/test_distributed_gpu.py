@@ -104,7 +104,7 @@ def _rank(rank: int, backend: str, wrap: str, out_dir: str) -> None:
 def _check_rank(r: int, result: dict) -> str:
     """Asserts one rank's ours against its stock and reference runs; says, per quantity,
     the tensor nearest its bound."""
-    from inductor_cutedsl.bench.report import rel_err
+    from inductor_cutedsl.cli.report import rel_err
 
     ref, stock, ours = result["reference"], result["stock"], result["ours"]
     assert ours["ran_ours"] and not stock["ran_ours"], f"rank {r}: CuteDSL kernels ran in ours only"

@@ -8,6 +8,7 @@ import sympy
 import torch
 from torch._inductor.virtualized import V, ops
 
+from inductor_cutedsl.errors import Unsupported
 from inductor_cutedsl.kernels import GemmConfig
 from inductor_cutedsl.runtime import KernelCache, KernelSpec
 from inductor_cutedsl.runtime.compiler import build
@@ -123,7 +124,7 @@ def test_batched_acc_index_and_reused_intermediate():
     ],
 )  # fmt: skip
 def test_untranslatable_nodes_are_refused(body, needle):
-    with pytest.raises(NotImplementedError, match=needle):
+    with pytest.raises(Unsupported, match=needle):
         translate(body)
 
 

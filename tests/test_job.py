@@ -6,9 +6,9 @@ import json
 import pytest
 import torch
 
-from inductor_cutedsl.job import run as job
-from inductor_cutedsl.job.autotune_report import GemmTuning
-from inductor_cutedsl.job.model import BlockSize, LlamaBlock, make_block
+from inductor_cutedsl.cli import run as job
+from inductor_cutedsl.cli.report import GemmTuning
+from inductor_cutedsl.cli.block import BlockSize, LlamaBlock, make_block
 
 SMALL = BlockSize(batch=1, seq=16, hidden=64, heads=4, mlp=128)
 
@@ -64,7 +64,7 @@ def test_gemm_table_report_and_plot(tmp_path, capsys):
 
 
 def test_rel_err():
-    from inductor_cutedsl.bench.report import rel_err
+    from inductor_cutedsl.cli.report import rel_err
 
     a = torch.ones(4, 4)
     assert rel_err(a, a) == 0.0
@@ -109,7 +109,7 @@ def test_stock_and_our_compiles_of_one_block_stay_two(monkeypatch):
 
 
 def test_our_kernels_are_recognised_in_a_profile():
-    from inductor_cutedsl.job.kernel_profile import ran_cutedsl
+    from inductor_cutedsl.cli.report import ran_cutedsl
 
     assert ran_cutedsl([{"kernel": "nvjet_sm90_tst_256x128"}, {"kernel": "kernel_cutlass_kernel_inductor_cutedslkernel_0"}])
     assert not ran_cutedsl([{"kernel": "nvjet_sm90_tst_256x128"}, {"kernel": "triton_poi_fused_add_0"}])

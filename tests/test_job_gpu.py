@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from inductor_cutedsl.job.model import BlockSize
+from inductor_cutedsl.cli.block import BlockSize
 
 pytestmark = pytest.mark.gpu
 
@@ -14,8 +14,8 @@ def test_main_job_small_block_with_epilogue_fusion(tmp_path, monkeypatch):
     """The whole job on a small block, with fusion on (the default-off path is what
     the real job run covers): the MLP epilogues (SiLU * gate, residual adds) may join
     CuteDSL GEMMs; whatever fused is reported, and both blocks match eager."""
-    from inductor_cutedsl.job.kernel_profile import ran_cutedsl
-    from inductor_cutedsl.job.run import run
+    from inductor_cutedsl.cli.report import ran_cutedsl
+    from inductor_cutedsl.cli.run import run
     from inductor_cutedsl.install import reenabled
 
     monkeypatch.setenv("INDUCTOR_CUTEDSL_EPILOGUE_FUSION", "1")  # the compile processes

@@ -561,7 +561,7 @@ def test_a_profiled_compile_writes_where_the_thread_spent_its_time(tmp_path):
 
 
 def test_suite_runs_one_small_inference_block_of_each_family():
-    from inductor_cutedsl.job import suite
+    from inductor_cutedsl.cli import suite
 
     args = models.parser().parse_args(suite.suite_args("out.json"))
     assert [b.name for b in models.select(args.blocks, args.runs)] == [

@@ -17,6 +17,7 @@ from torch._inductor import scheduler as inductor_scheduler
 from torch._inductor.virtualized import V
 
 from epilogue_interpreter import evaluate
+from inductor_cutedsl.errors import Unsupported
 from inductor_cutedsl.scheduler.node_translation import L_SYM, M_SYM, N_SYM, loop_coordinates, translate_nodes
 
 M, N = 64, 128
@@ -30,7 +31,7 @@ def translate_compiled(fn, *args):
     def codegen(self):
         try:
             out["t"] = translate_nodes("arg0_1", (M, N, 1), list(self.nodes), V.graph.get_dtype)
-        except NotImplementedError as exc:
+        except Unsupported as exc:
             out["refused"] = str(exc)
         return original(self)
 
@@ -111,9 +112,9 @@ def test_loop_coordinates():
     assert {str(s) for s in b.free_symbols | t.free_symbols} == {"cutedsl_m0", "cutedsl_m1"}
     # Loops of other extents still cover the output in row-major order, as atoms.
     assert len(loop_coordinates([N, M], (M, N, 1))) == 2
-    with pytest.raises(NotImplementedError, match="cover less"):
+    with pytest.raises(Unsupported, match="cover less"):
         loop_coordinates([M], (M, N, 1))
-    with pytest.raises(NotImplementedError, match="do not tile"):
+    with pytest.raises(Unsupported, match="do not tile"):
         loop_coordinates([4, 6], (6, 4, 1))
     assert isinstance(loop_coordinates([M, N], (M, N, 1))[0], sympy.Symbol)
 

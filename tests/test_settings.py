@@ -29,7 +29,7 @@ def test_a_bad_number_names_its_variable(value):
 
 @pytest.mark.parametrize("argv", [["--tokens", "0"], ["--tokens", "-5"], ["--workers", "-1"]])
 def test_command_line_refuses_non_positive_counts(argv, capsys):
-    from inductor_cutedsl.__main__ import main
+    from inductor_cutedsl.cli.main import main
 
     with pytest.raises(SystemExit) as exc:
         main(argv)
@@ -47,8 +47,8 @@ def test_gemm_refuses_what_is_not_a_tensor(a, b):
 
 def test_precompile_into_an_unwritable_cache_fails(monkeypatch, tmp_path):
     """Ahead-of-time compiles that no later process could find must not report success."""
-    from inductor_cutedsl.job import precompile
-    from inductor_cutedsl.job.model import BlockSize
+    from inductor_cutedsl.cli import precompile
+    from inductor_cutedsl.cli.block import BlockSize
     from inductor_cutedsl.runtime import KernelCache
 
     blocker = tmp_path / "file"

@@ -40,7 +40,7 @@ from typing import Any, Callable
 
 from .. import config
 from ..compat import autotune, settings
-from ..timing import enqueue_ms, graph_median, interleaved, measure_ms
+from ..timing import enqueue_ms, measure_ms, side_by_side
 from .template import GemmCaller
 
 log = logging.getLogger("inductor_cutedsl.lowering")
@@ -91,8 +91,11 @@ def rescale(timings: dict[Any, float], run_fn: Callable[[Any], Callable[[], Any]
     try:
         # Inductor's figure for the fastest other overestimates its kernel: a bound.
         ms = measure_ms(best, REP_MS)
-        timers = {i: graph_median(lambda c=c: run_fn(c), rep=ms, warmup=ms) for i, c in enumerate(contenders)}
-        side = interleaved(timers, ROUNDS)
+        makers = {i: (lambda c=c: run_fn(c)) for i, c in enumerate(contenders)}
+        side = side_by_side(makers, ROUNDS, rep=ms, warmup=ms)
+        failed = [contenders[i].name for i, t in side.items() if not math.isfinite(t)]
+        if failed:
+            raise RuntimeError(f"{', '.join(failed)} did not run")
     except Exception as exc:  # the first pass timed them all: keep its figures
         log.warning("side-by-side timing of %s against %s failed: %s", mine.name, ranked[0].name, exc)
         return timings

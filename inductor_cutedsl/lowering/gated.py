@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import config
+from ..errors import Unsupported
 from ..compat import autotune, ir_access, lowerings, settings
 from ..compat.lazy import ir_ops
 from ..kernels import epilogue as E
@@ -34,6 +35,7 @@ from ..runtime import compiler
 from ..runtime.launch import default_cache
 from ..runtime.spec import ALIGNMENT, KernelSpec
 from ..runtime.support import AB_DTYPES, OUT_DTYPES, device_reason
+from ..timing import side_by_side
 from .candidate import GemmCandidate
 from ..config import BACKEND_TOKEN
 from .template import gemm_template
@@ -238,10 +240,6 @@ def rewrite(graph: torch.fx.Graph) -> int:
 # -- the lowering -------------------------------------------------------------------
 
 
-class Refusal(Exception):
-    """The dual kernel cannot take this gated product; the message says why."""
-
-
 def _operand_reason(name: str, node: Any, major_mode: int) -> str | None:
     """TMA's rules for an (R, C) operand whose mode ``major_mode`` is contiguous."""
     stride, align = node.get_stride(), ALIGNMENT // node.get_dtype().itemsize
@@ -254,29 +252,29 @@ def _operand_reason(name: str, node: Any, major_mode: int) -> str | None:
 
 
 def candidates(x2, w_gate, w_up, b_gate, b_up, activation: str, keep: bool) -> list[GemmCandidate]:
-    """Our dual-kernel candidates for ``act(x2 @ w_gate^T + b_gate) * (...)``, or Refusal."""
+    """Our dual-kernel candidates for ``act(x2 @ w_gate^T + b_gate) * (...)``, or Unsupported."""
     if not settings.backend_enabled(BACKEND_TOKEN):
-        raise Refusal(f"{BACKEND_TOKEN} is not in max_autotune_gemm_backends")
+        raise Unsupported(f"{BACKEND_TOKEN} is not in max_autotune_gemm_backends")
     blocked = ir_access.codegen_blocked() or device_reason(ir_access.device_of(x2))
     if blocked:
-        raise Refusal(blocked)
+        raise Unsupported(blocked)
     dtype = x2.get_dtype()
     if dtype not in AB_DTYPES or {w_gate.get_dtype(), w_up.get_dtype()} != {dtype}:
-        raise Refusal(f"dtypes {dtype}/{w_gate.get_dtype()}/{w_up.get_dtype()} (bf16 or fp16, equal)")
+        raise Unsupported(f"dtypes {dtype}/{w_gate.get_dtype()}/{w_up.get_dtype()} (bf16 or fp16, equal)")
     for b in (b_gate, b_up):
         if b is not None and b.get_dtype() not in OUT_DTYPES:
-            raise Refusal(f"bias dtype {b.get_dtype()}")
+            raise Unsupported(f"bias dtype {b.get_dtype()}")
     for weight in (w_gate, w_up):
         ir_access.freeze_layout(weight)
     if list(w_gate.get_stride()) != list(w_up.get_stride()):
-        raise Refusal("the two weights are laid out differently")
+        raise Unsupported("the two weights are laid out differently")
     reasons = [_operand_reason("x", x2, 1), _operand_reason("w_gate", w_gate, 1), _operand_reason("w_up", w_up, 1)]
     if any(reasons):
-        raise Refusal("; ".join(r for r in reasons if r))
+        raise Unsupported("; ".join(r for r in reasons if r))
     m, k = (ir_access.size_hint(s) for s in x2.get_size())
     n = ir_access.size_hint(w_gate.get_size()[0])
     if n % (ALIGNMENT // dtype.itemsize):
-        raise Refusal(f"output width {n} is not a multiple of 16 bytes")
+        raise Unsupported(f"output width {n} is not a multiple of 16 bytes")
     ab = AB_DTYPES[dtype]
     epi = E.gated(
         activation,
@@ -304,10 +302,9 @@ decisions: list[dict] = []
 def measure(runs: dict[str, Callable[[], Callable[[], object]]], device: Any) -> dict[str, float]:
     """Milliseconds of each run (a maker of a function running it once), side by side
     as CUDA graph replays; inf for one that fails."""
-    from ..timing import graphs_side_by_side
 
     with torch.cuda.device(device):
-        return graphs_side_by_side(runs, rounds=4)
+        return side_by_side(runs, rounds=4)
 
 
 def _operands(shapes, dtype, device, has_bias) -> tuple:
@@ -398,11 +395,11 @@ def lower(x, w_gate, w_up, b_gate, b_up, activation):
     try:
         cands = candidates(*real, activation, keep)
         if not cands:
-            raise Refusal("no dual config fits")
+            raise Unsupported("no dual config fits")
         shapes = ((ir_access.size_hint(x2.get_size()[0]), ir_access.size_hint(k)), ir_access.size_hint(n))
         has_bias = (bg is not None, bu is not None)
         chosen = decide(cands, shapes, x2.get_dtype(), ir_access.device_of(x2), activation, has_bias, keep, fused)
-    except Refusal as why:
+    except Unsupported as why:
         log.info("gated %s: no dual kernel: %s", activation, why)
         chosen = None
     if chosen is None:

@@ -14,6 +14,7 @@ from typing import Any, Sequence
 import torch
 
 from .. import config
+from ..errors import Unsupported
 from ..compat import ir_access, settings
 from ..config import BACKEND_TOKEN
 from ..kernels import epilogue as E
@@ -34,10 +35,6 @@ GEMM_OPS = ("mm", "addmm", "bmm", "baddbmm")
 SCALED_OP = "scaled_mm"
 
 
-class Refusal(Exception):
-    """This GEMM gets no CuteDSL candidate; the message says why."""
-
-
 def _contiguous_mode(name: str, node: Any) -> str:
     """'last' or 'first': which mode of a (.., R, C) operand is contiguous (16-byte rules checked)."""
     size, stride = node.get_size(), node.get_stride()
@@ -47,15 +44,15 @@ def _contiguous_mode(name: str, node: Any) -> str:
     elif ir_access.is_one(stride[-2]):
         major, lead = "first", stride[-1]
     else:
-        raise Refusal(f"{name} has no unit-stride matrix mode (strides {list(stride)})")
+        raise Unsupported(f"{name} has no unit-stride matrix mode (strides {list(stride)})")
     if not ir_access.multiple_of(lead, align):
-        raise Refusal(f"{name} leading stride {lead} is not a multiple of 16 bytes")
+        raise Unsupported(f"{name} leading stride {lead} is not a multiple of 16 bytes")
     if len(size) == 3 and not ir_access.is_one(size[0]) and not ir_access.multiple_of(stride[0], align):
-        raise Refusal(f"{name} batch stride {stride[0]} is not a multiple of 16 bytes")
+        raise Unsupported(f"{name} batch stride {stride[0]} is not a multiple of 16 bytes")
     if len(size) == 3 and ir_access.size_hint(size[0]) > 1 and ir_access.size_hint(stride[0]) == 0:
-        raise Refusal(f"{name} has a broadcast batch")
+        raise Unsupported(f"{name} has a broadcast batch")
     if not ir_access.multiple_of(ir_access.offset_of(node), align):
-        raise Refusal(f"{name} storage offset is not a multiple of 16 bytes")
+        raise Unsupported(f"{name} storage offset is not a multiple of 16 bytes")
     return major
 
 
@@ -65,15 +62,15 @@ def _device_reason(node: Any) -> str | None:
 
 
 def _check_operands(a: Any, b: Any, out_dtype: Any, ab_dtypes: dict, out_dtypes: dict, takes: str) -> None:
-    """Refusal unless A is on a GPU the kernel targets, A and B share a dtype in
+    """Unsupported unless A is on a GPU the kernel targets, A and B share a dtype in
     ``ab_dtypes`` (``takes`` names them in the reason) and ``out_dtype`` is in ``out_dtypes``."""
     reason = _device_reason(a)
     if reason:
-        raise Refusal(reason)
+        raise Unsupported(reason)
     if a.get_dtype() not in ab_dtypes or b.get_dtype() != a.get_dtype():
-        raise Refusal(f"operand dtypes {a.get_dtype()}/{b.get_dtype()} (CuteDSL takes {takes})")
+        raise Unsupported(f"operand dtypes {a.get_dtype()}/{b.get_dtype()} (CuteDSL takes {takes})")
     if out_dtype not in out_dtypes:
-        raise Refusal(f"output dtype {out_dtype}")
+        raise Unsupported(f"output dtype {out_dtype}")
 
 
 def candidate_specs(
@@ -114,34 +111,34 @@ def bias_kind(size: Sequence[Any], stride: Sequence[Any]) -> str:
 
 
 def _graph_refusal() -> None:
-    """Refusal when nothing of this graph may run our kernel (settings, code generation)."""
+    """Unsupported when nothing of this graph may run our kernel (settings, code generation)."""
     if not settings.backend_enabled(BACKEND_TOKEN):
-        raise Refusal(f"{BACKEND_TOKEN} is not in max_autotune_gemm_backends")
+        raise Unsupported(f"{BACKEND_TOKEN} is not in max_autotune_gemm_backends")
     if not settings.max_autotune_on():
-        raise Refusal("max-autotune is off")
+        raise Unsupported("max-autotune is off")
     blocked = ir_access.codegen_blocked()
     if blocked:
-        raise Refusal(blocked)
+        raise Unsupported(blocked)
 
 
 def _output_layout(kernel_inputs: Any, out_dtype: Any) -> Any:
-    """The GEMM's fixed output layout, or Refusal where the TMA store cannot write it."""
+    """The GEMM's fixed output layout, or Unsupported where the TMA store cannot write it."""
     layout = kernel_inputs.output_layout(flexible=False)
     out_stride = layout.stride
     if not ir_access.is_one(out_stride[-1]) or not ir_access.multiple_of(
         out_stride[-2], ALIGNMENT // out_dtype.itemsize
     ):
-        raise Refusal(f"output layout {list(out_stride)} is not row-major with 16-byte rows")
+        raise Unsupported(f"output layout {list(out_stride)} is not row-major with 16-byte rows")
     if not ir_access.multiple_of(layout.size[-1], ALIGNMENT // out_dtype.itemsize):
         # The TMA store writes whole 16-byte units (runtime.support.row_width_reason).
-        raise Refusal(f"output width {layout.size[-1]} is not provably whole 16-byte units")
+        raise Unsupported(f"output width {layout.size[-1]} is not provably whole 16-byte units")
     return layout
 
 
 def gemm_candidates(kernel_inputs: Any, op_name: str) -> tuple[list[GemmCandidate], Any]:
     """The candidates for this GEMM, and the output layout they share.
 
-    Raises Refusal when the GEMM must not get a CuteDSL candidate.
+    Raises Unsupported when the GEMM must not get a CuteDSL candidate.
     """
     _graph_refusal()
     if op_name == SCALED_OP:
@@ -160,12 +157,12 @@ def gemm_candidates(kernel_inputs: Any, op_name: str) -> tuple[list[GemmCandidat
     epilogue, scalars = E.IDENTITY, ()
     if has_c:
         if c.get_dtype() not in OUT_DTYPES:
-            raise Refusal(f"bias dtype {c.get_dtype()}")
+            raise Unsupported(f"bias dtype {c.get_dtype()}")
         alpha = float(kernel_inputs.get_scalar("alpha"))
         beta = float(kernel_inputs.get_scalar("beta"))
         bias_dtype = OUT_DTYPES[c.get_dtype()]
         if beta == 0.0:
-            raise Refusal("beta == 0 (the bias must be ignored, even NaN): plain mm fits better")
+            raise Unsupported("beta == 0 (the bias must be ignored, even NaN): plain mm fits better")
         kind = bias_kind(c.get_size(), c.get_stride())
         if alpha == 1.0 and beta == 1.0:
             epilogue = E.bias(kind, bias_dtype)
@@ -184,11 +181,11 @@ def gemm_candidates(kernel_inputs: Any, op_name: str) -> tuple[list[GemmCandidat
 
 
 def _scale_mode(name: str, node: Any, size: tuple[int, int]) -> str:
-    """``support.scale_mode`` of a scale node; Refusal for any other (block-wise, MX) scale."""
+    """``support.scale_mode`` of a scale node; Unsupported for any other (block-wise, MX) scale."""
     shape = [ir_access.size_hint(s) for s in node.get_size()]
     mode = scale_mode(shape, node.get_dtype(), *size)
     if mode is None:
-        raise Refusal(f"{name} is {node.get_dtype()} of shape {shape}: CuteDSL takes fp32 scales, "
+        raise Unsupported(f"{name} is {node.get_dtype()} of shape {shape}: CuteDSL takes fp32 scales, "
                       f"tensor-wise or row-wise {list(size)} only (not block-wise)")  # fmt: skip
     return mode
 
@@ -197,23 +194,23 @@ def scaled_candidates(kernel_inputs: Any) -> tuple[list[GemmCandidate], Any]:
     """The candidates for ``aten._scaled_mm`` (fp8 e4m3, both operands K-major, fp32
     scales tensor-wise or row-wise, optional bias), and their output layout: our kernel
     with the scales (and bias) as its epilogue, promoting the partial sums every k-tile
-    unless the op asks for fast accumulation. Raises Refusal. Called by
+    unless the op asks for fast accumulation. Raises Unsupported. Called by
     ``gemm_candidates`` once the graph-wide refusals are checked."""
     if not config.fp8:
-        raise Refusal("fp8 candidates are off (INDUCTOR_CUTEDSL_FP8=1 offers them)")
+        raise Unsupported("fp8 candidates are off (INDUCTOR_CUTEDSL_FP8=1 offers them)")
     a, b, scale_a, scale_b, *rest = kernel_inputs.nodes()
     bias = rest[0] if rest else None
     ab_dtype, out_dtype = a.get_dtype(), kernel_inputs.out_dtype()
     _check_operands(a, b, out_dtype, FP8_DTYPES, STORE_DTYPES, "fp8 e4m3 here")
     if ir_access.current_node_arg("scale_result", 5, None) is not None:
         # Inductor gives templates no scale_result input to read it from.
-        raise Refusal("scale_result (an fp8 output's scale) is not among the template's inputs")
+        raise Unsupported("scale_result (an fp8 output's scale) is not among the template's inputs")
     if (_contiguous_mode("A", a), _contiguous_mode("B", b)) != ("last", "first"):
-        raise Refusal("fp8 operands must both be K-major (A row-major, B column-major): Hopper's fp8 MMA")
+        raise Unsupported("fp8 operands must both be K-major (A row-major, B column-major): Hopper's fp8 MMA")
     m, n, k = (ir_access.size_hint(x) for x in kernel_inputs.mnk_symbolic())
     modes = (_scale_mode("scale_a", scale_a, (m, 1)), _scale_mode("scale_b", scale_b, (1, n)))
     if bias is not None and (bias.get_dtype() not in OUT_DTYPES or len(bias.get_size()) != 1):
-        raise Refusal(f"bias {bias.get_dtype()} of {len(bias.get_size())} dims (want N values)")
+        raise Unsupported(f"bias {bias.get_dtype()} of {len(bias.get_size())} dims (want N values)")
     layout = _output_layout(kernel_inputs, out_dtype)
     promote = not ir_access.current_node_arg("use_fast_accum", 7, False)
     epi = E.scaled(*modes, OUT_DTYPES[bias.get_dtype()] if bias is not None else None)
@@ -230,7 +227,7 @@ def gemm_choices(kernel_inputs: Any, op_name: str) -> list[Any]:
         return []
     try:
         candidates, layout = gemm_candidates(kernel_inputs, op_name)
-    except Refusal as why:
+    except Unsupported as why:
         log.info("no CuteDSL candidate for %s: %s", op_name, why)
         return []
     # Builds start now, in worker processes, and overlap the rest of lowering; each

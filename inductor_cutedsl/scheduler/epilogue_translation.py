@@ -2,7 +2,7 @@
 
 The translator is an Inductor ops handler: replaying a pointwise node's body
 under it turns every ``ops.*`` call into one line of epilogue source. An op or
-an index it cannot translate raises ``NotImplementedError``, and the caller then
+an index it cannot translate raises ``errors.Unsupported``, and the caller then
 leaves the node to Triton: the fusion rule and the code generator are this one
 replay, so they cannot disagree.
 
@@ -18,6 +18,7 @@ import sympy
 import torch
 
 from ..compat.lazy import OpsHandlerBase
+from ..errors import Unsupported
 from ..kernels.epilogue import Epilogue, EpilogueOperand
 from ..runtime.support import OUT_DTYPES, STORE_DTYPES  # also the dtypes epilogue values take
 
@@ -91,17 +92,17 @@ class Coordinates:
         symbols = [s for s, _ in self.atoms]
         extra = index.free_symbols - set(symbols)
         if extra:
-            raise NotImplementedError(f"index {index} depends on {sorted(map(str, extra))}")
+            raise Unsupported(f"index {index} depends on {sorted(map(str, extra))}")
         try:
             poly = sympy.Poly(index, *symbols)
         except sympy.PolynomialError as exc:
-            raise NotImplementedError(f"index {index} is not polynomial") from exc
+            raise Unsupported(f"index {index} is not polynomial") from exc
         if poly.total_degree() > 1:
-            raise NotImplementedError(f"index {index} is not linear in (m, n, l)")
+            raise Unsupported(f"index {index} is not linear in (m, n, l)")
         coeff = {s: index.coeff(s, 1) for s in symbols}
         offset = index.subs({s: 0 for s in symbols})
         if not all(c.is_Integer for c in coeff.values()) or not offset.is_Integer:
-            raise NotImplementedError(f"index {index} has non-integer coefficients")
+            raise Unsupported(f"index {index} has non-integer coefficients")
         strides = []
         for dim in self.dims:
             dim = tuple((s, w) for s, w in dim if ranges[s] > 1)  # extent 1: stride 0
@@ -109,7 +110,7 @@ class Coordinates:
             # atom's coefficient is the same multiple of that atom's weight.
             stride = int(coeff[dim[0][0]]) // dim[0][1] if dim else 0
             if any(int(coeff[s]) != stride * w for s, w in dim):
-                raise NotImplementedError(
+                raise Unsupported(
                     f"index {index} is not linear in the GEMM output's coordinates "
                     "(the node's loops are not a pure reshape of them)"
                 )
@@ -181,10 +182,10 @@ class EpilogueTranslator(OpsHandlerBase):
         return Value(name, dtype)
 
     def _default(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        raise NotImplementedError(f"op {name!r} has no CuteDSL epilogue translation")
+        raise Unsupported(f"op {name!r} has no CuteDSL epilogue translation")
 
     def indirect_indexing(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError("indirect indexing")
+        raise Unsupported("indirect indexing")
 
     def begin_node(self, name: str, coords: Coordinates) -> None:
         """Replay the next node, whose loop variables are written over ``coords``."""
@@ -192,7 +193,7 @@ class EpilogueTranslator(OpsHandlerBase):
 
     def end_node(self) -> None:
         if not self.anchored:
-            raise NotImplementedError(
+            raise Unsupported(
                 f"{self.node} reads neither the GEMM output nor a buffer of the chain element-for-element"
             )
 
@@ -208,7 +209,7 @@ class EpilogueTranslator(OpsHandlerBase):
 
     def _check_same_view(self, name: str, index: sympy.Expr) -> None:
         if self._normal(self.coords.linear(index)) != self.views[name]:
-            raise NotImplementedError(
+            raise Unsupported(
                 f"{name} is accessed at {index}, not element-for-element with the GEMM output"
             )
         self.anchored = True
@@ -223,13 +224,13 @@ class EpilogueTranslator(OpsHandlerBase):
             return self.stored[name]
         dtype = self.dtype_of(name)
         if dtype not in OUT_DTYPES:
-            raise NotImplementedError(f"load of {name} with dtype {dtype} (integer data or indirect indexing)")
+            raise Unsupported(f"load of {name} with dtype {dtype} (integer data or indirect indexing)")
         strides, offset = self._normal(self.coords.linear(index))
         if min(strides) < 0 or offset < 0:
-            raise NotImplementedError(f"{name} is read with a negative stride or offset")
+            raise Unsupported(f"{name} is read with a negative stride or offset")
         if strides[1] > 1 and strides[0] < strides[1] and self.sizes[1] > 1:
             # Column-major reads are uncoalesced in our epilogue: Triton does them better.
-            raise NotImplementedError(f"{name} is read transposed (stride {strides[1]} along n)")
+            raise Unsupported(f"{name} is read transposed (stride {strides[1]} along n)")
         ref = OperandRef(name, strides, offset, dtype)
         if ref not in self.operands:
             self.operands.append(ref)
@@ -237,12 +238,12 @@ class EpilogueTranslator(OpsHandlerBase):
 
     def store(self, name: str, index: sympy.Expr, value: Value, mode: Any = None) -> None:
         if mode is not None:
-            raise NotImplementedError(f"store mode {mode!r}")
+            raise Unsupported(f"store mode {mode!r}")
         view = self._normal(self.coords.linear(index))
         (s_m, s_n, s_l), offset = view
         if (s_n != 1 and self.sizes[1] > 1) or min(s_m, s_l, offset) < 0:
             # The kernel writes whole rows of a tile (TMA, or row-wise plain stores).
-            raise NotImplementedError(
+            raise Unsupported(
                 f"{name} is stored at {index}, not element-for-element in rows like the GEMM output"
             )
         self.stored[name] = value
@@ -261,7 +262,7 @@ class EpilogueTranslator(OpsHandlerBase):
         if dtype in STORE_DTYPES:
             # (An fp8 cast saturates, as the Triton kernel it replaces does.)
             return self._emit(f"round_to({x.name}, {STORE_DTYPES[dtype]!r})", dtype)
-        raise NotImplementedError(f"cast to {dtype}")
+        raise Unsupported(f"cast to {dtype}")
 
     def where(self, cond: Value, a: Value, b: Value) -> Value:
         return self._emit(f"select({cond.name}, {a.name}, {b.name})", torch.float32)
@@ -320,16 +321,16 @@ def finish(tr: EpilogueTranslator, name: str, keep: tuple[str, ...] = ()) -> Tra
     chain. Each becomes an ``out`` operand, after the inputs, in ``keep`` order.
     """
     if not tr.outputs:
-        raise NotImplementedError("the epilogue stores nothing")
+        raise Unsupported("the epilogue stores nothing")
     if not tr.reads_acc:
-        raise NotImplementedError("the chain does not read the GEMM output")
+        raise Unsupported("the chain does not read the GEMM output")
     result = tr.stored[tr.outputs[-1]]
     operands = list(tr.operands)
     values = [result.name]
     for buf in keep:
         dtype = tr.dtype_of(buf)
         if dtype not in OUT_DTYPES:
-            raise NotImplementedError(f"{buf} has dtype {dtype}")
+            raise Unsupported(f"{buf} has dtype {dtype}")
         values.append("acc" if buf == tr.acc_buffer else tr.stored[buf].name)
         operands.append(OperandRef(buf, *tr.views[buf], dtype))
     source = "\n".join(

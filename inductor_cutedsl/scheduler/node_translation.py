@@ -22,6 +22,7 @@ import sympy
 import torch
 
 from ..compat import ir_access
+from ..errors import Unsupported
 from .epilogue_translation import Coordinates, EpilogueTranslator, Translation, finish
 
 M_SYM, N_SYM, L_SYM = sympy.symbols("cutedsl_m cutedsl_n cutedsl_l", integer=True, nonnegative=True)
@@ -43,13 +44,13 @@ def loop_view(var_sizes: Sequence[int], mnl_sizes: tuple[int, int, int]) -> tupl
     loops = [size for size in var_sizes if size != 1]
     covered, total = math.prod(loops), math.prod(e for _, e in dims)
     if covered < total:
-        raise NotImplementedError(f"loops {list(var_sizes)} cover less than the GEMM output {mnl_sizes}")
+        raise Unsupported(f"loops {list(var_sizes)} cover less than the GEMM output {mnl_sizes}")
     if covered > total:
-        raise NotImplementedError(f"loops {list(var_sizes)} do not tile the GEMM output {mnl_sizes}")
+        raise Unsupported(f"loops {list(var_sizes)} do not tile the GEMM output {mnl_sizes}")
     cuts = sorted(set(_cuts(loops)) | set(_cuts([e for _, e in dims])))
     extents = [c // p for p, c in zip([1, *cuts], cuts)]
     if any(c % p for p, c in zip([1, *cuts], cuts)):
-        raise NotImplementedError(f"loops {list(var_sizes)} do not tile the GEMM output {mnl_sizes}")
+        raise Unsupported(f"loops {list(var_sizes)} do not tile the GEMM output {mnl_sizes}")
 
     # A dim made of a single atom keeps its own symbol; a split one gets one per part.
     atoms: list[tuple[sympy.Symbol, int]] = []
@@ -114,7 +115,7 @@ def translate_nodes(
     for node in nodes:
         var_sizes, reduce_sizes = ir_access.node_ranges(node)
         if reduce_sizes:
-            raise NotImplementedError(f"{node.get_name()} is a reduction")
+            raise Unsupported(f"{node.get_name()} is a reduction")
         exprs, coords = loop_view([ir_access.size_hint(s) for s in var_sizes], mnl_sizes)
         tr.begin_node(node.get_name(), coords)
         ir_access.replay_node(node, exprs, tr)

@@ -21,6 +21,7 @@ import weakref
 from typing import Any, Sequence
 
 from .. import config
+from ..errors import Unsupported
 from ..compat import codegen, ir_access
 from ..compat.lazy import V
 from ..lowering.candidate import GemmCandidate
@@ -110,10 +111,6 @@ def _epilogue_chain(node1: Any, node2: Any = None) -> list[Any]:
     return chain + (list(node2.get_nodes()) if node2 is not None else [])
 
 
-class FusionRefused(Exception):
-    pass
-
-
 #: One record per GEMM generated with a fused epilogue in this process:
 #: {"gemm": buffer, "size": [M, N], "ops": aten ops fused, "kept": extra outputs}.
 fused_epilogues: list[dict] = []
@@ -135,16 +132,16 @@ MAX_KEPT_OUTPUTS = 2
 
 
 def translate_chain(scheduler: Any, template_node: Any, chain: Sequence[Any]) -> Translation:
-    """The translated chain, or FusionRefused with the reason."""
+    """The translated chain, or Unsupported with the reason."""
     source = render_source(template_node.node)
     if source is not None and any(op.is_output for op in source[0].spec.epilogue.operands):
         # Its epilogue returns a tuple (a dual GEMM keeping gate and up for backward).
-        raise FusionRefused(f"{template_node.get_name()} already writes extra outputs")
+        raise Unsupported(f"{template_node.get_name()} already writes extra outputs")
     for node in chain:
         if node.is_reduction():
-            raise FusionRefused(f"{node.get_name()} is a reduction")
+            raise Unsupported(f"{node.get_name()} is a reduction")
         if node.is_template() or node.is_extern() or node.has_aliasing_or_mutation():
-            raise FusionRefused(f"{node.get_name()} is not a plain pointwise node")
+            raise Unsupported(f"{node.get_name()} is not a plain pointwise node")
     inside = {n.get_name() for n in chain} | {template_node.get_name()}
     try:
         tr = translate_nodes(
@@ -154,26 +151,26 @@ def translate_chain(scheduler: Any, template_node: Any, chain: Sequence[Any]) ->
             V.graph.get_dtype,
             keep_if=lambda name: ir_access.buffer_users_outside(scheduler, name, inside),
         )
-    except NotImplementedError as exc:
-        raise FusionRefused(str(exc)) from exc
+    except Unsupported as exc:
+        raise Unsupported(str(exc)) from exc
     if len(tr.kept) > MAX_KEPT_OUTPUTS:
-        raise FusionRefused(
+        raise Unsupported(
             f"{len(tr.kept)} of its buffers are read elsewhere ({', '.join(tr.kept)}); "
             f"an epilogue writes at most {MAX_KEPT_OUTPUTS} besides its result"
         )
     out = V.graph.get_buffer(tr.outputs[-1])
     if out.get_dtype() not in STORE_DTYPES:
-        raise FusionRefused(f"output dtype {out.get_dtype()}")
+        raise Unsupported(f"output dtype {out.get_dtype()}")
     if out.get_dtype() not in OUT_DTYPES and not config.fp8:
-        raise FusionRefused(f"an {out.get_dtype()} output is off (INDUCTOR_CUTEDSL_FP8=1 allows it)")
+        raise Unsupported(f"an {out.get_dtype()} output is off (INDUCTOR_CUTEDSL_FP8=1 allows it)")
     stride = out.get_layout().stride
     step = ALIGNMENT // out.get_dtype().itemsize  # TMA stores: 16-byte rows and batches
     if not ir_access.is_one(stride[-1]) or not all(ir_access.multiple_of(s, step) for s in stride[:-1]):
-        raise FusionRefused(f"output layout {list(stride)} is not row-major with 16-byte rows")
+        raise Unsupported(f"output layout {list(stride)} is not row-major with 16-byte rows")
     if not ir_access.multiple_of(out.get_size()[-1], step):
         # The TMA store writes whole 16-byte units (runtime.support.row_width_reason): a
         # narrower output dtype than the GEMM's (fp8) may end its rows inside one.
-        raise FusionRefused(f"output width {out.get_size()[-1]} is not provably whole 16-byte units")
+        raise Unsupported(f"output width {out.get_size()[-1]} is not provably whole 16-byte units")
     return tr
 
 
@@ -241,7 +238,7 @@ class CuteDSLFusionScheduling(codegen.cuda_combined_scheduling()):
         """The chain of ``node1`` extended by ``node2``, translated; None if refused."""
         try:
             return translate_chain(self.scheduler, template, _epilogue_chain(node1, node2))
-        except FusionRefused as why:
+        except Unsupported as why:
             # Asked often per pair; the one INFO line per consumer comes at codegen.
             log.debug("cannot fuse %s into CuteDSL GEMM %s: %s", node2.get_name(), template.get_name(), why)
             return None
@@ -272,7 +269,7 @@ class CuteDSLFusionScheduling(codegen.cuda_combined_scheduling()):
             try:
                 translate_chain(self.scheduler, template, [*epilogue_nodes, consumer])
                 why = "the scheduler did not pair them (size, order or memory rule)"
-            except FusionRefused as exc:
+            except Unsupported as exc:
                 why = str(exc)
             log.info("not fusing %s into CuteDSL GEMM %s: %s", name, template.get_name(), why)
         if fused:

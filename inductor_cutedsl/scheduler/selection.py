@@ -52,7 +52,7 @@ from ..lowering.template import GemmCaller
 from ..runtime import compiler
 from ..runtime.launch import default_cache
 from ..runtime.support import STORE_DTYPES
-from ..timing import graphs_side_by_side
+from ..timing import Maker, side_by_side
 from . import fusion
 from .epilogue_translation import Translation
 
@@ -238,9 +238,6 @@ def _side_module(scheduler: Any, nodes: Sequence[Any], triton_choice: Any = None
     return started if started is not None else codegen.nodes_module(scheduler, list(nodes), triton_choice)
 
 
-Maker = Callable[[], Callable[[], object]]
-
-
 def _then(first: Maker, second: Maker) -> Maker:
     """A maker of a function running ``first``'s work, then ``second``'s."""
 
@@ -317,7 +314,7 @@ def side_by_side_ms(runs: dict[str, Maker], device: Any) -> dict[str, float]:
     """Milliseconds of each run, measured side by side as CUDA graph replays (medians
     over interleaved rounds); inf for one that fails to build or run."""
     with torch.cuda.device(device):
-        times = graphs_side_by_side(runs, ROUNDS)
+        times = side_by_side(runs, ROUNDS)
     return {name: times.get(name, math.inf) for name in WAYS}
 
 

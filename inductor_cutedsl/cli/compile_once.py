@@ -1,5 +1,5 @@
 """One cold compile of the block in a fresh process:
-``python -m inductor_cutedsl.job.compile_once '{"size": {...}, "backend": "stock"|"ours"}'``.
+``python -m inductor_cutedsl.cli.compile_once '{"size": {...}, "backend": "stock"|"ours"}'``.
 
 A fresh process per measurement, as a user's first run is: compiling stock and ours
 one after the other in one process with Inductor's caches off would charge the
@@ -15,7 +15,7 @@ from .. import disable
 from ..lowering import template
 from ..runtime import compiler
 from ..runtime.launch import default_cache
-from .model import BlockSize, make_block
+from .block import BlockSize, make_block
 from .run import compile_cold
 
 

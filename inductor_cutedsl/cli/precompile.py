@@ -11,7 +11,7 @@ from .. import config
 from ..kernels import IDENTITY
 from ..runtime import KernelCache, KernelSpec, compiler
 from ..runtime.launch import default_cache
-from .model import BlockSize
+from .block import BlockSize
 
 
 def build_with_progress(

@@ -24,11 +24,10 @@ import torch
 from .. import config, disable, enable
 from ..compat import settings
 from ..install import launch_environment
-from ..bench.report import rel_err, run_info, side_by_side, write_json
 from ..scheduler import scheduling
-from .autotune_report import GemmTuning, record_gemm_tuning
-from .kernel_profile import kernel_times, ran_cutedsl
-from .model import BlockSize, make_block
+from ..timing import side_by_side
+from .block import BlockSize, make_block
+from .report import GemmTuning, kernel_times, ran_cutedsl, record_gemm_tuning, rel_err, run_info, write_json
 
 MODE = "max-autotune-no-cudagraphs"
 TOLERANCE = 2e-2  # bf16 block vs eager, relative Frobenius norm
@@ -59,7 +58,7 @@ def compile_cold(block, x) -> tuple[Any, torch.Tensor, float, list[GemmTuning]]:
 def compile_in_fresh_process(size: BlockSize, backend: str, cache_dir: str) -> dict:
     """Cold-compile the block in a new process (``compile_once``) and return its report."""
     arg = json.dumps({"size": dataclasses.asdict(size), "backend": backend})
-    return json_process(["-m", "inductor_cutedsl.job.compile_once", arg], {"INDUCTOR_CUTEDSL_CACHE_DIR": cache_dir})
+    return json_process(["-m", "inductor_cutedsl.cli.compile_once", arg], {"INDUCTOR_CUTEDSL_CACHE_DIR": cache_dir})
 
 
 def json_process(args: list[str], env: dict, timeout: float = 3600) -> dict:
@@ -121,8 +120,14 @@ def print_report(result: dict) -> None:
           f"({len(result['warm_rebuilt'])} of kernels the cold process had built)")  # fmt: skip
 
 
-def plot(result: dict, path: str) -> None:
-    import matplotlib
+def plot(result: dict, path: str) -> bool:
+    """Draw the per-GEMM and block times to ``path``; False (and one line saying how to
+    get the plot) where matplotlib, an optional extra, is not installed."""
+    try:
+        import matplotlib
+    except ImportError:
+        print(f"no plot written to {path}: matplotlib is not installed (pip install 'inductor-cutedsl[plot]')")
+        return False
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -141,6 +146,7 @@ def plot(result: dict, path: str) -> None:
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    return True
 
 
 def steps(total: int) -> Callable[[str], None]:
@@ -183,7 +189,9 @@ def run(size: BlockSize, json_path: str, png_path: str) -> dict:
             raise AssertionError(f"{name} output differs from eager: rel err {err:.3e}")
     step("eager, stock and ours timed side by side, then profiled")
     with torch.no_grad():
-        times = side_by_side({"eager": lambda: block(x), "stock": lambda: stock_fn(x), "ours": lambda: ours_fn(x)})
+        calls = {"eager": lambda: block(x), "stock": lambda: stock_fn(x), "ours": lambda: ours_fn(x)}
+        times = side_by_side({name: (lambda fn=fn: fn) for name, fn in calls.items()}, 5, graphs=False,
+                             whole_designs=True)  # fmt: skip
         kernels = {"stock": kernel_times(lambda: stock_fn(x)), "ours": kernel_times(lambda: ours_fn(x))}
     if ran_cutedsl(kernels["stock"]):
         raise AssertionError("the stock block ran CuteDSL kernels: the comparison would be void")
@@ -213,7 +221,8 @@ def run(size: BlockSize, json_path: str, png_path: str) -> dict:
     }
     print_report(result)
     write_json(result, json_path)
-    plot(result, png_path)
-    print(f"wrote {json_path}\nwrote {png_path}")
+    print(f"wrote {json_path}")
+    if plot(result, png_path):
+        print(f"wrote {png_path}")
     assert math.isfinite(result["model_speedup_vs_max_autotune"])
     return result

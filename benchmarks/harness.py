@@ -1,0 +1,48 @@
+"""What every benchmark shares: side-by-side timing of plain calls and CUDA graphs,
+accuracy against a reference, geomeans and result files.
+
+The timing itself is the package's one implementation (``inductor_cutedsl.timing``);
+accuracy and result files are the main job's (``inductor_cutedsl.cli.report``).
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterable
+
+from inductor_cutedsl import timing
+from inductor_cutedsl.cli.report import rel_err, run_info, write_json
+
+__all__ = ["geomean", "graphed", "rel_err", "report_row", "run_info", "side_by_side", "side_by_side_rounds",
+           "write_json"]  # fmt: skip
+
+
+def graphed(fn: Callable[[], object]) -> Callable[[], None]:
+    """``fn``'s GPU work as a CUDA graph replay (``timing.graphed_run``); ``fn`` must
+    launch on the current stream."""
+    return timing.graphed_run(lambda: fn)
+
+
+def side_by_side_rounds(fns: dict, rounds: int = 5) -> dict:
+    """Each function timed as plain calls in each of about ``rounds`` interleaved rounds
+    (whole balanced designs): {name: [ms per round]}."""
+    makers = {name: (lambda fn=fn: fn) for name, fn in fns.items()}
+    return timing.side_by_side_rounds(makers, rounds, graphs=False, whole_designs=True)
+
+
+def side_by_side(fns: dict, rounds: int = 5) -> dict:
+    """The median over rounds of ``side_by_side_rounds``."""
+    makers = {name: (lambda fn=fn: fn) for name, fn in fns.items()}
+    return timing.side_by_side(makers, rounds, graphs=False, whole_designs=True)
+
+
+def geomean(values: Iterable[float]) -> float:
+    values = list(values)
+    return math.exp(sum(map(math.log, values)) / len(values))
+
+
+def report_row(result: dict, row: dict, path: str | None) -> None:
+    """Add ``row`` to ``result["rows"]``, print it and rewrite ``path``: a run cut short
+    by its time limit keeps every row it measured."""
+    result["rows"].append(row)
+    print(row, flush=True)
+    write_json(result, path)
