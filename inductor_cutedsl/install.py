@@ -78,9 +78,9 @@ def _rewrite_gated(graph: torch.fx.Graph) -> None:
         settings.sync_thread_settings()
         return
     _install_rest()
-    from .lowering import gated
+    from .lowering import gated_rewrite
 
-    gated.rewrite(graph)
+    gated_rewrite.rewrite(graph)
 
 
 def _compile_starts() -> None:

@@ -95,9 +95,9 @@ def fake_hopper(
 
     real_runs = selection.side_by_side_runs
 
-    def side_by_side_runs(scheduler, template, contenders, tr, chain):
+    def side_by_side_runs(scheduler, template, contenders, tr, chain, early):
         deciding.update(buffer=template.node, caller=contenders["ours_separate"])
-        return real_runs(scheduler, template, contenders, tr, chain)
+        return real_runs(scheduler, template, contenders, tr, chain, early)
 
     def side_by_side_ms(runs, device):
         """The selection's figures for the ways it built: from the candidates' own times,

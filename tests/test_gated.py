@@ -11,7 +11,7 @@ from torch._inductor import config as inductor_config
 
 from fake_hopper import generated_code, launched
 from inductor_cutedsl import config
-from inductor_cutedsl.lowering import gated
+from inductor_cutedsl.lowering import gated, gated_rewrite
 from test_fusion_codegen import backend, kernels
 
 ACTS = {
@@ -44,7 +44,7 @@ def rewritten(fn, *args):
         if hasattr(meta, "shape"):
             node.meta["example_value"] = torch.empty(meta.shape)
     with inductor_config.patch(max_autotune=True):
-        count = gated.rewrite(gm.graph)
+        count = gated_rewrite.rewrite(gm.graph)
     gm.recompile()
     return gm, count
 
@@ -112,9 +112,9 @@ def test_other_patterns_are_left_alone(fn, shapes):
 def test_nothing_is_rewritten_without_max_autotune_or_when_off():
     fn = two_linears(F.silu)
     gm = torch.fx.symbolic_trace(fn)
-    assert gated.rewrite(gm.graph) == 0  # max-autotune off: the graph stays stock
+    assert gated_rewrite.rewrite(gm.graph) == 0  # max-autotune off: the graph stays stock
     with inductor_config.patch(max_autotune=True), config.patch(dual_gemm=False):
-        assert gated.rewrite(gm.graph) == 0
+        assert gated_rewrite.rewrite(gm.graph) == 0
 
 
 B, T, D, F4 = 2, 500, 1024, 4096  # a model's (batch, tokens), hidden and MLP widths

@@ -113,16 +113,11 @@ def test_a_decision_measures_only_once_every_early_module_has_compiled(monkeypat
 
     from inductor_cutedsl.compat import codegen
 
-    class Graph:  # weakly referenced, as Inductor's GraphLowering is
-        pass
-
-    graph = Graph()
-    monkeypatch.setattr(selection, "V", types.SimpleNamespace(graph=graph))
     later = [concurrent.futures.Future() for _ in range(2)]
     for i, future in enumerate(later):
         threading.Timer(0.1 * (i + 1), future.set_result, (None,)).start()
-    selection._early_modules[graph] = {("later", i): (f, object()) for i, f in enumerate(later)}
+    early = {("later", i): (f, object()) for i, f in enumerate(later)}
     own: concurrent.futures.Future = concurrent.futures.Future()
     own.set_result(None)
-    selection.await_modules_before_measuring([(own, object())])
+    selection.await_modules_before_measuring([(own, object())], early)
     assert all(f.done() for f in later)

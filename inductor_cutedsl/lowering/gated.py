@@ -1,24 +1,15 @@
-"""A gated MLP's ``act(x @ Wg^T [+ bg]) * (x @ Wu^T [+ bu])`` as one dual-GEMM kernel.
+"""The lowering of a gated MLP's op (``gated_op``) as one dual-GEMM kernel, or as the graph was.
 
-Two graph forms reach it: two Linear layers on the same input (LLaMA, Mistral,
-Qwen2), and one fused ``gate_up`` Linear whose output is cut into halves by
-``chunk(2, -1)`` or ``split`` (Phi-3), the halves being column ranges (weight rows)
-of one weight. A pre-grad pass (``rewrite``) replaces either with the
-``inductor_cutedsl::gated_mm`` op, which returns ``(h, gate, up)``; the fused form
-passes its one weight and bias as ``w_gate`` / ``b_gate`` with ``w_up`` None. Eager and
-autograd see what the graph computed: two Linear layers, or one whose output is cut in
-two, and a product; the backward pass reads ``gate`` and ``up`` and, for the fused
-form, runs one GEMM per gradient over both halves, as stock does. Its lowering
-(``lower``) measures our dual kernel against the best alternative, the graph's own
+``lower`` measures our dual kernel against the best alternative, the graph's own
 GEMMs and a pointwise kernel, side by side, and keeps the faster: ours writes ``h``,
 and ``gate`` / ``up`` as extra outputs of the same kernel where anything reads them
-(training); the alternative is lowered as the graph was.
+(training); the alternative is lowered as the graph was. Any failure of ours here
+lowers the graph as it was (``errors.fallback``).
 """
 from __future__ import annotations
 
 import logging
 import math
-import operator
 import time
 from typing import Any, Callable
 
@@ -26,9 +17,10 @@ import torch
 import torch.nn.functional as F
 
 from .. import config
-from ..errors import Unsupported
 from ..compat import autotune, ir_access, lowerings, settings
 from ..compat.lazy import ir_ops
+from ..config import BACKEND_TOKEN
+from ..errors import Unsupported, fallback
 from ..kernels import epilogue as E
 from ..kernels.config import dual_shortlist
 from ..runtime import compiler
@@ -36,208 +28,11 @@ from ..runtime.launch import default_cache
 from ..runtime.spec import ALIGNMENT, KernelSpec
 from ..runtime.support import AB_DTYPES, OUT_DTYPES, device_reason
 from ..timing import side_by_side
+from . import gated_op  # noqa: F401  (registers the op this lowers)
 from .candidate import GemmCandidate
-from ..config import BACKEND_TOKEN
 from .template import gemm_template
 
 log = logging.getLogger("inductor_cutedsl.lowering")
-
-#: activation name -> what eager computes.
-ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "silu": F.silu,
-    "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"),
-    "gelu_erf": F.gelu,
-    "relu": F.relu,
-}
-assert set(ACTIVATIONS) == set(E.GATED_ACTIVATIONS)
-
-LIB = "inductor_cutedsl"
-
-
-@torch.library.custom_op(f"{LIB}::gated_mm", mutates_args=())
-def gated_mm(
-    x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor | None,
-    b_gate: torch.Tensor | None, b_up: torch.Tensor | None, activation: str,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
-    """(act(gate) * up, gate, up) with gate = F.linear(x, w_gate, b_gate), up likewise;
-    with ``w_up`` None, gate and up are the halves of F.linear(x, w_gate, b_gate)."""
-    if w_up is None:
-        gate, up = (t.contiguous() for t in F.linear(x, w_gate, b_gate).chunk(2, -1))
-    else:
-        gate, up = F.linear(x, w_gate, b_gate), F.linear(x, w_up, b_up)
-    return ACTIVATIONS[activation](gate) * up, gate, up
-
-
-def _width(w_gate, w_up) -> Any:
-    """N: the width of gate, up and the product."""
-    return w_gate.shape[0] // 2 if w_up is None else w_gate.shape[0]
-
-
-@gated_mm.register_fake
-def _(x, w_gate, w_up, b_gate, b_up, activation):
-    shape = (*x.shape[:-1], _width(w_gate, w_up))
-    return x.new_empty(shape), x.new_empty(shape), x.new_empty(shape)
-
-
-#: activation name -> (grad of its output, its input, its output) -> grad of its input,
-#: by the ops eager autograd uses (traceable into the backward graph).
-_ACTIVATION_BACKWARD: dict[str, Callable[..., torch.Tensor]] = {
-    "silu": lambda grad, x, y: torch.ops.aten.silu_backward(grad, x),
-    "gelu_tanh": lambda grad, x, y: torch.ops.aten.gelu_backward(grad, x, approximate="tanh"),
-    "gelu_erf": lambda grad, x, y: torch.ops.aten.gelu_backward(grad, x),
-    "relu": lambda grad, x, y: torch.ops.aten.threshold_backward(grad, y, 0),
-}
-
-
-def _setup_context(ctx, inputs, output) -> None:
-    x, w_gate, w_up, b_gate, b_up, activation = inputs
-    _, gate, up = output
-    ctx.save_for_backward(x, w_gate, w_up, gate, up)
-    ctx.activation, ctx.biases = activation, (b_gate is not None, b_up is not None)
-
-
-def _backward(ctx, grad_h, grad_gate, grad_up):
-    """Eager autograd's own formulas for act(gate) * up and the two Linear layers."""
-    x, w_gate, w_up, gate, up = ctx.saved_tensors
-    act = ACTIVATIONS[ctx.activation](gate)
-    d_gate = _ACTIVATION_BACKWARD[ctx.activation](grad_h * up, gate, act)
-    d_up = grad_h * act
-    if grad_gate is not None:
-        d_gate = d_gate + grad_gate
-    if grad_up is not None:
-        d_up = d_up + grad_up
-    x2, dg2, du2 = x.flatten(0, -2), d_gate.flatten(0, -2), d_up.flatten(0, -2)
-    if w_up is None:  # one weight: one GEMM per gradient over both halves
-        d_gu = torch.cat([dg2, du2], -1)
-        d_b = d_gu.sum(0) if ctx.biases[0] else None
-        return (d_gu @ w_gate).view(x.shape), d_gu.t() @ x2, None, d_b, None, None
-    d_x = (dg2 @ w_gate + du2 @ w_up).view(x.shape)
-    d_bg = dg2.sum(0) if ctx.biases[0] else None
-    d_bu = du2.sum(0) if ctx.biases[1] else None
-    return d_x, dg2.t() @ x2, du2.t() @ x2, d_bg, d_bu, None
-
-
-gated_mm.register_autograd(_backward, setup_context=_setup_context)
-
-
-# -- the pre-grad pass --------------------------------------------------------------
-
-_LINEAR = (torch._C._nn.linear, F.linear)
-_MUL = (operator.mul, torch.mul, torch.Tensor.mul)
-
-
-def _activation_of(node: torch.fx.Node) -> str | None:
-    """The gated activation ``node`` computes of its first argument, if it is one."""
-    target, kwargs = node.target, node.kwargs
-    if node.op == "call_function" and target in (F.silu, torch.nn.functional.silu):
-        return "silu"
-    if node.op == "call_function" and target in (F.relu, torch.relu, torch.nn.functional.relu):
-        return "relu"
-    if node.op == "call_method" and target == "relu":
-        return "relu"
-    if node.op == "call_function" and target in (F.gelu, torch._C._nn.gelu):
-        approximate = kwargs.get("approximate", node.args[1] if len(node.args) > 1 else "none")
-        return {"tanh": "gelu_tanh", "none": "gelu_erf"}.get(approximate)
-    return None
-
-
-def _is_mul(node: torch.fx.Node) -> bool:
-    return (node.op == "call_function" and node.target in _MUL) or (node.op == "call_method" and node.target == "mul")
-
-
-def _linear_args(node: Any) -> tuple[Any, Any, Any] | None:
-    """(x, weight, bias or None) of a Linear node."""
-    if not isinstance(node, torch.fx.Node) or node.op != "call_function" or node.target not in _LINEAR:
-        return None
-    args = list(node.args) + [None] * (3 - len(node.args))
-    return args[0], node.kwargs.get("weight", args[1]), node.kwargs.get("bias", args[2])
-
-
-def _half_of(node: Any) -> tuple[torch.fx.Node, int] | None:
-    """(the Linear node, 0 or 1) when ``node`` is the first or second half, along the
-    last dim, of a Linear output that is used for nothing else: ``chunk(2, -1)``, or a
-    ``split`` into two equal parts (known from the graph's example values)."""
-    if not isinstance(node, torch.fx.Node) or node.target is not operator.getitem:
-        return None
-    cut, index = node.args
-    if not isinstance(cut, torch.fx.Node) or len(cut.users) != 2 or index not in (0, 1):
-        return None
-    if not cut.args or not isinstance(cut.args[0], torch.fx.Node):
-        return None
-    source, rest = cut.args[0], cut.args[1:]
-    if len(source.users) != 1 or _linear_args(source) is None:
-        return None
-    out = source.meta.get("example_value")
-    dim = cut.kwargs.get("dim", rest[1] if len(rest) > 1 else 0)
-    if dim != -1 and (out is None or dim != out.dim() - 1):
-        return None
-    if cut.target in (torch.chunk, "chunk") and rest[:1] == (2,):
-        return source, index
-    halves = None if out is None or out.shape[-1] % 2 else out.shape[-1] // 2
-    if cut.target in (torch.split, "split") and halves and rest[:1] in ((halves,), ([halves] * 2,)):
-        return source, index
-    return None
-
-
-def _match(mul: torch.fx.Node) -> tuple | None:
-    """``gated_mm``'s arguments (x, w_gate, w_up, b_gate, b_up, activation) for a gated
-    product; the Phi-3 form gives its one weight and bias, with w_up and b_up None."""
-    if not _is_mul(mul) or len(mul.args) != 2:
-        return None
-    for act_node, other in (mul.args, mul.args[::-1]):
-        if not isinstance(act_node, torch.fx.Node) or len(act_node.users) != 1:
-            continue
-        activation = _activation_of(act_node)
-        if activation is None or not act_node.args:
-            continue
-        gate_src = act_node.args[0]
-        gate_half, up_half = _half_of(gate_src), _half_of(other)
-        if gate_half and up_half and gate_half[0] is up_half[0] and (gate_half[1], up_half[1]) == (0, 1):
-            x, w, b = _linear_args(gate_half[0])
-            return x, w, None, b, None, activation
-        gate, up = _linear_args(gate_src), _linear_args(other)
-        if gate is None or up is None or gate[0] is not up[0]:
-            continue
-        if len(gate_src.users) != 1 or len(other.users) != 1:
-            continue
-        return gate[0], gate[1], up[1], gate[2], up[2], activation
-    return None
-
-
-def _fake_value(node: torch.fx.Node, fn: Callable, *args: Any) -> None:
-    """Set ``node``'s example value (later passes read it) from its inputs' fake ones."""
-    vals = [a.meta.get("example_value") if isinstance(a, torch.fx.Node) else a for a in args]
-    fake = next((v for v in vals if isinstance(v, torch.Tensor)), None)
-    if fake is None or getattr(fake, "fake_mode", None) is None:
-        return
-    with fake.fake_mode:
-        node.meta["example_value"] = fn(*vals)
-
-
-def rewrite(graph: torch.fx.Graph) -> int:
-    """Replace each gated product of the graph by ``gated_mm``; returns how many."""
-    if not (config.enabled and config.dual_gemm and settings.max_autotune_on()):
-        return 0
-    count = 0
-    for mul in list(graph.nodes):
-        args = _match(mul)
-        if args is None:
-            continue
-        with graph.inserting_before(mul):
-            op = graph.call_function(torch.ops.inductor_cutedsl.gated_mm.default, args)
-            _fake_value(op, torch.ops.inductor_cutedsl.gated_mm.default, *args)
-            h = graph.call_function(operator.getitem, (op, 0))
-            if "example_value" in op.meta:
-                h.meta["example_value"] = op.meta["example_value"][0]
-        mul.replace_all_uses_with(h)
-        count += 1
-    if count:
-        graph.eliminate_dead_code()
-        log.info("gated MLP: %d gated product(s) replaced by one dual-GEMM op each", count)
-    return count
-
-
-# -- the lowering -------------------------------------------------------------------
 
 
 def _operand_reason(name: str, node: Any, major_mode: int) -> str | None:
@@ -295,6 +90,8 @@ def candidates(x2, w_gate, w_up, b_gate, b_up, activation: str, keep: bool) -> l
 
 #: Wall seconds spent measuring dual kernels against their alternative, this process.
 stats = {"measure_s": 0.0}
+
+
 #: One record per measured gated product in this process.
 decisions: list[dict] = []
 
@@ -390,20 +187,29 @@ def lower(x, w_gate, w_up, b_gate, b_up, activation):
         (wg, wu), (bg, bu) = _halves(w_gate, n), _halves(b_gate, n) if b_gate is not None else (None, None)
     else:
         n, wg, wu, bg, bu = w_gate.get_size()[0], w_gate, w_up, b_gate, b_up
-    # What the template reads: realized buffers (or views of them).
-    real = [ir_access.realized(t) if t is not None else None for t in (x2, wg, wu, bg, bu)]
     try:
-        cands = candidates(*real, activation, keep)
-        if not cands:
-            raise Unsupported("no dual config fits")
-        shapes = ((ir_access.size_hint(x2.get_size()[0]), ir_access.size_hint(k)), ir_access.size_hint(n))
-        has_bias = (bg is not None, bu is not None)
-        chosen = decide(cands, shapes, x2.get_dtype(), ir_access.device_of(x2), activation, has_bias, keep, fused)
+        return _dual(x2, wg, wu, bg, bu, activation, keep, fused, lead, n)
     except Unsupported as why:
         log.info("gated %s: no dual kernel: %s", activation, why)
-        chosen = None
+    except Exception as exc:
+        fallback("lowering", f"gated {activation} product", exc, log)
+    return _as_graph(x2, w_gate, w_up, b_gate, b_up, activation, lead, n)
+
+
+def _dual(x2, wg, wu, bg, bu, activation, keep, fused, lead, n):
+    """Our dual kernel's lowering of the product (h, gate, up), if one measures faster
+    than the alternative; Unsupported otherwise."""
+    L, aten = lowerings.lowering, torch.ops.aten
+    # What the template reads: realized buffers (or views of them).
+    real = [ir_access.realized(t) if t is not None else None for t in (x2, wg, wu, bg, bu)]
+    cands = candidates(*real, activation, keep)
+    if not cands:
+        raise Unsupported("no dual config fits", "dual-config")
+    shapes = ((ir_access.size_hint(x2.get_size()[0]), ir_access.size_hint(x2.get_size()[1])), ir_access.size_hint(n))
+    has_bias = (bg is not None, bu is not None)
+    chosen = decide(cands, shapes, x2.get_dtype(), ir_access.device_of(x2), activation, has_bias, keep, fused)
     if chosen is None:
-        return _as_graph(x2, w_gate, w_up, b_gate, b_up, activation, lead, n)
+        raise Unsupported("two GEMMs and a pointwise kernel measured faster", "measured-slower")
     wg_t, wu_t = (ir_access.realized(L(aten.permute)(w, [1, 0])) for w in (wg, wu))
     size = [x2.get_size()[0], n]
     inputs = [real[0], wg_t, wu_t] + [b for b in real[3:] if b is not None]

@@ -38,7 +38,6 @@ import dataclasses
 import logging
 import math
 import time
-import weakref
 from typing import Any, Callable, Iterable, Sequence
 
 import torch
@@ -58,8 +57,6 @@ from .epilogue_translation import Translation
 
 log = logging.getLogger("inductor_cutedsl.scheduler")
 
-#: Set on a decided MultiTemplateBuffer: its ``Decision``.
-DECISION_ATTR = "_cutedsl_fusion_decision"
 #: Ours is built fused only when its autotuning figure is within this factor of the
 #: fastest candidate's: wide enough to cover how far autotuning's sequential figures
 #: misorder backends against each other.
@@ -96,27 +93,6 @@ class Decision:
     way: str
     choice: Any
     consumer: str
-
-
-def bare_template(node: Any) -> Any | None:
-    """The template node of ``node`` if nothing is fused into it yet."""
-    return node.get_nodes()[0] if node.is_template() and len(node.get_nodes()) == 1 else None
-
-
-def undecided_multi_template(node: Any) -> Any | None:
-    """``node`` if it is a bare MultiTemplateBuffer node (nothing fused into it yet)
-    with CuteDSL candidates, not decided yet."""
-    template = bare_template(node)
-    if template is None:
-        return None
-    buffer = template.node
-    if not ir_access.is_multi_template_buffer(buffer) or hasattr(buffer, DECISION_ATTR):
-        return None
-    return template if any(isinstance(c, GemmCaller) for c in buffer.choices) else None
-
-
-def decision_of(buffer: Any) -> Decision | None:
-    return getattr(buffer, DECISION_ATTR, None)
 
 
 def _random_tensor(layout: Any, fill: bool) -> torch.Tensor:
@@ -193,12 +169,16 @@ def _contenders(caller: GemmCaller, timings: dict, tr: Translation, triton: bool
     return {way: choice for way, choice in ways.items() if choice is not None}
 
 
-def start_fused_build(scheduler: Any, template: Any, tr: Translation, chain: Sequence[Any], triton: bool) -> None:
+def start_fused_build(
+    scheduler: Any, template: Any, tr: Translation, chain: Sequence[Any], triton: bool, early: dict
+) -> None:
     """Start what ``decide`` would need for this GEMM and chain, unless it would not
     decide: our fused builds (in compile workers), and the epilogue's and the fused
     Triton template's benchmark modules (in Inductor's compile pool). The work of
     several GEMMs then runs side by side instead of one decision after another (a cold
-    compile spent most of the selection's seconds compiling these modules, serially)."""
+    compile spent most of the selection's seconds compiling these modules, serially).
+    Modules go to ``early`` (the graph's, by ``_module_key``): each is taken once, by
+    the decision that needs it."""
     caller, timings = _candidates(template.node)
     if caller is None:
         return
@@ -206,16 +186,10 @@ def start_fused_build(scheduler: Any, template: Any, tr: Translation, chain: Seq
     for way, choice in contenders.items():
         if WAYS[way] == "cutedsl":
             compiler.build_async(_fused(choice, tr)[1].spec, default_cache(), config.compile_workers)
-    early = _early_modules.setdefault(V.graph, {})
     for nodes, choice in _side_modules(template, chain, contenders).values():
         key = _module_key(nodes, choice)
         if key not in early:
             early[key] = codegen.nodes_module(scheduler, list(nodes), choice)
-
-
-#: Benchmark modules whose compiles ``start_fused_build`` started, per graph, by
-#: ``_module_key``: each is taken once, by the decision that needs it.
-_early_modules: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
 
 
 def _side_modules(template: Any, chain: Sequence[Any], contenders: dict[str, Any]) -> dict[str, tuple]:
@@ -232,9 +206,9 @@ def _module_key(nodes: Sequence[Any], triton_choice: Any) -> tuple:
     return tuple(n.get_name() for n in nodes), getattr(triton_choice, "name", None)
 
 
-def _side_module(scheduler: Any, nodes: Sequence[Any], triton_choice: Any = None) -> tuple[Any, Any]:
+def _side_module(scheduler: Any, nodes: Sequence[Any], triton_choice: Any, early: dict) -> tuple[Any, Any]:
     """``codegen.nodes_module`` of ``nodes``: the one started early, if it was."""
-    started = _early_modules.get(V.graph, {}).pop(_module_key(nodes, triton_choice), None)
+    started = early.pop(_module_key(nodes, triton_choice), None)
     return started if started is not None else codegen.nodes_module(scheduler, list(nodes), triton_choice)
 
 
@@ -258,15 +232,15 @@ def await_modules(modules: Iterable[tuple[Any, Any]]) -> None:
                 future.result()
 
 
-def await_modules_before_measuring(modules: Iterable[tuple[Any, Any]]) -> None:
+def await_modules_before_measuring(modules: Iterable[tuple[Any, Any]], early: dict) -> None:
     """Wait for ``modules``, and for the graph's modules started early for other
-    decisions: those compiling in this process's threads
+    decisions (``early``): those compiling in this process's threads
     (``codegen.precompile_in_threads``) would take the GIL from the measurements."""
-    await_modules([*modules, *_early_modules.get(V.graph, {}).values()])
+    await_modules([*modules, *early.values()])
 
 
 def side_by_side_runs(scheduler: Any, template: Any, contenders: dict[str, Any], tr: Translation,
-                      chain: Sequence[Any]) -> dict[str, Maker]:  # fmt: skip
+                      chain: Sequence[Any], early: dict) -> dict[str, Maker]:  # fmt: skip
     """Makers (see ``timing.graphed_run``) of one run of each way of ``contenders`` (see
     ``_contenders``). Code is generated and compiles start now (in worker processes);
     tensors are allocated when a maker runs."""
@@ -274,12 +248,12 @@ def side_by_side_runs(scheduler: Any, template: Any, contenders: dict[str, Any],
     # Through the worker pool: a build started early for this chain (start_fused_build)
     # is waited for, not redone.
     builds = [compiler.build_async(c.spec, default_cache(), config.compile_workers) for _, c in fused.values()]
-    modules = {name: _side_module(scheduler, nodes, choice)
+    modules = {name: _side_module(scheduler, nodes, choice, early)
                for name, (nodes, choice) in _side_modules(template, chain, contenders).items()}  # fmt: skip
     t0 = time.perf_counter()
     compiler.wait(builds)
     t1 = time.perf_counter()
-    await_modules_before_measuring(modules.values())
+    await_modules_before_measuring(modules.values(), early)
     stats["builds_s"] += t1 - t0
     stats["modules_s"] += time.perf_counter() - t1
     caller = contenders["ours_separate"]
@@ -325,10 +299,11 @@ def fastest_way(times: dict[str, float]) -> str | None:
 
 
 def decide(scheduler: Any, template: Any, tr: Translation, chain: Sequence[Any], consumer: str,
-           triton: bool = True) -> Decision | None:  # fmt: skip
+           triton: bool, early: dict) -> Decision | None:  # fmt: skip
     """How the GEMM of ``template`` runs with the epilogue ``chain`` (ending in the
     scheduler node ``consumer``), or None to leave it to Inductor (``triton``: whether
-    a Triton template may take the epilogue)."""
+    a Triton template may take the epilogue; ``early``: the graph's benchmark modules
+    started early)."""
     buffer = template.node
     caller, timings = _candidates(buffer)
     names = f"{buffer.get_name()} + [{', '.join(n.get_name() for n in chain)}]"
@@ -338,7 +313,7 @@ def decide(scheduler: Any, template: Any, tr: Translation, chain: Sequence[Any],
     contenders = _contenders(caller, timings, tr, triton)
     t0 = time.perf_counter()
     with autotune.preserve_rng_state():
-        runs = side_by_side_runs(scheduler, template, contenders, tr, chain)
+        runs = side_by_side_runs(scheduler, template, contenders, tr, chain, early)
         times = side_by_side_ms(runs, buffer.get_device())
     stats["decide_s"] += time.perf_counter() - t0
     way = fastest_way(times)
