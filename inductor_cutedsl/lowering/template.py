@@ -29,7 +29,7 @@ stats = {"benchmark_s": 0.0}
 SOURCE = r"""
 # inductor_cutedsl kernel {{candidate.spec.key()}}
 from inductor_cutedsl.runtime.generated import launcher, KernelSpec, GemmConfig, Epilogue, EpilogueOperand
-_launch = launcher({{candidate.launcher_source()}})
+_launch = launcher({{candidate.launcher_source()}}, scope=globals())
 {{def_kernel(*candidate.input_names)}}
     _launch(a, b, {{get_output()}}{% for op in candidate.operand_args %}, {{op}}{% endfor %}{% if candidate.spec.dual %}, b_up=b_up{% endif %}, stream=stream)
 """

@@ -16,35 +16,86 @@ The per-call host work is kept small: everything a launch passes besides address
 and the stream is worked out once per (sizes, strides, device, operand address
 alignment) and reused while those stay (``_Entries``); a call then reads the
 tensors' sizes, strides and addresses and makes one C call.
+
+Never worse than stock: in a generated module (``scope`` given), a kernel that fails to
+build or to load, or fails at its first launch, is replaced by the same computation in
+torch operations (``reference.run``), with one warning (``errors.fallback``; under
+``config.strict`` the failure raises). Once the first launch succeeds, the module calls
+the kernel's launcher directly: the guard costs nothing after it.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Callable, Sequence
+import logging
+from typing import Any, Callable, Sequence
 
 import torch
 
 from ..kernels.config import GemmConfig
 from ..kernels.epilogue import Epilogue, EpilogueOperand
-from .launch import get_gemm
+from ..errors import fallback
+from . import reference
+from .compiler import build
+from .launch import default_cache, get_gemm, is_loaded
 from .spec import ALIGNMENT, KernelSpec
 from .support import OUT_DTYPES, declaration_reason, declared_args
 
 __all__ = ["launcher", "KernelSpec", "GemmConfig", "Epilogue", "EpilogueOperand"]
+
+log = logging.getLogger("inductor_cutedsl.launch")
 
 # Bytes per element of an operand dtype (as ``EpilogueOperand.dtype`` names them).
 _ITEMSIZE = {name: dtype.itemsize for dtype, name in OUT_DTYPES.items()}
 
 
 def launcher(
-    spec: KernelSpec, scalars: Sequence[float] = (), views: Sequence = (), out_view=None
-) -> Callable[..., None]:
+    spec: KernelSpec, scalars: Sequence[float] = (), views: Sequence = (), out_view=None,
+    scope: dict[str, Any] | None = None, name: str = "_launch",
+) -> Callable[..., None]:  # fmt: skip
     """``scalars``: values of the epilogue's scalar operands, in declaration order;
     ``views``: per tensor operand, how to read it (see ``operand_args``); ``out_view``:
-    how the output is written, where not as the GEMM's own (see ``CompiledGemm.launch``)."""
-    kernel = get_gemm(spec)
-    fallback = functools.cache(lambda: get_gemm(unpaired(spec)))  # keyed and loaded once
+    how the output is written, where not as the GEMM's own (see ``CompiledGemm.launch``).
+
+    ``scope``: the globals of the generated module that binds the launcher to ``name``.
+    Given, every failure falls back to ``reference.run`` (see the module's docstring);
+    without it (timing a candidate), failures raise."""
+    if scope is None:
+        return _launcher(spec, scalars, views, out_view, get_gemm(spec))
+    stage = "kernel build"
+    try:
+        path = None if is_loaded(spec) else build(spec, default_cache())[0]
+        stage = "kernel load"
+        fast = _launcher(spec, scalars, views, out_view, get_gemm(spec, path=path))
+    except Exception as exc:
+        fallback(stage, spec.describe(), exc, log)
+        return _reference_launcher(spec, scalars, views, out_view)
+
+    def first_launch(*args: Any, **kwargs: Any) -> None:
+        try:
+            fast(*args, **kwargs)
+        except Exception as exc:
+            fallback("first launch", spec.describe(), exc, log)
+            scope[name] = _reference_launcher(spec, scalars, views, out_view)
+            scope[name](*args, **kwargs)
+        else:
+            scope[name] = fast
+
+    return first_launch
+
+
+def _reference_launcher(spec: KernelSpec, scalars: Sequence[float], views: Sequence, out_view) -> Callable[..., None]:
+    """A launch function computing ``spec`` with torch operations (``reference.run``)."""
+
+    def launch(a, b, out, *tensors, stream=None, b_up=None) -> None:
+        reference.run(spec, a, b, out, tensors, scalars, views, out_view, b_up=b_up)
+
+    return launch
+
+
+def _launcher(spec: KernelSpec, scalars: Sequence[float], views: Sequence, out_view, kernel) -> Callable[..., None]:
+    """The fast launch function of loaded kernel ``kernel`` (see ``_Entries``)."""
+    unpaired_kernel = functools.cache(lambda: get_gemm(unpaired(spec)))  # keyed and loaded once
     scalars = tuple(float(s) for s in scalars)
     views = tuple(views) or (None,) * sum(op.is_tensor for op in spec.epilogue.operands)
     # Per operand: (is a tensor, its declaration, its view or its scalar value).
@@ -67,7 +118,7 @@ def launcher(
             tensor = next(t)
             args = declared_args(op, tensor, what, batch, m, n)
             if declaration_reason(op, args, batch, m, n, tensor.element_size()):
-                run = fallback()
+                run = unpaired_kernel()
             values += args
         return run, values
 

@@ -211,6 +211,11 @@ def stream_k_buffers(
         return partials, torch.zeros(ctas, dtype=torch.int32, device=device)
 
 
+def is_loaded(spec: KernelSpec) -> bool:
+    """Whether this process has loaded the kernel of ``spec``."""
+    return spec.key() in _memo
+
+
 def loaded_kernels() -> int:
     """How many kernels this process has loaded (each built kernel it benchmarked or ran)."""
     return len(_memo)
