@@ -9,6 +9,11 @@ os.environ.setdefault(
     os.path.join(tempfile.gettempdir(), f"inductor_cutedsl_test_cache_{os.getuid()}"),
 )
 
+# Our own tests run strict: an internal failure raises instead of falling back to stock
+# Inductor (errors.fallback), so that no test passes on the fallback. Tests of the
+# fallback itself take the ``lenient`` fixture.
+os.environ.setdefault("INDUCTOR_CUTEDSL_STRICT", "1")
+
 # The tests read what the backend installed into Inductor (its choices class, the patched
 # scheduler) right after `import inductor_cutedsl`: with Inductor imported first, enable()
 # installs it all at once. The deferred install of a fresh process (settings when
@@ -18,6 +23,14 @@ try:
     import torch._inductor.config  # noqa: F401
 except ImportError:
     pass
+
+
+@pytest.fixture
+def lenient(monkeypatch):
+    """The backend as a user runs it: internal failures fall back to stock, with a warning."""
+    from inductor_cutedsl import config
+
+    monkeypatch.setattr(config, "strict", False)
 
 
 def _hopper_gpu() -> str | None:

@@ -54,5 +54,25 @@ def test_precompile_into_an_unwritable_cache_fails(monkeypatch, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     monkeypatch.setattr(precompile, "default_cache", lambda: KernelCache(blocker / "cache"))
-    with pytest.raises(SystemExit, match="not writable"):
+    with pytest.raises(SystemExit, match="cannot take new kernels.*Not a directory.*are missing"):
         precompile.precompile_block(BlockSize(), workers=1)
+
+
+def test_precompile_with_a_read_only_cache_that_holds_every_kernel_succeeds(monkeypatch, tmp_path, capsys):
+    """A warm cache mounted read-only serves the main job: nothing needs building, exit 0."""
+    from inductor_cutedsl.cli import precompile
+    from inductor_cutedsl.cli.block import BlockSize
+    from inductor_cutedsl.runtime import KernelCache
+
+    warm = tmp_path / "warm"
+    specs = precompile.block_specs(BlockSize())
+
+    def fake_build(out_dir, name):
+        (out_dir / f"{name}.o").write_bytes(b"object")
+
+    for spec in specs:
+        KernelCache(warm).get_or_build(spec.key(), fake_build)
+    monkeypatch.setattr(precompile, "default_cache", lambda: KernelCache(warm, writable=False))
+    monkeypatch.setattr(precompile, "build_with_progress", lambda *a, **k: pytest.fail("nothing to build"))
+    precompile.precompile_block(BlockSize(), workers=1)
+    assert f"all {len(specs)} kernels for the block's GEMMs are cached" in capsys.readouterr().out

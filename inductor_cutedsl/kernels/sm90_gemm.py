@@ -1254,8 +1254,9 @@ class Sm90Gemm:
     def _publish_partial(self, acc, sk_buffers, cta, etidx, epi_bar):
         """Write this CTA's partial sums and raise its flag (release, GPU scope)."""
         view = self._partial_view(acc, sk_buffers, cta, etidx)
-        for v in cutlass.range_constexpr(cute.size(acc)):
-            view[(v % 4, v // 4)] = acc[v]
+        for j in cutlass.range_constexpr(cute.size(acc) // 4):  # as in ``_add_partial``
+            for i in cutlass.range_constexpr(4):
+                view[(i, j)] = acc[4 * j + i]
         cute.arch.fence_acq_rel_gpu()
         epi_bar.arrive_and_wait()
         if etidx == 0:
@@ -1270,8 +1271,12 @@ class Sm90Gemm:
                 ready = cute.arch.atomic_add(sk_buffers[1].iterator + peer, Int32(0), sem="acquire", scope="gpu")
         epi_bar.arrive_and_wait()
         view = self._partial_view(acc, sk_buffers, peer, etidx)
-        for v in cutlass.range_constexpr(cute.size(acc)):
-            acc[v] = acc[v] + view[(v % 4, v // 4)]
+        # Unrolled at trace time (register fragments take static indices only), as two
+        # loops: element v = 4 * j + i sits at (i, j) of the view. One loop over every
+        # element would be one static loop of 64 and more, which the DSL warns about.
+        for j in cutlass.range_constexpr(cute.size(acc) // 4):
+            for i in cutlass.range_constexpr(4):
+                acc[4 * j + i] = acc[4 * j + i] + view[(i, j)]
 
     @staticmethod
     def _subtile_geometry(tRS_acc, tRS_rD, epi_m, epi_n):

@@ -9,6 +9,7 @@ from .. import config
 from ..compat import autotune, ir_access, settings
 from ..compat.lazy import InductorChoices
 from ..config import BACKEND_TOKEN
+from ..errors import fallback
 from .gemm_choices import GEMM_OPS, SCALED_OP, gemm_choices
 
 log = logging.getLogger("inductor_cutedsl.lowering")
@@ -29,15 +30,19 @@ class CuteDSLChoices(InductorChoices):
         if handler is not None and handler is not self:
             return handler.get_template_configs(kernel_inputs, templates, op_name, kwarg_overrides)
         choices = super().get_template_configs(kernel_inputs, templates, op_name, kwarg_overrides)
-        ours, offered = _ours_once(kernel_inputs, op_name)
+        try:
+            ours, offered = _ours_once(kernel_inputs, op_name)
+        except Exception as exc:  # a bug of ours: this GEMM gets stock's choices only
+            fallback("candidates", op_name, exc, log)
+            ours, offered = [], 0
         if not choices and not offered and op_name in GEMM_OPS and _only_backend_is_ours():
             # CUTEDSL is the only backend and this GEMM was refused: compile it with ATen
             # rather than leave Inductor with no choice at all. With another backend on,
             # no choice stays an error, as on stock Inductor.
             log.info("%s falls back to ATen (the only other backend is off)", op_name)
-            fallback, overrides = _aten_fallback(kernel_inputs, op_name)
+            aten, overrides = _aten_fallback(kernel_inputs, op_name)
             choices = super().get_template_configs(
-                kernel_inputs, [fallback], op_name, kwarg_overrides=overrides
+                kernel_inputs, [aten], op_name, kwarg_overrides=overrides
             )
         return [*choices, *ours]
 

@@ -40,6 +40,7 @@ from typing import Any, Callable
 
 from .. import config
 from ..compat import autotune, settings
+from ..errors import fallback
 from ..timing import enqueue_ms, measure_ms, side_by_side
 from .template import GemmCaller
 
@@ -73,7 +74,16 @@ stats = {"measure_s": 0.0}
 
 def rescale(timings: dict[Any, float], run_fn: Callable[[Any], Callable[[], Any]]) -> dict[Any, float]:
     """``timings`` with our candidates and the close other choices put on one scale,
-    by timing them side by side (``run_fn(choice)`` runs a choice once)."""
+    by timing them side by side (``run_fn(choice)`` runs a choice once); Inductor's own
+    timings where that fails (``errors.fallback``)."""
+    try:
+        return _rescale(timings, run_fn)
+    except Exception as exc:
+        fallback("candidates", "fair timing", exc, log)
+        return timings
+
+
+def _rescale(timings: dict[Any, float], run_fn: Callable[[Any], Callable[[], Any]]) -> dict[Any, float]:
     finite = {c: t for c, t in timings.items() if math.isfinite(t)}
     ours = {c: t for c, t in finite.items() if isinstance(c, GemmCaller)}
     others = {c: t for c, t in finite.items() if c not in ours}

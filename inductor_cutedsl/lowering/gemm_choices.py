@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import torch
 
 from .. import config
-from ..errors import Unsupported
+from ..errors import Unsupported, fallback
 from ..compat import ir_access, settings
 from ..config import BACKEND_TOKEN
 from ..kernels import epilogue as E
@@ -240,8 +240,7 @@ def gemm_choices(kernel_inputs: Any, op_name: str) -> list[Any]:
             if build.done() and build.exception() is not None:
                 raise build.exception()
         except Exception as exc:  # a kernel that did not build is simply not offered
-            log.warning("CuteDSL candidate %s for %s not offered: compile failed: %s",
-                        cand.spec.describe(), op_name, exc)  # fmt: skip
+            fallback("kernel build", f"{op_name} candidate {cand.spec.describe()}", exc, log)
         else:
             builds[cand] = build
     return list(_callers(builds, layout, kernel_inputs.nodes(), op_name))
@@ -253,7 +252,7 @@ def _callers(builds: dict, layout: Any, nodes: list, op_name: str):
         try:
             caller = template.generate(input_nodes=nodes, layout=layout, candidate=cand)
         except Exception as exc:  # one bad candidate must not sink the others
-            log.warning("CuteDSL candidate %s for %s not offered: %s", cand.spec.describe(), op_name, exc)
+            fallback("candidates", f"{op_name} candidate {cand.spec.describe()}", exc, log)
         else:
             caller.build = build
             log.debug("offering CuteDSL %s for %s", cand.spec.describe(), op_name)

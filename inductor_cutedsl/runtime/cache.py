@@ -10,6 +10,13 @@ Only a miss writes. A cache directory that cannot be written (a shared warm cach
 on a read-only mount, or one opened with ``writable=False``) is still read; the
 first kernel it lacks falls back to a private directory removed at exit, with one
 warning naming that kernel.
+
+An object file is native code that this process loads and runs: it is loaded only from
+a directory owned by this user and writable by no one else, and only if the object
+itself is (``trust_reason``). A shared cache (a warm cache on a read-only mount owned
+by another user, a team's directory) is used only with ``config.shared_cache``
+(``INDUCTOR_CUTEDSL_SHARED_CACHE=1``): its owners must be as trusted as the code
+itself. An untrusted directory is not read at all, and builds go to a private one.
 """
 from __future__ import annotations
 
@@ -28,6 +35,8 @@ from typing import Callable, Iterator
 
 import filelock
 
+from .. import config
+
 log = logging.getLogger("inductor_cutedsl.cache")
 
 ENV_CACHE_DIR = "INDUCTOR_CUTEDSL_CACHE_DIR"
@@ -40,11 +49,31 @@ _warned_lock = threading.Lock()
 
 
 def default_cache_dir() -> Path:
-    env = os.environ.get(ENV_CACHE_DIR)
-    if env:
-        return Path(env)
+    """``config.cache_dir`` (absolute since the settings were read), else the per-user default."""
+    if config.cache_dir:
+        return Path(config.cache_dir)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "inductor_cutedsl"
+
+
+def trust_reason(path: Path) -> str | None:
+    """Why code under ``path`` (a directory or an object file) must not be loaded, or
+    None: it must belong to this user and be writable by no one else (anyone who could
+    write it could run code in this process), unless ``config.shared_cache`` is on. A
+    path that does not exist holds nothing to load."""
+    if config.shared_cache:
+        return None
+    try:
+        st = path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        return f"{path} cannot be checked ({exc})"
+    if st.st_uid != os.geteuid():
+        return f"{path} belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()})"
+    if st.st_mode & 0o022:
+        return f"{path} is writable by other users (mode {oct(st.st_mode & 0o777)})"
+    return None
 
 
 def _sha256(path: Path) -> str:
@@ -165,6 +194,26 @@ class KernelCache:
         self.builds = 0  # compiles run by this process (for reports and tests)
         self.built: list[str] = []  # their keys, in order
         self._mutex = threading.Lock()
+        self._distrust: str | None = None  # why ``dir`` is not read, once checked
+        self._trust_checked = False
+
+    def _dir_trusted(self) -> bool:
+        """Whether objects in ``dir`` may be loaded (checked once; warned once per dir)."""
+        if not self._trust_checked:
+            self._trust_checked = True
+            self._distrust = trust_reason(self.dir)
+            if self._distrust is not None:
+                self._writable, self._why_unwritable, self.read_only = False, self._distrust, self.dir
+                with _warned_lock:
+                    first = self.dir not in _warned_unwritable
+                    _warned_unwritable.add(self.dir)
+                (log.warning if first else log.debug)(
+                    "kernel cache dir %s is not used: %s. Kernels are built in a temporary directory instead; "
+                    "set %s to a directory of your own, or %s=1 to use a cache shared with others (its owners "
+                    "can run code in this process)",
+                    self.dir, self._distrust, ENV_CACHE_DIR, "INDUCTOR_CUTEDSL_SHARED_CACHE",
+                )  # fmt: skip
+        return self._distrust is None
 
     @property
     def persistent(self) -> bool:
@@ -173,9 +222,10 @@ class KernelCache:
 
     def _probe(self) -> bool:
         """Whether ``dir`` can be written (tried once, leaving nothing behind)."""
-        if self._writable is None:
+        if self._writable is None and self._dir_trusted():
             try:
-                self.dir.mkdir(parents=True, exist_ok=True)
+                # Made private: what is written here is loaded as code.
+                self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
                 fd, probe = tempfile.mkstemp(dir=self.dir, prefix=".probe")
                 os.close(fd)
                 os.unlink(probe)
@@ -184,7 +234,11 @@ class KernelCache:
                 self._writable = False
                 self._why_unwritable = str(exc)
                 self.read_only = self.dir
-        return self._writable
+        return bool(self._writable)
+
+    def why_not_persistent(self) -> str:
+        """Why kernels built now would not be kept in ``dir`` ("" where they would)."""
+        return "" if self.persistent else (self._why_unwritable or "builds go to a temporary directory")
 
     def close(self) -> None:
         """Remove what this cache keeps only for this process (nothing when persistent)."""
@@ -200,8 +254,12 @@ class KernelCache:
     def lookup(self, key: str) -> Path | None:
         """The object of a complete, intact entry (in ``dir`` first, then in the
         private dir where there is one), else None. Writes nothing, warns nothing: a
-        rejected entry is reported once, by the build that replaces it."""
-        for root in dict.fromkeys((self.dir, self.root)):
+        rejected entry is reported once, by the build that replaces it. ``dir`` is read
+        only where it is trusted (``trust_reason``)."""
+        roots = [self.dir] if self._dir_trusted() else []
+        if self.root != self.dir:
+            roots.append(self.root)
+        for root in roots:
             hit = self._entry(root / f"{key}.o", root / f"{key}.json", key)
             if hit is not None:
                 return hit
@@ -219,6 +277,9 @@ class KernelCache:
             info = json.loads(text)
             if obj.stat().st_size != info["size"] or _sha256(obj) != info["sha256"]:
                 raise ValueError("object does not match its manifest")
+            distrust = trust_reason(obj)
+            if distrust is not None:
+                raise ValueError(distrust)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.debug("cache entry %s is corrupt (%s)", meta, exc)
             self._corrupt[key] = f"{meta.parent}: {exc}"

@@ -127,6 +127,8 @@ def _stop(workers: list[_Worker], grace_s: float = 1.0, term_s: float = 5.0) -> 
         if w.proc.poll() is None:
             w.proc.kill()
             w.proc.wait()
+        with contextlib.suppress(OSError):
+            w.proc.stdout.close()  # its replies' pipe: left open, it warns at exit (ResourceWarning)
 
 
 _pool: WorkerPool | None = None

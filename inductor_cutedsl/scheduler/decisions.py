@@ -187,7 +187,9 @@ def translate_pair(scheduler: Any, template: Any, node1: Any, node2: Any) -> Tra
     except Unsupported as why:
         # Asked often per pair; the one INFO line per consumer comes at codegen.
         log.debug("cannot fuse %s into CuteDSL GEMM %s: %s", node2.get_name(), template.get_name(), why)
-        return None
+    except Exception as exc:  # a bug of the translation: this pair is not fused
+        fallback("epilogue translation", f"{template.get_name()} + {node2.get_name()}", exc, log)
+    return None
 
 
 def pairs_through_view(scheduler: Any, node1: Any, node2: Any) -> bool:
@@ -310,4 +312,7 @@ def unfused_consumers(scheduler: Any, template: Any, epilogue_nodes: Sequence[An
             reasons[name] = "the scheduler did not pair them (size, order or memory rule)"
         except Unsupported as exc:
             reasons[name] = str(exc)
+        except Exception as exc:
+            fallback("epilogue translation", f"{template.get_name()} + {name}", exc, log)
+            reasons[name] = f"its translation failed ({type(exc).__name__})"
     return reasons

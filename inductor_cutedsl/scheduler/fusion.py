@@ -68,7 +68,10 @@ def stages(cfg: GemmConfig, in_dtype: torch.dtype, out_dtype: torch.dtype) -> bo
 
 def staged(epi: Epilogue, first_fused: int, tr: Translation, spec: KernelSpec) -> Epilogue:
     """``epi`` with its first stageable fused input (``stageable_input``) declared
-    ``staged`` (instead of paired), where the kernel of ``spec`` can stage one."""
+    ``staged`` (instead of paired), where the kernel of ``spec`` can stage one (a dual
+    kernel stages none: its epilogue reads both accumulator halves)."""
+    if spec.dual:
+        return epi
     index = stageable_input(epi, first_fused, tr)
     if index is None or not stages(spec.config, tr.operands[index - first_fused].dtype, getattr(torch, spec.out_dtype)):
         return epi

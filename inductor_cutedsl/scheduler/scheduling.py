@@ -96,22 +96,48 @@ class CuteDSLFusionScheduling(codegen.cuda_combined_scheduling()):
         if not epilogue_nodes:
             return super().codegen_template(template_node, epilogue_nodes, prologue_nodes)
         assert not prologue_nodes, "CuteDSL GEMMs take no prologue"
+        try:
+            rendered = self._render_fused(template, epilogue_nodes)
+        except Exception as exc:
+            # Nothing is emitted yet: the GEMM alone, then its consumers as Inductor's own kernels.
+            fallback("codegen", f"{template.get_name()} with {len(epilogue_nodes)} fused node(s)", exc, log)
+            self._codegen_unfused(template_node, epilogue_nodes)
+            return
         log.info("fused %s into CuteDSL GEMM %s", ", ".join(n.get_name() for n in epilogue_nodes), template.get_name())
-        self._codegen_fused(template, epilogue_nodes)
+        self._emit_fused(template, epilogue_nodes, *rendered)
 
-    def _codegen_fused(self, template: Any, epilogue_nodes: Sequence[Any]) -> None:
-        """Render our GEMM ``template`` with ``epilogue_nodes`` fused into its epilogue."""
+    def _codegen_unfused(self, template_node: Any, epilogue_nodes: Sequence[Any]) -> None:
+        """The GEMM alone, then each node of its epilogue as Inductor's own kernel. The
+        scheduler counted the fused node's internal buffers as last used by it: they
+        are freed once the epilogue nodes that read them have been emitted, not after
+        the GEMM."""
+        internal = {b for n in (template_node, *epilogue_nodes) for b in n.get_buffer_names()}
+        deferred = self.scheduler.buffer_names_to_free & internal
+        self.scheduler.buffer_names_to_free -= deferred
+        super().codegen_template(template_node, [], [])
+        for node in epilogue_nodes:
+            self.codegen_node(node)
+        self.scheduler.buffer_names_to_free |= deferred
+        self.free_buffers_in_scheduler()
+
+    def _render_fused(self, template: Any, epilogue_nodes: Sequence[Any]) -> tuple:
+        """(translation, kernel, source) of our GEMM ``template`` with ``epilogue_nodes``
+        fused into its epilogue: everything short of emitting it (no side effect on the graph)."""
         tr = decisions.translate_chain(self.scheduler, template, list(epilogue_nodes))
-        buffer = template.node
-        candidate, inputs = decisions.render_source(buffer)
+        candidate, inputs = decisions.render_source(template.node)
         out = V.graph.get_buffer(tr.outputs[-1])
         fused = fuse(candidate, tr, STORE_DTYPES[out.get_dtype()])
-        # Build now, in a worker: the generated module loads the kernel only after every
-        # kernel of the graph is generated, so fused kernels compile in parallel meanwhile.
-        compiler.build_async(fused.spec, default_cache(), config.compile_workers)
         inputs += [V.graph.get_buffer(op.buffer) for op in tr.operands]
         kernel = codegen.template_kernel(inputs, out)
         src = kernel.render(gemm_template().template, candidate=fused).finalize_all()
+        # Build now, in a worker: the generated module loads the kernel only after every
+        # kernel of the graph is generated, so fused kernels compile in parallel meanwhile.
+        compiler.build_async(fused.spec, default_cache(), config.compile_workers)
+        return tr, kernel, src
+
+    def _emit_fused(self, template: Any, epilogue_nodes: Sequence[Any], tr: Any, kernel: Any, src: str) -> None:
+        """Emit the rendered fused kernel into the graph's code and call it."""
+        buffer = template.node
         # Never allocated: the GEMM's own output and the chain's intermediates, unless kept.
         V.graph.removed_buffers |= {buffer.get_name(), *tr.outputs[:-1]} - set(tr.kept)
         # Inductor's CuteDSL codegen (``CuteDSLScheduling.codegen_template``) takes no
