@@ -142,9 +142,15 @@ def test_a_worker_cache_never_falls_back(tmp_path):
         cache.get_or_build("k", fake_build(), "gemm x")
 
 
-def test_cache_dir_env_override(tmp_path, monkeypatch):
-    monkeypatch.setenv("INDUCTOR_CUTEDSL_CACHE_DIR", str(tmp_path / "env"))
-    assert KernelCache().root == tmp_path / "env"
+def test_cache_dir_env_override_is_made_absolute_at_import(tmp_path):
+    """A relative INDUCTOR_CUTEDSL_CACHE_DIR names the directory where the process
+    started: compile workers and other processes starting elsewhere find the same one."""
+    code = ("import os, inductor_cutedsl\nfrom inductor_cutedsl.runtime.cache import KernelCache\n"
+            "os.chdir('/')\nprint(inductor_cutedsl.config.cache_dir, KernelCache().root)")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "INDUCTOR_CUTEDSL_CACHE_DIR": "rel/cache"})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(tmp_path / "rel" / "cache")] * 2
 
 
 def test_key_changes_with_everything_that_changes_the_binary(monkeypatch):
