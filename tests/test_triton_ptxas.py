@@ -48,14 +48,30 @@ def scenario(other: str, align: bool, cache_dir) -> list[dict]:
     return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
 
 
+def keys_sm90_on_ptxas_path() -> bool:
+    from inductor_cutedsl.compat.environment import keys_sm90_on_ptxas_path as keyed
+
+    return keyed()
+
+
 def test_without_alignment_a_workers_kernel_is_compiled_again(other_ptxas, tmp_path):
     (result,) = scenario(other_ptxas, align=False, cache_dir=tmp_path)
-    assert result["first"] > 0 and result["again"] > 0  # Inductor's own behaviour: compiled twice
+    assert result["first"] > 0
+    if keys_sm90_on_ptxas_path():  # Triton 3.6 (torch 2.11): Inductor's own behaviour, compiled twice
+        assert result["again"] > 0
+    else:  # Triton 3.9 (torch 2.15) compiles sm_90 with a ptxas the workers' variable does not name
+        assert result["again"] == 0
 
 
 def test_aligned_process_finds_the_workers_kernel_and_undo_restores(other_ptxas, tmp_path):
-    result, after, realigned = scenario(other_ptxas, align=True, cache_dir=tmp_path)
+    lines = scenario(other_ptxas, align=True, cache_dir=tmp_path)
+    result = lines[0]
     assert result["first"] > 0 and result["again"] == 0, result
+    if not keys_sm90_on_ptxas_path():
+        # Nothing to align: the alignment changes nothing, and the kernel is found anyway.
+        assert lines == [result] and not result["undo"] and result["path"] is None
+        return
+    result, after, realigned = lines
     assert result["undo"] and result["path"] == other_ptxas
     assert after == {"after_undo": None}
     # Aligned again after the undo (enable() after disable()), although torch runs its

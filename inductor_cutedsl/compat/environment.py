@@ -1,7 +1,10 @@
 """What the install changes in this process's environment, and how to undo it.
 
-Read against torch 2.11 to 2.15: torch ships its own ptxas in 2.11-2.13 only; 2.14 and
-2.15 ship none, and the alignment is then a no-op.
+Read against torch 2.11 to 2.15 and the Triton each pins (3.6 with 2.11, 3.9 with 2.15):
+torch ships its own ptxas in 2.11-2.13 only (2.14 and 2.15 ship none, and the alignment
+is then a no-op), and Triton 3.9 compiles sm_90 with its ``ptxas-blackwell``, named by
+``TRITON_PTXAS_BLACKWELL_PATH``, which Inductor does not set: the variable Inductor sets
+then changes nothing for sm_90, and there is nothing to align.
 """
 from __future__ import annotations
 
@@ -20,6 +23,16 @@ class EnvChange:
         if os.environ.get(self.name) == self.value:
             del os.environ[self.name]
         self._after_undo()
+
+
+def keys_sm90_on_ptxas_path() -> bool:
+    """Whether Triton compiles (and keys its cache of) sm_90 kernels with the ptxas that
+    ``TRITON_PTXAS_PATH`` names: the variable Inductor's compile workers set. Triton 3.6
+    does; 3.9 takes another tool for sm_90 and later."""
+    from triton import knobs
+    from triton.backends.nvidia import compiler as nvidia
+
+    return nvidia.get_ptxas(90).path == knobs.nvidia.ptxas.path
 
 
 def align_triton_ptxas() -> EnvChange | None:
@@ -44,6 +57,8 @@ def align_triton_ptxas() -> EnvChange | None:
     except ImportError:  # no CUDA Triton: nothing to align
         return None
     name = "TRITON_PTXAS_PATH"
+    if not keys_sm90_on_ptxas_path():
+        return None
     before = os.environ.get(name)
     # torch caches the setter (it runs once per process): called through the cache, an
     # install after disable() undid the path would leave it unset, and the parent would
