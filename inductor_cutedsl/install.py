@@ -53,6 +53,7 @@ def _start_workers() -> None:
 
 def _choices_class() -> type:
     """Our choices class, as ``enable()`` found ``config.epilogue_fusion``."""
+    assert _saved is not None, "installed only while enabled"
     if _saved["epilogue_fusion"]:
         from .scheduler.scheduling import CuteDSLFusionChoices
 

@@ -195,8 +195,7 @@ def side_by_side_rounds(
             if graphs:
                 measures[name] = graph_median(make, rep=rep, warmup=warmup, max_ms=max_ms)
             else:
-                fn = make()
-                measures[name] = lambda fn=fn: bench(fn, rep=rep or 200)
+                measures[name] = functools.partial(bench, make(), rep=rep or 200)
         except Exception as exc:  # e.g. a kernel out of resources: that contender is not taken
             logging.getLogger("inductor_cutedsl").info("side-by-side %s not measured: %s", name, exc)
     return interleaved_rounds(measures, rounds)

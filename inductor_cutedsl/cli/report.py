@@ -71,7 +71,7 @@ def record_gemm_tuning() -> Iterator[list[GemmTuning]]:
             backend = backend_of(choice)
             candidates[backend] = candidates.get(backend, 0) + 1
             best[backend] = min(best.get(backend, float("inf")), float(ms))
-        winner = min(best, key=best.get)
+        winner = min(best, key=best.__getitem__)
         shapes = [[ir_access.size_hint(d) for d in node.get_size()] for node in input_nodes]
         rows.append(GemmTuning(name, shapes, candidates, best, winner, best[winner]))
 

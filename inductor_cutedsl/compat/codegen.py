@@ -137,7 +137,7 @@ def install_fusion_hooks(
             return True
         return pairs_through_view(self, node1, node2) and not _computed_between(self, node1, node2)
 
-    can_fuse_vertical.__wrapped__ = saved["can_fuse_vertical"]
+    can_fuse_vertical.__wrapped__ = saved["can_fuse_vertical"]  # type: ignore[attr-defined]
     Scheduler.speedup_by_fusion = speedup_by_fusion
     Scheduler.can_fuse_vertical = can_fuse_vertical
     return saved

@@ -68,4 +68,4 @@ def align_triton_ptxas() -> EnvChange | None:
     after = os.environ.get(name)
     forget = getattr(nvidia.get_ptxas_version, "cache_clear", lambda: None)
     forget()  # read again, from the ptxas the path now names
-    return None if after == before else EnvChange(name, after, forget)
+    return None if after is None or after == before else EnvChange(name, after, forget)

@@ -11,7 +11,7 @@ import torch
 
 
 #: torch releases (major, minor) whose Inductor this module is written against: from the
-#: first (included) up to the second (excluded). setup.py's ``install_requires`` states
+#: first (included) up to the second (excluded). pyproject.toml's ``dependencies`` states
 #: the same range; ``tests/test_torch_range.py`` checks that the two agree.
 SUPPORTED_TORCH: tuple[tuple[int, int], tuple[int, int]] = ((2, 11), (2, 16))
 

@@ -58,7 +58,9 @@ def _thread_settings() -> tuple[dict, Any] | None:
     entries = getattr(inductor_config, "_config", None)
     entry = entries.get("max_autotune") if isinstance(entries, dict) else None
     unset = getattr(_config_module, "_UNSET_SENTINEL", None)
-    if unset is None or not isinstance(getattr(entry, "user_override", None), contextvars.ContextVar):
+    if unset is None or not isinstance(entries, dict):
+        return None
+    if not isinstance(getattr(entry, "user_override", None), contextvars.ContextVar):
         return None
     return entries, unset
 

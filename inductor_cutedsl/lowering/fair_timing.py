@@ -89,8 +89,8 @@ def _rescale(timings: dict[Any, float], run_fn: Callable[[Any], Callable[[], Any
     others = {c: t for c, t in finite.items() if c not in ours}
     if not ours or not others:
         return timings
-    mine = min(ours, key=ours.get)
-    ranked = sorted(others, key=others.get)
+    mine = min(ours, key=ours.__getitem__)
+    ranked = sorted(others, key=others.__getitem__)
     best = others[ranked[0]]
     close = [c for c in ranked[:OTHERS] if others[c] <= best * CLOSE + SLACK_MS]
     aten = next((c for c in ranked if autotune.is_extern_caller(c)), None)

@@ -68,7 +68,7 @@ class FastCaller:
         self._layout.pack_into(buffer, 0, *values)
         base = ctypes.addressof(buffer)
         for i, arg in enumerate(exe_args):
-            addr = arg.value if isinstance(arg, ctypes.c_void_p) else int(arg)
+            addr = (arg.value or 0) if isinstance(arg, ctypes.c_void_p) else int(arg)
             size = 4 if self._kinds[i] in (I32, F32) else 8
             theirs = ctypes.string_at(addr, size)
             if theirs != ctypes.string_at(base + _SLOT * i, size):

@@ -59,12 +59,14 @@ B_MAJOR = {"last": "n", "first": "k"}  # B is (..., K, N)
 
 def a_major(a: torch.Tensor) -> str | None:
     """'k' if A (..., M, K) is row-major, 'm' if column-major, None if neither."""
-    return A_MAJOR.get(_contiguous_mode(a))
+    mode = _contiguous_mode(a)
+    return A_MAJOR[mode] if mode is not None else None
 
 
 def b_major(b: torch.Tensor) -> str | None:
     """'n' if B (..., K, N) is row-major, 'k' if column-major, None if neither."""
-    return B_MAJOR.get(_contiguous_mode(b))
+    mode = _contiguous_mode(b)
+    return B_MAJOR[mode] if mode is not None else None
 
 
 def leading_stride(t: torch.Tensor, major_is_last: bool) -> int:

@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import IO
 
 from ..arch import ARCH
 
@@ -43,10 +44,13 @@ class _Worker:
             [sys.executable, "-m", "inductor_cutedsl.runtime.compile_worker"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True, bufsize=1,
         )  # fmt: skip
+        assert self.proc.stdin is not None and self.proc.stdout is not None  # both pipes, above
+        self.requests: IO[str] = self.proc.stdin
+        self.replies: IO[str] = self.proc.stdout
         self.ready = False
 
     def _read(self) -> dict:
-        line = self.proc.stdout.readline()
+        line = self.replies.readline()
         if not line:
             raise WorkerError(f"compile worker exited with status {self.proc.wait()}")
         return json.loads(line)
@@ -55,8 +59,8 @@ class _Worker:
         if not self.ready:
             self._read()  # {"ready": true}
             self.ready = True
-        self.proc.stdin.write(json.dumps({"spec": spec_json, "root": root}) + "\n")
-        self.proc.stdin.flush()
+        self.requests.write(json.dumps({"spec": spec_json, "root": root}) + "\n")
+        self.requests.flush()
         return self._read()
 
     def close(self) -> None:
@@ -112,7 +116,7 @@ def _stop(workers: list[_Worker], grace_s: float = 1.0, term_s: float = 5.0) -> 
     workers = list(workers)  # the pool's list may change meanwhile
     for w in workers:
         with contextlib.suppress(OSError):
-            w.proc.stdin.close()
+            w.requests.close()
     for signal_them, wait_s in ((False, grace_s), (True, term_s)):
         running = [w for w in workers if w.proc.poll() is None]
         if signal_them:
@@ -128,7 +132,7 @@ def _stop(workers: list[_Worker], grace_s: float = 1.0, term_s: float = 5.0) -> 
             w.proc.kill()
             w.proc.wait()
         with contextlib.suppress(OSError):
-            w.proc.stdout.close()  # its replies' pipe: left open, it warns at exit (ResourceWarning)
+            w.replies.close()  # its replies' pipe: left open, it warns at exit (ResourceWarning)
 
 
 _pool: WorkerPool | None = None

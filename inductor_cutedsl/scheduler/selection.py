@@ -117,7 +117,7 @@ def _fused(caller: GemmCaller, tr: Translation) -> tuple[Any, GemmCandidate]:
 
 def _fastest(timings: dict, keep: Callable[[Any], bool]) -> Any | None:
     chosen = [c for c in timings if keep(c)]
-    return min(chosen, key=timings.get) if chosen else None
+    return min(chosen, key=timings.__getitem__) if chosen else None
 
 
 def _candidates(buffer: Any) -> tuple[GemmCaller | None, dict]:
@@ -295,7 +295,7 @@ def side_by_side_ms(runs: dict[str, Maker], device: Any) -> dict[str, float]:
 def fastest_way(times: dict[str, float]) -> str | None:
     """The name in ``WAYS`` of the fastest finite time, or None."""
     finite = {name: t for name, t in times.items() if math.isfinite(t)}
-    return min(finite, key=finite.get) if finite else None
+    return min(finite, key=finite.__getitem__) if finite else None
 
 
 def decide(scheduler: Any, template: Any, tr: Translation, chain: Sequence[Any], consumer: str,
