@@ -11,7 +11,7 @@ import logging
 import math
 import statistics
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Hashable, Iterator, Mapping, TypeVar
 
 import torch
 
@@ -160,11 +160,11 @@ def rotations(names: list, rounds: int) -> Iterator[list]:
         yield [names[j] for j in rows[r % len(rows)]]
 
 
-def interleaved_rounds(measures: dict[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
+def interleaved_rounds(measures: Mapping[K, Callable[[], float]], rounds: int) -> dict[K, list[float]]:
     """Each measurement (a callable returning ms) once per interleaved round
     (``rotations``), so clock and thermal drift, and the state each predecessor leaves,
     hit every contender alike: {name: [ms per round]}."""
-    times: dict[str, list[float]] = {name: [] for name in measures}
+    times: dict[K, list[float]] = {name: [] for name in measures}
     for order in rotations(list(measures), rounds):
         for name in order:
             times[name].append(measures[name]())
@@ -172,12 +172,14 @@ def interleaved_rounds(measures: dict[str, Callable[[], float]], rounds: int) ->
 
 
 Maker = Callable[[], Callable[[], object]]
+#: What names the contenders of a side-by-side measurement.
+K = TypeVar("K", bound=Hashable)
 
 
 def side_by_side_rounds(
-    makers: dict[str, Maker], rounds: int, *, graphs: bool = True, rep: int | None = None,
+    makers: Mapping[K, Maker], rounds: int, *, graphs: bool = True, rep: int | None = None,
     warmup: int | None = None, max_ms: int = MAX_REP_MS, whole_designs: bool = False,
-) -> dict[str, list[float]]:  # fmt: skip
+) -> dict[K, list[float]]:  # fmt: skip
     """Milliseconds of each run in each of ``rounds`` interleaved rounds (``rotations``).
 
     ``makers[name]()`` makes the function that runs contender ``name`` once. With
@@ -189,7 +191,7 @@ def side_by_side_rounds(
     if whole_designs:
         design = balanced_rounds(len(makers))
         rounds = design * max(1, math.floor(rounds / design + 0.5))
-    measures: dict[str, Callable[[], float]] = {}
+    measures: dict[K, Callable[[], float]] = {}
     for name, make in makers.items():
         try:
             if graphs:
@@ -201,7 +203,7 @@ def side_by_side_rounds(
     return interleaved_rounds(measures, rounds)
 
 
-def side_by_side(makers: dict[str, Maker], rounds: int, **options: Any) -> dict[str, float]:
+def side_by_side(makers: Mapping[K, Maker], rounds: int, **options: Any) -> dict[K, float]:
     """The median over rounds of ``side_by_side_rounds`` for each run; inf for one that
     failed to build."""
     times = side_by_side_rounds(makers, rounds, **options)

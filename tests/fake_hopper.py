@@ -201,4 +201,5 @@ def launched(code: str, index: int = 0) -> dict:
     captured: dict = {}
     namespace["launcher"] = lambda spec, **kw: captured.update(spec=spec, **kw)
     exec(calls[index], namespace)
+    captured.pop("scope")  # the module's globals, where the launcher rebinds itself after a first launch
     return captured

@@ -176,6 +176,7 @@ def test_template_renders_valid_python_calling_our_launcher(has_c):
     namespace = {name: getattr(generated, name) for name in generated.__all__}
     namespace["launcher"] = lambda spec, **kw: captured.update(spec=spec, **kw)
     exec(call, namespace)
+    assert captured.pop("scope") is namespace, "the launcher rebinds the module's own `_launch`"
     assert captured == {"spec": spec, "scalars": candidate.scalars, "views": candidate.views, "out_view": None}
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import functools
 import itertools
 import json
 import math
@@ -25,7 +26,7 @@ from .. import config, disable, enable
 from ..compat import settings
 from ..install import launch_environment
 from ..scheduler import scheduling
-from ..timing import side_by_side
+from ..timing import Maker, side_by_side
 from .block import BlockSize, make_block
 from .report import GemmTuning, kernel_times, ran_cutedsl, record_gemm_tuning, rel_err, run_info, write_json
 
@@ -190,8 +191,8 @@ def run(size: BlockSize, json_path: str, png_path: str) -> dict:
     step("eager, stock and ours timed side by side, then profiled")
     with torch.no_grad():
         calls = {"eager": lambda: block(x), "stock": lambda: stock_fn(x), "ours": lambda: ours_fn(x)}
-        times = side_by_side({name: (lambda fn=fn: fn) for name, fn in calls.items()}, 5, graphs=False,
-                             whole_designs=True)  # fmt: skip
+        makers: dict[str, Maker] = {name: functools.partial(lambda fn: fn, fn) for name, fn in calls.items()}
+        times = side_by_side(makers, 5, graphs=False, whole_designs=True)
         kernels = {"stock": kernel_times(lambda: stock_fn(x)), "ours": kernel_times(lambda: ours_fn(x))}
     if ran_cutedsl(kernels["stock"]):
         raise AssertionError("the stock block ran CuteDSL kernels: the comparison would be void")

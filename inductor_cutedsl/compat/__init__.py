@@ -3,7 +3,7 @@ Inductor area it adapts, and every difference between the torch releases we supp
 
 Read against torch 2.11, 2.12, 2.13 and 2.14 (installed) and 2.15 (its source, tag
 v2.15.0); ``releases.SUPPORTED_TORCH`` states the range. A torch upgrade is a review of
-this package: widen the range (and ``install_requires`` in pyproject.toml, which states
+this package: widen the range (and ``dependencies`` in pyproject.toml, which states
 the same range) only after the CPU suite passes on the new release.
 
 - ``releases``: which torch releases are supported, and the refusal outside them.

@@ -50,7 +50,7 @@ def align_triton_ptxas() -> EnvChange | None:
     template choice at its first benchmark, precompiled by the workers where its GEMM was
     lowered after they came up: every choice of every graph in a long-lived process) was
     never found in the cache and was compiled again here, in the compiling thread.
-    docs/performance.md has the figures."""
+    docs/findings.md has the measurements."""
     try:
         from torch._inductor.runtime.compile_tasks import _set_triton_ptxas_path
         from triton.backends.nvidia import compiler as nvidia

@@ -255,7 +255,7 @@ def shortlist(m: int, n: int, k: int, batch: int = 1, limit: int = 6, promote: i
     """A shape-aware short list of configs worth benchmarking, best guess first.
 
     Ordered by what won on the H200 (benchmarks/results/h200-gemm.json and
-    h200-energy.json): large problems want 128x256 cooperative tiles, 64-column
+    docs/findings.md): large problems want 128x256 cooperative tiles, 64-column
     epilogue stores and a rasterization swizzle once there are several waves of tiles;
     small ones want narrower tiles so all 132 SMs get work. A pair cluster multicasts
     the wider of a tile's two operands (a 128x256 tile pairs along M, sharing B): the
@@ -271,12 +271,12 @@ def shortlist(m: int, n: int, k: int, batch: int = 1, limit: int = 6, promote: i
     swz = 8 if waves >= 2 else 1
     # The whole tile's stores staged at once (b4): a smaller fixed cost per tile for one
     # mainloop stage less; at the power limit our fastest config at every benchmark shape
-    # with several tiles per CTA (benchmarks/results/h200-energy.json). With one tile per
+    # with several tiles per CTA (docs/findings.md). With one tile per
     # CTA there is no next tile to overlap the stores with.
     wide = [GemmConfig(128, 256, 2, 1, False, raster_m, swz, 64, b) for b in (4, 0)]
     # Under one wave of 128x128 tiles (M <= 256 at model widths), the unclustered
     # 128x64 and 64x128 tiles were our fastest at every such shape of the model suite,
-    # L2 hot or flushed, by 5-30% over 128x128 (benchmarks/results/h200-l2.json).
+    # L2 hot or flushed, clearly ahead of 128x128 (docs/findings.md).
     narrow = (
         [GemmConfig(128, 64, 1, 1, False, raster_m, 1), GemmConfig(64, 128, 1, 1, True, raster_m, 1)]
         if math.ceil(m / 128) * math.ceil(n / 128) * batch < sms

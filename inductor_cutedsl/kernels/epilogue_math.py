@@ -101,11 +101,18 @@ def _filename(epi: Epilogue) -> str:
     return f"<epilogue {epi.name}>"
 
 
+def _source(epi: Epilogue) -> str:
+    """The source of an epilogue that has one (the identity has none: nothing to check)."""
+    if epi.source is None:
+        raise EpilogueError(f"epilogue {epi.name!r} is the identity: it has no source")
+    return epi.source
+
+
 def _unknown_names(epi: Epilogue) -> list[tuple[str, int]]:
     """(name, line) of each name the source reads that nothing defines: not a
     parameter, local or module-level name of the source, not in ``NAMESPACE``, not a
     builtin."""
-    tables = [symtable.symtable(epi.source, _filename(epi), "exec")]
+    tables = [symtable.symtable(_source(epi), _filename(epi), "exec")]
     top = tables[0]
     defined = set(NAMESPACE) | set(dir(builtins)) | {s.get_name() for s in top.get_symbols() if s.is_assigned()}
     unknown: set[str] = set()
@@ -115,8 +122,8 @@ def _unknown_names(epi: Epilogue) -> list[tuple[str, int]]:
         for sym in table.get_symbols():
             if sym.is_referenced() and (sym.is_global() or table is top) and sym.get_name() not in defined:
                 unknown.add(sym.get_name())
-    lines = {}
-    for node in ast.walk(ast.parse(epi.source)):
+    lines: dict[str, int] = {}
+    for node in ast.walk(ast.parse(_source(epi))):
         if isinstance(node, ast.Name) and node.id in unknown:
             lines[node.id] = min(lines.get(node.id, node.lineno), node.lineno)
     return sorted(lines.items(), key=lambda item: item[1])
@@ -134,7 +141,7 @@ def _source_line(epi: Epilogue, tb) -> int | None:
 def _check_source(epi: Epilogue) -> Callable:
     """The source's ``epilogue`` function, or an EpilogueError saying what is wrong."""
     try:
-        code = compile(epi.source, _filename(epi), "exec")
+        code = compile(_source(epi), _filename(epi), "exec")
     except SyntaxError as exc:
         raise EpilogueError(f"epilogue {epi.name!r}, line {exc.lineno}: {exc.msg}") from None
     unknown = _unknown_names(epi)
@@ -169,7 +176,7 @@ def materialize(epi: Epilogue) -> Callable | None:
         return None
     fn = _check_source(epi)
     outputs = sum(op.is_output for op in epi.operands)
-    returns = [node.lineno for node in ast.walk(ast.parse(epi.source)) if isinstance(node, ast.Return)]
+    returns = [node.lineno for node in ast.walk(ast.parse(_source(epi))) if isinstance(node, ast.Return)]
     where = f", line {returns[0]}" if len(returns) == 1 else ""
 
     def hook(acc, m, n, l, ops):

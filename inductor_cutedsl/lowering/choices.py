@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from typing import Any
+from typing import Any, Sequence
 
 from .. import config
 from ..compat import autotune, ir_access, settings
@@ -59,10 +59,11 @@ _offered: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
 def _ours_once(kernel_inputs, op_name: str) -> tuple[list, int]:
     """(our choices to add to this ask, how many this GEMM has been offered in all)."""
     site = ir_access.lowering_site()
-    nodes = kernel_inputs.nodes() if site is not None else ()
+    nodes: Sequence[Any] = kernel_inputs.nodes() if site is not None else ()
     if len(nodes) < 2:  # not inside a graph's lowering (or no operands): nothing to repeat
         ours = gemm_choices(kernel_inputs, op_name)
         return ours, len(ours)
+    assert site is not None  # nodes are read only inside a lowering
     graph, fx_node = site
     a, b = nodes[:2] if op_name == SCALED_OP else nodes[-2:]
     key = (fx_node, op_name, id(a), id(b))

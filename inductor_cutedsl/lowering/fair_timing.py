@@ -5,14 +5,14 @@ last, keeping each choice's fastest repetition after an L2 flush. A GPU under a 
 GEMM heats and lowers its clock within that sequence, so a choice timed early reads
 fast; and on a GEMM of a few microseconds the fastest repetition of one choice against
 another's is a coin toss between configs that differ by a few percent
-(benchmarks/results and docs/performance.md hold the measurements).
+(docs/findings.md holds the measurements).
 
 So after Inductor's pass the close calls are timed again, side by side: our fastest
 candidate, the fastest other choices (those within ``CLOSE`` and ``SLACK_MS`` of the
 fastest other, at most ``OTHERS``) and the fastest ATen choice even well behind
 (within ``ATEN_FAR``), in interleaved rounds. ATen so: Inductor's pass times its host
 launch path too (see below), which on a GEMM of a few tens of microseconds can read
-cuBLAS far slower than it runs (docs/performance.md), and a choice never re-timed
+cuBLAS far slower than it runs (docs/findings.md), and a choice never re-timed
 cannot win. The re-timed choices then take the side-by-side ratios, anchored at the
 fastest other's time: the fastest of them side by side reads that time. Our other
 candidates keep their order among themselves (one factor for all of ours); others not
@@ -27,8 +27,8 @@ A compile without CUDA graphs launches each kernel from the host on every call, 
 step of short GEMMs is then paced by the host: a choice costs the step the larger of
 its kernel's time and its launch's host time. With ``config.host_paced`` such a
 compile also times each re-timed choice's launch path (``timing.enqueue_ms``) and
-ranks them by that larger figure: a cuBLASLt ``addmm`` costs 45-65 us of host time
-against ~15 us for a Triton or CuteDSL launch (session 17's GPT-2 training probe).
+ranks them by that larger figure: a cuBLASLt ``addmm`` costs several times the host time
+of a Triton or CuteDSL launch (docs/findings.md).
 """
 from __future__ import annotations
 

@@ -123,7 +123,12 @@ def _alternative_maker(shapes, dtype, device, activation, has_bias, fused) -> Ca
         x, wg, wu, bg, bu = _operands(shapes, dtype, device, has_bias)
         if fused:
             w, b = torch.cat([wg, wu]), torch.cat([bg, bu]) if bg is not None else None
-            return lambda: gated_product(*F.linear(x, w, b).chunk(2, -1), activation)
+
+            def run() -> torch.Tensor:
+                gate, up = F.linear(x, w, b).chunk(2, -1)
+                return gated_product(gate, up, activation)
+
+            return run
         return lambda: gated_product(F.linear(x, wg, bg), F.linear(x, wu, bu), activation)
 
     return make
@@ -202,7 +207,7 @@ def _dual(x2, wg, wu, bg, bu, activation, keep, fused, lead, n):
     L, aten = lowerings.lowering, torch.ops.aten
     # What the template reads: realized buffers (or views of them).
     real = [ir_access.realized(t) if t is not None else None for t in (x2, wg, wu, bg, bu)]
-    cands = candidates(*real, activation, keep)
+    cands = candidates(real[0], real[1], real[2], real[3], real[4], activation, keep)
     if not cands:
         raise Unsupported("no dual config fits", "dual-config")
     shapes = ((ir_access.size_hint(x2.get_size()[0]), ir_access.size_hint(x2.get_size()[1])), ir_access.size_hint(n))

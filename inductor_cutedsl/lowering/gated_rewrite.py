@@ -96,7 +96,9 @@ def _match(mul: torch.fx.Node) -> tuple | None:
         gate_src = act_node.args[0]
         gate_half, up_half = _half_of(gate_src), _half_of(other)
         if gate_half and up_half and gate_half[0] is up_half[0] and (gate_half[1], up_half[1]) == (0, 1):
-            x, w, b = _linear_args(gate_half[0])
+            linear = _linear_args(gate_half[0])
+            assert linear is not None  # _half_of found a Linear there
+            x, w, b = linear
             return x, w, None, b, None, activation
         gate, up = _linear_args(gate_src), _linear_args(other)
         if gate is None or up is None or gate[0] is not up[0]:

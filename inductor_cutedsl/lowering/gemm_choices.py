@@ -154,7 +154,8 @@ def gemm_candidates(kernel_inputs: Any, op_name: str) -> tuple[list[GemmCandidat
     b_major = B_MAJOR[_contiguous_mode("B", b)]
     layout = _output_layout(kernel_inputs, out_dtype)
 
-    epilogue, scalars = E.IDENTITY, ()
+    epilogue: E.Epilogue = E.IDENTITY
+    scalars: tuple[float, ...] = ()
     if has_c:
         if c.get_dtype() not in OUT_DTYPES:
             raise Unsupported(f"bias dtype {c.get_dtype()}")
@@ -237,8 +238,9 @@ def gemm_choices(kernel_inputs: Any, op_name: str) -> list[Any]:
     for cand in candidates:
         try:
             build = compiler.build_async(cand.spec, default_cache(), config.compile_workers)
-            if build.done() and build.exception() is not None:
-                raise build.exception()
+            failed = build.exception() if build.done() else None
+            if failed is not None:
+                raise failed
         except Exception as exc:  # a kernel that did not build is simply not offered
             fallback("kernel build", f"{op_name} candidate {cand.spec.describe()}", exc, log)
         else:

@@ -70,6 +70,7 @@ class GemmCaller(CuteDSLTemplateCaller):
             self._load()
 
     def _load(self) -> None:
+        assert self.build is not None  # called only with a build started
         ((path, _, _),) = compiler.wait([self.build])
         if torch.cuda.is_initialized():  # a process that runs kernels (not a fake GPU's compile)
             from ..runtime.launch import get_gemm

@@ -55,11 +55,12 @@ def export_object(spec: KernelSpec, out_dir: Path, name: str) -> None:
 def _find_cause(exc: BaseException, kind: type) -> BaseException | None:
     """The first exception of type ``kind`` in ``exc``'s cause/context chain (itself included)."""
     seen = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, kind):
-            return exc
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        if isinstance(link, kind):
+            return link
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
     return None
 
 
@@ -77,7 +78,7 @@ _dispatcher_size = 0
 def _dispatch(workers: int) -> concurrent.futures.ThreadPoolExecutor:
     """Threads that hand specs to worker processes (one per worker: each blocks on one)."""
     global _dispatcher, _dispatcher_size
-    if _dispatcher_size < workers:
+    if _dispatcher is None or _dispatcher_size < workers:
         _dispatcher = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="inductor_cutedsl_build")
         _dispatcher_size = workers
     return _dispatcher

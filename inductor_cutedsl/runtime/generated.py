@@ -159,7 +159,9 @@ class _Entries:
         """Work the entry out as a launch without reuse would, and keep it."""
         run, values = self.checked(a, b, tensors)
         out_offset, sizes, up = run.layout(a, b, out, self.out_view, b_up)
-        lead, segments, flat = [], [], iter(values)
+        lead: list = []
+        segments: list[list] = []
+        flat = iter(values)
         for is_tensor, _, _ in self.plan:
             if is_tensor:
                 next(flat)  # the address: read per call

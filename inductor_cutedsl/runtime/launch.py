@@ -149,6 +149,7 @@ class CompiledGemm:
         out_offset, sizes, up = self.layout(a, b, out, out_view, b_up)
         args = [a.data_ptr(), b.data_ptr(), out.data_ptr() + out_offset, *sizes]
         if up:
+            assert b_up is not None  # ``layout`` gives the up weight's strides only from it
             args += [b_up.data_ptr(), *up]
         if stream is None:
             stream = torch.cuda.current_stream(a.device).cuda_stream
@@ -185,7 +186,7 @@ class CompiledGemm:
             out_batch,
             max_active_clusters(spec.config.cluster_size, a.device.index),
         )  # fmt: skip
-        up = ()
+        up: tuple[int, ...] = ()
         if spec.dual:
             if b_up is None:
                 raise ValueError(f"kernel {spec.describe()} needs the up weight (b_up)")
@@ -245,8 +246,11 @@ def spec_for(
     dual: bool = False,
     promote: int = 0,
 ) -> KernelSpec:
+    majors = a_major(a), b_major(b)
+    if majors[0] is None or majors[1] is None:
+        raise ValueError(f"inductor_cutedsl cannot run this GEMM: an operand has no unit-stride mode ({majors})")
     return KernelSpec(
-        config, KERNEL_AB_DTYPES[a.dtype], STORE_DTYPES[out_dtype], a_major(a), b_major(b), epilogue, dual, promote
+        config, KERNEL_AB_DTYPES[a.dtype], STORE_DTYPES[out_dtype], majors[0], majors[1], epilogue, dual, promote
     )
 
 
@@ -339,9 +343,10 @@ def scaled_gemm(
     reason = scales_reason(a, b, scale_a, scale_b, bias, out.dtype if out is not None else out_dtype, scale_result)
     if reason:
         raise ValueError(f"inductor_cutedsl cannot run this scaled GEMM: {reason}")
-    modes = (scale_mode(scale_a.shape, scale_a.dtype, a.shape[-2], 1),
-             scale_mode(scale_b.shape, scale_b.dtype, 1, b.shape[-1]))  # fmt: skip
-    epi = scaled(*modes, OUT_DTYPES[bias.dtype] if bias is not None else None, scale_result is not None)
+    mode_a = scale_mode(scale_a.shape, scale_a.dtype, a.shape[-2], 1)
+    mode_b = scale_mode(scale_b.shape, scale_b.dtype, 1, b.shape[-1])
+    assert mode_a is not None and mode_b is not None  # scales_reason refused any other scale
+    epi = scaled(mode_a, mode_b, OUT_DTYPES[bias.dtype] if bias is not None else None, scale_result is not None)
     operands = (scale_a, scale_b, *(t for t in (bias, scale_result) if t is not None))
     promote = PROMOTE_NONE
     if not use_fast_accum:
@@ -402,21 +407,24 @@ def gated_gemm(
         shape = (*a.shape[:-1], n)
         out = out if out is not None else torch.empty(shape, dtype=out_dtype, device=a.device)
         if keep and keep_out is None:
-            keep_out = tuple(torch.empty(shape, dtype=out_dtype, device=a.device) for _ in range(2))
-        bias_dtypes = [None if t is None else OUT_DTYPES[t.dtype] for t in (bias_gate, bias_up)]
-        keep_dtype = OUT_DTYPES[keep_out[0].dtype] if keep else None
+            keep_out = (torch.empty(shape, dtype=out_dtype, device=a.device),
+                        torch.empty(shape, dtype=out_dtype, device=a.device))  # fmt: skip
+        kept = tuple(keep_out or ())
+        bias_gate_dtype, bias_up_dtype = (None if t is None else OUT_DTYPES[t.dtype] for t in (bias_gate, bias_up))
+        keep_dtype = OUT_DTYPES[kept[0].dtype] if kept else None
         # Kept outputs are written two columns per store where both allow it.
         pairs = keep_dtype in ("bfloat16", "float16") and all(
             isinstance(t, torch.Tensor) and tuple(t.shape) == shape  # else operands_reason refuses it
             and pairs_reason(operand_args(t, None, batch, m, n), n) is None
-            for t in keep_out
+            for t in kept
         )  # fmt: skip
-        epilogue = gated(act, *bias_dtypes, keep_dtype, keep_pairs=pairs)
-        operands = [t for t in (bias_gate, bias_up, *(keep_out or ())) if t is not None]
+        epilogue = gated(act, bias_gate_dtype, bias_up_dtype, keep_dtype, keep_pairs=pairs)
+        operands = [t for t in (bias_gate, bias_up, *kept) if t is not None]
         # The output checked again where it was made here: its rows must be 16-byte aligned.
         reason = gated_reason(a, b_gate, b_up, out) or operands_reason(epilogue, operands, batch, m, n)
     if reason:
         raise ValueError(f"inductor_cutedsl cannot run this gated GEMM: {reason}")
+    assert out is not None  # made above where not given
     config = config or dual_shortlist(m, n, a.shape[-1], batch)[0]
     get_gemm(spec_for(a, b_gate, out.dtype, config, epilogue, dual=True))(a, b_gate, out, *operands, b_up=b_up)
-    return (out, *keep_out) if keep else out
+    return (out, *kept) if keep else out

@@ -244,7 +244,7 @@ def fusion_verdict(node1: Any, node2: Any) -> bool | None:
         return True
     template = bare_template(node1)
     decision = decision_of(template.node) if template is not None else None
-    if decision is None:
+    if template is None or decision is None:
         return None
     if decision.way == "separate":
         return False

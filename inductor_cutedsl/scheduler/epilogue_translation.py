@@ -199,8 +199,9 @@ class EpilogueTranslator(OpsHandlerBase):
 
     def _normal(self, view: View) -> View:
         """``view`` with stride 0 along every coordinate of extent 1 (never stepped)."""
-        strides, offset = view
-        return tuple(s if size > 1 else 0 for s, size in zip(strides, self.sizes)), offset
+        (s_m, s_n, s_l), offset = view
+        size_m, size_n, size_l = self.sizes
+        return (s_m if size_m > 1 else 0, s_n if size_n > 1 else 0, s_l if size_l > 1 else 0), offset
 
     def acc_view(self) -> View:
         """(strides, offset) of a buffer laid out like the GEMM output."""

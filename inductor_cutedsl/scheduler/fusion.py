@@ -17,8 +17,8 @@ from .epilogue_translation import OperandRef, Translation
 _HEADER = "def epilogue("
 
 
-def _renamed(source: str, name: str) -> str:
-    if not source.startswith(_HEADER):
+def _renamed(source: str | None, name: str) -> str:
+    if source is None or not source.startswith(_HEADER):
         raise ValueError("an epilogue source starts with `def epilogue(`")
     return f"def {name}(" + source[len(_HEADER) :]
 

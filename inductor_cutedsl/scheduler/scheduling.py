@@ -78,7 +78,7 @@ class CuteDSLFusionChoices(CuteDSLChoices):
         return CuteDSLChoices.can_fuse(scheduler, node1, node2, shared_data_score)
 
 
-class CuteDSLFusionScheduling(codegen.cuda_combined_scheduling()):
+class CuteDSLFusionScheduling(codegen.cuda_combined_scheduling()):  # type: ignore[misc]  # loaded late
     def can_fuse_vertical(self, node1: Any, node2: Any) -> bool:
         try:
             ours = decisions.can_fuse_vertical(self.scheduler, node1, node2)
@@ -124,7 +124,9 @@ class CuteDSLFusionScheduling(codegen.cuda_combined_scheduling()):
         """(translation, kernel, source) of our GEMM ``template`` with ``epilogue_nodes``
         fused into its epilogue: everything short of emitting it (no side effect on the graph)."""
         tr = decisions.translate_chain(self.scheduler, template, list(epilogue_nodes))
-        candidate, inputs = decisions.render_source(template.node)
+        source = decisions.render_source(template.node)
+        assert source is not None  # gemm_template_node found our GEMM here
+        candidate, inputs = source
         out = V.graph.get_buffer(tr.outputs[-1])
         fused = fuse(candidate, tr, STORE_DTYPES[out.get_dtype()])
         inputs += [V.graph.get_buffer(op.buffer) for op in tr.operands]

@@ -139,13 +139,13 @@ def _fused_choice(caller: GemmCaller, timings: dict, tr: Translation) -> GemmCal
     """Our candidate for the ``fused`` way: the fastest, or where the chain has an input
     to stage (``fusion.stageable_input``), the fastest that can stage it, if in range.
     A staged input costs the kernel less than the same input loaded from global memory
-    in the epilogue (``benchmarks/results/h200-bias.json``)."""
+    in the epilogue (docs/findings.md)."""
     index = fusion.stageable_input(tr.epilogue, 0, tr)
     if index is None:
         return caller
     in_dtype, out_dtype = tr.operands[index].dtype, V.graph.get_buffer(tr.outputs[-1]).get_dtype()
     best = _fastest(timings, lambda c: isinstance(c, GemmCaller) and fusion.stages(_config(c), in_dtype, out_dtype))
-    return best if _in_range(best, timings) else caller
+    return best if isinstance(best, GemmCaller) and _in_range(best, timings) else caller
 
 
 def _alternative(choice: GemmCaller, timings: dict) -> GemmCaller | None:
@@ -217,7 +217,12 @@ def _then(first: Maker, second: Maker) -> Maker:
 
     def make() -> Callable[[], None]:
         a, b = first(), second()
-        return lambda: (a(), b())
+
+        def both() -> None:
+            a()
+            b()
+
+        return both
 
     return make
 
