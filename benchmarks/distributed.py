@@ -1,7 +1,7 @@
 """Data-parallel (DDP) and sharded (FSDP2 ``fully_shard``) training with the backend on:
 training-step time, stock vs ours side by side, and each rank's cold compile (issue 20).
 
-    python benchmarks/distributed.py --wrap ddp fsdp2 --json h200x2-distributed.json
+    python -m benchmarks.distributed --wrap ddp fsdp2 --json benchmarks/results/h200-distributed.json
 
 World size 2. With two GPUs each rank has one and they talk over NCCL; with one GPU
 both ranks share it over ``gloo`` (``"gpus": 1`` in the JSON: the step times then say
@@ -18,21 +18,20 @@ nothing about scaling, only that it runs). Per wrap:
 
 Without a CUDA GPU it says so and exits 0.
 """
+
 from __future__ import annotations
 
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
-from pathlib import Path
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from . import models
+from .harness import run_info, write_json
 
 WORLD = 2
 WRAPS = ("ddp", "fsdp2")
@@ -58,8 +57,6 @@ def trainer(
     ``step(x, grads=None)`` = one training step returning the loss, appending the whole
     gradients (at least float32, on the host) to ``grads`` when given). ``reference``: the same
     weights and inputs in float64, eager: what both compiled runs are measured against."""
-    import models
-
     block, sample = models.make_block(family, size, seed=0)
     if reference:
         block = block.to(torch.float64)
@@ -140,11 +137,9 @@ def _init(rank: int, backend: str, rendezvous: str) -> None:
 def _cold_rank(rank: int, backend: str, args: argparse.Namespace, which: str, out: str) -> None:
     import torch.distributed as dist
 
-    from models import backend as backend_state
-
     _init(rank, backend, f"{out}.rendezvous")
     try:
-        with backend_state(which):
+        with models.backend(which):
             _, sample, step = trainer(args.wrap_now, args.family, args.size)
             x = batches(sample, rank, 1)[0]
             dist.barrier()
@@ -161,20 +156,19 @@ def _timed_rank(rank: int, backend: str, args: argparse.Namespace, out: str) -> 
     import torch.distributed as dist
 
     from inductor_cutedsl.runtime.launch import default_cache
-    from models import backend as backend_state
 
     _init(rank, backend, f"{out}.rendezvous")
     try:
         steps, losses, data = {}, {}, []
         for which in BACKENDS:
-            with backend_state(which):
+            with models.backend(which):
                 _, sample, steps[which] = trainer(args.wrap_now, args.family, args.size)
                 data = data or batches(sample, rank, args.steps)  # the same inputs for both
                 losses[which] = [steps[which](x).item() for x in data]  # compiles at the first
         times: dict = {b: [] for b in BACKENDS}
         for r in range(args.rounds):
             for which in BACKENDS if r % 2 == 0 else BACKENDS[::-1]:
-                with backend_state(which):
+                with models.backend(which):
                     torch.cuda.synchronize()
                     dist.barrier()
                     t0 = time.perf_counter()
@@ -220,7 +214,7 @@ def summarize_wrap(wrap: str, timed: list[dict], cold: dict[str, list[float]] | 
         "wrap": wrap,
         "step_ms": step_ms,
         "speedup": round(step_ms["stock"] / step_ms["ours"], 4),
-        "round_ratios": [round(s / o, 4) for s, o in zip(rounds["stock"], rounds["ours"])],
+        "round_ratios": [round(s / o, 4) for s, o in zip(rounds["stock"], rounds["ours"], strict=True)],
         "loss_rel_diff": max(loss_rel_diff(r["losses"]["stock"], r["losses"]["ours"]) for r in timed),
         "kernels_built": len(built),
         "kernels_built_twice": len(built) - len(set(built)),
@@ -234,8 +228,12 @@ def summarize_wrap(wrap: str, timed: list[dict], cold: dict[str, list[float]] | 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--wrap", nargs="+", choices=WRAPS, default=list(WRAPS), help="how the block is distributed")
-    ap.add_argument("--block", default="gpt2:prefill", metavar="FAMILY:SIZE",
-                    help="the model-suite block trained (default: %(default)s)")
+    ap.add_argument(
+        "--block",
+        default="gpt2:prefill",
+        metavar="FAMILY:SIZE",
+        help="the model-suite block trained (default: %(default)s)",
+    )
     ap.add_argument("--steps", type=int, default=10, help="training steps per timed round (default: %(default)s)")
     ap.add_argument("--rounds", type=int, default=6, help="interleaved timed rounds (default: %(default)s)")
     ap.add_argument("--no-cold", dest="cold", action="store_false", help="skip the cold compiles")
@@ -251,10 +249,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict | None:
     args = parse_args(argv)
     if not torch.cuda.is_available():
-        print("distributed.py needs a CUDA GPU: nothing measured")
+        print("benchmarks.distributed needs a CUDA GPU: nothing measured")
         return None
-    from inductor_cutedsl.bench.report import run_info, write_json
-
     gpus = torch.cuda.device_count()
     backend = "nccl" if gpus >= WORLD else "gloo"
     result = {**run_info(), "world_size": WORLD, "gpus": min(gpus, WORLD), "backend": backend,

@@ -1,11 +1,12 @@
 """GEMM + epilogue patterns: eager vs stock max-autotune vs max-autotune with inductor_cutedsl.
 
-    python benchmarks/epilogue.py --json benchmarks/results/h200-epilogue.json [--shapes 0,3]
+    python -m benchmarks.epilogue --json benchmarks/results/h200-epilogue.json [--shapes 0,3]
 
 Same tensors for all three, same timer (interleaved medians of do_bench over CUDA graph
 replays, so that host time is timed for none of them), bf16.
 Each compiled variant must match eager within bf16 tolerance before it is timed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,10 +15,11 @@ import torch
 import torch.nn.functional as F
 
 from inductor_cutedsl import disable
-from inductor_cutedsl.install import reenabled
 from inductor_cutedsl.cli.report import kernel_times, ran_cutedsl
 from inductor_cutedsl.cli.run import compile_options
+from inductor_cutedsl.install import reenabled
 from inductor_cutedsl.scheduler import scheduling, selection
+
 from .gemm import SHAPES
 from .harness import geomean, graphed, rel_err, run_info, side_by_side, write_json
 

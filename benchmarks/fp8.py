@@ -1,6 +1,6 @@
 """fp8 (e4m3) GEMMs, ours vs ``torch._scaled_mm`` on the same tensors (issue 19).
 
-    python benchmarks/fp8.py --json benchmarks/results/h200-fp8.json
+    python -m benchmarks.fp8 --json benchmarks/results/h200-fp8.json
 
 Plain scaled GEMMs at LLM shapes, tensor-wise and row-wise scales. For each shape and
 scale mode our shortlisted configs are built up front (worker processes), checked
@@ -13,37 +13,39 @@ ours promotes the fp8 partial sums every k-tile) unless ``--fast-accum``.
 ``--fused`` adds the fused patterns (scaled GEMM + bias + GELU, scaled GEMM + silu *
 gate, scaled GEMM whose result is cast to fp8 with a static scale for the next layer),
 each eager, with stock max-autotune and with ours, timed as CUDA graphs side by side
-with the bound a free epilogue would reach (``bench.epilogue.measure_case``).
+with the bound a free epilogue would reach (``benchmarks.epilogue.measure_case``).
 ``--block`` adds a model-suite block (LLaMA prefill by default) with every Linear
 quantized row-wise (``Fp8Linear``: weights once, activations per call), compiled with
 stock max-autotune and with ours, checked against its eager run and timed side by side
 as CUDA graphs: ``block_speedup_vs_max_autotune``.
 """
+
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import os
-import sys
 import time
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # models.py (the suite's blocks)
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from inductor_cutedsl.bench.report import geomean, rel_err, run_info, side_by_side, write_json  # noqa: E402
-from inductor_cutedsl.kernels import GemmConfig, shortlist  # noqa: E402
-from inductor_cutedsl.kernels.config import (  # noqa: E402
-    PROMOTE_ALTERNATE, PROMOTE_HALVES, PROMOTE_NONE, PROMOTE_TILE, fitted_swizzle,
+from inductor_cutedsl.kernels import GemmConfig, shortlist
+from inductor_cutedsl.kernels import epilogue as E
+from inductor_cutedsl.kernels.config import (
+    PROMOTE_ALTERNATE,
+    PROMOTE_HALVES,
+    PROMOTE_NONE,
+    PROMOTE_TILE,
+    fitted_swizzle,
 )
-from inductor_cutedsl.kernels import epilogue as E  # noqa: E402
-from inductor_cutedsl.runtime import KernelSpec, get_gemm  # noqa: E402
-from inductor_cutedsl.runtime.compiler import build_many  # noqa: E402
-from inductor_cutedsl.runtime.launch import default_cache  # noqa: E402
-from inductor_cutedsl.timing import bench  # noqa: E402
+from inductor_cutedsl.runtime import KernelSpec, get_gemm
+from inductor_cutedsl.runtime.compiler import build_many
+from inductor_cutedsl.runtime.launch import default_cache
+from inductor_cutedsl.timing import bench
+
+from .harness import geomean, graphed, rel_err, run_info, side_by_side, write_json
 
 # (M, N, K): LLM Linear layers (LLaMA-3 8B / 70B widths) at prefill token counts.
 SHAPES = [
@@ -158,7 +160,7 @@ FUSED_TOLERANCE = {"scaled_fp8_out": 5e-2}
 
 
 def fused_rows(shapes) -> list[dict]:
-    from inductor_cutedsl.bench.epilogue import TOLERANCE, measure_case
+    from .epilogue import TOLERANCE, measure_case
 
     rows = []
     for name, (fn, extra) in FUSED.items():
@@ -211,13 +213,12 @@ def quantized(module: nn.Module) -> nn.Module:
 
 def block_row(family: str, size: str) -> dict:
     """An fp8 model-suite block: stock max-autotune vs ours, side by side."""
-    import models
-
     from inductor_cutedsl import disable
-    from inductor_cutedsl.bench.report import graphed
+    from inductor_cutedsl.cli.report import kernel_times
+    from inductor_cutedsl.cli.run import compile_options
     from inductor_cutedsl.install import reenabled
-    from inductor_cutedsl.job.kernel_profile import kernel_times
-    from inductor_cutedsl.job.run import compile_options
+
+    from . import models
 
     block, x = models.make_block(family, size)
     block = quantized(block).eval()
@@ -247,19 +248,28 @@ def block_row(family: str, size: str) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", metavar="PATH", default=None, help="where the results are written (default: nowhere)")
-    ap.add_argument("--fast-accum", action="store_true",
-                    help="use_fast_accum=True on both sides (ours: no promotion)")
+    ap.add_argument("--fast-accum", action="store_true", help="use_fast_accum=True on both sides (ours: no promotion)")
     ap.add_argument("--configs", type=int, default=6, help="our configs tried per shape (default: %(default)s)")
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1,
-                    help="processes compiling the candidates (default: the CPU count, %(default)s)")
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="processes compiling the candidates (default: the CPU count, %(default)s)",
+    )
     ap.add_argument("--shapes", default=None, help="MxNxK,... instead of the default LLM shapes")
     ap.add_argument("--fused", action="store_true", help="also the fused patterns (compiled three ways)")
     ap.add_argument("--fused-only", action="store_true", help="only the fused patterns (and --block)")
     ap.add_argument("--block-only", action="store_true",
                     help="only the block (--block's, default llama:prefill): stock's fp8 autotuning of 105 Triton "
                          "choices per GEMM takes about a minute each")  # fmt: skip
-    ap.add_argument("--block", nargs="?", const="llama:prefill", default=None, metavar="FAMILY:SIZE",
-                    help="also an fp8 model-suite block (default when given alone: %(const)s)")
+    ap.add_argument(
+        "--block",
+        nargs="?",
+        const="llama:prefill",
+        default=None,
+        metavar="FAMILY:SIZE",
+        help="also an fp8 model-suite block (default when given alone: %(const)s)",
+    )
     args = ap.parse_args(argv)
     if args.configs < 1 or args.workers < 1:
         ap.error("--configs and --workers must be at least 1")

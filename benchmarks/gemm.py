@@ -8,22 +8,24 @@ candidate is timed once; the leaders are re-timed in interleaved rounds and the
 fastest kept; it and cuBLAS are then timed in fresh interleaved rounds and the
 medians compared.
 """
+
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import os
 import time
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 
+from inductor_cutedsl.cli.precompile import build_with_progress
 from inductor_cutedsl.kernels.config import GemmConfig, shortlist
 from inductor_cutedsl.kernels.epilogue import IDENTITY, Epilogue
-from inductor_cutedsl.cli.precompile import build_with_progress
 from inductor_cutedsl.runtime import KernelSpec, gemm_reason, get_gemm, spec_for
 from inductor_cutedsl.runtime.launch import default_cache
 from inductor_cutedsl.timing import bench
+
 from .harness import geomean, rel_err, run_info, side_by_side, write_json
 
 SHAPES = [
@@ -42,24 +44,28 @@ FINALISTS = 3
 def search_space(m: int, n: int, k: int) -> list[GemmConfig]:
     """The shortlist plus raster/swizzle variants of its leaders."""
     base = shortlist(m, n, k, limit=4)
-    extra = [
-        dataclasses.replace(cfg, raster_along_m=raster_m, swizzle=swizzle, epi_n=epi_n)
-        for cfg in base[:3]
-        for raster_m in (True, False)
-        for swizzle in (1, 8)
-        for epi_n in ((cfg.epi_n,) if cfg.epi_buffers else (32, 64))  # buffers sized for epi_n
-    ] + [
-        # Stream-K over the last partial wave (several waves of tiles only).
-        dataclasses.replace(cfg, stream_k=True)
-        for cfg in base[:2]
-        if not cfg.pingpong
-    ] + [
-        # The pair cluster along the other dimension: which operand is multicast sets
-        # the L2 -> SM traffic per MAC, and with it the energy per GEMM.
-        dataclasses.replace(cfg, cluster_m=cfg.cluster_n, cluster_n=cfg.cluster_m, raster_along_m=raster_m)
-        for cfg in base[:2]
-        for raster_m in (True, False)
-    ]
+    extra = (
+        [
+            dataclasses.replace(cfg, raster_along_m=raster_m, swizzle=swizzle, epi_n=epi_n)
+            for cfg in base[:3]
+            for raster_m in (True, False)
+            for swizzle in (1, 8)
+            for epi_n in ((cfg.epi_n,) if cfg.epi_buffers else (32, 64))  # buffers sized for epi_n
+        ]
+        + [
+            # Stream-K over the last partial wave (several waves of tiles only).
+            dataclasses.replace(cfg, stream_k=True)
+            for cfg in base[:2]
+            if not cfg.pingpong
+        ]
+        + [
+            # The pair cluster along the other dimension: which operand is multicast sets
+            # the L2 -> SM traffic per MAC, and with it the energy per GEMM.
+            dataclasses.replace(cfg, cluster_m=cfg.cluster_n, cluster_n=cfg.cluster_m, raster_along_m=raster_m)
+            for cfg in base[:2]
+            for raster_m in (True, False)
+        ]
+    )
     return [c for c in dict.fromkeys(base + extra) if c.invalid_reason() is None]
 
 
@@ -131,11 +137,69 @@ def launch_us(fn) -> tuple[float, float]:
     return times[0], times[1]
 
 
+def measure_shape(m: int, n: int, k: int, specs: list[KernelSpec], built: dict) -> dict:
+    """The shape's row: each candidate checked against cuBLAS and timed beside it, the
+    leaders re-timed side by side, then the winner and cuBLAS in fresh rounds."""
+    cache = default_cache()
+    a, b = linear_operands(m, n, k)
+    assert gemm_reason(a, b) is None
+    out = torch.empty(m, n, device=a.device, dtype=torch.bfloat16)
+    ref = torch.mm(a, b)
+
+    def cublas() -> None:
+        torch.mm(a, b, out=out)
+
+    bench(cublas, rep=1000)  # bring the GPU to its steady clock
+    ranked = []
+    tried = []
+    for spec in specs:
+        kern = get_gemm(spec, cache)
+        out.fill_(float("nan"))
+        kern(a, b, out)
+        torch.cuda.synchronize()
+        err = rel_err(out, ref)
+        if not err < 1e-2:
+            print(f"  {spec.config.name()}: WRONG (rel err {err})")
+            continue
+        # Rank by the ratio to an adjacent cuBLAS timing: the GPU's clock drifts
+        # (power, heat) over a search far more than the candidates differ.
+        ms = bench(lambda kern=kern: kern(a, b, out))
+        ratio = bench(cublas) / ms
+        tried.append({"config": spec.config.name(), "ms": round(ms, 4), "vs_cublas": round(ratio, 4)})
+        ranked.append((ratio, spec))
+    # One timing each is noisy and the best of ~30 noisy ratios flatters its
+    # config: the leaders are re-timed interleaved with cuBLAS before one is chosen.
+    leaders = [spec for _, spec in sorted(ranked, key=lambda r: -r[0])[:FINALISTS]]
+    ours = {s: (lambda k=get_gemm(s, cache): k(a, b, out)) for s in leaders}
+    runs = side_by_side({"cublas": cublas} | ours, rounds=3)
+    spec = min(leaders, key=runs.get)
+    kern = get_gemm(spec, cache)
+    final = side_by_side({"ours": lambda: kern(a, b, out), "cublas": cublas})
+    ms, cublas_ms = final["ours"], final["cublas"]
+    flops = 2 * m * n * k
+    return {
+        "shape": [m, n, k],
+        "config": spec.config.name(),
+        "ours_ms": round(ms, 4),
+        "cublas_ms": round(cublas_ms, 4),
+        "vs_cublas": round(cublas_ms / ms, 4),
+        "tflops": round(flops / ms / 1e9, 1),
+        "cublas_tflops": round(flops / cublas_ms / 1e9, 1),
+        "compile_s": round(built[spec][2], 2),
+        "candidates": sorted(tried, key=lambda t: -t["vs_cublas"]),
+    }
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--json", metavar="PATH", default=None, help="where the results are written (default: nowhere)")
-    ap.add_argument("--workers", metavar="N", type=int, default=os.cpu_count() or 1,
-                    help="processes compiling the candidates (default: the CPU count, %(default)s)")
+    ap.add_argument(
+        "--workers",
+        metavar="N",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="processes compiling the candidates (default: the CPU count, %(default)s)",
+    )
     args = ap.parse_args(argv)
     torch.manual_seed(0)
     dev = torch.device("cuda")
@@ -151,55 +215,10 @@ def main(argv: list[str] | None = None) -> dict:
 
     rows = []
     for (m, n, k), specs in plan.items():
-        a, b = linear_operands(m, n, k)
-        assert gemm_reason(a, b) is None
-        out = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
-        ref = torch.mm(a, b)
-        bench(lambda: torch.mm(a, b, out=out), rep=1000)  # bring the GPU to its steady clock
-        ranked = []
-        tried = []
-        for spec in specs:
-            kern = get_gemm(spec, cache)
-            out.fill_(float("nan"))
-            kern(a, b, out)
-            torch.cuda.synchronize()
-            err = rel_err(out, ref)
-            if not err < 1e-2:
-                print(f"  {spec.config.name()}: WRONG (rel err {err})")
-                continue
-            # Rank by the ratio to an adjacent cuBLAS timing: the GPU's clock drifts
-            # (power, heat) over a search far more than the candidates differ.
-            ms = bench(lambda: kern(a, b, out))
-            ratio = bench(lambda: torch.mm(a, b, out=out)) / ms
-            tried.append({"config": spec.config.name(), "ms": round(ms, 4), "vs_cublas": round(ratio, 4)})
-            ranked.append((ratio, spec))
-        # One timing each is noisy and the best of ~30 noisy ratios flatters its
-        # config: the leaders are re-timed interleaved with cuBLAS before one is chosen.
-        leaders = [spec for _, spec in sorted(ranked, key=lambda r: -r[0])[:FINALISTS]]
-        runs = side_by_side(
-            {"cublas": lambda: torch.mm(a, b, out=out)}
-            | {s: (lambda k=get_gemm(s, cache): k(a, b, out)) for s in leaders},
-            rounds=3,
-        )
-        spec = min(leaders, key=runs.get)
-        kern = get_gemm(spec, cache)
-        final = side_by_side({"ours": lambda: kern(a, b, out), "cublas": lambda: torch.mm(a, b, out=out)})
-        ms, cublas_ms = final["ours"], final["cublas"]
-        flops = 2 * m * n * k
-        row = {
-            "shape": [m, n, k],
-            "config": spec.config.name(),
-            "ours_ms": round(ms, 4),
-            "cublas_ms": round(cublas_ms, 4),
-            "vs_cublas": round(cublas_ms / ms, 4),
-            "tflops": round(flops / ms / 1e9, 1),
-            "cublas_tflops": round(flops / cublas_ms / 1e9, 1),
-            "compile_s": round(built[spec][2], 2),
-            "candidates": sorted(tried, key=lambda t: -t["vs_cublas"]),
-        }
+        row = measure_shape(m, n, k, specs, built)
         rows.append(row)
-        print(f"{m}x{n}x{k}: ours {ms:.4f} ms ({row['tflops']} TFLOP/s, {row['config']}) "
-              f"cuBLAS {cublas_ms:.4f} ms -> {row['vs_cublas']:.3f}x", flush=True)  # fmt: skip
+        print(f"{m}x{n}x{k}: ours {row['ours_ms']:.4f} ms ({row['tflops']} TFLOP/s, {row['config']}) "
+              f"cuBLAS {row['cublas_ms']:.4f} ms -> {row['vs_cublas']:.3f}x", flush=True)  # fmt: skip
 
     # Overhead of one launch (tiny problem): wall time back to back, and host time alone.
     a = torch.randn(128, 128, device=dev).to(torch.bfloat16)

@@ -4,16 +4,17 @@ accuracy against a reference, geomeans and result files.
 The timing itself is the package's one implementation (``inductor_cutedsl.timing``);
 accuracy and result files are the main job's (``inductor_cutedsl.cli.report``).
 """
+
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from inductor_cutedsl import timing
 from inductor_cutedsl.cli.report import rel_err, run_info, write_json
 
-__all__ = ["geomean", "graphed", "rel_err", "report_row", "run_info", "side_by_side", "side_by_side_rounds",
-           "write_json"]  # fmt: skip
+__all__ = ["geomean", "geomean_or_none", "graphed", "ratio", "rel_err", "report_row", "run_info", "side_by_side",
+           "side_by_side_rounds", "write_json"]  # fmt: skip
 
 
 def graphed(fn: Callable[[], object]) -> Callable[[], None]:
@@ -38,6 +39,18 @@ def side_by_side(fns: dict, rounds: int = 5) -> dict:
 def geomean(values: Iterable[float]) -> float:
     values = list(values)
     return math.exp(sum(map(math.log, values)) / len(values))
+
+
+def geomean_or_none(values: Iterable[float]) -> float | None:
+    """The geomean to 4 places, or None for no values (a summary over rows that measured
+    nothing says so rather than failing)."""
+    values = list(values)
+    return round(geomean(values), 4) if values else None
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    """``a / b`` to 4 places, or None where either is missing (or ``b`` is 0)."""
+    return round(a / b, 4) if a is not None and b else None
 
 
 def report_row(result: dict, row: dict, path: str | None) -> None:

@@ -1,6 +1,6 @@
 """Host time per launch of one GEMM from Inductor-generated code: ours, Triton's, ATen's.
 
-    python benchmarks/launch.py --json h200-launch.json
+    python -m benchmarks.launch --json benchmarks/results/h200-launch.json
 
 For each shape, a graph holding only that GEMM (``a @ b``, or ``F.linear(x, w)``: a
 weight read transposed) is compiled three times with ``max-autotune-no-cudagraphs``,
@@ -18,24 +18,23 @@ Dynamo, no wrapper), its C entry alone, and eager ``torch.mm`` for scale.
 
 Without a CUDA GPU it says so and exits 0.
 """
+
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import statistics
 import sys
 import time
 import types
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from inductor_cutedsl.timing import sleep_cycles_per_ms
 
-from inductor_cutedsl.bench.report import geomean, run_info, write_json  # noqa: E402  (no Inductor: cheap)
-from inductor_cutedsl.timing import sleep_cycles_per_ms  # noqa: E402
+from .harness import geomean, run_info, write_json
 
 MODE = "max-autotune-no-cudagraphs"
 #: name -> (M, N, K, op): op "matmul" is ``a @ b`` with a row-major B, "linear" is
@@ -61,8 +60,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", metavar="PATH", default=None,
                     help="write the results here (rewritten after each shape)")  # fmt: skip
-    ap.add_argument("--shapes", default=",".join(SHAPES),
-                    help=f"comma-separated subset of {', '.join(f'{k} {v[:3]}' for k, v in SHAPES.items())}")  # fmt: skip
+    known = ", ".join(f"{k} {v[:3]}" for k, v in SHAPES.items())
+    ap.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated subset of {known}")
     ap.add_argument("--calls", type=int, default=200, help="launches per timed window (default 200)")
     ap.add_argument("--rounds", type=int, default=7, help="timed windows per backend, interleaved (default 7)")
     args = ap.parse_args(argv)
@@ -113,9 +112,10 @@ def compile_for(backend: str, fn: Callable, args: tuple) -> tuple[Callable, dict
     """(the compiled function, its kernel counts, seconds of its first call) with only
     ``backend`` allowed for the GEMM: ours installed for ours, stock Inductor else. The
     backends are in the compile options, so each compile is its own Dynamo entry."""
-    import inductor_cutedsl
     from torch._inductor import config as inductor_config
     from torch._inductor.utils import run_and_get_code
+
+    import inductor_cutedsl
 
     tokens = BACKENDS[backend]
     # A code object of its own: Dynamo keeps its cache per code object, so each compiled
@@ -144,7 +144,7 @@ def host_us(fns: dict[str, Callable], args: tuple, calls: int, rounds: int, cycl
     busy_ms = calls * 0.2  # 200 us per call: well above any launch path's host time
     busy = True
     for r in range(rounds):
-        for name in names[r % len(names):] + names[: r % len(names)]:
+        for name in names[r % len(names) :] + names[: r % len(names)]:
             fn = fns[name]
             for _attempt in range(4):
                 torch.cuda.synchronize()
@@ -229,7 +229,7 @@ def measure(name: str, args: argparse.Namespace, cycles_per_ms: float) -> dict:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if not torch.cuda.is_available():
-        print("benchmarks/launch.py: no CUDA GPU here, nothing measured", flush=True)
+        print("benchmarks.launch: no CUDA GPU here, nothing measured", flush=True)
         return 0
     import inductor_cutedsl  # noqa: F401  (enables the backend)
 

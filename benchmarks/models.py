@@ -1,14 +1,14 @@
 """Transformer blocks of real model families: stock max-autotune vs max-autotune with inductor_cutedsl.
 
-    python benchmarks/models.py --json benchmarks/results/h200-models.json
-    python benchmarks/models.py --blocks gpt2:prefill,qwen2 --runs inference --json part1.json
-    python benchmarks/models.py --combine part1.json part2.json --json benchmarks/results/h200-models.json
+    python -m benchmarks.models --json benchmarks/results/h200-models.json
+    python -m benchmarks.models --blocks gpt2:prefill,qwen2 --runs inference --json part1.json
+    python -m benchmarks.models --combine part1.json part2.json --json benchmarks/results/h200-models.json
 
 In pieces (a time limit per command): each piece starts only the blocks it expects to
 finish within its budget and carries the earlier pieces' rows forward; repeat it, with
 its result as the next piece's --resume, until it lists no block left:
 
-    python benchmarks/models.py --budget 480 --resume prev.json --json next.json
+    python -m benchmarks.models --budget 480 --resume prev.json --json next.json
 
 Each block is written here (bf16, no downloads) the way its family's models write it:
 (batch, seq, hidden) activations, Linear layers, attention through
@@ -19,44 +19,38 @@ an element-wise epilogue, yet their kernel would count in the fusion bound.
 Per block (family x size x run), stock and ours are compiled in one process, in each
 mode, and measured on the same tensors, interleaved: wall time per call, GPU time (the
 sum of the kernel times under the profiler), host time per call, which GEMMs ran our
-kernel, what fused, the fusion bound, and the error against stock and eager. Cold
-compiles (``--cold``) run in fresh processes. Results are rewritten after every block,
-so a run cut short keeps its rows; ``--combine`` merges partial runs.
+kernel, what fused, the fusion bound, and the error against stock and eager. Compile
+time is ``benchmarks.compile``'s (fresh processes, empty caches): the compiles here
+share one process and its caches. Results are rewritten after every block, so a run cut
+short keeps its rows; ``--combine`` merges partial runs.
 """
+
 from __future__ import annotations
 
 import argparse
 import contextlib
-import cProfile
 import dataclasses
 import gc
-import io
 import json
 import logging
 import os
-import pstats
 import re
 import statistics
-import sys
-import tempfile
 import time
 import traceback
-from typing import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+from inductor_cutedsl import disable, enable
+from inductor_cutedsl.cli.block import RMSNorm
+from inductor_cutedsl.cli.report import CUTEDSL_KERNEL, kernel_times
+from inductor_cutedsl.cli.run import TOLERANCE, compile_options
+from inductor_cutedsl.timing import enqueue_ms, rotations
 
-from inductor_cutedsl import disable, enable  # noqa: E402
-from inductor_cutedsl.job.kernel_profile import CUTEDSL_KERNEL, kernel_times  # noqa: E402
-from inductor_cutedsl.job.model import RMSNorm  # noqa: E402
-from inductor_cutedsl.job.run import TOLERANCE, compile_options, json_process  # noqa: E402
-from inductor_cutedsl.bench.report import geomean, rel_err, run_info, side_by_side_rounds, write_json  # noqa: E402
-from inductor_cutedsl.timing import enqueue_ms, rotations  # noqa: E402
+from .harness import geomean_or_none, ratio, rel_err, run_info, side_by_side_rounds, write_json
 
 # ---------------------------------------------------------------------------------------
 # The blocks
@@ -283,8 +277,8 @@ def train_phases(
     fn: Callable, x: torch.Tensor, params: list[torch.Tensor], cudagraphs: bool = False
 ) -> tuple[Callable[[], torch.Tensor], Callable[[torch.Tensor], None]]:
     """A training step cut into its forward (the previous gradients dropped first; under
-    CUDA graphs a new step begun) and its backward: ``make_step`` runs them in turn,
-    ``host_probe.py`` times them apart."""
+    CUDA graphs a new step begun) and its backward, which ``make_step`` runs in turn
+    (apart, a probe can time each phase)."""
 
     def forward() -> torch.Tensor:
         if cudagraphs:
@@ -460,9 +454,9 @@ def analyse_wrapper(code: str, into: WrapperAnalysis | None = None) -> WrapperAn
                     reads.append(buf)
                 if "out_ptr" in param:
                     writes.append(buf)
-            if kernel.startswith(POINTWISE_PREFIX) and any(b in gemm_out for b in reads):
-                if kernel not in out.pointwise_after_gemm:
-                    out.pointwise_after_gemm.append(kernel)
+            reads_gemm_output = any(b in gemm_out for b in reads)
+            if kernel.startswith(POINTWISE_PREFIX) and reads_gemm_output and kernel not in out.pointwise_after_gemm:
+                out.pointwise_after_gemm.append(kernel)
             for buf in writes:
                 written(buf, kind is not None)
         elif m := _ASSIGN.match(line):
@@ -532,10 +526,6 @@ def fusion_bound(profile: dict, absorbable: Iterable[str]) -> tuple[float | None
     return (round(profile["us"] / rest, 4) if rest > 0 else None), rows
 
 
-def _geomean(values: list[float]) -> float | None:
-    return round(geomean(values), 4) if values else None
-
-
 def _min(values: list[float]) -> float | None:
     return min(values) if values else None
 
@@ -547,67 +537,33 @@ def summarize(rows: list[dict], info: dict) -> dict:
     gpu = [r["gpu_speedup"] for r in ok if r.get("gpu_speedup") is not None]
     bound = [r["bound"] for r in ok if r.get("bound") is not None]
     wall = {mode: [r["wall_speedup"][mode] for r in ok if mode in r.get("wall_speedup", {})] for mode in MODES}
-    compile_ratio = [r["compile_ratio"] for r in rows if r.get("compile_ratio") is not None]
     return {
-        "gpu_speedup_geomean": _geomean(gpu), "gpu_speedup_min": _min(gpu),
-        "gpu_bound_geomean": _geomean(bound),
-        "wall_speedup_geomean_cudagraphs": _geomean(wall[CUDAGRAPHS]),
+        "gpu_speedup_geomean": geomean_or_none(gpu), "gpu_speedup_min": _min(gpu),
+        "gpu_bound_geomean": geomean_or_none(bound),
+        "wall_speedup_geomean_cudagraphs": geomean_or_none(wall[CUDAGRAPHS]),
         "wall_speedup_min_cudagraphs": _min(wall[CUDAGRAPHS]),
-        "wall_speedup_geomean_no_cudagraphs": _geomean(wall[NO_CUDAGRAPHS]),
+        "wall_speedup_geomean_no_cudagraphs": geomean_or_none(wall[NO_CUDAGRAPHS]),
         "wall_speedup_min_no_cudagraphs": _min(wall[NO_CUDAGRAPHS]),
-        "compile_ratio_geomean": _geomean(compile_ratio),
-        "compile_ratio_max": max(compile_ratio) if compile_ratio else None,
         "rows": rows,
         "device": info.get("device"), "torch": info.get("torch"),
     }  # fmt: skip
 
 
-#: A row's cold-compile figures, which a cold-compile-only run adds to a measured row.
-COLD_KEYS = ("cold_compile_s", "cold_compile_runs", "compile_ratio", "cold_error")
-
-
-def cold_runs(row: dict) -> list[dict]:
-    """Every cold-compile pair (``cold_compile_s``) measured for the row's block."""
-    return row.get("cold_compile_runs") or ([row["cold_compile_s"]] if "cold_compile_s" in row else [])
-
-
-def pool_cold_runs(row: dict, runs: list[dict]) -> None:
-    """Give ``row`` all of ``runs`` (distinct pairs) and the ratio of their medians.
-    One pair of cold compiles moves by tens of percent from run to run (the H200 host's
-    CPUs are shared by every compile process): a block's ratio is taken over every pair
-    measured for it."""
-    distinct = [r for i, r in enumerate(runs) if r not in runs[:i]]
-    if len(distinct) > 1:
-        row["cold_compile_runs"] = distinct
-        medians = cold_medians(distinct)
-        row["compile_ratio"] = _ratio(medians["ours"], medians["stock"])
-
-
-def cold_medians(runs: list[dict]) -> dict:
-    """Each backend's median cold-compile seconds over ``runs`` ({} for none)."""
-    return {b: statistics.median(r[b] for r in runs) for b in BACKENDS} if runs else {}
-
-
 def merge_rows(rows: Iterable[dict]) -> list[dict]:
     """Rows of several partial runs, one per block, in order of first appearance. Rows
-    of one block merge key by key, the later winning, except: cold-compile pairs pool
-    (``pool_cold_runs``), a failed row adds only its cold-compile figures to a row that
-    did not fail, and a measured row replaces a failed one (keeping the failed one's
-    cold-compile figures)."""
+    of one block merge key by key, the later winning, except: a failed row leaves a row
+    that did not fail as it is, and a measured row replaces a failed one whole."""
     merged: dict[str, dict] = {}
     for row in rows:
         old = merged.get(row["block"])
         if old is None:
             merged[row["block"]] = dict(row)
+        elif "error" in row and "error" not in old:
             continue
-        runs = cold_runs(old) + cold_runs(row)
-        if "error" in row and "error" not in old:
-            old.update({k: v for k, v in row.items() if k in COLD_KEYS})
         elif "error" in old and "error" not in row and "gpu_us" in row:
-            old = merged[row["block"]] = {**{k: v for k, v in old.items() if k in COLD_KEYS}, **row}
+            merged[row["block"]] = dict(row)
         else:
             old.update(row)
-        pool_cold_runs(old, runs)
     return list(merged.values())
 
 
@@ -615,10 +571,6 @@ def combine(results: list[dict]) -> dict:
     """Several result files as one, summary figures computed again over the merged rows."""
     info = next(({"device": r.get("device"), "torch": r.get("torch")} for r in results if r.get("device")), {})
     return summarize(merge_rows(row for r in results for row in r["rows"]), info)
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return round(a / b, 4) if a is not None and b else None
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -631,14 +583,13 @@ def _fmt(value: float | None, spec: str) -> str:
 
 def print_table(result: dict) -> None:
     head = (f"{'block':<24} {'GPU us stock/ours':>19} {'GPU x':>6} {'bound':>6} {'wall cg':>7} {'no-cg':>6} "
-            f"{'host us stock/ours':>18} {'cold s':>11}  {'our GEMMs':>9}  fused")  # fmt: skip
+            f"{'host us stock/ours':>18}  {'our GEMMs':>9}  fused")  # fmt: skip
     print("\n" + head)
     for r in result["rows"]:
         if "error" in r:
             print(f"{r['block']:<24} FAILED: {r['error'][:150]}")
             continue
         gpu, host, wall = r.get("gpu_us", {}), r.get("host_us", {}), r.get("wall_speedup", {})
-        cold = cold_medians(cold_runs(r))
         ours_gemms = r.get("gemm_kernels", {}).get("ours", [])
         launches = sum(k["launches"] for k in ours_gemms)
         mine = sum(k["launches"] for k in ours_gemms if k["ours"])
@@ -646,8 +597,7 @@ def print_table(result: dict) -> None:
         print(f"{r['block']:<24} {_fmt(gpu.get('stock'), '9.1f')}/{_fmt(gpu.get('ours'), '<9.1f')} "
               f"{_fmt(r.get('gpu_speedup'), '6.3f')} {_fmt(r.get('bound'), '6.3f')} "
               f"{_fmt(wall.get(CUDAGRAPHS), '7.3f')} {_fmt(wall.get(NO_CUDAGRAPHS), '6.3f')} "
-              f"{_fmt(host.get('stock'), '9.0f')}/{_fmt(host.get('ours'), '<8.0f')} "
-              f"{_fmt(cold.get('stock'), '5.1f')}/{_fmt(cold.get('ours'), '<5.1f')}  "
+              f"{_fmt(host.get('stock'), '9.0f')}/{_fmt(host.get('ours'), '<8.0f')}  "
               f"{f'{mine:g}/{launches:g}' if ours_gemms else '-':>9}  {fused[:80]}")  # fmt: skip
     summary = {k: v for k, v in result.items() if k not in ("rows",)}
     print(json.dumps(summary))
@@ -706,7 +656,7 @@ class GpuProbe:
         rounds = side_by_side_rounds(steps, self.wall_rounds)
         out: dict = {name: round(statistics.median(t), 4) for name, t in rounds.items()}
         if set(rounds) == set(BACKENDS):
-            out["round_ratios"] = [round(s / o, 4) for s, o in zip(rounds["stock"], rounds["ours"])]
+            out["round_ratios"] = [round(s / o, 4) for s, o in zip(rounds["stock"], rounds["ours"], strict=True)]
         return out
 
     def profile(self, steps: dict) -> dict:
@@ -733,29 +683,6 @@ class GpuProbe:
                 times[name].append(ms * 1e3)
         return {**{name: round(statistics.median(t), 1) for name, t in times.items()}, "calls": calls,
                 "gpu_busy": busy}  # fmt: skip
-
-
-class GcTimer:
-    """Collections and their seconds while installed, per generation."""
-
-    def __init__(self) -> None:
-        self.passes = [0, 0, 0]
-        self.seconds = 0.0
-        self._t0 = 0.0
-
-    def __call__(self, phase: str, info: dict) -> None:
-        if phase == "start":
-            self._t0 = time.perf_counter()
-        else:
-            self.passes[info["generation"]] += 1
-            self.seconds += time.perf_counter() - self._t0
-
-    def __enter__(self) -> "GcTimer":
-        gc.callbacks.append(self)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        gc.callbacks.remove(self)
 
 
 class AccuracyError(AssertionError):
@@ -834,13 +761,13 @@ def measure_block(
     row["host_state"] = probe.quiet()
     wall = {mode: probe.wall_ms({b: steps[b][mode] for b in BACKENDS}) for mode in modes}
     row["wall_ms"] = wall
-    row["wall_speedup"] = {mode: _ratio(t["stock"], t["ours"]) for mode, t in wall.items()}
+    row["wall_speedup"] = {mode: ratio(t["stock"], t["ours"]) for mode, t in wall.items()}
     # Cross-checked by a plain loop of calls, as a serving or training loop runs them:
     # where the host sets the pace (no CUDA graphs; a training step's autograd between
     # its two graphs) the two measures can disagree.
     loops = {mode: probe.loop_ms({b: steps[b][mode] for b in BACKENDS}) for mode in modes}
     row["wall_loop_ms"] = loops
-    row["wall_loop_speedup"] = {mode: _ratio(t["stock"], t["ours"]) for mode, t in loops.items()}
+    row["wall_loop_speedup"] = {mode: ratio(t["stock"], t["ours"]) for mode, t in loops.items()}
 
     profiled = NO_CUDAGRAPHS if NO_CUDAGRAPHS in modes else modes[0]
     prof = probe.profile({b: steps[b][profiled] for b in BACKENDS})
@@ -848,7 +775,7 @@ def measure_block(
         raise AssertionError(f"{bid.name}: the stock compile ran CuteDSL kernels: the comparison would be void")
     row["profiled_mode"] = profiled
     row["gpu_us"] = {b: prof[b]["us"] for b in BACKENDS}
-    row["gpu_speedup"] = _ratio(prof["stock"]["us"], prof["ours"]["us"])
+    row["gpu_speedup"] = ratio(prof["stock"]["us"], prof["ours"]["us"])
     row["bound"], row["bound_kernels"] = fusion_bound(prof["stock"], analysis["stock"].pointwise_after_gemm)
     if not codes["stock"]:
         row["bound_note"] = "no wrapper code captured: the bound counts no kernel"
@@ -871,141 +798,24 @@ def release() -> None:
     enable()
 
 
-#: Where Inductor, Triton and our backend keep what they compiled: new and empty for a cold compile.
-COLD_CACHE_DIRS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "INDUCTOR_CUTEDSL_CACHE_DIR")
-
-
-def cold_compile(bid: BlockId, mode: str, timeout: float = 900) -> dict:
-    """Cold compile seconds of stock and ours, each in a fresh process with every cache
-    empty: Inductor's caches off, and new Inductor, Triton and kernel cache directories."""
-    result = {"mode": mode}
-    for name in BACKENDS:
-        with tempfile.TemporaryDirectory(prefix="models-cold-", ignore_cleanup_errors=True) as tmp:
-            env = {key: os.path.join(tmp, key) for key in COLD_CACHE_DIRS}
-            report = json_process([os.path.abspath(__file__), "--compile-once", f"{bid.name}:{mode}:{name}"], env,
-                                  timeout)  # fmt: skip
-        result[name] = round(report["compile_s"], 1)
-        if name == "ours":
-            result["ours_cutedsl_builds"] = report["cutedsl_builds"]
-            # Of the kernels built, those the process loaded: the rest were speculative builds.
-            result["ours_cutedsl_loaded"] = report.get("cutedsl_loaded")
-            result["ours_seconds_in"] = report.get("seconds_in", {})
-        # Where each compile's seconds went (Dynamo's and Inductor's timed phases, the
-        # longest), to set ours against stock phase by phase.
-        result.setdefault("phases", {})[name] = report.get("phases", {})
-    return result
-
-
-#: How many of a cold compile's timed phases its report keeps (the longest).
-PHASES_KEPT = 24
-
-
-def compile_once(spec: str, profile: str | None = None, sample: str | None = None) -> None:
-    """One cold compile (``FAMILY:SIZE:RUN:MODE:BACKEND``) in this fresh process: the
-    first call's seconds, compile included, printed as one JSON line. With ``profile``
-    (a path), the first call runs under cProfile and the functions where the process's
-    Python threads spent their time are written there (Python 3.12's cProfile sees
-    every thread, and a thread waiting for the GIL counts as time in its function; the
-    figures are then slower than a plain compile's). With ``sample`` (a path), the
-    compiling thread's stack is sampled in wall time (``wall_sampler``) and the report,
-    headed by the spec, appended there: where that thread waited, and for how long;
-    every sample, as folded stacks, goes to ``sample``.folded.gz."""
-    from wall_sampler import WallSampler
-
-    from inductor_cutedsl import _compat
-    from inductor_cutedsl.runtime.launch import default_cache, loaded_kernels
-
-    family, size, run, mode, name = spec.split(":")
-    bid = BlockId.parse(f"{family}:{size}:{run}")
-    if name not in BACKENDS or mode not in MODES:
-        raise ValueError(f"bad --compile-once {spec!r}: MODE in {list(MODES)}, BACKEND in {list(BACKENDS)}")
-    with backend(name):  # stock: disabled before anything compiles, so none of our workers start
-        block, x = make_block(bid.family, bid.size)
-        if run == "train":
-            x.requires_grad_(True)
-        with _compat.caches_disabled():
-            fn = torch.compile(target_of(block, run), options=compile_options(mode))
-            step = make_step(fn, x, run, list(block.parameters()), uses_cudagraphs(mode))
-            profiler = cProfile.Profile() if profile else None
-            sampler = WallSampler(events=compile_events()) if sample else None
-            t0 = time.perf_counter()
-            with profiler or contextlib.nullcontext(), sampler or contextlib.nullcontext():
-                step()
-                torch.cuda.synchronize()
-            seconds = time.perf_counter() - t0
-    if profiler is not None:
-        write_profile(profiler, profile)
-    if sampler is not None:
-        sampler.append_to(sample, f"{spec}: {seconds:.2f} s")
-    phases = sorted(_compat.compile_phase_seconds().items(), key=lambda kv: -kv[1])[:PHASES_KEPT]
-    events = {"events_s": sampler.seen} if sampler is not None else {}
-    print(json.dumps({"compile_s": seconds, **events, "cutedsl_builds": default_cache().builds,
-                      "cutedsl_loaded": loaded_kernels(), "seconds_in": our_seconds(),
-                      "phases": {name: round(s, 2) for name, s in phases}}))  # fmt: skip
-
-
-def compile_events() -> dict:
-    """Conditions whose first time to hold a cold compile's sampler records: Inductor's
-    compile subprocesses ready (``_compat.compile_pool_ready``) and our compile workers
-    started."""
-    from inductor_cutedsl import _compat
-    from inductor_cutedsl.runtime import workers
-
-    return {"inductor_pool_ready": _compat.compile_pool_ready, "cutedsl_workers_started": workers.started}
-
-
-def profile_text(profiler: cProfile.Profile, orders: tuple[str, ...], lines: int) -> str:
-    """``profiler``'s functions in each of ``orders`` (pstats sort keys), the top ``lines``."""
-    out = io.StringIO()
-    for order in orders:
-        pstats.Stats(profiler, stream=out).sort_stats(order).print_stats(lines)
-    return out.getvalue()
-
-
-def write_profile(profiler: cProfile.Profile, path: str, lines: int = 80) -> None:
-    """``profiler``'s functions by cumulative and by own time, the top ``lines`` of each."""
-    with open(path, "w") as f:
-        f.write(profile_text(profiler, ("cumulative", "tottime"), lines))
-
-
-def our_seconds() -> dict:
-    """Where this process's compile spent its seconds in our code (overlapping: a wait
-    for builds can hold up a measurement): waiting for kernel builds, timing our
-    candidates in Inductor's autotuning, fair timing's re-timings, the fused/unfused
-    selection and the dual-GEMM gate."""
-    from inductor_cutedsl.lowering import fair_timing, gated, template
-    from inductor_cutedsl.runtime import compiler
-    from inductor_cutedsl.scheduler import selection
-
-    figures = {"build_wait": compiler.stats["wait_s"], "autotune_ours": template.stats["benchmark_s"],
-               "fair_timing": fair_timing.stats["measure_s"], "selection": selection.stats["decide_s"],
-               "selection_builds": selection.stats["builds_s"], "selection_modules": selection.stats["modules_s"],
-               "gated": gated.stats["measure_s"]}  # fmt: skip
-    return {name: round(s, 2) for name, s in figures.items()}
-
-
 def run_blocks(
-    blocks: list[BlockId], modes: list[str], json_path: str | None, *, cold: bool = False, measure: bool = True,
-    probe: GpuProbe | None = None, info: dict | None = None, prior: list[dict] | None = None,
-    retry_failed: bool = False, budget: float | None = None, **measure_kw,
+    blocks: list[BlockId], modes: list[str], json_path: str | None, *, probe: GpuProbe | None = None,
+    info: dict | None = None, prior: list[dict] | None = None, retry_failed: bool = False,
+    budget: float | None = None, **measure_kw,
 ) -> dict:  # fmt: skip
     """Measure each block in turn, rewriting ``json_path`` after each. A block that
     fails records its error and the run goes on.
 
-    The ``prior`` rows (an earlier run's) are kept; a block they hold all that is asked
-    for (measured, cold compiles; failed counts as done unless ``retry_failed``) is not
-    run again. With a ``budget`` (seconds from now), a block starts only if it is
-    expected to end within it: it is expected to take as long as the longest block of
-    its run so far, or for a first training block twice the longest block so far."""
+    The ``prior`` rows (an earlier run's) are kept; a block they hold measured (or
+    failed, unless ``retry_failed``) is not run again. With a ``budget`` (seconds from
+    now), a block starts only if it is expected to end within it: it is expected to take
+    as long as the longest block of its run so far, or for a first training block twice
+    the longest block so far."""
     probe = probe or GpuProbe()
     info = info if info is not None else run_info()
     rows: list[dict] = list(prior or [])
 
-    def finished(r: dict, figures: str, error: str) -> bool:
-        return figures in r or (error in r and not retry_failed)
-
-    done = {r["block"] for r in merge_rows(rows) if (not measure or finished(r, "gpu_us", "error"))
-            and (not cold or finished(r, "cold_compile_s", "cold_error"))}  # fmt: skip
+    done = {r["block"] for r in merge_rows(rows) if "gpu_us" in r or ("error" in r and not retry_failed)}
     result = summarize(merge_rows(rows), info)
     if rows:
         write_json(result, json_path)
@@ -1024,20 +834,13 @@ def run_blocks(
         row = describe(bid, measure_kw.get("scale", 1))
         t0 = time.perf_counter()
         print(f"== {bid.name} ({row['tokens']} tokens)", flush=True)
-        if measure:
-            try:
-                measure_block(bid, row, modes, probe, **measure_kw)
-            except Exception as exc:  # noqa: BLE001 -- one block's failure must not end the suite
-                traceback.print_exc()
-                row["error"] = f"{type(exc).__name__}: {exc}"[:2000]
-            finally:
-                release()
-        if cold:
-            try:
-                row["cold_compile_s"] = cold_compile(bid, modes[0])
-                row["compile_ratio"] = _ratio(row["cold_compile_s"]["ours"], row["cold_compile_s"]["stock"])
-            except Exception as exc:  # noqa: BLE001
-                row["cold_error"] = f"{type(exc).__name__}: {exc}"[-2000:]
+        try:
+            measure_block(bid, row, modes, probe, **measure_kw)
+        except Exception as exc:
+            traceback.print_exc()
+            row["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+        finally:
+            release()
         row["seconds"] = round(time.perf_counter() - t0, 1)
         seconds[bid.run].append(row["seconds"])
         rows.append(row)
@@ -1057,21 +860,14 @@ def _block_line(row: dict) -> str:
     if "gpu_us" in row:
         parts.append(f"GPU {row['gpu_us']['stock']:.1f}/{row['gpu_us']['ours']:.1f} us = {row.get('gpu_speedup')}x "
                      f"(bound {row.get('bound')})")  # fmt: skip
-    for mode, ratio in row.get("wall_speedup", {}).items():
+    for mode, speedup in row.get("wall_speedup", {}).items():
         spread = row.get("wall_ms", {}).get(mode, {}).get("round_ratios")
-        parts.append(f"wall {mode} {ratio}x" + (f" (rounds {min(spread)}-{max(spread)})" if spread else ""))
-    parts += [f"loop {mode} {ratio}x" for mode, ratio in row.get("wall_loop_speedup", {}).items()]
+        parts.append(f"wall {mode} {speedup}x" + (f" (rounds {min(spread)}-{max(spread)})" if spread else ""))
+    parts += [f"loop {mode} {speedup}x" for mode, speedup in row.get("wall_loop_speedup", {}).items()]
     if "host_state" in row:
         parts.append(f"load {row['host_state']['loadavg_1m']} after {row['host_state']['builds_waited']} builds")
     if "host_us" in row:
         parts.append(f"host {row['host_us']['stock']}/{row['host_us']['ours']} us")
-    if "cold_compile_s" in row:
-        cold = row["cold_compile_s"]
-        parts.append(f"cold {cold['stock']}/{cold['ours']} s")
-        if cold.get("ours_cutedsl_loaded") is not None:
-            parts.append(f"ours built {cold['ours_cutedsl_builds']} kernels, loaded {cold['ours_cutedsl_loaded']}")
-        if cold.get("ours_seconds_in"):
-            parts.append("ours' seconds in " + ", ".join(f"{k} {v}" for k, v in cold["ours_seconds_in"].items()))
     return ", ".join(parts) or "-"
 
 
@@ -1121,44 +917,42 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--runs", type=_choices(RUNS, "run"), default=list(RUNS),
                     help="inference (forward under no_grad) and/or train (forward + backward; only the families "
                          f"{', '.join(f for f in FAMILIES if FAMILIES[f].train)}). Default: both")  # fmt: skip
-    ap.add_argument("--modes", type=_choices(MODES, "mode"), default=list(MODES),
-                    help=f"torch.compile modes to time, comma-separated (the first is the cold compiles' mode). "
-                         f"Default: {','.join(MODES)}")  # fmt: skip
-    ap.add_argument("--cold", action="store_true",
-                    help="also cold-compile each block, stock and ours, each in a fresh process with empty caches "
-                         "(in the first of --modes)")  # fmt: skip
-    ap.add_argument("--cold-only", action="store_true",
-                    help="only the cold compiles (merge with a measured run's file through --combine)")
+    ap.add_argument(
+        "--modes",
+        type=_choices(MODES, "mode"),
+        default=list(MODES),
+        help=f"torch.compile modes to time, comma-separated. Default: {','.join(MODES)}",
+    )
     ap.add_argument("--json", default=None, help="result file, rewritten after every block")
-    ap.add_argument("--resume", metavar="FILE",
-                    help="an earlier run's result file (if it exists): its rows are kept in --json, and the "
-                         "blocks it holds all that is asked for (measured, and cold compiles with --cold; a failed "
-                         "one counts as done) are skipped")
-    ap.add_argument("--compile-first", choices=BACKENDS, default="stock",
-                    help="which backend compiles first in each block's process and so pays for the autotuning "
-                         "both share (default stock)")
+    ap.add_argument(
+        "--resume",
+        metavar="FILE",
+        help="an earlier run's result file (if it exists): its rows are kept in --json, and the "
+        "blocks it holds measured (or failed) are skipped",
+    )
+    ap.add_argument(
+        "--compile-first",
+        choices=BACKENDS,
+        default="stock",
+        help="which backend compiles first in each block's process and so pays for the autotuning "
+        "both share (default stock)",
+    )
     ap.add_argument("--retry-failed", action="store_true", help="with --resume: run the failed blocks again")
     ap.add_argument("--budget", type=float, metavar="SECONDS",
                     help="start no block that would likely end later than SECONDS from the start (expected: the "
                          "longest block of its run so far; a first training block, twice the longest block); "
                          "the blocks left are listed for a --resume run")  # fmt: skip
-    ap.add_argument("--combine", nargs="+", metavar="FILE",
-                    help="merge these result files' rows into --json (summary figures computed again); no GPU")
-    ap.add_argument("--compile-once", metavar="FAMILY:SIZE:RUN:MODE:BACKEND",
-                    help="internal: one cold compile in this process, printed as a JSON line")
-    ap.add_argument("--profile", metavar="PATH",
-                    help="with --compile-once: profile the compile (cProfile) and write its top functions to PATH")
-    ap.add_argument("--sample", metavar="PATH",
-                    help="with --compile-once: sample the compiling thread's stack in wall time (wall_sampler) and "
-                         "append where it waited to PATH")  # fmt: skip
+    ap.add_argument(
+        "--combine",
+        nargs="+",
+        metavar="FILE",
+        help="merge these result files' rows into --json (summary figures computed again); no GPU",
+    )
     return ap
 
 
 def main(argv: list[str] | None = None) -> dict | None:
     args = parser().parse_args(argv)
-    if args.compile_once:
-        compile_once(args.compile_once, args.profile, args.sample)
-        return None
     if args.combine:
         results = []
         for path in args.combine:
@@ -1187,9 +981,15 @@ def main(argv: list[str] | None = None) -> dict | None:
     if args.resume and os.path.exists(args.resume):
         with open(args.resume) as f:
             prior = json.load(f)["rows"]
-    return run_blocks(blocks, args.modes, args.json, cold=args.cold or args.cold_only, measure=not args.cold_only,
-                      prior=prior, retry_failed=args.retry_failed, budget=args.budget,
-                      first=args.compile_first)  # fmt: skip
+    return run_blocks(
+        blocks,
+        args.modes,
+        args.json,
+        prior=prior,
+        retry_failed=args.retry_failed,
+        budget=args.budget,
+        first=args.compile_first,
+    )
 
 
 if __name__ == "__main__":

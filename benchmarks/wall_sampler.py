@@ -10,7 +10,13 @@ functions on the stack the longest (inclusive wall seconds).
     with WallSampler() as sampler:
         compile_and_run()
     print(sampler.report())
+
+``benchmarks.compile --sample PATH`` samples each child's compile so; the seconds of
+chosen frames in each compile it sampled:
+
+    python -m benchmarks.wall_sampler PATH.folded.gz --frames selection.py:decide,graph.py:run
 """
+
 from __future__ import annotations
 
 import collections
@@ -18,7 +24,8 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 Frame = str  # "file.py:function"
 
@@ -52,7 +59,7 @@ class WallSampler:
         self._thread: threading.Thread | None = None
         self._t0 = 0.0
 
-    def __enter__(self) -> "WallSampler":
+    def __enter__(self) -> WallSampler:
         self.thread_id = self.thread_id or threading.get_ident()
         self._t0 = time.perf_counter()
         self._thread = threading.Thread(target=self._run, name="wall_sampler", daemon=True)

@@ -8,7 +8,9 @@ The parent compiles kernel_a first (on the bundled ptxas), has a worker compile 
 on ``OTHER`` (``TRITON_PTXAS_PATH``, as Inductor's workers set it), then compiles
 kernel_b itself, after ``environment.align_triton_ptxas`` with ``align`` (then undoes the
 alignment and aligns again, and compiles kernel_b once more); it prints JSON lines: how
-many compile stages ran each time (0: found in the on-disk cache)."""
+many compile stages ran each time (0: found in the on-disk cache). ``pool_scenario.py``
+counts its stages with ``count_stages`` too."""
+
 from __future__ import annotations
 
 import functools
@@ -21,8 +23,29 @@ import triton
 import triton.language as tl
 from triton.backends.compiler import GPUTarget
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
-import precompile_probe as probe  # noqa: E402
+#: Compile stages (make_ttir ... make_cubin) this process has run: a miss runs every
+#: stage, a hit in Triton's on-disk cache none.
+STAGES_RUN = [0]
+
+
+def count_stages() -> None:
+    """Count every compile stage Triton's CUDA backend runs in this process, through the
+    stage table it hands each compile (``CUDABackend.add_stages``)."""
+    from triton.backends.nvidia.compiler import CUDABackend
+
+    add_stages = CUDABackend.add_stages
+
+    def counted_stages(self, stages, *args, **kwargs):
+        add_stages(self, stages, *args, **kwargs)
+        for name, stage in list(stages.items()):
+
+            def counted(*a, _stage=stage, **k):
+                STAGES_RUN[0] += 1
+                return _stage(*a, **k)
+
+            stages[name] = counted
+
+    CUDABackend.add_stages = counted_stages
 
 
 @triton.jit
@@ -36,10 +59,11 @@ def kernel_b(x, n: tl.constexpr):
 
 
 def stages_run(fn) -> int:
-    """Compile ``fn`` for sm_90; the number of compile stages that ran (the probe's count)."""
+    """Compile ``fn`` for sm_90; the number of compile stages that ran."""
     src = triton.compiler.ASTSource(fn=fn, signature={"x": "*fp32", "n": "constexpr"}, constexprs={"n": 16})
+    before = STAGES_RUN[0]
     triton.compile(src, target=GPUTarget("cuda", 90, 32))
-    return [e for e in probe.EVENTS if e["kind"] == "triton.compile"][-1]["stages_run"]
+    return STAGES_RUN[0] - before
 
 
 def parent(other: str, align: bool) -> None:
@@ -51,7 +75,8 @@ def parent(other: str, align: bool) -> None:
     subprocess.run([sys.executable, __file__, "worker"], env={**os.environ, "TRITON_PTXAS_PATH": other}, check=True)
     change = None
     if align:  # torch's own ptxas stands in for OTHER; torch runs its setter once (functools.cache)
-        compile_tasks._set_triton_ptxas_path = functools.cache(lambda: os.environ.setdefault("TRITON_PTXAS_PATH", other))
+        setter = functools.cache(lambda: os.environ.setdefault("TRITON_PTXAS_PATH", other))
+        compile_tasks._set_triton_ptxas_path = setter
         change = environment.align_triton_ptxas()
     else:
         os.environ["TRITON_PTXAS_PATH"] = other  # as Inductor sets it at its first in-process compile
@@ -67,7 +92,7 @@ def parent(other: str, align: bool) -> None:
 
 
 if __name__ == "__main__":
-    probe.install()
+    count_stages()
     if sys.argv[1] == "worker":
         assert stages_run(kernel_b) > 0
     else:

@@ -1,19 +1,21 @@
-"""What the device runs, checked here first (no GPU): every config the benchmarks and
-the probe would build is valid, so no device time is lost to a typo."""
+"""What the device runs, checked here first (no GPU): every config the benchmarks would
+build is valid, the benchmarks' pure parts compute what they say, and the performance
+page is what its generator makes of the committed results."""
+
 from __future__ import annotations
 
 import json
-import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from inductor_cutedsl.bench.gemm import SHAPES, plan_specs
+from benchmarks import compile as compile_bench
+from benchmarks import distributed, fp8, models, wall_sampler
+from benchmarks.gemm import SHAPES, plan_specs
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import kernel_probe  # noqa: E402
-import timing_probe  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_gemm_benchmark_plans_valid_specs_with_stream_k_candidates():
@@ -24,42 +26,8 @@ def test_gemm_benchmark_plans_valid_specs_with_stream_k_candidates():
         assert any(s.config.stream_k for s in specs)
 
 
-def test_probe_configs_are_valid_and_twins_differ_only_as_named():
-    for cfg in kernel_probe.VARIANTS:
-        assert cfg.invalid_reason() is None, cfg.name()
-    for shape in SHAPES:
-        twins = kernel_probe.twins(*shape)
-        assert set(twins) == {"stream_k", "whole_tile_staging"}
-        for base, variant in twins.values():
-            assert base.invalid_reason() is None and variant.invalid_reason() is None
-            assert base != variant and base.tile_m == variant.tile_m and base.swizzle == variant.swizzle
-    fused = kernel_probe.FUSED
-    assert sorted(name.removesuffix("_pairs") for name in fused) == sorted(
-        ["relu_residual", "relu_residual", "silu_gate", "silu_gate"]
-    )
-    assert {e.operands[0].pairs for e in fused.values()} == {False, True}
-
-
-def test_probe_operand_layouts_meet_the_paired_declaration():
-    """The probe hands its residual straight to the kernel (no launcher check): it
-    must be contiguous with an even N, as the pairs declaration assumes."""
-    from inductor_cutedsl.runtime.support import operand_args, pairs_reason
-
-    for m, n, _ in kernel_probe.FUSED_SHAPES:
-        residual = torch.empty(m, n, dtype=torch.bfloat16)
-        assert pairs_reason(operand_args(residual, None, 1, m, n), n) is None
-
-
-def test_timing_probe_protocols_time_both_gemms():
-    for order in timing_probe.PROTOCOLS.values():
-        assert {"ours", "cublas"} <= set(order) and len(set(order)) == len(order)
-    assert {shortlist_shape[:2] for shortlist_shape in timing_probe.SHAPES} <= {s[:2] for s in SHAPES}
-
-
 def test_fp8_benchmark_plans_kernels_that_can_be_built():
     pytest.importorskip("cutlass")
-    import fp8
-
     from inductor_cutedsl.kernels.sm90_gemm import Sm90Gemm
 
     for shape in fp8.SHAPES:
@@ -78,16 +46,13 @@ def test_fp8_benchmark_plans_kernels_that_can_be_built():
 
 
 def test_fp8_block_quantizes_every_linear_row_wise():
-    import fp8
-    import models
-
     block, _ = models.make_block("llama", "small", device="cpu", dtype=torch.float32, scale=8)
     linears = [m for m in block.modules() if isinstance(m, torch.nn.Linear)]
     q = fp8.quantized(block)
     assert not any(isinstance(m, torch.nn.Linear) for m in q.modules())
     layers = [m for m in q.modules() if isinstance(m, fp8.Fp8Linear)]
     assert len(layers) == len(linears)
-    for layer, linear in zip(layers, linears):
+    for layer, linear in zip(layers, linears, strict=True):
         n, k = linear.weight.shape
         assert layer.wq.dtype == torch.float8_e4m3fn and layer.wq.shape == (n, k) and layer.w_scale.shape == (1, n)
         dequant = layer.wq.float() * layer.w_scale.t()
@@ -95,81 +60,7 @@ def test_fp8_block_quantizes_every_linear_row_wise():
         assert err < 0.05, err  # e4m3: 3 mantissa bits
 
 
-def test_compile_in_process_records_what_a_late_compile_carries():
-    import gc
-
-    import compile_in_process as cip
-    import models
-
-    state = cip.process_state()
-    assert state["gc_objects"] > 0 and state["rss_mb"] > 0 and state["threads"] >= 1 and state["children"] >= 0
-    with models.GcTimer() as timer:
-        gc.collect()
-    assert timer.passes[2] >= 1 and timer.seconds >= 0
-    assert timer not in gc.callbacks
-
-
-def test_compile_in_process_runs_the_backends_asked_for(tmp_path):
-    import compile_in_process as cip
-
-    out = tmp_path / "cip.json"
-    result = cip.main(["--smoke", "--backends", "stock", "--before", "", "--json", str(out), "--timeout", "300"])
-    assert "ours" not in result and json.loads(out.read_text()) == result
-    fresh, late = result["stock"]["fresh"], result["stock"]["late"]
-    assert len(fresh) == len(late) == 1 and all(c["seconds"] > 0 for c in fresh + late)
-    with pytest.raises(SystemExit):
-        cip.main(["--smoke", "--backends", "stock,theirs"])
-
-
-def test_compile_in_process_samples_each_compile_when_asked(tmp_path):
-    import compile_in_process as cip
-    import wall_sampler
-
-    sample = tmp_path / "samples.txt"
-    result = cip.main(["--smoke", "--backends", "stock", "--before", "a:b:inference", "--timeout", "300",
-                       "--sample", str(sample)])  # fmt: skip
-    records = result["stock"]["fresh"] + result["stock"]["late"]
-    assert len(records) == 3
-    for record in records:  # every compile carries which threads compiled what
-        assert record["triton_compiles"]["template_compiles_in_main_thread"] == 0
-    headers = [h for h, _ in wall_sampler.read_folded(f"{sample}.folded.gz")]
-    assert [h.split(":")[0] for h in headers] == ["stock vit", "stock a", "stock vit"]
-    assert "(fresh)" in headers[0] and "(late 2 of 2)" in headers[2]
-    assert sample.read_text().count("samples every") == 3
-
-
-def test_precompile_probe_tells_a_compile_from_a_cache_hit(tmp_path, monkeypatch):
-    import precompile_probe as probe
-    import triton
-    import triton.language as tl
-    from triton.backends.compiler import GPUTarget
-
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(probe, "EVENTS", [])
-    probe.install()
-
-    @triton.jit
-    def triton_mm(x, n: tl.constexpr):
-        tl.store(x + tl.arange(0, n), tl.arange(0, n))
-
-    src = triton.compiler.ASTSource(fn=triton_mm, signature={"x": "*fp32", "n": "constexpr"}, constexprs={"n": 16})
-    try:
-        for _ in range(2):  # a miss (every stage runs), then a hit (none)
-            triton.compile(src, target=GPUTarget("cuda", 90, 32))
-    finally:
-        probe.uninstall()
-    assert triton.compile.__module__ == "triton.compiler.compiler"
-    compiles = [e for e in probe.EVENTS if e["kind"] == "triton.compile"]
-    assert [e["stages_run"] > 0 for e in compiles] == [True, False]
-    assert compiles[0]["file"] == "test_benchmarks.py" and compiles[0]["thread"] == "MainThread"
-    summary = probe.summary(probe.EVENTS)
-    assert summary["template_compiles_in_main_thread"] == 1 and summary["misses_by_thread"]["MainThread"]["compiles"] == 1
-    assert list(summary["main_thread"]) == ["triton_mm test_benchmarks.py"]
-
-
 def test_distributed_benchmark_rows_take_each_rounds_slowest_rank():
-    import distributed
-
     args = distributed.parse_args(["--wrap", "fsdp2", "--block", "llama:small", "--rounds", "2"])
     assert (args.wrap, args.family, args.size, args.rounds, args.cold) == (["fsdp2"], "llama", "small", 2, True)
     with pytest.raises(SystemExit):
@@ -189,35 +80,14 @@ def test_distributed_benchmark_rows_take_each_rounds_slowest_rank():
 
 
 def test_distributed_benchmark_says_it_needs_a_gpu(capsys):
-    import distributed
-
     if torch.cuda.is_available():
         pytest.skip("has a GPU")
     assert distributed.main(["--wrap", "ddp"]) is None and "needs a CUDA GPU" in capsys.readouterr().out
 
 
-def test_duty_probe_sizes_copies_and_finds_configs():
-    import duty_probe
-
-    assert duty_probe.copy_elements(1.0, 1.0) == 0
-    assert duty_probe.copy_elements(0.5, 0.5) == int(0.5e-3 * duty_probe.COPY_BYTES_PER_S / 4)
-    assert duty_probe.copy_elements(0.5, 0.25) == 3 * duty_probe.copy_elements(0.5, 0.5)
-    for shape in duty_probe.SHAPES:
-        picked = duty_probe.configs(*shape, None)
-        assert len(picked) == 3 and all(c.invalid_reason() is None for c in picked)
-        assert duty_probe.configs(*shape, [picked[1].name()]) == [picked[1]]
-    with pytest.raises(SystemExit, match="not in the shortlist"):
-        duty_probe.configs(4096, 16384, 3072, ["no_such_config"])
-    rows = [{"kernel": "nvjet_gemm", "ms": 1.0}, {"kernel": "copy_kernel", "ms": 0.5}]
-    assert duty_probe.gemm_us(rows, {"copy_kernel"}, reps=20) == 50.0
-
-
 def _gather_rank(rank: int, rendezvous: str, out: str) -> None:
     import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    import distributed
 
     dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=2)
     try:
@@ -230,7 +100,7 @@ def _gather_rank(rank: int, rendezvous: str, out: str) -> None:
         for tensors in (list(block.parameters()), [p.grad for p in block.parameters()]):  # grads: DTensors too
             host = distributed.full_tensors(tensors, via_host=True)
             whole = distributed.full_tensors(tensors, via_host=False)
-            same += [(h.shape == w.shape and torch.equal(h, w)) for h, w in zip(host, whole)]
+            same += [(h.shape == w.shape and torch.equal(h, w)) for h, w in zip(host, whole, strict=True)]
         torch.save(same, f"{out}/rank{rank}.pt")
     finally:
         dist.destroy_process_group()
@@ -250,9 +120,6 @@ def test_distributed_gathers_fsdp2_shards_through_the_host_as_full_tensor_does(t
 def _sampled_wait():
     """A sampler's record of 0.2 s busy, a 0.6 s wait for a timer, 0.1 s busy."""
     import threading
-    import time
-
-    import wall_sampler
 
     took = {}
 
@@ -291,7 +158,7 @@ def test_wall_sampler_finds_where_the_thread_waited_and_for_how_long():
     assert abs(longest["seconds"] - wait_s) <= slack and abs(longest["start_s"] - flag_at) <= slack, longest
     inclusive = dict(sampler.inclusive())
     assert abs(inclusive["test_benchmarks.py:waits_for_a_future"] - wait_s) <= slack
-    assert 0.1 <= inclusive["test_benchmarks.py:busy"]
+    assert inclusive["test_benchmarks.py:busy"] >= 0.1
     assert "waits_for_a_future" in sampler.report()
     folded = dict(line.rsplit(" ", 1) for line in sampler.folded().splitlines())
     assert sum(map(int, folded.values())) == len(sampler.samples)
@@ -301,8 +168,6 @@ def test_wall_sampler_finds_where_the_thread_waited_and_for_how_long():
 def test_folded_samples_read_back_per_compile(tmp_path, capsys):
     """``--sample`` appends a gzip member per compile (header, folded stacks); the
     reader gives each compile's inclusive seconds of named frames."""
-    import wall_sampler
-
     sampler = _sampled_wait()
     path = tmp_path / "samples.txt.folded.gz"
     for spec in ("vit:small:inference:max-autotune:stock", "vit:small:inference:max-autotune:ours"):
@@ -317,3 +182,239 @@ def test_folded_samples_read_back_per_compile(tmp_path, capsys):
     wall_sampler.main([str(path), "--frames", frame, "--interval", str(sampler.interval)])
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == ["stock", "ours"] and out[2].startswith(frame)
+
+
+# --- benchmarks/compile.py --------------------------------------------------------------
+
+
+def test_compile_rows_parse_and_refuse(capsys):
+    args = compile_bench.parser().parse_args([])
+    assert [b.name for b in args.rows] == [f"{family}:small:inference" for family in models.FAMILIES]
+    assert (args.pairs, args.mode, args.default_stock, args.warm_kernels) == (2, models.CUDAGRAPHS, False, False)
+    args = compile_bench.parser().parse_args(["--rows", "gpt2:small,llama:prefill:train,gpt2:small:inference",
+                                              "--pairs", "3", "--default-stock", "--warm-kernels"])  # fmt: skip
+    assert [b.name for b in args.rows] == ["gpt2:small:inference", "llama:prefill:train"]
+    assert (args.pairs, args.default_stock, args.warm_kernels) == (3, True, True)
+    for argv, message in ((["--rows", "qwen2:small:train"], "trains only"), (["--rows", "gpt5:small"], "unknown block"),
+                          (["--pairs", "0"], "not a positive"), (["--rows", ","], "no row")):  # fmt: skip
+        with pytest.raises(SystemExit):
+            compile_bench.parser().parse_args(argv)
+        assert message in capsys.readouterr().err
+
+
+def test_compile_plan_alternates_the_order_and_skips_what_was_measured():
+    gpt2, bert = models.BlockId.parse("gpt2:small:inference"), models.BlockId.parse("bert:small:inference")
+    sides = ["fair_stock", "ours", "default_stock"]
+    plan = compile_bench.cold_plan([gpt2, bert], 2, sides)
+    assert [(b.family, side[:4], i) for b, side, i in plan] == [
+        ("gpt2", "fair", 0), ("gpt2", "ours", 0), ("gpt2", "defa", 0),
+        ("bert", "fair", 0), ("bert", "ours", 0), ("bert", "defa", 0),
+        ("gpt2", "defa", 1), ("gpt2", "ours", 1), ("gpt2", "fair", 1),
+        ("bert", "defa", 1), ("bert", "ours", 1), ("bert", "fair", 1)]  # fmt: skip
+    runs = {"gpt2:small:inference": {"fair_stock": [{}, {}], "ours": [{}]}}
+    left = compile_bench.pending(plan, runs)
+    assert [(b.family, side[:4], i) for b, side, i in left if b.family == "gpt2"] == [
+        ("gpt2", "defa", 0), ("gpt2", "defa", 1), ("gpt2", "ours", 1)]  # fmt: skip
+    assert len(left) == 9
+    assert [(b.family, i) for b, _, i in compile_bench.warm_plan([gpt2, bert], 2)] == [
+        ("gpt2", 0), ("bert", 0), ("gpt2", 1), ("bert", 1)]  # fmt: skip
+
+
+def _report(seconds, builds=0, **phases):
+    return {"compile_s": seconds, "process_s": seconds + 5.0, "cutedsl_builds": builds, "phases": phases}
+
+
+def test_compile_ratio_is_ours_over_fair_stock_of_the_medians():
+    runs = {
+        "default_stock": [_report(40.0), _report(41.0), _report(42.0)],
+        "ours": [_report(30.0, 6, compile_fx_inner=20.0), _report(22.0, 6, compile_fx_inner=14.0),
+                 _report(24.0, 7, compile_fx_inner=15.0)],
+        "fair_stock": [_report(20.0, compile_fx_inner=12.0), _report(16.0, compile_fx_inner=10.0),
+                       _report(18.0, compile_fx_inner=11.0, GraphLowering_run=4.0)],
+        "ours_warm_kernels": [_report(19.0, 1), _report(21.0, 0)],
+    }  # fmt: skip
+    runs["ours"][0]["ours_s"] = {"build_wait": 3.0}
+    row = compile_bench.row_summary("gpt2:small:inference", runs)
+    assert row["median_compile_s"] == {"fair_stock": 18.0, "ours": 24.0, "default_stock": 41.0,
+                                       "ours_warm_kernels": 20.0}  # fmt: skip
+    assert row["compile_ratio"] == round(24.0 / 18.0, 4) and row["compile_ratio_warm_kernels"] == round(20 / 18, 4)
+    assert row["compile_ratio_vs_default_stock"] == round(24.0 / 41.0, 4)
+    assert row["process_ratio"] == round(29.0 / 23.0, 4) and row["median_cutedsl_builds"]["ours"] == 6
+    assert row["compiles"] == {"fair_stock": 3, "ours": 3, "default_stock": 3, "ours_warm_kernels": 2}
+    # A phase a compile did not go through counts 0 in its side's median; ours' counters too.
+    assert row["phases_median_s"]["fair_stock"] == {"compile_fx_inner": 11.0, "GraphLowering_run": 0.0}
+    assert row["phases_median_s"]["ours"] == {"compile_fx_inner": 15.0, "ours.build_wait": 0.0}
+    other = compile_bench.row_summary("bert:small:inference", {"fair_stock": [_report(10.0)], "ours": [_report(15.0)]})
+    assert other["compile_ratio_warm_kernels"] is None and other["compile_ratio"] == 1.5
+    result = compile_bench.summarize([row, other], {"device": "H200"})
+    assert result["compile_ratio_geomean"] == round((24 / 18 * 1.5) ** 0.5, 4) and result["compile_ratio_max"] == 1.5
+    assert result["compile_ratio_warm_kernels_geomean"] == round(20 / 18, 4) and result["device"] == "H200"
+    empty = compile_bench.summarize([], {})
+    assert empty["compile_ratio_geomean"] is None and empty["compile_ratio_max"] is None
+
+
+def test_a_compile_child_starts_from_the_environment_without_our_install(monkeypatch, tmp_path):
+    """Fair stock keys on torch's ptxas as its workers do; neither ours nor default stock
+    inherits the ptxas this process's install set; the backend is on for ours only."""
+    import os
+
+    import inductor_cutedsl
+    from inductor_cutedsl.compat import environment
+
+    monkeypatch.delenv("TRITON_PTXAS_PATH", raising=False)
+    monkeypatch.setenv("INDUCTOR_CUTEDSL_ENABLED", "0")  # the user's: ours' child must still be ours
+
+    def align():  # as torch's setter does where torch ships a ptxas
+        os.environ["TRITON_PTXAS_PATH"] = "/ours/ptxas"
+        return environment.EnvChange("TRITON_PTXAS_PATH", "/ours/ptxas")
+
+    monkeypatch.setattr(environment, "align_triton_ptxas", align)
+    torch_ptxas = tmp_path / "bin" / "ptxas"
+    monkeypatch.setattr(compile_bench, "torch_ptxas", lambda: str(torch_ptxas))
+    dirs = {key: str(tmp_path / key) for key in compile_bench.CACHE_DIRS}
+    inductor_cutedsl.disable()
+    try:
+        inductor_cutedsl.enable()  # Inductor is imported: the whole install, the alignment with it
+        assert os.environ["TRITON_PTXAS_PATH"] == "/ours/ptxas"
+        envs = {side: compile_bench.child_environment(side, dirs) for side in compile_bench.SIDES}
+        assert envs["fair_stock"]["TRITON_PTXAS_PATH"] == str(torch_ptxas)
+        for side in ("ours", "default_stock", "ours_warm_kernels"):
+            assert "TRITON_PTXAS_PATH" not in envs[side], side
+        assert {side: env["INDUCTOR_CUTEDSL_ENABLED"] for side, env in envs.items()} == {
+            "fair_stock": "0", "ours": "1", "default_stock": "0", "ours_warm_kernels": "1"}  # fmt: skip
+        assert all(env[key] == dirs[key] for env in envs.values() for key in dirs)
+        monkeypatch.setattr(compile_bench, "torch_ptxas", lambda: None)  # a torch that ships none
+        assert "TRITON_PTXAS_PATH" not in compile_bench.child_environment("fair_stock", dirs)
+    finally:
+        inductor_cutedsl.disable()
+        monkeypatch.undo()
+        inductor_cutedsl.enable()
+
+
+def test_a_compile_run_gives_every_child_empty_caches_and_warm_ones_the_other_rows_kernels(monkeypatch, tmp_path):
+    """The whole run with fake children: each child's caches are new and empty, except a
+    warm-kernel child's kernel cache, which holds what ours built for the other rows
+    (its own copy); the result is rewritten as it goes and a resumed run adds nothing."""
+    seen = []
+
+    def json_process(args, env, timeout):
+        spec = args[args.index("--child") + 1]
+        row, side = spec.rsplit(":", 2)[0], spec.rsplit(":", 1)[1]
+        dirs = [env[key] for key in compile_bench.CACHE_DIRS]
+        kernels = Path(env["INDUCTOR_CUTEDSL_CACHE_DIR"])
+        seen.append((row, side, dirs, sorted(p.name for p in kernels.iterdir())))
+        time.sleep(0.02)  # a process takes time: its whole wall time (process_s) is never 0
+        assert all(not any(Path(d).iterdir()) for d in dirs[:2])  # Inductor's and Triton's: empty
+        if side.startswith("ours"):
+            (kernels / f"{row}.o").write_text("kernel")
+        seconds = {"fair_stock": 20.0, "ours": 25.0, "default_stock": 30.0, "ours_warm_kernels": 22.0}[side]
+        return _report(seconds + len(seen) % 2, 3 if side == "ours" else 0)
+
+    monkeypatch.setattr(compile_bench, "json_process", json_process)
+    out = tmp_path / "compile.json"
+    argv = ["--rows", "gpt2:small,bert:small,vit:small", "--pairs", "2", "--default-stock", "--warm-kernels",
+            "--json", str(out)]  # fmt: skip
+    result = compile_bench.run(compile_bench.parser().parse_args(argv), {"device": "fake"})
+    assert json.loads(out.read_text()) == result and len(seen) == 3 * 2 * 3 + 3 * 2
+    every_dir = [d for _, _, dirs, _ in seen for d in dirs]
+    assert len(set(every_dir)) == len(every_dir)
+    for row, side, _, kernels in seen:
+        others = sorted(f"{r}:small:inference.o" for r in ("gpt2", "bert", "vit") if f"{r}:small:inference" != row)
+        assert kernels == (others if side == "ours_warm_kernels" else []), (row, side)
+    gpt2 = result["rows"][0]
+    assert gpt2["compiles"] == {"fair_stock": 2, "ours": 2, "default_stock": 2, "ours_warm_kernels": 2}
+    assert gpt2["compile_ratio"] == round(25.5 / 20.5, 4) and result["compile_ratio_max"] == gpt2["compile_ratio"]
+    assert result["compile_ratio_warm_kernels_geomean"] == round(22.5 / 20.5, 4) and result["mode"] == "max-autotune"
+    seen.clear()
+    again = compile_bench.run(compile_bench.parser().parse_args(argv + ["--resume", str(out)]), {"device": "fake"})
+    assert seen == [] and again["rows"] == result["rows"]
+
+
+def test_a_compile_run_refuses_a_stock_child_that_built_our_kernels(monkeypatch):
+    monkeypatch.setattr(compile_bench, "json_process", lambda args, env, timeout: _report(20.0, 2))
+    bid = models.BlockId.parse("gpt2:small:inference")
+    assert compile_bench.run_child(bid, models.CUDAGRAPHS, "ours", {}, 60)["cutedsl_builds"] == 2
+    with pytest.raises(RuntimeError, match="stock compile built 2 CuteDSL kernels"):
+        compile_bench.run_child(bid, models.CUDAGRAPHS, "fair_stock", {}, 60)
+
+
+def test_a_compile_run_within_a_budget_starts_nothing_it_cannot_finish(monkeypatch, capsys):
+    monkeypatch.setattr(compile_bench, "json_process", lambda args, env, timeout: pytest.fail("a child started"))
+    args = compile_bench.parser().parse_args(["--rows", "gpt2:small", "--budget", "0"])
+    assert compile_bench.run(args, {})["rows"] == []
+    assert "not started (run again with --resume): gpt2:small:inference fair_stock #1" in capsys.readouterr().out
+
+
+def test_compile_phase_seconds_sum_each_timed_phase(monkeypatch):
+    """Dynamo's timed phases, summed per phase: what a child reports phase by phase."""
+    from torch._dynamo import utils
+
+    monkeypatch.setattr(utils, "compilation_time_metrics", {"compile_fx_inner": [1.5, 2.0], "GraphLowering.run": [0.5]})
+    assert compile_bench.phase_seconds() == {"compile_fx_inner": 3.5, "GraphLowering.run": 0.5}
+
+
+def test_a_compile_child_reports_where_our_seconds_went():
+    """Every stage of ours that can hold a compile up has its counter."""
+    seconds = compile_bench.our_seconds()
+    assert set(seconds) == {"build_wait", "autotune_ours", "fair_timing", "selection", "selection_builds",
+                            "selection_modules", "gated"}  # fmt: skip
+    assert all(isinstance(v, float) and v >= 0 for v in seconds.values())
+
+
+def test_compile_events_say_when_inductors_pool_is_ready_and_our_workers_started(monkeypatch):
+    """A sampled child's events read Inductor's pool-readiness future and our worker pool."""
+    import concurrent.futures
+
+    from torch._inductor.async_compile import AsyncCompile
+
+    from inductor_cutedsl.runtime import workers
+
+    events = compile_bench.compile_events()
+    monkeypatch.setattr(AsyncCompile, "_ready_future", None)
+    assert not events["inductor_pool_ready"]()
+    pending: concurrent.futures.Future = concurrent.futures.Future()
+    monkeypatch.setattr(AsyncCompile, "_ready_future", pending)
+    assert not events["inductor_pool_ready"]()
+    pending.set_result("ready")
+    assert events["inductor_pool_ready"]()
+    monkeypatch.setattr(workers, "_pool", None)
+    assert not events["cutedsl_workers_started"]()
+    monkeypatch.setattr(workers, "_pool", object())
+    assert events["cutedsl_workers_started"]()
+
+
+def test_the_compile_benchmark_says_it_needs_a_gpu(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("has a GPU")
+    assert compile_bench.main(["--rows", "gpt2:small"]) is None and "needs a CUDA GPU" in capsys.readouterr().out
+
+
+# --- docs/performance.md, generated from the results --------------------------------------
+
+
+def test_the_performance_page_is_what_the_committed_results_give():
+    """Regenerated from benchmarks/results/*.json, the page is the committed one: a new
+    result (or an edit of the page by hand) fails here until `python -m tools.perf_doc`
+    is run."""
+    from tools import perf_doc
+
+    assert perf_doc.render() == (ROOT / "docs" / "performance.md").read_text()
+
+
+def test_the_performance_page_shows_each_files_figures_and_refuses_a_file_it_has_no_section_for(tmp_path):
+    import shutil
+
+    from tools import perf_doc
+
+    results = tmp_path / "results"
+    shutil.copytree(ROOT / "benchmarks" / "results", results)
+    gemm = json.loads((results / "h200-gemm.json").read_text())
+    gemm["geomean_vs_cublas"], gemm["rows"][0]["config"] = 1.2345, "a_config_of_its_own"
+    (results / "h200-gemm.json").write_text(json.dumps(gemm))
+    (results / "h200-compile.json").unlink(missing_ok=True)
+    page = perf_doc.render(results)
+    assert "| cuBLAS / ours, geomean | 1.2345 | `geomean_vs_cublas` |" in page and "`a_config_of_its_own`" in page
+    assert "## Cold compile time (`h200-compile.json`)\n\nNot measured yet: `python -m benchmarks.compile" in page
+    (results / "h200-probe.json").write_text("{}")
+    with pytest.raises(SystemExit, match="without a section in tools/perf_doc.py: h200-probe.json"):
+        perf_doc.render(results)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import faulthandler
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -37,7 +36,6 @@ SLACK, FLOOR = 2.0, 1e-2
 #: running into the caller's time limit with nothing to show (each rank compiles twice
 #: with max-autotune, both ranks on one GPU over gloo: minutes).
 RANK_DEADLINE_S = 480
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 
 def _train(wrap: str, label: str, rank: int, log) -> dict:
@@ -45,8 +43,8 @@ def _train(wrap: str, label: str, rank: int, log) -> dict:
     ("reference": float64 and eager): losses, the first step's gradients (from the same
     weights in every run) and the whole run's parameter updates. ``log(stage)`` marks
     progress in the rank's log (a crash names the last stage)."""
-    import distributed
-    from models import backend
+    from benchmarks import distributed
+    from benchmarks.models import backend
 
     torch._dynamo.reset()
     with backend("ours" if label == "ours" else "stock"):

@@ -15,8 +15,6 @@ from inductor_cutedsl.kernels import epilogue as E
 from inductor_cutedsl.runtime import KernelSpec, gemm_reason
 from test_epilogue_sass import sass_script_stats
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
 FP8 = "float8_e4m3fn"
 
 
@@ -254,10 +252,22 @@ def test_scaled_epilogue_with_a_result_scale_divides_last():
     assert "fdiv(acc * ops[0] * ops[1], ops[2])" in E.scaled("row", "row", scale_result=True).source
 
 
+def output_factor(device: str, scale_result: float | None, out_dtype: torch.dtype) -> float:
+    """The factor ``torch._scaled_mm`` applies to the product, by least squares against
+    it in float64 (unit scales; ``scale_result`` as given)."""
+    torch.manual_seed(0)
+    a = torch.randn(64, 128, device=device).to(torch.float8_e4m3fn)
+    b = torch.randn(64, 128, device=device).to(torch.float8_e4m3fn).t()
+    one = torch.ones((), device=device)
+    kw = {} if scale_result is None else {"scale_result": torch.tensor(scale_result, device=device)}
+    y = torch._scaled_mm(a, b, one, one, out_dtype=out_dtype, **kw).double()
+    ref = a.double() @ b.double()
+    return ((y * ref).sum() / (ref * ref).sum()).item()
+
+
 def test_torch_divides_an_fp8_output_by_scale_result_and_ignores_it_otherwise():
     """The semantics ``scaled`` follows, read from torch's own CPU kernel: if a torch
     release changes them, this fails before a GPU run disagrees."""
-    from scale_result_probe import output_factor  # benchmarks/: the GPU side of the same question
 
     def factor(out_dtype, sr):
         try:

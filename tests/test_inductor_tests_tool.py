@@ -1,15 +1,14 @@
-"""``benchmarks/inductor_tests.py`` on CPU (``--cpu``), on a small stand-in for PyTorch's
-test files: outcomes per mode, the comparison, ``--together`` and ``--resume``."""
+"""``tools/inductor_tests`` on CPU (``--cpu``), on a small stand-in for PyTorch's test
+files: outcomes per mode, the comparison, ``--together`` and ``--resume``."""
+
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import inductor_tests  # noqa: E402
+from tools.inductor_tests import inductor_tests
 
-STAND_IN = '''
+STAND_IN = """
 import sys
 
 from torch._inductor import config
@@ -31,7 +30,7 @@ def test_backends_keep_the_token():
     with config.patch(max_autotune_gemm_backends="TRITON"):
         loaded = "inductor_cutedsl" in sys.modules
         assert ("CUTEDSL" in config.max_autotune_gemm_backends) == loaded
-'''
+"""
 
 
 def _run(tmp_path: Path, name: str, *extra: str) -> dict:
@@ -64,7 +63,7 @@ def test_modes_compared_together_then_resumed(tmp_path):
     assert second["comparison"]["compared"] == 4
 
 
-CUT_SHORT = '''
+CUT_SHORT = """
 import time
 
 
@@ -74,7 +73,7 @@ def test_fails_early():
 
 def test_runs_past_the_budget():
     time.sleep(300)
-'''
+"""
 
 
 def test_a_run_cut_short_keeps_failure_messages(tmp_path):
@@ -135,7 +134,7 @@ def test_a_failure_keeps_its_exception_line_however_long_the_dump_below_it():
     """Inductor's lowering errors print the exception first and then dozens of lines of
     IR: the excerpt keeps the "E" lines from the top and the end, and the headline is the
     line that names the error."""
-    from inductor_tests_reporter import excerpt, headline
+    from tools.inductor_tests.inductor_tests_reporter import excerpt, headline
 
     text = "\n".join(
         ["test_x.py:12: in test_y", "    f(a)",

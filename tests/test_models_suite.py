@@ -1,28 +1,24 @@
 """The model suite (benchmarks/models.py) without a GPU: the blocks, the reading of
 Inductor's wrapper code for the fusion bound, the summary and merging of result files,
 the command line, and one whole run with the GPU measurements faked."""
+
 from __future__ import annotations
 
 import json
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import models  # noqa: E402
-
-from inductor_cutedsl import is_enabled  # noqa: E402
+from benchmarks import models
+from inductor_cutedsl import is_enabled
 
 TINY = 16  # the widths' divisor on the CPU (every family keeps whole heads)
 SUMMARY_KEYS = {
     "gpu_speedup_geomean", "gpu_speedup_min", "gpu_bound_geomean",
     "wall_speedup_geomean_cudagraphs", "wall_speedup_min_cudagraphs",
-    "wall_speedup_geomean_no_cudagraphs", "wall_speedup_min_no_cudagraphs",
-    "compile_ratio_geomean", "compile_ratio_max", "rows", "device", "torch",
+    "wall_speedup_geomean_no_cudagraphs", "wall_speedup_min_no_cudagraphs", "rows", "device", "torch",
 }  # fmt: skip
 
 
@@ -76,6 +72,32 @@ def test_block_ids_parse_and_refuse():
     assert models.BlockId.parse("gpt2:small:train").name == "gpt2:small:train"
     with pytest.raises(ValueError, match="unknown block"):
         models.BlockId.parse("gpt2:medium:train")
+
+
+def test_train_phases_drop_old_gradients_and_run_forward_then_backward():
+    w = torch.nn.Parameter(torch.ones(3))
+    x = torch.ones(3, requires_grad=True)
+    x.grad, w.grad = torch.zeros(3), torch.zeros(3)
+    forward, backward = models.train_phases(lambda t: (t * w).sum(), x, [w])
+    loss = forward()
+    assert x.grad is None and w.grad is None
+    backward(loss)
+    assert torch.equal(w.grad, torch.ones(3)) and torch.equal(x.grad, torch.ones(3))
+
+
+def test_train_phases_begin_a_cuda_graph_step_only_under_cuda_graphs(monkeypatch):
+    """Under CUDA graphs each step's forward starts a new graph-tree step (else the tree
+    keeps the previous step's outputs alive and re-records); without, it starts none."""
+    begun = []
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: begun.append(1))
+    x = torch.ones(2, requires_grad=True)
+    for cudagraphs, expected in ((False, 0), (True, 2)):
+        begun.clear()
+        step = models.make_step(lambda t: t.sum(), x, "train", [], cudagraphs)
+        step()
+        forward, _ = models.train_phases(lambda t: t.sum(), x, [], cudagraphs)
+        forward()
+        assert len(begun) == expected
 
 
 # --- reading the wrapper code ----------------------------------------------------------
@@ -155,7 +177,7 @@ OURS = """
         cutedsl_fused_mm_0.run(reinterpret_tensor(arg0_1, (4096, 1024), (1024, 1), 0), arg1_1, buf0, stream=stream0)
         buf1 = empty_strided_cuda((4096, 1024), (1024, 1), torch.bfloat16)
         triton_poi_fused_add_1.run(buf0, arg2_1, buf1, 4194304, stream=stream0)
-"""  # noqa: E501
+"""
 
 
 def test_bias_addmm_then_pointwise_in_place_counts():
@@ -260,12 +282,9 @@ def test_profiles_merge_to_medians_and_the_bound_counts_what_reads_gemms():
     assert [(g["kernel"][:9], g["ours"]) for g in gemms] == [("nvjet_gem", False), ("kernel_cu", True)]
 
 
-def _row(block, gpu, bound, cg, nocg, compile_ratio=None, **extra):
-    row = {"block": block, "gpu_us": {"stock": 100.0 * gpu, "ours": 100.0}, "gpu_speedup": gpu, "bound": bound,
-           "wall_speedup": {models.CUDAGRAPHS: cg, models.NO_CUDAGRAPHS: nocg}, **extra}  # fmt: skip
-    if compile_ratio is not None:
-        row.update(compile_ratio=compile_ratio, cold_compile_s={"stock": 20.0, "ours": 20.0 * compile_ratio})
-    return row
+def _row(block, gpu, bound, cg, nocg, **extra):
+    return {"block": block, "gpu_us": {"stock": 100.0 * gpu, "ours": 100.0}, "gpu_speedup": gpu, "bound": bound,
+            "wall_speedup": {models.CUDAGRAPHS: cg, models.NO_CUDAGRAPHS: nocg}, **extra}  # fmt: skip
 
 
 def test_summary_from_rows():
@@ -277,7 +296,6 @@ def test_summary_from_rows():
     assert result["gpu_speedup_min"] == 0.9 and result["wall_speedup_min_no_cudagraphs"] == 0.8
     assert result["gpu_bound_geomean"] == pytest.approx((1.2 * 1.1) ** 0.5, abs=1e-4)
     assert result["wall_speedup_geomean_cudagraphs"] == pytest.approx(1.05**0.5, abs=1e-4)
-    assert result["compile_ratio_geomean"] is None and result["compile_ratio_max"] is None
     json.dumps(result)
     assert models.summarize([], {})["gpu_speedup_geomean"] is None
 
@@ -287,8 +305,7 @@ def test_combine_merges_partial_runs(tmp_path, capsys):
                               {"block": "llama:small:inference", "error": "RuntimeError: out of time"}],
                              {"device": "H200", "torch": "2.11"})  # fmt: skip
     second = models.summarize([_row("llama:small:inference", 1.05, 1.1, 1.02, 0.95),
-                               {"block": "gpt2:small:inference", "cold_compile_s": {"stock": 20.0, "ours": 24.0},
-                                "compile_ratio": 1.2},
+                               {"block": "gpt2:small:inference", "host_us": {"stock": 300.0, "ours": 280.0}},
                                {"block": "gpt2:small:inference", "error": "a later failure"}],
                               {"device": None, "torch": None})  # fmt: skip
     paths = []
@@ -301,25 +318,11 @@ def test_combine_merges_partial_runs(tmp_path, capsys):
     assert set(combined) == SUMMARY_KEYS and combined["device"] == "H200"
     assert [r["block"] for r in combined["rows"]] == ["gpt2:small:inference", "llama:small:inference"]
     gpt2, llama = combined["rows"]
-    assert "error" not in gpt2 and gpt2["gpu_speedup"] == 1.2 and gpt2["compile_ratio"] == 1.2
+    assert "error" not in gpt2 and gpt2["gpu_speedup"] == 1.2 and gpt2["host_us"] == {"stock": 300.0, "ours": 280.0}
     assert "error" not in llama and llama["gpu_speedup"] == 1.05
-    assert combined["gpu_speedup_min"] == 1.05 and combined["compile_ratio_max"] == 1.2
+    assert combined["gpu_speedup_min"] == 1.05
     assert combined["gpu_speedup_geomean"] == pytest.approx((1.2 * 1.05) ** 0.5, abs=1e-4)
     assert "gpt2:small:inference" in capsys.readouterr().out
-
-
-def test_cold_pairs_of_one_block_pool_into_the_ratio_of_their_medians():
-    """One cold pair moves by tens of percent between runs: every pair measured for a
-    block counts, each once (combining a file with itself adds nothing)."""
-    measured = _row("vit:small:inference", 1.1, 1.05, 1.1, 0.9, compile_ratio=1.5)  # 20.0 / 30.0
-    later = [{"block": "vit:small:inference", "cold_compile_s": cold, "compile_ratio": cold["ours"] / cold["stock"]}
-             for cold in ({"stock": 24.0, "ours": 30.0}, {"stock": 28.0, "ours": 31.0})]  # fmt: skip
-    (row,) = models.merge_rows([measured, *later])
-    assert row["gpu_speedup"] == 1.1 and len(row["cold_compile_runs"]) == 3
-    assert row["compile_ratio"] == round(30.0 / 24.0, 4)  # medians: ours 30.0, stock 24.0
-    (again,) = models.merge_rows([row, *later])
-    assert again["cold_compile_runs"] == row["cold_compile_runs"] and again["compile_ratio"] == row["compile_ratio"]
-    assert models.summarize([again], {})["compile_ratio_max"] == round(30.0 / 24.0, 4)
 
 
 # --- the command line ------------------------------------------------------------------
@@ -436,6 +439,7 @@ def test_a_resumed_run_keeps_earlier_rows_and_measures_the_rest(tmp_path):
     prior = [_row("gpt2:small:inference", 1.3, 1.4, 1.2, 1.0),
              {"block": "vit:small:inference", "error": "RuntimeError: cut short"}]  # fmt: skip
     blocks = [models.BlockId("gpt2", "small", "inference"), models.BlockId("vit", "small", "inference")]
+
     def resumed(retry_failed):
         return models.run_blocks(blocks, list(models.MODES), str(tmp_path / "r.json"), probe=FakeProbe(), info={},
                                  prior=prior, retry_failed=retry_failed, device="cpu", dtype=torch.float32,
@@ -464,120 +468,6 @@ def test_a_budget_starts_only_the_blocks_expected_to_end_within_it(monkeypatch, 
     # The training block, expected to take twice the longest inference block, would end past the budget.
     assert [r["block"] for r in result["rows"]] == [names[0], names[1], names[3]]
     assert "not started (run again with --resume): gpt2:small:train" in capsys.readouterr().out
-
-
-def test_cold_compiles_run_in_fresh_processes_with_empty_caches(monkeypatch, tmp_path):
-    calls = []
-
-    def json_process(args, env, timeout):
-        calls.append((args, env))
-        backend = args[-1].rsplit(":", 1)[1]
-        report = {"compile_s": 20.0 if backend == "stock" else 25.0, "cutedsl_builds": 0 if backend == "stock" else 6,
-                  "phases": {"compile_fx_inner": 8.0 if backend == "stock" else 11.0}}  # fmt: skip
-        return report | ({"cutedsl_loaded": 4, "seconds_in": {"build_wait": 3.0}} if backend == "ours" else {})
-
-    monkeypatch.setattr(models, "json_process", json_process)
-    blocks = [models.BlockId("llama", "small", "train")]
-    measured = _row("llama:small:train", 1.1, 1.2, 1.0, 0.9)
-
-    def cold_run(prior):
-        return models.run_blocks(blocks, [models.CUDAGRAPHS], str(tmp_path / "cold.json"), cold=True, measure=False,
-                                 info={}, prior=prior)  # fmt: skip
-
-    result = cold_run([measured])
-    (row,) = result["rows"]
-    assert row["cold_compile_s"] == {"mode": models.CUDAGRAPHS, "stock": 20.0, "ours": 25.0, "ours_cutedsl_builds": 6,
-                                     "ours_cutedsl_loaded": 4, "ours_seconds_in": {"build_wait": 3.0},
-                                     "phases": {"stock": {"compile_fx_inner": 8.0},
-                                                "ours": {"compile_fx_inner": 11.0}}}  # fmt: skip
-    assert "ours built 6 kernels, loaded 4, ours' seconds in build_wait 3.0" in models._block_line(row)
-    assert row["compile_ratio"] == 1.25 and result["compile_ratio_max"] == 1.25 and row["gpu_speedup"] == 1.1
-    assert len(calls) == 2
-    assert cold_run(result["rows"])["rows"] == [row] and len(calls) == 2  # resumed: nothing left to run
-    assert [args[1:] for args, _ in calls] == [["--compile-once", f"llama:small:train:{models.CUDAGRAPHS}:{b}"]
-                                               for b in models.BACKENDS]  # fmt: skip
-    assert Path(calls[0][0][0]) == Path(models.__file__).resolve()
-    dirs = [env[key] for _, env in calls for key in models.COLD_CACHE_DIRS]
-    assert len(set(dirs)) == len(dirs)
-
-
-def test_a_cold_compile_reports_where_our_seconds_went():
-    """Every stage of ours that can hold a compile up has its counter, zero before any compile."""
-    seconds = models.our_seconds()
-    assert set(seconds) == {"build_wait", "autotune_ours", "fair_timing", "selection", "selection_builds",
-                            "selection_modules", "gated"}  # fmt: skip
-    assert all(isinstance(v, float) and v >= 0 for v in seconds.values())
-
-
-def test_compile_phase_seconds_sum_each_timed_phase(monkeypatch):
-    """Dynamo's timed phases, summed per phase: what a cold row sets ours against stock by."""
-    from torch._dynamo import utils
-
-    from inductor_cutedsl import _compat
-
-    monkeypatch.setattr(utils, "compilation_time_metrics", {"compile_fx_inner": [1.5, 2.0], "GraphLowering.run": [0.5]})
-    assert _compat.compile_phase_seconds() == {"compile_fx_inner": 3.5, "GraphLowering.run": 0.5}
-
-
-def test_compile_events_say_when_inductors_pool_is_ready_and_our_workers_started(monkeypatch):
-    """The cold sampler's events read the pool's readiness future, through ``_compat``."""
-    import concurrent.futures
-
-    from torch._inductor.async_compile import AsyncCompile
-
-    from inductor_cutedsl.runtime import workers
-
-    events = models.compile_events()
-    monkeypatch.setattr(AsyncCompile, "_ready_future", None)
-    assert not events["inductor_pool_ready"]()
-    pending: concurrent.futures.Future = concurrent.futures.Future()
-    monkeypatch.setattr(AsyncCompile, "_ready_future", pending)
-    assert not events["inductor_pool_ready"]()
-    pending.set_result("ready")
-    assert events["inductor_pool_ready"]()
-    monkeypatch.setattr(workers, "_pool", None)
-    assert not events["cutedsl_workers_started"]()
-    monkeypatch.setattr(workers, "_pool", object())
-    assert events["cutedsl_workers_started"]()
-
-
-def test_a_profiled_compile_writes_where_the_thread_spent_its_time(tmp_path):
-    import cProfile
-
-    def slow_phase():
-        return sum(i * i for i in range(20000))
-
-    profiler = cProfile.Profile()
-    with profiler:
-        slow_phase()
-    models.write_profile(profiler, str(tmp_path / "profile.txt"), lines=10)
-    text = (tmp_path / "profile.txt").read_text()
-    assert "Ordered by: cumulative time" in text and "Ordered by: internal time" in text
-    assert text.count("(slow_phase)") == 2
-    assert models.parser().parse_args(["--compile-once", "x", "--profile", "p.txt"]).profile == "p.txt"
-
-
-# --- the main job's --suite ---------------------------------------------------------------
-
-
-def test_suite_runs_one_small_inference_block_of_each_family():
-    from inductor_cutedsl.cli import suite
-
-    args = models.parser().parse_args(suite.suite_args("out.json"))
-    assert [b.name for b in models.select(args.blocks, args.runs)] == [
-        f"{family}:small:inference" for family in models.FAMILIES
-    ]
-    assert args.json == "out.json" and args.modes == list(models.MODES)
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="exercises the no-GPU path")
-def test_suite_without_gpu_says_so_and_fails(capsys, tmp_path):
-    from inductor_cutedsl import __main__ as entry
-
-    with pytest.raises(SystemExit) as exc:
-        entry.main(["--suite", "--json", str(tmp_path / "suite.json")])
-    assert "--suite needs a Hopper GPU: no CUDA GPU" in str(exc.value.code)
-    assert not (tmp_path / "suite.json").exists()
 
 
 # --- on the GPU: the measurements themselves (no compile) ---------------------------------
@@ -642,4 +532,3 @@ def test_loop_ms_times_back_to_back_calls_interleaved():
     out = models.GpuProbe.loop_ms(probe, {n: step(n) for n in calls}, calls=5, rounds=2)
     assert calls == {"stock": 12, "ours": 12}  # a warm-up call and five timed, per round
     assert out["stock"] > out["ours"] > 0.9
-

@@ -28,7 +28,7 @@ def test_subprocess_builds_are_found_after_disable_and_enable(tmp_path):
     env.update(POOL_SCENARIO_FAKE_GPU="1", TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
                TRITON_CACHE_DIR=str(tmp_path / "triton"), INDUCTOR_CUTEDSL_CACHE_DIR=str(tmp_path / "ours"),
                TORCHINDUCTOR_COMPILE_THREADS="2",
-               PYTHONPATH=os.pathsep.join([os.path.join(TESTS, "pool_site"), os.path.dirname(TESTS)]))  # fmt: skip
+               PYTHONPATH=os.pathsep.join([os.path.join(TESTS, "pool_site"), TESTS, os.path.dirname(TESTS)]))  # fmt: skip
     out = subprocess.run([sys.executable, os.path.join(TESTS, "pool_scenario.py")], env=env, capture_output=True,
                          text=True, timeout=900)  # fmt: skip
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]

@@ -1,22 +1,23 @@
 """Interleaved measurement order, and the benchmarks' side-by-side rounds (no GPU needed)."""
+
 from __future__ import annotations
 
 import collections
 
 import pytest
 
+from benchmarks import harness
 from inductor_cutedsl import timing
-from inductor_cutedsl.bench import report
-from inductor_cutedsl.timing import balanced_rounds, interleaved, rotations
+from inductor_cutedsl.timing import balanced_rounds, interleaved_rounds, rotations
 
 
-def test_rounds_follow_a_balanced_design_and_take_each_contenders_median():
+def test_rounds_follow_a_balanced_design_and_give_each_contender_its_own_rounds():
     order = []
     measures = {name: (lambda name=name: order.append(name) or len(order)) for name in "abc"}
-    times = interleaved(measures, 3)
+    times = interleaved_rounds(measures, 3)
     assert order == list("abccbabca")
-    # Each contender's median over its own three rounds.
-    assert times == {"a": 6, "b": 5, "c": 4}
+    # Each contender's three rounds, in order: a median of them is its figure.
+    assert times == {"a": [1, 6, 9], "b": [2, 5, 7], "c": [3, 4, 8]}
 
 
 @pytest.mark.parametrize("count", range(1, 8))
@@ -26,7 +27,7 @@ def test_each_contender_takes_every_position_and_follows_every_other_equally_oft
     assert all(sorted(r) == names for r in rounds)
     positions = collections.Counter((i, name) for r in rounds for i, name in enumerate(r))
     assert set(positions.values()) == {len(rounds) // count}
-    follows = collections.Counter(pair for r in rounds for pair in zip(r, r[1:]))
+    follows = collections.Counter(pair for r in rounds for pair in zip(r, r[1:], strict=False))
     assert len(follows) == count * (count - 1)
     assert len(set(follows.values())) <= 1
     # A longer run repeats the design.
@@ -37,7 +38,7 @@ def test_each_contender_takes_every_position_and_follows_every_other_equally_oft
 def test_side_by_side_runs_whole_designs(monkeypatch, count, asked, run):
     calls = []
     monkeypatch.setattr(timing, "bench", lambda fn, rep: calls.append(fn) or 1.0)
-    report.side_by_side({i: i for i in range(count)}, rounds=asked)
+    harness.side_by_side({i: i for i in range(count)}, rounds=asked)
     assert len(calls) == count * run
 
 
@@ -49,9 +50,13 @@ def test_a_measurement_without_a_length_takes_one_from_its_replays_time(monkeypa
     monkeypatch.setattr(timing, "bench", lambda fn, rep, warmup: asked.append((rep, warmup)) or fn())
     for kernel_ms in (0.001, 0.02, 0.1, 5.0):
         monkeypatch.setattr(timing, "replay_ms", lambda replay, ms=kernel_ms: ms)
-        assert timing.graph_median(lambda: lambda: kernel_ms)() == kernel_ms
-    assert asked == [(timing.MIN_REP_MS, timing.MIN_REP_MS), (6, 6), (30, timing.MAX_WARMUP_MS),
-                     (timing.MAX_REP_MS, timing.MAX_WARMUP_MS)]
+        assert timing.graph_median(lambda ms=kernel_ms: lambda: ms)() == kernel_ms
+    assert asked == [
+        (timing.MIN_REP_MS, timing.MIN_REP_MS),
+        (6, 6),
+        (30, timing.MAX_WARMUP_MS),
+        (timing.MAX_REP_MS, timing.MAX_WARMUP_MS),
+    ]
     timing.graph_median(lambda: lambda: 0, rep=7, warmup=2)()
     timing.graph_median(lambda: lambda: 0, max_ms=20)()
     assert asked[-2:] == [(7, 2), (20, 20)]

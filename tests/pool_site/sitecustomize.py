@@ -2,11 +2,9 @@
 scenario and Inductor's compile subprocesses, which inherit the path): Triton gets a
 stand-in CUDA driver for sm_90, so kernels compile without a GPU (nothing runs)."""
 import os
-import sys
 
 if os.environ.get("POOL_SCENARIO_FAKE_GPU") == "1":
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
-    import fake_hopper
+    import fake_hopper  # tests/ is on PYTHONPATH beside this folder
     from torch._inductor.runtime import triton_helpers
     from triton.runtime.driver import driver
 

@@ -1,0 +1,462 @@
+"""Cold compile time of model-suite blocks, ours against stock, measured so that it
+cannot flatter us.
+
+    python -m benchmarks.compile --json benchmarks/results/h200-compile.json
+    python -m benchmarks.compile --rows gpt2:small,llama:small:train --pairs 3 --default-stock --warm-kernels
+
+A compile is the first call of a ``benchmarks.models`` block (its compile and one run)
+in a fresh process whose Inductor, Triton and kernel caches are new, empty directories:
+a user's first compile. Each row (``FAMILY:SIZE[:RUN]``; default: every family's
+small inference block) is compiled ``--pairs`` times by each side, the sides in one
+order in even pairs and the reverse in odd ones, so that neither always runs after
+the other. The sides:
+
+* ``fair_stock``: stock Inductor, started with ``TRITON_PTXAS_PATH`` at torch's own
+  ptxas (where torch ships one). A stock process keys Triton's cache on Triton's
+  bundled ptxas while its compile workers key on torch's, and so compiles template
+  choices twice in some compiles (docs/findings.md). Ours aligns the two as it
+  installs; a ratio against stock with that bug would credit ours with fixing
+  Inductor's process set-up, not with compiling faster.
+* ``ours``: the backend installed.
+* ``default_stock`` (``--default-stock``): stock as a user starts it.
+* ``ours_warm_kernels`` (``--warm-kernels``): ours with the kernel cache holding what
+  ours built for the other rows (a user who compiled other models before), Inductor's
+  and Triton's caches empty. Each such compile gets its own copy of that cache: a
+  second compile must not find the first one's kernels.
+
+Every child starts from this process's environment as it would be without our install
+(``install.launch_environment``), stock ones with ``INDUCTOR_CUTEDSL_ENABLED=0``, ours
+with ``=1``. A child reports the first call's seconds, the seconds of each of Dynamo's
+and Inductor's timed phases (``compilation_time_metrics``, nested phases overlap), ours'
+own counters and the CuteDSL kernels it built; the parent adds the child's whole wall
+time (``process_s``: imports and exit included). ``compile_ratio`` is ours' median
+over fair stock's, per row; the summary holds their geomean and maximum. One pair moves
+by tens of percent between runs (compile workers and ptxas subprocesses share the
+host's CPUs): read medians of several pairs only.
+
+Results are rewritten after every child; ``--resume`` goes on from an earlier file and
+``--budget`` starts no child unlikely to end in time (a call's time limit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Iterable
+
+from inductor_cutedsl.cli.run import compile_options, json_process
+from inductor_cutedsl.install import launch_environment
+
+from . import models
+from .harness import geomean_or_none, ratio, run_info, write_json
+from .models import FAMILIES, BlockId
+
+FAIR_STOCK, OURS, DEFAULT_STOCK, OURS_WARM = "fair_stock", "ours", "default_stock", "ours_warm_kernels"
+SIDES = (FAIR_STOCK, OURS, DEFAULT_STOCK, OURS_WARM)
+#: Where Inductor, Triton and our backend keep what they compiled: new and empty per child.
+CACHE_DIRS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "INDUCTOR_CUTEDSL_CACHE_DIR")
+KERNEL_CACHE = "INDUCTOR_CUTEDSL_CACHE_DIR"
+DEFAULT_ROWS = tuple(BlockId(family, "small", "inference") for family in FAMILIES)
+#: Phases a row's table shows (the longest); the JSON keeps every one.
+TABLE_PHASES = 16
+
+
+def is_ours(side: str) -> bool:
+    return side in (OURS, OURS_WARM)
+
+
+# ---------------------------------------------------------------------------------------
+# The children
+
+
+def torch_ptxas() -> str | None:
+    """The ptxas torch ships (the one Inductor's compile workers point Triton at), or None."""
+    import torch
+
+    path = os.path.join(os.path.dirname(torch.__file__), "bin", "ptxas")
+    return path if os.path.exists(path) else None
+
+
+def child_environment(side: str, dirs: dict[str, str]) -> dict[str, str]:
+    """The whole environment of a ``side`` child with cache directories ``dirs``: this
+    process's as it would be without our install (a stock child started with what our
+    install set would run aligned, which no user's stock does), the backend on for ours
+    only, and for fair stock ``TRITON_PTXAS_PATH`` at torch's ptxas (left as the
+    environment has it where torch ships none)."""
+    env = {**launch_environment(), **dirs, "INDUCTOR_CUTEDSL_ENABLED": "1" if is_ours(side) else "0"}
+    ptxas = torch_ptxas() if side == FAIR_STOCK else None
+    if ptxas is not None:
+        env["TRITON_PTXAS_PATH"] = ptxas
+    return env
+
+
+def phase_seconds() -> dict[str, float]:
+    """Seconds this process spent in each of Dynamo's and Inductor's timed phases
+    (``dynamo_timed``), summed over its compiles."""
+    from torch._dynamo.utils import compilation_time_metrics
+
+    return {name: round(sum(times), 3) for name, times in compilation_time_metrics.items()}
+
+
+def our_seconds() -> dict[str, float]:
+    """Where this process's compile spent seconds in our code (overlapping: a wait for
+    builds can hold up a measurement): waiting for kernel builds, timing our candidates
+    in Inductor's autotuning, fair timing's re-timings, the fused/unfused selection and
+    the dual-GEMM gate."""
+    from inductor_cutedsl.lowering import fair_timing, gated, template
+    from inductor_cutedsl.runtime import compiler
+    from inductor_cutedsl.scheduler import selection
+
+    figures = {"build_wait": compiler.stats["wait_s"], "autotune_ours": template.stats["benchmark_s"],
+               "fair_timing": fair_timing.stats["measure_s"], "selection": selection.stats["decide_s"],
+               "selection_builds": selection.stats["builds_s"], "selection_modules": selection.stats["modules_s"],
+               "gated": gated.stats["measure_s"]}  # fmt: skip
+    return {name: round(s, 3) for name, s in figures.items()}
+
+
+def inductor_pool_ready() -> bool:
+    """Whether Inductor's compile subprocesses are up: until then Inductor compiles Triton
+    kernels in this process (autotuning choices in threads, a benchmark module's kernels
+    at its first run)."""
+    from torch._inductor.async_compile import AsyncCompile
+
+    ready = AsyncCompile._ready_future
+    return ready is not None and ready.done()
+
+
+def compile_events() -> dict:
+    """The conditions whose first time to hold a sampled compile records: Inductor's
+    compile subprocesses ready, our compile workers started."""
+    from inductor_cutedsl.runtime import workers
+
+    return {"inductor_pool_ready": inductor_pool_ready, "cutedsl_workers_started": workers.started}
+
+
+def child(spec: str, sample: str | None = None) -> dict:
+    """One cold compile in this fresh process (``FAMILY:SIZE:RUN:MODE:SIDE``): its report.
+    With ``sample`` (a path), the compiling thread's stack is sampled in wall time
+    (``wall_sampler``), the report appended there and the folded stacks to
+    ``sample``.folded.gz, headed by the spec and the seconds."""
+    import torch
+
+    from inductor_cutedsl import is_enabled
+    from inductor_cutedsl.runtime.launch import default_cache
+
+    from .wall_sampler import WallSampler
+
+    family, size, run, mode, side = spec.split(":")
+    bid = BlockId.parse(f"{family}:{size}:{run}")
+    if side not in SIDES or mode not in models.MODES:
+        raise ValueError(f"bad child {spec!r}: MODE in {list(models.MODES)}, SIDE in {list(SIDES)}")
+    if is_enabled() != is_ours(side):
+        raise RuntimeError(f"{spec}: the backend is {'on' if is_enabled() else 'off'} (INDUCTOR_CUTEDSL_ENABLED)")
+    block, x = models.make_block(bid.family, bid.size)
+    if run == "train":
+        x.requires_grad_(True)
+    fn = torch.compile(models.target_of(block, run), options=compile_options(mode))
+    step = models.make_step(fn, x, run, list(block.parameters()), models.uses_cudagraphs(mode))
+    sampler = WallSampler(events=compile_events()) if sample else None
+    t0 = time.perf_counter()
+    with sampler or contextlib.nullcontext():
+        step()
+        torch.cuda.synchronize()
+    seconds = time.perf_counter() - t0
+    report = {"compile_s": round(seconds, 2), "cutedsl_builds": default_cache().builds, "phases": phase_seconds()}
+    if is_ours(side):
+        report["ours_s"] = our_seconds()
+    if sampler is not None:
+        sampler.append_to(sample, f"{spec}: {seconds:.2f} s")
+        report["events_s"] = sampler.seen
+    return report
+
+
+def run_child(bid: BlockId, mode: str, side: str, dirs: dict[str, str], timeout: float,
+              sample: str | None = None) -> dict:  # fmt: skip
+    """``child`` in a new process (``child_environment``); its report with the process's
+    whole wall time added (``process_s``). A stock child that built CuteDSL kernels
+    voids the comparison: it raises."""
+    args = ["-m", "benchmarks.compile", "--child", f"{bid.name}:{mode}:{side}"]
+    if sample:
+        args += ["--sample", sample]
+    t0 = time.perf_counter()
+    report = json_process(args, child_environment(side, dirs), timeout)
+    report["process_s"] = round(time.perf_counter() - t0, 2)
+    if not is_ours(side) and report["cutedsl_builds"]:
+        raise RuntimeError(f"{bid.name} {side}: a stock compile built {report['cutedsl_builds']} CuteDSL kernels")
+    return report
+
+
+# ---------------------------------------------------------------------------------------
+# What runs, in which order (pure)
+
+
+def cold_plan(rows: list[BlockId], pairs: int, sides: list[str]) -> list[tuple[BlockId, str, int]]:
+    """The cold compiles in the order they run, as (row, side, pair): pairs outermost (a
+    run cut short has whole pairs of every row), the sides reversed in every other pair."""
+    return [(bid, side, i) for i in range(pairs) for bid in rows for side in (sides if i % 2 == 0 else sides[::-1])]
+
+
+def warm_plan(rows: list[BlockId], pairs: int) -> list[tuple[BlockId, str, int]]:
+    """The warm-kernel compiles, after every cold one (they need the other rows' kernels)."""
+    return [(bid, OURS_WARM, i) for i in range(pairs) for bid in rows]
+
+
+def pending(plan: list[tuple[BlockId, str, int]], runs: dict[str, dict[str, list]]) -> list[tuple[BlockId, str, int]]:
+    """``plan`` less what ``runs`` ({row: {side: [report]}}, an earlier run's) holds: the
+    i-th compile of a side is done if that side has more than i reports."""
+    return [(bid, side, i) for bid, side, i in plan if len(runs.get(bid.name, {}).get(side, [])) <= i]
+
+
+# ---------------------------------------------------------------------------------------
+# Figures (pure: tested on the CPU)
+
+
+def median_of(reports: list[dict], key: str) -> float | None:
+    values = [r[key] for r in reports if r.get(key) is not None]
+    return round(statistics.median(values), 2) if values else None
+
+
+def phase_medians(reports: list[dict]) -> dict[str, float]:
+    """Each phase's median over ``reports`` (a report without the phase counts 0),
+    ours' counters as ``ours.NAME``; longest first."""
+    flat = [{**r.get("phases", {}), **{f"ours.{k}": v for k, v in r.get("ours_s", {}).items()}} for r in reports]
+    names = dict.fromkeys(name for f in flat for name in f)
+    medians = {name: round(statistics.median(f.get(name, 0.0) for f in flat), 3) for name in names}
+    return dict(sorted(medians.items(), key=lambda kv: -kv[1]))
+
+
+def row_summary(name: str, runs: dict[str, list[dict]]) -> dict:
+    """One row of the result: every report, each side's medians, and the ratios."""
+    runs = {side: runs[side] for side in SIDES if runs.get(side)}
+    compile_s = {side: median_of(reports, "compile_s") for side, reports in runs.items()}
+    return {
+        "row": name,
+        "compile_ratio": ratio(compile_s.get(OURS), compile_s.get(FAIR_STOCK)),
+        "compile_ratio_warm_kernels": ratio(compile_s.get(OURS_WARM), compile_s.get(FAIR_STOCK)),
+        "compile_ratio_vs_default_stock": ratio(compile_s.get(OURS), compile_s.get(DEFAULT_STOCK)),
+        "process_ratio": ratio(*(median_of(runs.get(s, []), "process_s") for s in (OURS, FAIR_STOCK))),
+        "compiles": {side: len(reports) for side, reports in runs.items()},
+        "median_compile_s": compile_s,
+        "median_process_s": {side: median_of(reports, "process_s") for side, reports in runs.items()},
+        "median_cutedsl_builds": {side: median_of(reports, "cutedsl_builds") for side, reports in runs.items()},
+        "phases_median_s": {side: phase_medians(reports) for side, reports in runs.items()},
+        "runs": runs,
+    }  # fmt: skip
+
+
+def summarize(rows: list[dict], info: dict) -> dict:
+    """The result file: the summary ratios over the rows that have them, then the rows."""
+
+    def of(key: str) -> list[float]:
+        return [r[key] for r in rows if r.get(key) is not None]
+
+    cold = of("compile_ratio")
+    return {
+        **info,
+        "compile_ratio_geomean": geomean_or_none(cold),
+        "compile_ratio_max": max(cold) if cold else None,
+        "compile_ratio_warm_kernels_geomean": geomean_or_none(of("compile_ratio_warm_kernels")),
+        "compile_ratio_vs_default_stock_geomean": geomean_or_none(of("compile_ratio_vs_default_stock")),
+        "process_ratio_geomean": geomean_or_none(of("process_ratio")),
+        "rows": rows,
+    }
+
+
+def runs_of(result: dict | None) -> dict[str, dict[str, list]]:
+    """An earlier result's reports: {row: {side: [report]}}."""
+    rows = (result or {}).get("rows", [])
+    return {r["row"]: {side: list(reports) for side, reports in r["runs"].items()} for r in rows}
+
+
+def print_row(row: dict) -> None:
+    """A row's per-phase table, medians of its compiles, one column per side."""
+    sides = list(row["runs"])
+    print(f"\n{row['row']}: compile ratio {row['compile_ratio']} (ours / fair stock), "
+          f"warm kernels {row['compile_ratio_warm_kernels']}, compiles {row['compiles']}")  # fmt: skip
+    print(f"{'median seconds':<48}" + "".join(f"{side:>18}" for side in sides))
+    lines = [("first call (compile_s)", row["median_compile_s"]), ("process (process_s)", row["median_process_s"]),
+             ("CuteDSL kernels built", row["median_cutedsl_builds"])]  # fmt: skip
+    phases = row["phases_median_s"]
+    names = {p for side in sides for p in phases[side]}
+    longest = sorted(names, key=lambda p: -max(phases[s].get(p, 0) for s in sides))
+    lines += [(p, {s: phases[s].get(p, 0.0) for s in sides}) for p in longest[:TABLE_PHASES]]
+    for label, values in lines:
+        cells = "".join(f"{'-' if values.get(s) is None else values[s]:>18}" for s in sides)
+        print(f"{label[:47]:<48}{cells}")
+
+
+# ---------------------------------------------------------------------------------------
+# The run
+
+
+class Caches:
+    """The children's cache directories under one work directory: fresh ones per child,
+    and for each row the kernel cache of one cold compile of ours (the warm-kernel
+    compiles' source)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.kernels: dict[str, str] = {}
+
+    def fresh(self) -> dict[str, str]:
+        return {key: tempfile.mkdtemp(prefix=key.lower() + "-", dir=self.root) for key in CACHE_DIRS}
+
+    def done(self, bid: BlockId, side: str, dirs: dict[str, str]) -> None:
+        """Remove a finished child's directories, keeping a first cold kernel cache of ours."""
+        for key, path in dirs.items():
+            if key == KERNEL_CACHE and side == OURS and bid.name not in self.kernels:
+                self.kernels[bid.name] = path
+            else:
+                shutil.rmtree(path, ignore_errors=True)
+
+    def warm(self, others: Iterable[str]) -> dict[str, str]:
+        """Fresh directories, the kernel cache holding the kernels ours built for ``others``."""
+        dirs = self.fresh()
+        for name in others:
+            shutil.copytree(self.kernels[name], dirs[KERNEL_CACHE], dirs_exist_ok=True)
+        return dirs
+
+
+def run(args: argparse.Namespace, info: dict) -> dict:
+    """Every compile asked for that ``args.resume``'s file lacks, the result rewritten
+    after each."""
+    prior = None
+    if args.resume and os.path.exists(args.resume):
+        with open(args.resume) as f:
+            prior = json.load(f)
+    runs = runs_of(prior)
+    sides = [FAIR_STOCK, OURS] + [DEFAULT_STOCK] * args.default_stock
+    plan = pending(cold_plan(args.rows, args.pairs, sides), runs)
+    warm = pending(warm_plan(args.rows, args.pairs), runs) if args.warm_kernels and len(args.rows) > 1 else []
+    if args.warm_kernels and len(args.rows) < 2:
+        print("--warm-kernels needs two rows or more (the other rows fill the kernel cache): skipped")
+    names = [bid.name for bid in args.rows]
+    order = names + [name for name in runs if name not in names]
+
+    def result() -> dict:
+        rows = [row_summary(name, runs[name]) for name in order if name in runs]
+        return summarize(rows, {**info, "mode": args.mode, "pairs": args.pairs})
+
+    start, longest, left = time.perf_counter(), 0.0, []
+    with tempfile.TemporaryDirectory(prefix="compile-bench-", ignore_cleanup_errors=True) as root:
+        caches = Caches(root)
+        for bid, side, i in plan + warm:
+            if args.budget is not None and time.perf_counter() - start + longest > args.budget:
+                left.append(f"{bid.name} {side} #{i + 1}")
+                continue
+            t0 = time.perf_counter()
+            if side == OURS_WARM:
+                others = [o for o in args.rows if o != bid]
+                for other in others:  # a row whose cold compile of ours ran in an earlier call
+                    if other.name not in caches.kernels:
+                        dirs = caches.fresh()
+                        print(f"== filling the kernel cache: {other.name} ours", flush=True)
+                        run_child(other, args.mode, OURS, dirs, args.timeout)
+                        caches.done(other, OURS, dirs)
+                dirs = caches.warm(o.name for o in others)
+            else:
+                dirs = caches.fresh()
+            print(f"== {bid.name} {side} #{i + 1}", flush=True)
+            report = run_child(bid, args.mode, side, dirs, args.timeout, args.sample)
+            caches.done(bid, side, dirs)
+            longest = max(longest, time.perf_counter() - t0)
+            runs.setdefault(bid.name, {}).setdefault(side, []).append(report)
+            print(f"   first call {report['compile_s']} s, process {report['process_s']} s, "
+                  f"{report['cutedsl_builds']} CuteDSL kernels built", flush=True)  # fmt: skip
+            if side == OURS and not report["cutedsl_builds"]:
+                print("   ours built no CuteDSL kernel: this compile measured nothing of ours", flush=True)
+            write_json(result(), args.json)
+    final = result()
+    for row in final["rows"]:
+        print_row(row)
+    print(json.dumps({k: v for k, v in final.items() if k != "rows"}))
+    if left:
+        print(f"not started (run again with --resume): {', '.join(left)}")
+    write_json(final, args.json)
+    return final
+
+
+# ---------------------------------------------------------------------------------------
+# Command line
+
+
+def parse_rows(text: str) -> list[BlockId]:
+    """``--rows``: comma-separated FAMILY:SIZE (inference) or FAMILY:SIZE:RUN."""
+    rows = []
+    for token in filter(None, (t.strip() for t in text.split(","))):
+        parts = token.split(":")
+        try:
+            bid = BlockId.parse(":".join(parts + ["inference"] if len(parts) == 2 else parts))
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        if bid.run == "train" and not FAMILIES[bid.family].train:
+            trained = ", ".join(f for f in FAMILIES if FAMILIES[f].train)
+            raise argparse.ArgumentTypeError(f"{token}: the suite trains only {trained}")
+        rows.append(bid)
+    if not rows:
+        raise argparse.ArgumentTypeError("no row named")
+    return list(dict.fromkeys(rows))
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive whole number")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=parse_rows, default=list(DEFAULT_ROWS),
+                    help="comma-separated FAMILY:SIZE (inference) or FAMILY:SIZE:RUN (default: "
+                         f"{','.join(b.name for b in DEFAULT_ROWS)})")  # fmt: skip
+    ap.add_argument("--pairs", type=_positive, default=2, help="compiles of each side per row (default: %(default)s)")
+    ap.add_argument(
+        "--mode", choices=models.MODES, default=models.CUDAGRAPHS, help="torch.compile mode (default: %(default)s)"
+    )
+    ap.add_argument(
+        "--default-stock",
+        action="store_true",
+        help="also stock as a user starts it (Triton's bundled ptxas in the compiling process)",
+    )
+    ap.add_argument("--warm-kernels", action="store_true",
+                    help="also ours with the kernel cache holding the other rows' kernels, Inductor's and "
+                         "Triton's caches empty")  # fmt: skip
+    ap.add_argument("--json", metavar="PATH", default=None, help="result file, rewritten after every compile")
+    ap.add_argument(
+        "--resume",
+        metavar="PATH",
+        help="an earlier result file (if it exists): its compiles are kept and not run again",
+    )
+    ap.add_argument("--budget", type=float, metavar="SECONDS",
+                    help="start no compile that would likely end later than SECONDS from the start (expected: "
+                         "the longest child so far); the ones left are listed for a --resume run")  # fmt: skip
+    ap.add_argument("--timeout", type=float, default=900, help="seconds per child process (default: %(default)s)")
+    ap.add_argument("--sample", metavar="PATH",
+                    help="sample each child's compiling thread (wall_sampler): reports appended to PATH, folded "
+                         "stacks to PATH.folded.gz")  # fmt: skip
+    ap.add_argument("--child", metavar="FAMILY:SIZE:RUN:MODE:SIDE", help=argparse.SUPPRESS)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> dict | None:
+    args = parser().parse_args(argv)
+    if args.child:
+        print(json.dumps(child(args.child, args.sample)))
+        return None
+    import torch
+
+    if not torch.cuda.is_available():
+        print("benchmarks.compile needs a CUDA GPU: nothing measured")
+        return None
+    return run(args, run_info())
+
+
+if __name__ == "__main__":
+    main()

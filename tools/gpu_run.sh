@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Runs the GPU tests or one benchmark on the GPU machine, from the repository root, with
+# the CuTe DSL bundle of .device/ (set up as ../shared/device/README.md says). Logs and
+# result files go to $OUT, the folder that comes back.
+#
+#   bash tools/gpu_run.sh tests [PYTEST ARGS]     the GPU tests (-m gpu -n 8), log $OUT/gpu-tests.log
+#   bash tools/gpu_run.sh bench NAME [ARGS]       python -m benchmarks.NAME ARGS --json $OUT/h200-NAME.json,
+#                                                 log $OUT/NAME.log
+#   bash tools/gpu_run.sh job [ARGS]              the main job (python -m inductor_cutedsl), JSON and PNG in $OUT
+#   bash tools/gpu_run.sh inductor-tests [ARGS]   python -m tools.inductor_tests ARGS --json $OUT/inductor-tests.json
+#
+# From the device tool, e.g.:
+#   run(command="bash tools/gpu_run.sh bench gemm", carry=[".device"], timeout_s=600)
+#   run(command="bash tools/gpu_run.sh tests -k fp8 && bash tools/gpu_run.sh bench fp8 --fused", ...)
+#
+# Each step stops after LIMIT seconds (default 570: a command may run 600), so that what
+# it wrote comes back; give chained steps their share (LIMIT=250 bash tools/gpu_run.sh ...).
+# Benchmarks that run in pieces (models, compile) take --budget and --resume: copy the
+# previous $OUT file into .device/ and pass it as --resume in the next call.
+set -u
+: "${OUT:?OUT must name the folder whose files come back}"
+. .device/dsl-env || exit 1
+# After the bundle's own PYTHONPATH: a bare PYTHONPATH=$PWD would drop the DSL (every GPU
+# test would skip).
+export PYTHONPATH=$PWD:$PYTHONPATH
+export PYTHONUNBUFFERED=1
+# Inductor's cache of this call only: a warm machine keeps /tmp from an earlier call,
+# whose compiled graphs would make this call's compiles warm.
+export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-$$
+LIMIT=${LIMIT:-570}
+
+logged() {  # logged NAME COMMAND...: run within LIMIT, output to the screen and $OUT/NAME.log
+    local name=$1 t0=$SECONDS
+    shift
+    timeout "$LIMIT" "$@" 2>&1 | tee "$OUT/$name.log"
+    local rc=${PIPESTATUS[0]}
+    echo "== $name: rc=$rc in $((SECONDS - t0)) s (log: \$OUT/$name.log)"
+    return "$rc"
+}
+
+step=${1:?"a step: tests, bench NAME, job or inductor-tests"}
+shift
+case "$step" in
+tests)
+    logged gpu-tests python3 -m pytest tests -m gpu -n 8 -q -rfE -p no:cacheprovider "$@" ;;
+bench)
+    name=${1:?"bench NAME: one of benchmarks/*.py"}
+    shift
+    logged "$name" python3 -m "benchmarks.$name" "$@" --json "$OUT/h200-$name.json" ;;
+job)
+    logged job python3 -m inductor_cutedsl --json "$OUT/h200-model.json" --png "$OUT/h200-model.png" "$@" ;;
+inductor-tests)
+    logged inductor-tests python3 -m tools.inductor_tests "$@" --json "$OUT/inductor-tests.json" ;;
+*)
+    echo "unknown step $step: tests, bench NAME, job or inductor-tests" >&2
+    exit 2 ;;
+esac

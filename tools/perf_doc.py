@@ -1,0 +1,409 @@
+"""docs/performance.md, made from the results files in benchmarks/results/: one section
+per file, its headline figures with the JSON key each comes from, and its rows.
+
+    python -m tools.perf_doc            # rewrite docs/performance.md
+    python -m tools.perf_doc --check    # exit 1 where the page is not what the files give
+
+The page is generated so that it cannot disagree with the results (a CPU test checks
+it): change a figure by running its benchmark, the page's layout here, never the page.
+Why the figures are what they are is docs/findings.md. A results file without a section
+here is an error: a new benchmark's file needs one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+PAGE = ROOT / "docs" / "performance.md"
+COMMAND = "python -m tools.perf_doc"
+
+Rows = list[list[Any]]
+
+
+# ---------------------------------------------------------------------------------------
+# Formatting
+
+
+def get(data: Any, key: str) -> Any:
+    """``data``'s value at a dotted ``key`` (``fast_accum.rows``), None where absent."""
+    for part in key.split("."):
+        if not isinstance(data, dict) or part not in data:
+            return None
+        data = data[part]
+    return data
+
+
+def fmt(value: Any) -> str:
+    """A cell: numbers as measured (at most 4 decimals, 3 significant digits below
+    0.01), shapes as M×N×K, None as a dash."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            return str(value)
+        if value and abs(value) < 0.01:
+            return f"{value:.3g}"
+        return f"{value:.4f}".rstrip("0").rstrip(".")
+    if isinstance(value, list) and value and all(isinstance(v, int) for v in value):
+        return "×".join(map(str, value))
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {fmt(v)}" for k, v in value.items())
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def pair(d: dict | None, a: str = "stock", b: str = "ours") -> str:
+    """``d[a] / d[b]``, as the tables write two contenders' figures."""
+    return f"{fmt(get(d, a))} / {fmt(get(d, b))}" if d else "-"
+
+
+def table(headers: list[str], rows: Rows) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(c if isinstance(c, str) else fmt(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def headline(data: dict, figures: list[tuple[str, str]]) -> str:
+    """The headline figures: (what, JSON key) each, with the value the file holds."""
+    return table(["figure", "value", "JSON key"], [[what, fmt(get(data, key)), f"`{key}`"] for what, key in figures])
+
+
+# ---------------------------------------------------------------------------------------
+# One section per results file
+
+
+@dataclasses.dataclass
+class Section:
+    file: str
+    title: str
+    command: str
+    about: str
+    figures: list[tuple[str, str]]
+    tables: Callable[[dict], list[str]]
+    assets: tuple[str, ...] = ()
+
+
+def _models(d: dict) -> list[str]:
+    rows = []
+    for r in d["rows"]:
+        if "error" in r:
+            rows.append([r["block"], r.get("tokens"), f"FAILED: {fmt(r['error'][:120])}"] + [""] * 7)
+            continue
+        ours = get(r, "gemm_kernels.ours") or []
+        wall = r.get("wall_speedup", {})
+        rows.append([r["block"], r.get("tokens"), pair(r.get("gpu_us")), r.get("gpu_speedup"), r.get("bound"),
+                     wall.get("max-autotune"), wall.get("max-autotune-no-cudagraphs"), pair(r.get("host_us")),
+                     f"{fmt(sum(k['launches'] for k in ours if k['ours']))} / {fmt(sum(k['launches'] for k in ours))}",
+                     len(r.get("fused", []))])  # fmt: skip
+    return [table(["block (`block`)", "tokens", "GPU µs stock / ours (`gpu_us`)", "GPU × (`gpu_speedup`)",
+                   "bound (`bound`)", "wall × CUDA graphs", "wall × no graphs", "host µs stock / ours (`host_us`)",
+                   "our GEMM launches / all (`gemm_kernels.ours`)", "epilogues fused (`fused`)"], rows)]  # fmt: skip
+
+
+def _compile(d: dict) -> list[str]:
+    rows = [[r["row"], fmt(r["compiles"]), r["median_compile_s"].get("fair_stock"), r["median_compile_s"].get("ours"),
+             r["compile_ratio"], r["median_compile_s"].get("ours_warm_kernels"), r["compile_ratio_warm_kernels"],
+             r["median_compile_s"].get("default_stock"), r["median_cutedsl_builds"].get("ours"),
+             r["process_ratio"]] for r in d["rows"]]  # fmt: skip
+    return [table(["row", "compiles (`compiles`)", "fair stock s", "ours s", "ours / fair stock (`compile_ratio`)",
+                   "ours, warm kernels s", "warm / fair stock (`compile_ratio_warm_kernels`)", "default stock s",
+                   "kernels ours built", "process ratio (`process_ratio`)"], rows)]  # fmt: skip
+
+
+def _gemm(d: dict) -> list[str]:
+    rows = [[r["shape"], f"`{r['config']}`", r["ours_ms"], r["cublas_ms"], r["vs_cublas"], r["tflops"],
+             r["cublas_tflops"]] for r in d["rows"]]  # fmt: skip
+    return [table(["M×N×K", "config", "ours ms", "cuBLAS ms", "cuBLAS / ours (`vs_cublas`)", "TFLOP/s ours",
+                   "TFLOP/s cuBLAS"], rows)]  # fmt: skip
+
+
+def _epilogue(d: dict) -> list[str]:
+    rows = [[r["pattern"], r["shape"], r["eager_ms"], r["cublas_gemm_ms"], r["stock_ms"], r["ours_ms"],
+             r["vs_max_autotune"], r["free_epilogue_bound"], len(r["fused_into_cutedsl"]),
+             ", ".join(s["way"] for s in r.get("selection", [])) or "-"] for r in d["rows"]]  # fmt: skip
+    return [table(["pattern", "M×N×K", "eager ms", "cuBLAS GEMM alone ms", "stock ms", "ours ms",
+                   "stock / ours (`vs_max_autotune`)", "bound (`free_epilogue_bound`)", "fused into ours",
+                   "selection's way"], rows)]  # fmt: skip
+
+
+def _fp8_rows(rows: list[dict]) -> str:
+    out = [[r["shape"], r["mode"], f"`{r.get('config', '-')}`", r.get("promote"), r.get("ours_ms"),
+            r.get("scaled_mm_ms"), r.get("vs_scaled_mm"), r.get("tflops"), r.get("scaled_mm_tflops")]
+           for r in rows]  # fmt: skip
+    return table(["M×N×K", "scales", "config", "promotion", "ours ms", "`_scaled_mm` ms",
+                  "`_scaled_mm` / ours (`vs_scaled_mm`)", "TFLOP/s ours", "TFLOP/s `_scaled_mm`"], out)  # fmt: skip
+
+
+def _fp8(d: dict) -> list[str]:
+    out = ["Promoting the fp32 partial sums (`rows`):", _fp8_rows(d["rows"])]
+    if get(d, "fast_accum.rows"):
+        out += ["Fast accumulation on both sides (`fast_accum.rows`):", _fp8_rows(d["fast_accum"]["rows"])]
+    if d.get("fused_rows"):
+        rows = [[r.get("case") or r.get("pattern"), r["shape"], r["eager_ms"], r["stock_ms"], r["ours_ms"],
+                 r["vs_max_autotune"], r["free_epilogue_bound"]] for r in d["fused_rows"]]  # fmt: skip
+        out += [
+            "Fused patterns, row-wise scales, CUDA graphs (`fused_rows`):",
+            table(["pattern", "M×N×K", "eager ms", "stock ms", "ours ms", "stock / ours", "bound"], rows),
+        ]
+    if d.get("block"):
+        b = d["block"]
+        out += ["A model-suite block with every Linear quantized row-wise (`block`):",
+                table(["block", "tokens", "stock ms", "ours ms", "stock / ours (`speedup`)",
+                       "rel. error vs eager, stock / ours"],
+                      [[b["block"], b["tokens"], b["stock_ms"], b["ours_ms"], b["speedup"],
+                        pair(b["rel_err_vs_eager"])]])]  # fmt: skip
+    return out
+
+
+def _launch(d: dict) -> list[str]:
+    rows = [[r["shape"], f"{r['m']}×{r['n']}×{r['k']} {r['op']}", r["host_us_ours"], r["host_us_triton"],
+             r["host_us_aten"], r["launch_ratio_vs_triton"], r["launch_ratio_vs_aten"],
+             pair(r.get("breakdown_ours"), "host_us_launcher", "host_us_c_entry"),
+             get(r, "breakdown_ours.host_us_torch_mm")] for r in d["rows"]]  # fmt: skip
+    return [table(["shape", "M×N×K", "host µs ours", "Triton", "ATen", "ours / Triton (`launch_ratio_vs_triton`)",
+                   "ours / ATen", "our launcher / its C entry alone, µs", "eager torch.mm µs"], rows)]  # fmt: skip
+
+
+def _distributed(d: dict) -> list[str]:
+    rows = [[r["wrap"], pair(r["step_ms"]), r["speedup"], r["loss_rel_diff"], r["kernels_built"],
+             r["kernels_built_twice"], r.get("cold_compile_ratio")] for r in d["rows"]]  # fmt: skip
+    return [table(["wrap", "step ms stock / ours (`step_ms`)", "stock / ours (`speedup`)", "loss rel. diff",
+                   "kernels built", "built twice", "cold compile ours / stock"], rows)]  # fmt: skip
+
+
+def _main_job(d: dict) -> list[str]:
+    rows = [[g["op"], g["shape"], fmt(g["candidates"]), fmt(g["best_ms"]), g["winner"], g["winner_ms"],
+             g["stock_winner"], g["stock_ms"]] for g in d["gemms"]]  # fmt: skip
+    return [
+        f"Block: {fmt(d['model'])} (`model`).",
+        table(
+            ["op", "M×N×K", "candidates", "fastest per backend, ms", "winner", "ms", "stock's winner", "stock ms"], rows
+        ),  # fmt: skip
+        "![stock and ours per GEMM and per block](../benchmarks/results/h200-model.png)",
+    ]
+
+
+def _inductor_tests(d: dict) -> list[str]:
+    modes = [[mode, fmt(m["counts"]), m["complete"], m["seconds"]] for mode, m in d["modes"].items()]
+    why = [[f"`{e['test']}`", e["why"]] for e in d["comparison"]["expected_differences"]]
+    return [
+        table(["mode", "outcomes (`modes.MODE.counts`)", "complete", "seconds"], modes),
+        "Tests that fail with ours by design (`comparison.expected_differences`):",
+        table(["test", "why"], why),
+    ]
+
+
+SECTIONS = [
+    Section(
+        "h200-models.json",
+        "Model suite",
+        "python -m benchmarks.models --json benchmarks/results/h200-models.json",
+        "Transformer blocks of six model families (small: at most 256 tokens; prefill: about 4096), "
+        "inference and training steps, compiled with stock max-autotune and with ours in one process and "
+        "timed interleaved on the same tensors. GPU = the sum of kernel times under the profiler "
+        "(`max-autotune-no-cudagraphs`); bound = stock's GPU time over stock's less the pointwise kernels "
+        "that read a GEMM's output (what fused epilogues could gain at most); host = µs per call without "
+        "CUDA graphs. Ratios are stock / ours: above 1, ours is faster. Compile time is the next section's.",
+        [
+            ("GPU time, geomean", "gpu_speedup_geomean"),
+            ("GPU time, lowest", "gpu_speedup_min"),
+            ("fusion bound, geomean", "gpu_bound_geomean"),
+            ("wall time with CUDA graphs, geomean", "wall_speedup_geomean_cudagraphs"),
+            ("wall time with CUDA graphs, lowest", "wall_speedup_min_cudagraphs"),
+            ("wall time without CUDA graphs, geomean", "wall_speedup_geomean_no_cudagraphs"),
+            ("wall time without CUDA graphs, lowest", "wall_speedup_min_no_cudagraphs"),
+        ],
+        _models,
+    ),
+    Section(
+        "h200-compile.json",
+        "Cold compile time",
+        "python -m benchmarks.compile --default-stock --warm-kernels --json benchmarks/results/h200-compile.json",
+        "Each compile in a fresh process with empty Inductor, Triton and kernel caches, sides alternating; "
+        "fair stock is stock with Triton's ptxas aligned to its compile workers' (as ours runs). Ratios are "
+        "ours / fair stock of per-row medians: above 1, ours compiles slower.",
+        [
+            ("ours / fair stock, geomean", "compile_ratio_geomean"),
+            ("ours / fair stock, highest", "compile_ratio_max"),
+            ("ours with warm kernels / fair stock, geomean", "compile_ratio_warm_kernels_geomean"),
+            ("ours / default stock, geomean", "compile_ratio_vs_default_stock_geomean"),
+            ("whole processes, geomean", "process_ratio_geomean"),
+            ("compiles per side and row", "pairs"),
+            ("mode", "mode"),
+        ],
+        _compile,
+    ),  # fmt: skip
+    Section(
+        "h200-gemm.json",
+        "Plain GEMM against cuBLAS",
+        "python -m benchmarks.gemm --json benchmarks/results/h200-gemm.json",
+        "bf16 C = A·Wᵀ (the nn.Linear layout): the best config of a small per-shape search, then ours and "
+        "cuBLAS in interleaved rounds (medians of `triton.testing.do_bench`).",
+        [
+            ("cuBLAS / ours, geomean", "geomean_vs_cublas"),
+            ("cuBLAS / ours, lowest", "min_vs_cublas"),
+            ("µs per tiny launch, back to back", "launch_overhead_us"),
+            ("µs of host time per tiny launch", "enqueue_us"),
+            ("seconds compiling every candidate", "compile_wall_s"),
+        ],
+        _gemm,
+    ),  # fmt: skip
+    Section(
+        "h200-epilogue.json",
+        "GEMM + epilogue",
+        "python -m benchmarks.epilogue --json benchmarks/results/h200-epilogue.json",
+        "Eager, stock max-autotune and ours with epilogue fusion, each checked against eager and timed as "
+        "CUDA graph replays side by side; bound = stock / cuBLAS's GEMM alone (an epilogue costing nothing "
+        "on a GEMM as fast as cuBLAS).",
+        [
+            ("stock / ours, geomean", "geomean_vs_max_autotune"),
+            ("stock / ours, lowest", "min_vs_max_autotune"),
+            ("bound, geomean", "geomean_free_epilogue_bound"),
+        ],
+        _epilogue,
+    ),
+    Section(
+        "h200-fp8.json",
+        "fp8 GEMMs against `torch._scaled_mm`",
+        "python -m benchmarks.fp8 --fused --block --json benchmarks/results/h200-fp8.json",
+        "e4m3 A and B, bf16 output, tensor-wise and row-wise scales; ours' shortlisted configs in every "
+        "promotion mode they have registers for, the winner timed interleaved with `_scaled_mm` (cuBLASLt).",
+        [
+            ("`_scaled_mm` / ours, geomean", "geomean_vs_scaled_mm"),
+            ("`_scaled_mm` / ours, lowest", "min_vs_scaled_mm"),
+            ("fast accumulation, geomean", "fast_accum.geomean_vs_scaled_mm"),
+            ("fast accumulation, lowest", "fast_accum.min_vs_scaled_mm"),
+            ("fused patterns, geomean", "fused_geomean_vs_max_autotune"),
+            ("fused patterns, lowest", "fused_min_vs_max_autotune"),
+            ("fused patterns' bound, geomean", "fused_geomean_free_epilogue_bound"),
+            ("quantized block, stock / ours", "block_speedup_vs_max_autotune"),
+        ],
+        _fp8,
+    ),  # fmt: skip
+    Section(
+        "h200-launch.json",
+        "Host time per launch",
+        "python -m benchmarks.launch --json benchmarks/results/h200-launch.json",
+        "One GEMM compiled three ways (`max-autotune-no-cudagraphs`, backends forced to ours, Triton, ATen); "
+        "host µs per call while the GPU is kept busy, the three alternating over rounds (medians).",
+        [
+            ("ours / Triton, highest", "launch_ratio_vs_triton_max"),
+            ("ours / Triton, geomean", "launch_ratio_vs_triton_geomean"),
+            ("ours / ATen, highest", "launch_ratio_vs_aten_max"),
+            ("every compile ran the kernel it was forced to", "all_ran_expected"),
+            ("the GPU stayed busy", "gpu_stayed_busy"),
+            ("calls per round", "calls"),
+            ("rounds", "rounds"),
+        ],
+        _launch,
+    ),  # fmt: skip
+    Section(
+        "h200-distributed.json",
+        "Data-parallel and sharded training",
+        "python -m benchmarks.distributed --json benchmarks/results/h200-distributed.json",
+        "DDP and FSDP2 (`fully_shard`) training steps of a model-suite block at world size 2, stock and ours "
+        "side by side, and each rank's cold compile.",
+        [("ranks", "world_size"), ("GPUs", "gpus"), ("process group backend", "backend"), ("block", "block")],
+        _distributed,
+    ),
+    Section(
+        "h200-model.json",
+        "The main job",
+        "python -m inductor_cutedsl --json benchmarks/results/h200-model.json --png benchmarks/results/h200-model.png",
+        "A LLaMA-style block compiled with stock max-autotune and with ours, checked against eager; per GEMM "
+        "each backend's fastest candidate after our side-by-side re-timing.",
+        [
+            ("block, stock / ours", "model_speedup_vs_max_autotune"),
+            ("block ms", "model_ms"),
+            ("cold compile, ours / stock", "compile_ratio_vs_max_autotune"),
+            ("compile seconds", "compile_s"),
+            ("CuteDSL kernels built in the cold compile", "cold_cutedsl_compiles"),
+            ("CuteDSL kernels built with a warm kernel cache", "warm_cutedsl_compiles"),
+            ("epilogue fusion", "epilogue_fusion"),
+        ],
+        _main_job,
+        assets=("h200-model.png",),
+    ),
+    Section(
+        "h200-inductor-tests.json",
+        "PyTorch's Inductor GEMM tests",
+        "python -m tools.inductor_tests --json benchmarks/results/h200-inductor-tests.json",
+        "PyTorch's own `test_max_autotune.py` and `test_select_algorithm.py`, stock and with ours, compared "
+        "test by test; only tests with an outcome in both modes are compared.",
+        [
+            ("tests compared", "comparison.compared"),
+            ("pass stock, fail ours, unexplained", "comparison.regressions"),
+            ("fail ours by design", "comparison.expected_differences"),
+            ("failed ours once, passed another run", "comparison.flaky_ours"),
+            ("pass ours, fail stock", "comparison.passes_ours_fails_stock"),
+            ("fail both", "comparison.failing_both"),
+        ],
+        _inductor_tests,
+    ),  # fmt: skip
+]
+
+
+def _counted(data: dict, section: Section) -> dict:
+    """``data`` with each list-valued headline figure (a list of tests, say) replaced by
+    its length."""
+    out = copy.deepcopy(data)
+    for _, key in section.figures:
+        if isinstance(get(out, key), list):
+            *path, last = key.split(".")
+            parent = get(out, ".".join(path)) if path else out
+            parent[last] = len(parent[last])
+    return out
+
+
+def render(results: Path = RESULTS) -> str:
+    known = {s.file for s in SECTIONS} | {a for s in SECTIONS for a in s.assets}
+    unknown = sorted(p.name for p in results.iterdir() if p.name not in known)
+    if unknown:
+        raise SystemExit(f"results without a section in tools/perf_doc.py: {', '.join(unknown)}")
+    parts = [
+        "# Performance",
+        f"Generated by `{COMMAND}` from the results files in `benchmarks/results/`: a figure changes by running "
+        "its benchmark, never by editing this page (a CPU test fails where the two disagree). What the figures "
+        "mean, and why each method is as it is, is in [findings.md](findings.md).",
+    ]
+    for s in SECTIONS:
+        parts.append(f"## {s.title} (`{s.file}`)")
+        path = results / s.file
+        if not path.exists():
+            parts.append(f"Not measured yet: `{s.command}`.")
+            continue
+        data = json.loads(path.read_text())
+        where = f" Measured on an {data['device']} with torch {data['torch']}." if data.get("device") else ""
+        parts.append(f"{s.about}{where}\n\n`{s.command}`")
+        parts.append(headline(_counted(data, s), s.figures))
+        parts += s.tables(data)
+    return "\n\n".join(parts) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--check", action="store_true", help="write nothing; exit 1 if the page is not up to date")
+    args = ap.parse_args(argv)
+    text = render()
+    if args.check:
+        if PAGE.read_text() != text:
+            print(f"{PAGE.relative_to(ROOT)} is not what the results give: run {COMMAND}")
+            return 1
+        return 0
+    PAGE.write_text(text)
+    print(f"wrote {PAGE.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
