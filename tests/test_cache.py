@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import RaceLog
 from inductor_cutedsl.kernels import GemmConfig
 from inductor_cutedsl.kernels import epilogue as E
 from inductor_cutedsl.runtime import KernelCache, KernelSpec, cache as cache_mod, spec as spec_mod
@@ -24,32 +25,36 @@ from inductor_cutedsl.runtime.compiler import build, build_many
 SPEC = KernelSpec(GemmConfig(128, 64, 1, 1), "bfloat16", "bfloat16", "k", "k", E.IDENTITY)
 
 
-def fake_build(delay: float = 0.0):
+def fake_build():
     def _build(out_dir: Path, name: str) -> None:
-        time.sleep(delay)
         (out_dir / f"{name}.o").write_bytes(b"\x7fELF" + b"x" * 1000)
 
     return _build
 
 
-def _race_worker(root: str, key: str, start: float, real: bool) -> bool:
-    time.sleep(max(0.0, start - time.time()))
+def _race_worker(root: str, log: str, real: bool) -> bool:
+    # The first build holds until the seven others wait for the key's lock (RaceLog).
+    RaceLog(log).install(hold=7)
     cache = KernelCache(root)
     if real:
         return build(SPEC, cache)[1]
-    return cache.get_or_build(key, fake_build(0.3))[1]
+    return cache.get_or_build(SPEC.key(), fake_build())[1]
 
 
-@pytest.mark.parametrize("real", [False, True], ids=["slow-fake-build", "real-compile"])
+@pytest.mark.parametrize("real", [False, True], ids=["fake-build", "real-compile"])
 def test_eight_racing_processes_build_a_key_once(tmp_path, real):
+    """Eight processes ask for one key: one builds it while the seven others wait on its
+    lock (the log shows each asking during the build and holding the lock only after),
+    and they then use its entry."""
     ctx = multiprocessing.get_context("spawn")
-    start = time.time() + (20.0 if real else 3.0)  # all start together, after imports
+    log = RaceLog(tmp_path / "events")
     with ctx.Pool(8) as pool:
-        built = pool.starmap(
-            _race_worker, [(str(tmp_path), SPEC.key(), start, real) for _ in range(8)]
-        )
+        built = pool.starmap(_race_worker, [(str(tmp_path / "cache"), log.path, real) for _ in range(8)])
     assert sum(built) == 1, built
-    assert KernelCache(tmp_path).lookup(SPEC.key()) is not None
+    builder, waited = log.raced(SPEC.key())
+    assert len(waited) == 7 and builder not in waited, log.events()
+    assert [e for _, e, _ in log.events()].count("build") == 1
+    assert KernelCache(tmp_path / "cache").lookup(SPEC.key()) is not None
 
 
 def test_hit_after_build_and_memo_of_counts(tmp_path):
@@ -297,12 +302,12 @@ def test_key_lock_excludes_while_lock_files_are_removed(tmp_path):
     assert not path.exists()
 
 
-def _flaky_worker(root: str, start: float) -> tuple[int, int]:
-    """Builds "k"; the first attempt across all processes fails. Returns (built, failed)."""
-    time.sleep(max(0.0, start - time.time()))
+def _flaky_worker(root: str, log: str) -> tuple[int, int]:
+    """Builds "k"; the first attempt across all processes fails, once the seven others
+    wait for the key's lock. Returns (built, failed)."""
+    RaceLog(log).install(hold=7)
 
     def build_once(out_dir: Path, name: str) -> None:
-        time.sleep(0.2)
         try:
             fd = os.open(os.path.join(root, "failed-once"), os.O_CREAT | os.O_EXCL)
         except FileExistsError:
@@ -320,16 +325,25 @@ def _flaky_worker(root: str, start: float) -> tuple[int, int]:
 
 
 def test_waiters_of_a_failed_build_recheck_and_build_once(tmp_path):
-    """Eight processes race on a key whose first build fails: the failure is one
-    process's, the key is then built once, and no lock file is left."""
+    """Eight processes race on a key whose first build fails while the seven others wait
+    on its lock: the failure is that one process's, one of the waiters then builds the
+    key, the rest use its entry, and no lock file is left."""
     ctx = multiprocessing.get_context("spawn")
-    start = time.time() + 3.0
+    log = RaceLog(tmp_path / "events")
+    root = tmp_path / "cache"
+    root.mkdir()
     with ctx.Pool(8) as pool:
-        results = pool.starmap(_flaky_worker, [(str(tmp_path), start) for _ in range(8)])
+        results = pool.starmap(_flaky_worker, [(str(root), log.path) for _ in range(8)])
     assert [sum(r) for r in zip(*results)] == [1, 1], results
-    assert (tmp_path / "builds").read_text() == "1"
-    assert KernelCache(tmp_path).lookup("k") is not None
-    assert _leftovers(tmp_path) == []
+    failed, waited = log.raced("k")
+    assert len(waited) == 7 and failed not in waited, log.events()
+    events = log.events()
+    assert [e for _, e, _ in events].count("failed") == 1 and [e for _, e, _ in events].count("built") == 1
+    second = next(pid for pid, event, _ in events if event == "built")
+    assert second in waited, "a process that waited on the failed build built the key"
+    assert (root / "builds").read_text() == "1"
+    assert KernelCache(root).lookup("k") is not None
+    assert _leftovers(root) == []
 
 
 # A program that uses a read-only warm cache, builds a miss (real compiles in worker
@@ -352,7 +366,6 @@ try:
 except RuntimeError:
     print("FAILED-AS-EXPECTED")
 if real:
-    sys.path.insert(0, str(Path(sys.argv[4])))
     from test_workers import SPEC, BROKEN
     from inductor_cutedsl.runtime.compiler import build_async, wait
     out = build_many([SPEC], KernelCache(sys.argv[5]), workers=2)
@@ -380,7 +393,8 @@ def _run_program(tmp_path: Path, warm: Path, writable: bool, real: bool = False,
     script = tmp_path / "program.py"
     script.write_text(PROGRAM)
     repo = Path(__file__).resolve().parents[1]
-    path = os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])
+    # The repository (the package) and the tests (test_workers' specs), as pytest sees them.
+    path = os.pathsep.join([str(repo), str(repo / "tests"), os.environ.get("PYTHONPATH", "")])
     env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": path}
     args = [str(warm), "1" if writable else "0", "1" if real else "0", str(repo / "tests"), str(tmp_path / "rw")]
     command = [*wrap, sys.executable, str(script), *args]
@@ -470,12 +484,12 @@ def test_stopping_a_busy_worker_cleans_its_build(tmp_path):
     while not list(tmp_path.glob(".build-*")) and time.time() < deadline:
         time.sleep(0.01)
     assert list(tmp_path.glob(".build-*")), "the worker never started building"
-    t0 = time.time()
     worker, = pool._all
     pool.closed = True
     workers._stop(pool._all, grace_s=0.0)  # no grace: the compile is still running
     thread.join()
-    assert isinstance(result["r"], Exception) and time.time() - t0 < 10
+    assert isinstance(result["r"], Exception)
+    # Its SIGTERM handler ended it (a worker that ignored the signal is killed: -SIGKILL).
     assert worker.proc.returncode == 128 + signal.SIGTERM and pool._all == [worker]
     # Stopped mid-compile, or (where the DSL swallowed the signal) once the build ended.
     assert _leftovers(tmp_path) == []

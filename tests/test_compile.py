@@ -9,6 +9,7 @@ import os
 import types
 
 import pytest
+import torch
 
 from inductor_cutedsl.kernels import GemmConfig, config_space, shortlist
 from inductor_cutedsl.kernels import epilogue as E
@@ -38,6 +39,40 @@ def test_representative_configs_compile_and_export(case, tmp_path):
     path, built = build(spec, KernelCache(tmp_path))
     assert built and path.stat().st_size > 10_000
     assert path.read_bytes()[:4] == b"\x7fELF"
+
+
+def _eager(name: str, acc, ops):
+    """What each representative epilogue computes, written with torch."""
+    gelu = lambda t: torch.nn.functional.gelu(t, approximate="tanh")  # noqa: E731
+    return {
+        "identity": lambda: acc,
+        "bias_row_gelu_tanh": lambda: gelu(acc + ops[0]),
+        "bias_col": lambda: acc + ops[0],
+        "addmm_full": lambda: torch.addmm(ops[0], acc, torch.eye(acc.shape[1], dtype=acc.dtype), alpha=ops[1],
+                                          beta=ops[2]),  # operands c, alpha, beta
+        "keep_pre": lambda: (torch.relu(acc), acc),
+    }[name]()
+
+
+@pytest.mark.parametrize("case", REPRESENTATIVE, ids=lambda c: f"{c[0].name()}-{c[5].name}")
+def test_representative_epilogues_compute_what_torch_does(case):
+    """The epilogues compiled above, computed with ``runtime.reference`` in float64."""
+    from inductor_cutedsl.runtime import reference
+
+    spec, (m, n, k) = KernelSpec(*case), (16, 64, 32)
+    dtype = getattr(torch, spec.ab_dtype)
+    a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
+    shapes = {"row": (n,), "col": (m, 1), "full": (m, n), "out": (m, n)}
+    tensors = [torch.randn(*shapes[op.kind]).to(getattr(torch, op.dtype)) for op in spec.epilogue.operands
+               if op.is_tensor and not op.is_output]  # fmt: skip
+    kept = [torch.empty(m, n, dtype=torch.float64) for op in spec.epilogue.operands if op.is_output]
+    scalars = (0.5, -2.0)[: sum(not op.is_tensor for op in spec.epilogue.operands)]
+    out = torch.empty(m, n, dtype=torch.float64)
+    reference.run(spec, a, b, out, tensors + kept, scalars, dtype=torch.float64)
+    acc = a.double() @ b.double()
+    want = _eager(spec.epilogue.name, acc, [t.double() for t in tensors] + list(scalars))
+    got = (out, *kept) if kept else out
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 
 
 def test_config_space_is_valid_and_shortlist_in_it():

@@ -71,8 +71,22 @@ def gated_then_residual() -> E.Epilogue:
 def test_a_pointwise_chain_composes_after_the_gated_product(tmp_path):
     """The gated product stands where a plain kernel's accumulator value does: a chain
     after it compiles into the same kernel."""
-    path, built = build(dual_spec(DUAL_CONFIGS[2], gated_then_residual()), KernelCache(tmp_path))
+    spec = dual_spec(DUAL_CONFIGS[2], gated_then_residual())
+    path, built = build(spec, KernelCache(tmp_path))
     assert built
+    # What it computes (runtime.reference, float64): silu of the rounded gate times the
+    # rounded up, rounded as the product's bf16 buffer, plus the residual.
+    from inductor_cutedsl.runtime import reference
+
+    m, n, k = 16, 64, 32
+    a, b_gate, b_up = (torch.randn(*shape).to(torch.bfloat16) for shape in ((m, k), (k, n), (k, n)))
+    bias, r = torch.randn(n).to(torch.bfloat16), torch.randn(m, n).to(torch.bfloat16)
+    out = torch.empty(m, n, dtype=torch.float64)
+    reference.run(spec, a, b_gate, out, [bias, r], b_up=b_up, dtype=torch.float64)
+    gate = (a.double() @ b_gate.double() + bias.double()).to(torch.bfloat16).double()
+    up = (a.double() @ b_up.double()).to(torch.bfloat16).double()
+    want = (torch.nn.functional.silu(gate) * up).to(torch.bfloat16).double() + r.double()
+    torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
 
 
 def test_dual_shortlist_stays_in_the_compiled_shapes():

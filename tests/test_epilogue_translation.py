@@ -6,8 +6,10 @@ import math
 import pytest
 import sympy
 import torch
+import torch.nn.functional as F
 from torch._inductor.virtualized import V, ops
 
+from helpers import translated_values
 from inductor_cutedsl.errors import Unsupported
 from inductor_cutedsl.kernels import GemmConfig
 from inductor_cutedsl.runtime import KernelCache, KernelSpec
@@ -28,6 +30,11 @@ def translate(body, sizes=(M, N, 1), keep=()):
     return finish(tr, "test", keep)
 
 
+def rows(m: int) -> torch.Tensor:
+    """The first ``m`` rows of a bf16 GEMM output (the translation's views do not depend on M)."""
+    return torch.randn(m, N).to(torch.bfloat16)
+
+
 def f32(x):
     return ops.to_dtype(x, torch.float32)
 
@@ -45,6 +52,10 @@ def test_bias_gelu_tanh_chain():
     assert [(o.buffer, o.strides, o.offset) for o in t.operands] == [("bias", (0, 1, 0), 0)]
     assert t.outputs == ("out",)
     assert "tanh(" in t.epilogue.source and "round_to(" in t.epilogue.source
+    x, bias = rows(8), torch.randn(N).to(torch.bfloat16)
+    got = translated_values(t, x, {"bias": bias})["out"]
+    want = F.gelu(x.double() + bias.double(), approximate="tanh").to(torch.bfloat16).double()
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
 def test_operand_index_analysis():
@@ -95,6 +106,12 @@ def test_kept_buffers_become_out_operands(tmp_path):
     spec = KernelSpec(GemmConfig(128, 256, 2, 1), "bfloat16", "bfloat16", "k", "k", t.epilogue)
     path, built = build(spec, KernelCache(tmp_path))
     assert built and path.stat().st_size > 10_000
+    x, res = rows(8), rows(8)
+    got = translated_values(t, x, {"res": res})
+    relu = torch.relu(x.double()).to(torch.bfloat16).double()  # buf1 is bf16
+    torch.testing.assert_close(got["out"], relu * res.double(), rtol=1e-12, atol=0)
+    torch.testing.assert_close(got["acc"], x.double(), rtol=0, atol=0)
+    torch.testing.assert_close(got["buf1"], relu, rtol=0, atol=0)
 
 
 def test_batched_acc_index_and_reused_intermediate():
@@ -128,6 +145,10 @@ def test_untranslatable_nodes_are_refused(body, needle):
         translate(body)
 
 
+UNARY = ("exp", "exp2", "expm1", "log", "log1p", "log2", "tanh", "sigmoid", "erf", "rsqrt", "sqrt", "abs", "neg",
+         "reciprocal", "relu", "square", "sin", "cos")  # fmt: skip
+
+
 def test_every_op_translates_and_compiles_for_sm90a(tmp_path):
     """One epilogue using every supported op, compiled into a real sm_90a kernel."""
 
@@ -135,8 +156,7 @@ def test_every_op_translates_and_compiles_for_sm90a(tmp_path):
         x = f32(ops.load("acc", OWN))
         b = f32(ops.load("bias", n))
         vals = [x, b]
-        for op in ("exp", "exp2", "expm1", "log", "log1p", "log2", "tanh", "sigmoid", "erf",
-                   "rsqrt", "sqrt", "abs", "neg", "reciprocal", "relu", "square", "sin", "cos"):  # fmt: skip
+        for op in UNARY:
             vals.append(getattr(ops, op)(ops.abs(x)))
         for op in ("add", "sub", "mul", "truediv", "maximum", "minimum"):
             vals.append(getattr(ops, op)(x, b))
@@ -157,3 +177,12 @@ def test_every_op_translates_and_compiles_for_sm90a(tmp_path):
     spec = KernelSpec(GemmConfig(128, 128, 1, 1), "bfloat16", "bfloat16", "k", "k", t.epilogue)
     path, built = build(spec, KernelCache(tmp_path))
     assert built and path.stat().st_size > 10_000
+    # What it computes, written with torch.
+    x16, b16 = rows(8), torch.randn(N).to(torch.bfloat16)
+    x, b = x16.double(), b16.double()
+    vals = [x, b] + [getattr(torch, op)(x.abs()) for op in UNARY]
+    vals += [x + b, x - b, x * b, x / b, torch.maximum(x, b), torch.minimum(x, b)]
+    vals += [torch.where(cmp, x, b) for cmp in (x < b, x <= b, x >= b, x == b, x != b)]
+    vals += [torch.where(x > b, x, 0.0), x**2, x.abs() ** 0.5, x * b + x, x.to(torch.float16).double()]
+    want = sum(vals[1:], vals[0]).to(torch.bfloat16).double()
+    torch.testing.assert_close(translated_values(t, x16, {"bias": b16})["out"], want, rtol=8e-3, atol=1e-2)

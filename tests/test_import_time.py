@@ -10,7 +10,6 @@ import statistics
 import subprocess
 import sys
 import textwrap
-import types
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,9 @@ import pytest
 from inductor_cutedsl.compat import lazy
 
 ROOT = Path(__file__).resolve().parents[1]
-LIMIT_S = 1.0  # issue 17: at most this much over `import torch`
+#: At most this share of `import torch`, measured in the same interpreter (issue 17 asked
+#: for at most a second over torch's ~2 s; the lazy import costs ~1%, importing Inductor ~70%).
+LIMIT_RATIO = 0.25
 
 
 def _run(code: str) -> subprocess.CompletedProcess:
@@ -27,11 +28,12 @@ def _run(code: str) -> subprocess.CompletedProcess:
                           text=True, timeout=600)  # fmt: skip
 
 
-def test_import_costs_at_most_a_second_more_than_torch():
-    """In fresh interpreters, the wall seconds of `import inductor_cutedsl` right after
-    `import torch` (the median of three): what the package adds to the import of torch
-    that it needs. Timing two interpreters' whole imports instead compares readings
-    that differ by more than the limit's half between runs on the shared CI box."""
+def test_import_costs_a_small_share_of_importing_torch():
+    """In fresh interpreters, the wall time of `import inductor_cutedsl` right after
+    `import torch` (what the package adds to the import of torch that it needs), as a
+    share of `import torch` itself, timed in the same interpreter (the median of three):
+    a share holds on a slow or loaded machine, where seconds do not. Importing Inductor
+    eagerly (~1.4 s after torch's ~2 s) would fail it."""
     code = """
         import time
         t0 = time.perf_counter()
@@ -40,15 +42,13 @@ def test_import_costs_at_most_a_second_more_than_torch():
         import inductor_cutedsl
         print(t1 - t0, time.perf_counter() - t1)
     """
-    torch_s, extra_s = [], []
+    ratios = []
     for _ in range(3):
         done = _run(code)
         assert done.returncode == 0, done.stderr
-        torch_part, ours_part = map(float, done.stdout.strip().splitlines()[-1].split())
-        torch_s.append(torch_part)
-        extra_s.append(ours_part)
-    extra = statistics.median(extra_s)
-    assert extra <= LIMIT_S, f"import inductor_cutedsl: {extra:.2f} s after import torch ({statistics.median(torch_s):.2f} s)"
+        torch_s, ours_s = map(float, done.stdout.strip().splitlines()[-1].split())
+        ratios.append(ours_s / torch_s)
+    assert statistics.median(ratios) <= LIMIT_RATIO, f"import inductor_cutedsl took {ratios} of import torch"
 
 
 # What enable() changes in Inductor, as a fresh process reads it (json).
@@ -193,4 +193,16 @@ def test_lazy_stand_ins_reach_the_real_objects():
     assert lazy.InductorChoices.__module__ == "torch._inductor.choices"
     with pytest.raises(AttributeError):
         lazy.NoSuchName  # noqa: B018
-    assert isinstance(lazy, types.ModuleType)
+
+
+def test_a_lazy_stand_in_imports_its_module_at_first_use_only(tmp_path, monkeypatch):
+    """What keeps `import inductor_cutedsl` cheap: making a stand-in imports nothing."""
+    (tmp_path / "icd_lazy_probe.py").write_text("VALUE = 7\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "icd_lazy_probe", raising=False)
+    stand_in = lazy._Lazy("icd_lazy_probe")
+    attr = lazy._Lazy("icd_lazy_probe", "VALUE")
+    assert "icd_lazy_probe" not in sys.modules and "icd_lazy_probe" in repr(stand_in)
+    assert stand_in.VALUE == 7 and "icd_lazy_probe" in sys.modules
+    stand_in.VALUE = 8  # writes go to the module
+    assert sys.modules["icd_lazy_probe"].VALUE == 8 and attr.real == 8  # an attribute's stand-in: the int itself

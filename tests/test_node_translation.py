@@ -6,42 +6,17 @@ exactly as a fused epilogue would be, from Inductor's own loop bodies.
 from __future__ import annotations
 
 import re
-from unittest import mock
 
 import pytest
 import sympy
 import torch
 import torch.nn.functional as F
-from torch._inductor import config as inductor_config
-from torch._inductor import scheduler as inductor_scheduler
-from torch._inductor.virtualized import V
+from helpers import graph_inputs, translate_inductor, translated_values
 
-from epilogue_interpreter import evaluate
 from inductor_cutedsl.errors import Unsupported
-from inductor_cutedsl.scheduler.node_translation import L_SYM, M_SYM, N_SYM, loop_coordinates, translate_nodes
+from inductor_cutedsl.scheduler.node_translation import L_SYM, M_SYM, N_SYM, loop_coordinates
 
 M, N = 64, 128
-
-
-def translate_compiled(fn, *args):
-    """Compile ``fn`` on the CPU and translate its scheduler nodes with x as the GEMM output."""
-    out = {}
-    original = inductor_scheduler.Scheduler.codegen
-
-    def codegen(self):
-        try:
-            out["t"] = translate_nodes("arg0_1", (M, N, 1), list(self.nodes), V.graph.get_dtype)
-        except Unsupported as exc:
-            out["refused"] = str(exc)
-        return original(self)
-
-    torch.compiler.reset()
-    with mock.patch.object(inductor_scheduler.Scheduler, "codegen", codegen), inductor_config.patch(
-        force_disable_caches=True
-    ):
-        torch.compile(fn)(*args)
-    assert out, "Inductor did not schedule the graph"
-    return out
 
 
 def bf16(*shape):
@@ -60,7 +35,7 @@ def bf16(*shape):
     ids=["bias_gelu_tanh", "relu_residual", "silu_gate", "scale_cast", "col_bias"],
 )
 def test_real_inductor_chains_translate(fn, args, operands):
-    res = translate_compiled(fn, *args)
+    res = translate_inductor(fn, *args)
     assert "t" in res, res.get("refused")
     t = res["t"]
     assert [(o.strides, o.offset) for o in t.operands] == operands
@@ -68,20 +43,17 @@ def test_real_inductor_chains_translate(fn, args, operands):
 
 
 def assert_computes(t, fn, args, points):
-    """The translated arithmetic gives eager's values at ``points`` (interpreted on the
-    CPU, each operand read through its translated view); x (``args[0]``) is the GEMM
-    output, as an (M, N) matrix, and ``fn``'s result is read as one too. The reference is
-    ``fn`` in float64 on the same inputs: the translation computes in float32 and rounds
-    once, where eager bf16 rounds every step (two ulps apart near 1 at times)."""
-    expected = fn(*(a.double() for a in args)).reshape(M, N)
-    flat = {f"arg{i}_1": a.float().flatten() for i, a in enumerate(args)}
+    """The translated arithmetic (``runtime.reference``: the DSL helpers' own formulas, in
+    float64) gives eager's values at every element, ``points`` included; x (``args[0]``)
+    is the GEMM output, as an (M, N) matrix, and ``fn``'s result is read as one too. The
+    reference is ``fn`` in float64 on the same inputs: the translation rounds once, to
+    the output's bf16, where eager bf16 rounds every step (two ulps apart near 1 at
+    times)."""
+    expected = fn(*(a.double() for a in args)).reshape(M, N).double()
+    got = translated_values(t, args[0], graph_inputs(*args))[t.outputs[-1]]
     for mi, ni in points:
-        ops_vals = tuple(
-            flat[o.buffer][o.offset + o.strides[0] * mi + o.strides[1] * ni].item() for o in t.operands
-        )
-        got = evaluate(t.epilogue.source, args[0][mi, ni].float().item(), ops_vals, mi, ni)
-        want = expected[mi, ni].item()
-        assert abs(got - want) <= 1e-2 * max(1.0, abs(want)), (mi, ni, got, want)
+        assert abs(got[mi, ni] - expected[mi, ni]) <= 1e-2 * max(1.0, abs(expected[mi, ni])), (mi, ni)
+    torch.testing.assert_close(got, expected, rtol=1e-2, atol=1e-2)
 
 
 @pytest.mark.parametrize(
@@ -98,7 +70,7 @@ def assert_computes(t, fn, args, points):
     ids=["reduction", "transposed_output", "strided_read", "transposed_operand", "indirect_read", "unsupported_op"],
 )
 def test_real_inductor_refusals(fn, args, needle):
-    res = translate_compiled(fn, *args)
+    res = translate_inductor(fn, *args)
     assert "refused" in res, "must not translate"
     assert re.search(needle, res["refused"]), res["refused"]
 
@@ -135,7 +107,7 @@ VIEW_CASES = [
 
 @pytest.mark.parametrize("fn,args,operands", VIEW_CASES, ids=["btn_bias_gelu_residual", "bthd_silu_gate", "strided_residual"])
 def test_consumers_through_views_translate(fn, args, operands):
-    res = translate_compiled(fn, *args)
+    res = translate_inductor(fn, *args)
     assert "t" in res, res.get("refused")
     t = res["t"]
     assert [(o.strides, o.offset) for o in t.operands] == operands
@@ -156,6 +128,6 @@ def test_consumers_through_views_translate(fn, args, operands):
     ids=["bhtd_transpose", "tb_permute"],
 )  # fmt: skip
 def test_views_that_are_not_reshapes_are_refused(fn, args, needle):
-    res = translate_compiled(fn, *args)
+    res = translate_inductor(fn, *args)
     assert "refused" in res, "must not translate"
     assert re.search(needle, res["refused"]), res["refused"]

@@ -12,6 +12,7 @@ does after upcasting); an explicit cast to bf16/fp16 rounds through that type.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Callable
 
 import sympy
@@ -255,7 +256,12 @@ class EpilogueTranslator(OpsHandlerBase):
     def constant(self, value: Any, dtype: torch.dtype) -> Value:
         if dtype == torch.bool:
             return Value(repr(bool(value)), None)
-        return Value(f"Float32({float(value)!r})", torch.float32)
+        value = float(value)
+        if math.isnan(value):
+            raise Unsupported("a NaN constant", "unsupported-op")
+        # repr writes `inf`, a name the source does not see; 1e999 is infinity's float literal.
+        literal = repr(value) if math.isfinite(value) else ("1e999" if value > 0 else "-1e999")
+        return Value(f"Float32({literal})", torch.float32)
 
     def to_dtype(self, x: Value, dtype: torch.dtype, src_dtype=None, use_compute_types=True) -> Value:
         if dtype == torch.float32:
