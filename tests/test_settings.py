@@ -76,3 +76,37 @@ def test_precompile_with_a_read_only_cache_that_holds_every_kernel_succeeds(monk
     monkeypatch.setattr(precompile, "build_with_progress", lambda *a, **k: pytest.fail("nothing to build"))
     precompile.precompile_block(BlockSize(), workers=1)
     assert f"all {len(specs)} kernels for the block's GEMMs are cached" in capsys.readouterr().out
+
+def test_json_and_png_on_a_machine_without_a_gpu_say_why_nothing_was_written(monkeypatch, capsys, tmp_path):
+    from inductor_cutedsl.cli import main as cli
+    from inductor_cutedsl.cli import precompile
+
+    monkeypatch.setattr(cli, "gpu_reason", lambda: "no CUDA GPU on this machine")
+    monkeypatch.setattr(precompile, "precompile_block", lambda size, workers: None)
+    cli.main(["--json", str(tmp_path / "r.json"), "--png", str(tmp_path / "r.png")])
+    out = capsys.readouterr().out
+    assert f"--json {tmp_path / 'r.json'}: nothing written (the results need a Hopper GPU)" in out
+    assert f"--png {tmp_path / 'r.png'}: nothing written" in out
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("workers,says", [(1, "1 worker\n"), (3, "3 workers\n")])
+def test_precompile_counts_its_workers_in_words(monkeypatch, capsys, tmp_path, workers, says):
+    from inductor_cutedsl.cli import precompile
+    from inductor_cutedsl.cli.block import BlockSize
+    from inductor_cutedsl.runtime import KernelCache
+
+    monkeypatch.setattr(precompile, "default_cache", lambda: KernelCache(tmp_path / "cache"))
+    monkeypatch.setattr(precompile, "build_with_progress", lambda specs, cache, workers, out: {})
+    precompile.precompile_block(BlockSize(), workers=workers)
+    assert says in capsys.readouterr().out
+
+
+def test_compile_workers_leave_no_open_pipe_behind(tmp_path):
+    """Stopping the worker pool closes both of each worker's pipes: no ResourceWarning at exit."""
+    code = ("import inductor_cutedsl\nfrom inductor_cutedsl.runtime import workers\n"
+            "pool = workers.pool(2)\npool.close()\n")  # fmt: skip
+    done = subprocess.run([sys.executable, "-X", "dev", "-W", "always::ResourceWarning", "-c", code],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "ResourceWarning" not in done.stderr, done.stderr
