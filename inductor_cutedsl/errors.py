@@ -22,11 +22,22 @@ STAGES = ("lowering", "candidates", "fusion decision", "epilogue translation", "
           "kernel load", "first launch")  # fmt: skip
 
 
+#: The rules a refusal names (``Unsupported.rule``): what kind of input our kernels do not take.
+RULES = (
+    "backend-off", "max-autotune-off", "codegen-blocked", "device", "dtype", "layout", "tma-alignment",
+    "broadcast-batch", "beta-zero", "fp8-off", "fp8-layout", "scale-mode", "scale-result", "kept-outputs",
+    "reduction", "not-pointwise", "loops", "indexing", "unsupported-op", "store-mode", "chain-shape",
+    "dual-config", "measured-slower",
+)  # fmt: skip
+
+
 class Unsupported(ValueError):
     """This input is not one our kernels take; ``reason`` says why, ``rule`` names the
-    rule that refused it (a short identifier, for reports and the fuzz)."""
+    rule that refused it (one of ``RULES``, for reports and the fuzz)."""
 
-    def __init__(self, reason: str, rule: str = "") -> None:
+    def __init__(self, reason: str, rule: str) -> None:
+        if rule not in RULES:
+            raise ValueError(f"unknown refusal rule {rule!r} (known: {', '.join(RULES)})")
         super().__init__(reason)
         self.reason = reason
         self.rule = rule

@@ -49,27 +49,27 @@ def _operand_reason(name: str, node: Any, major_mode: int) -> str | None:
 def candidates(x2, w_gate, w_up, b_gate, b_up, activation: str, keep: bool) -> list[GemmCandidate]:
     """Our dual-kernel candidates for ``act(x2 @ w_gate^T + b_gate) * (...)``, or Unsupported."""
     if not settings.backend_enabled(BACKEND_TOKEN):
-        raise Unsupported(f"{BACKEND_TOKEN} is not in max_autotune_gemm_backends")
+        raise Unsupported(f"{BACKEND_TOKEN} is not in max_autotune_gemm_backends", "backend-off")
     blocked = ir_access.codegen_blocked() or device_reason(ir_access.device_of(x2))
     if blocked:
-        raise Unsupported(blocked)
+        raise Unsupported(blocked, "codegen-blocked")
     dtype = x2.get_dtype()
     if dtype not in AB_DTYPES or {w_gate.get_dtype(), w_up.get_dtype()} != {dtype}:
-        raise Unsupported(f"dtypes {dtype}/{w_gate.get_dtype()}/{w_up.get_dtype()} (bf16 or fp16, equal)")
+        raise Unsupported(f"dtypes {dtype}/{w_gate.get_dtype()}/{w_up.get_dtype()} (bf16 or fp16, equal)", "dtype")
     for b in (b_gate, b_up):
         if b is not None and b.get_dtype() not in OUT_DTYPES:
-            raise Unsupported(f"bias dtype {b.get_dtype()}")
+            raise Unsupported(f"bias dtype {b.get_dtype()}", "dtype")
     for weight in (w_gate, w_up):
         ir_access.freeze_layout(weight)
     if list(w_gate.get_stride()) != list(w_up.get_stride()):
-        raise Unsupported("the two weights are laid out differently")
+        raise Unsupported("the two weights are laid out differently", "layout")
     reasons = [_operand_reason("x", x2, 1), _operand_reason("w_gate", w_gate, 1), _operand_reason("w_up", w_up, 1)]
     if any(reasons):
-        raise Unsupported("; ".join(r for r in reasons if r))
+        raise Unsupported("; ".join(r for r in reasons if r), "tma-alignment")
     m, k = (ir_access.size_hint(s) for s in x2.get_size())
     n = ir_access.size_hint(w_gate.get_size()[0])
     if n % (ALIGNMENT // dtype.itemsize):
-        raise Unsupported(f"output width {n} is not a multiple of 16 bytes")
+        raise Unsupported(f"output width {n} is not a multiple of 16 bytes", "tma-alignment")
     ab = AB_DTYPES[dtype]
     epi = E.gated(
         activation,
@@ -195,7 +195,7 @@ def lower(x, w_gate, w_up, b_gate, b_up, activation):
     try:
         return _dual(x2, wg, wu, bg, bu, activation, keep, fused, lead, n)
     except Unsupported as why:
-        log.info("gated %s: no dual kernel: %s", activation, why)
+        log.info("gated %s: no dual kernel: %s [%s]", activation, why, why.rule)
     except Exception as exc:
         fallback("lowering", f"gated {activation} product", exc, log)
     return _as_graph(x2, w_gate, w_up, b_gate, b_up, activation, lead, n)

@@ -44,15 +44,15 @@ def _contiguous_mode(name: str, node: Any) -> str:
     elif ir_access.is_one(stride[-2]):
         major, lead = "first", stride[-1]
     else:
-        raise Unsupported(f"{name} has no unit-stride matrix mode (strides {list(stride)})")
+        raise Unsupported(f"{name} has no unit-stride matrix mode (strides {list(stride)})", "layout")
     if not ir_access.multiple_of(lead, align):
-        raise Unsupported(f"{name} leading stride {lead} is not a multiple of 16 bytes")
+        raise Unsupported(f"{name} leading stride {lead} is not a multiple of 16 bytes", "tma-alignment")
     if len(size) == 3 and not ir_access.is_one(size[0]) and not ir_access.multiple_of(stride[0], align):
-        raise Unsupported(f"{name} batch stride {stride[0]} is not a multiple of 16 bytes")
+        raise Unsupported(f"{name} batch stride {stride[0]} is not a multiple of 16 bytes", "tma-alignment")
     if len(size) == 3 and ir_access.size_hint(size[0]) > 1 and ir_access.size_hint(stride[0]) == 0:
-        raise Unsupported(f"{name} has a broadcast batch")
+        raise Unsupported(f"{name} has a broadcast batch", "broadcast-batch")
     if not ir_access.multiple_of(ir_access.offset_of(node), align):
-        raise Unsupported(f"{name} storage offset is not a multiple of 16 bytes")
+        raise Unsupported(f"{name} storage offset is not a multiple of 16 bytes", "tma-alignment")
     return major
 
 
@@ -66,11 +66,11 @@ def _check_operands(a: Any, b: Any, out_dtype: Any, ab_dtypes: dict, out_dtypes:
     ``ab_dtypes`` (``takes`` names them in the reason) and ``out_dtype`` is in ``out_dtypes``."""
     reason = _device_reason(a)
     if reason:
-        raise Unsupported(reason)
+        raise Unsupported(reason, "device")
     if a.get_dtype() not in ab_dtypes or b.get_dtype() != a.get_dtype():
-        raise Unsupported(f"operand dtypes {a.get_dtype()}/{b.get_dtype()} (CuteDSL takes {takes})")
+        raise Unsupported(f"operand dtypes {a.get_dtype()}/{b.get_dtype()} (CuteDSL takes {takes})", "dtype")
     if out_dtype not in out_dtypes:
-        raise Unsupported(f"output dtype {out_dtype}")
+        raise Unsupported(f"output dtype {out_dtype}", "dtype")
 
 
 def candidate_specs(
@@ -113,12 +113,12 @@ def bias_kind(size: Sequence[Any], stride: Sequence[Any]) -> str:
 def _graph_refusal() -> None:
     """Unsupported when nothing of this graph may run our kernel (settings, code generation)."""
     if not settings.backend_enabled(BACKEND_TOKEN):
-        raise Unsupported(f"{BACKEND_TOKEN} is not in max_autotune_gemm_backends")
+        raise Unsupported(f"{BACKEND_TOKEN} is not in max_autotune_gemm_backends", "backend-off")
     if not settings.max_autotune_on():
-        raise Unsupported("max-autotune is off")
+        raise Unsupported("max-autotune is off", "max-autotune-off")
     blocked = ir_access.codegen_blocked()
     if blocked:
-        raise Unsupported(blocked)
+        raise Unsupported(blocked, "codegen-blocked")
 
 
 def _output_layout(kernel_inputs: Any, out_dtype: Any) -> Any:
@@ -128,10 +128,10 @@ def _output_layout(kernel_inputs: Any, out_dtype: Any) -> Any:
     if not ir_access.is_one(out_stride[-1]) or not ir_access.multiple_of(
         out_stride[-2], ALIGNMENT // out_dtype.itemsize
     ):
-        raise Unsupported(f"output layout {list(out_stride)} is not row-major with 16-byte rows")
+        raise Unsupported(f"output layout {list(out_stride)} is not row-major with 16-byte rows", "tma-alignment")
     if not ir_access.multiple_of(layout.size[-1], ALIGNMENT // out_dtype.itemsize):
         # The TMA store writes whole 16-byte units (runtime.support.row_width_reason).
-        raise Unsupported(f"output width {layout.size[-1]} is not provably whole 16-byte units")
+        raise Unsupported(f"output width {layout.size[-1]} is not provably whole 16-byte units", "tma-alignment")
     return layout
 
 
@@ -158,12 +158,12 @@ def gemm_candidates(kernel_inputs: Any, op_name: str) -> tuple[list[GemmCandidat
     scalars: tuple[float, ...] = ()
     if has_c:
         if c.get_dtype() not in OUT_DTYPES:
-            raise Unsupported(f"bias dtype {c.get_dtype()}")
+            raise Unsupported(f"bias dtype {c.get_dtype()}", "dtype")
         alpha = float(kernel_inputs.get_scalar("alpha"))
         beta = float(kernel_inputs.get_scalar("beta"))
         bias_dtype = OUT_DTYPES[c.get_dtype()]
         if beta == 0.0:
-            raise Unsupported("beta == 0 (the bias must be ignored, even NaN): plain mm fits better")
+            raise Unsupported("beta == 0 (the bias must be ignored, even NaN): plain mm fits better", "beta-zero")
         kind = bias_kind(c.get_size(), c.get_stride())
         if alpha == 1.0 and beta == 1.0:
             epilogue = E.bias(kind, bias_dtype)
@@ -187,7 +187,7 @@ def _scale_mode(name: str, node: Any, size: tuple[int, int]) -> str:
     mode = scale_mode(shape, node.get_dtype(), *size)
     if mode is None:
         raise Unsupported(f"{name} is {node.get_dtype()} of shape {shape}: CuteDSL takes fp32 scales, "
-                      f"tensor-wise or row-wise {list(size)} only (not block-wise)")  # fmt: skip
+                      f"tensor-wise or row-wise {list(size)} only (not block-wise)", "scale-mode")  # fmt: skip
     return mode
 
 
@@ -198,20 +198,20 @@ def scaled_candidates(kernel_inputs: Any) -> tuple[list[GemmCandidate], Any]:
     unless the op asks for fast accumulation. Raises Unsupported. Called by
     ``gemm_candidates`` once the graph-wide refusals are checked."""
     if not config.fp8:
-        raise Unsupported("fp8 candidates are off (INDUCTOR_CUTEDSL_FP8=1 offers them)")
+        raise Unsupported("fp8 candidates are off (INDUCTOR_CUTEDSL_FP8=1 offers them)", "fp8-off")
     a, b, scale_a, scale_b, *rest = kernel_inputs.nodes()
     bias = rest[0] if rest else None
     ab_dtype, out_dtype = a.get_dtype(), kernel_inputs.out_dtype()
     _check_operands(a, b, out_dtype, FP8_DTYPES, STORE_DTYPES, "fp8 e4m3 here")
     if ir_access.current_node_arg("scale_result", 5, None) is not None:
         # Inductor gives templates no scale_result input to read it from.
-        raise Unsupported("scale_result (an fp8 output's scale) is not among the template's inputs")
+        raise Unsupported("scale_result (an fp8 output's scale) is not among the template's inputs", "scale-result")
     if (_contiguous_mode("A", a), _contiguous_mode("B", b)) != ("last", "first"):
-        raise Unsupported("fp8 operands must both be K-major (A row-major, B column-major): Hopper's fp8 MMA")
+        raise Unsupported("fp8 operands must both be K-major (A row-major, B column-major): Hopper's fp8 MMA", "fp8-layout")
     m, n, k = (ir_access.size_hint(x) for x in kernel_inputs.mnk_symbolic())
     modes = (_scale_mode("scale_a", scale_a, (m, 1)), _scale_mode("scale_b", scale_b, (1, n)))
     if bias is not None and (bias.get_dtype() not in OUT_DTYPES or len(bias.get_size()) != 1):
-        raise Unsupported(f"bias {bias.get_dtype()} of {len(bias.get_size())} dims (want N values)")
+        raise Unsupported(f"bias {bias.get_dtype()} of {len(bias.get_size())} dims (want N values)", "dtype")
     layout = _output_layout(kernel_inputs, out_dtype)
     promote = not ir_access.current_node_arg("use_fast_accum", 7, False)
     epi = E.scaled(*modes, OUT_DTYPES[bias.get_dtype()] if bias is not None else None)
@@ -229,7 +229,7 @@ def gemm_choices(kernel_inputs: Any, op_name: str) -> list[Any]:
     try:
         candidates, layout = gemm_candidates(kernel_inputs, op_name)
     except Unsupported as why:
-        log.info("no CuteDSL candidate for %s: %s", op_name, why)
+        log.info("no CuteDSL candidate for %s: %s [%s]", op_name, why, why.rule)
         return []
     # Builds start now, in worker processes, and overlap the rest of lowering; each
     # candidate waits for its own when Inductor precompiles or benchmarks it.

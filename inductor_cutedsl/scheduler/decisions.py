@@ -311,7 +311,7 @@ def unfused_consumers(scheduler: Any, template: Any, epilogue_nodes: Sequence[An
             translate_chain(scheduler, template, [*epilogue_nodes, consumer])
             reasons[name] = "the scheduler did not pair them (size, order or memory rule)"
         except Unsupported as exc:
-            reasons[name] = str(exc)
+            reasons[name] = f"{exc} [{exc.rule}]"
         except Exception as exc:
             fallback("epilogue translation", f"{template.get_name()} + {name}", exc, log)
             reasons[name] = f"its translation failed ({type(exc).__name__})"

@@ -93,17 +93,17 @@ class Coordinates:
         symbols = [s for s, _ in self.atoms]
         extra = index.free_symbols - set(symbols)
         if extra:
-            raise Unsupported(f"index {index} depends on {sorted(map(str, extra))}")
+            raise Unsupported(f"index {index} depends on {sorted(map(str, extra))}", "indexing")
         try:
             poly = sympy.Poly(index, *symbols)
         except sympy.PolynomialError as exc:
-            raise Unsupported(f"index {index} is not polynomial") from exc
+            raise Unsupported(f"index {index} is not polynomial", "indexing") from exc
         if poly.total_degree() > 1:
-            raise Unsupported(f"index {index} is not linear in (m, n, l)")
+            raise Unsupported(f"index {index} is not linear in (m, n, l)", "indexing")
         coeff = {s: index.coeff(s, 1) for s in symbols}
         offset = index.subs({s: 0 for s in symbols})
         if not all(c.is_Integer for c in coeff.values()) or not offset.is_Integer:
-            raise Unsupported(f"index {index} has non-integer coefficients")
+            raise Unsupported(f"index {index} has non-integer coefficients", "indexing")
         strides = []
         for dim in self.dims:
             dim = tuple((s, w) for s, w in dim if ranges[s] > 1)  # extent 1: stride 0
@@ -113,7 +113,7 @@ class Coordinates:
             if any(int(coeff[s]) != stride * w for s, w in dim):
                 raise Unsupported(
                     f"index {index} is not linear in the GEMM output's coordinates "
-                    "(the node's loops are not a pure reshape of them)"
+                    "(the node's loops are not a pure reshape of them)", "indexing"
                 )
             strides.append(stride)
         return (strides[0], strides[1], strides[2]), int(offset)
@@ -183,10 +183,10 @@ class EpilogueTranslator(OpsHandlerBase):
         return Value(name, dtype)
 
     def _default(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        raise Unsupported(f"op {name!r} has no CuteDSL epilogue translation")
+        raise Unsupported(f"op {name!r} has no CuteDSL epilogue translation", "unsupported-op")
 
     def indirect_indexing(self, *args: Any, **kwargs: Any) -> Any:
-        raise Unsupported("indirect indexing")
+        raise Unsupported("indirect indexing", "indexing")
 
     def begin_node(self, name: str, coords: Coordinates) -> None:
         """Replay the next node, whose loop variables are written over ``coords``."""
@@ -195,7 +195,7 @@ class EpilogueTranslator(OpsHandlerBase):
     def end_node(self) -> None:
         if not self.anchored:
             raise Unsupported(
-                f"{self.node} reads neither the GEMM output nor a buffer of the chain element-for-element"
+                f"{self.node} reads neither the GEMM output nor a buffer of the chain element-for-element", "indexing"
             )
 
     def _normal(self, view: View) -> View:
@@ -212,7 +212,7 @@ class EpilogueTranslator(OpsHandlerBase):
     def _check_same_view(self, name: str, index: sympy.Expr) -> None:
         if self._normal(self.coords.linear(index)) != self.views[name]:
             raise Unsupported(
-                f"{name} is accessed at {index}, not element-for-element with the GEMM output"
+                f"{name} is accessed at {index}, not element-for-element with the GEMM output", "indexing"
             )
         self.anchored = True
 
@@ -226,13 +226,13 @@ class EpilogueTranslator(OpsHandlerBase):
             return self.stored[name]
         dtype = self.dtype_of(name)
         if dtype not in OUT_DTYPES:
-            raise Unsupported(f"load of {name} with dtype {dtype} (integer data or indirect indexing)")
+            raise Unsupported(f"load of {name} with dtype {dtype} (integer data or indirect indexing)", "dtype")
         strides, offset = self._normal(self.coords.linear(index))
         if min(strides) < 0 or offset < 0:
-            raise Unsupported(f"{name} is read with a negative stride or offset")
+            raise Unsupported(f"{name} is read with a negative stride or offset", "indexing")
         if strides[1] > 1 and strides[0] < strides[1] and self.sizes[1] > 1:
             # Column-major reads are uncoalesced in our epilogue: Triton does them better.
-            raise Unsupported(f"{name} is read transposed (stride {strides[1]} along n)")
+            raise Unsupported(f"{name} is read transposed (stride {strides[1]} along n)", "indexing")
         ref = OperandRef(name, strides, offset, dtype)
         if ref not in self.operands:
             self.operands.append(ref)
@@ -240,13 +240,13 @@ class EpilogueTranslator(OpsHandlerBase):
 
     def store(self, name: str, index: sympy.Expr, value: Value, mode: Any = None) -> None:
         if mode is not None:
-            raise Unsupported(f"store mode {mode!r}")
+            raise Unsupported(f"store mode {mode!r}", "store-mode")
         view = self._normal(self.coords.linear(index))
         (s_m, s_n, s_l), offset = view
         if (s_n != 1 and self.sizes[1] > 1) or min(s_m, s_l, offset) < 0:
             # The kernel writes whole rows of a tile (TMA, or row-wise plain stores).
             raise Unsupported(
-                f"{name} is stored at {index}, not element-for-element in rows like the GEMM output"
+                f"{name} is stored at {index}, not element-for-element in rows like the GEMM output", "indexing"
             )
         self.stored[name] = value
         self.views[name] = view
@@ -269,7 +269,7 @@ class EpilogueTranslator(OpsHandlerBase):
         if dtype in STORE_DTYPES:
             # (An fp8 cast saturates, as the Triton kernel it replaces does.)
             return self._emit(f"round_to({x.name}, {STORE_DTYPES[dtype]!r})", dtype)
-        raise Unsupported(f"cast to {dtype}")
+        raise Unsupported(f"cast to {dtype}", "dtype")
 
     def where(self, cond: Value, a: Value, b: Value) -> Value:
         return self._emit(f"select({cond.name}, {a.name}, {b.name})", torch.float32)
@@ -328,16 +328,16 @@ def finish(tr: EpilogueTranslator, name: str, keep: tuple[str, ...] = ()) -> Tra
     chain. Each becomes an ``out`` operand, after the inputs, in ``keep`` order.
     """
     if not tr.outputs:
-        raise Unsupported("the epilogue stores nothing")
+        raise Unsupported("the epilogue stores nothing", "chain-shape")
     if not tr.reads_acc:
-        raise Unsupported("the chain does not read the GEMM output")
+        raise Unsupported("the chain does not read the GEMM output", "chain-shape")
     result = tr.stored[tr.outputs[-1]]
     operands = list(tr.operands)
     values = [result.name]
     for buf in keep:
         dtype = tr.dtype_of(buf)
         if dtype not in OUT_DTYPES:
-            raise Unsupported(f"{buf} has dtype {dtype}")
+            raise Unsupported(f"{buf} has dtype {dtype}", "dtype")
         values.append("acc" if buf == tr.acc_buffer else tr.stored[buf].name)
         operands.append(OperandRef(buf, *tr.views[buf], dtype))
     source = "\n".join(

@@ -44,13 +44,13 @@ def loop_view(var_sizes: Sequence[int], mnl_sizes: tuple[int, int, int]) -> tupl
     loops = [size for size in var_sizes if size != 1]
     covered, total = math.prod(loops), math.prod(e for _, e in dims)
     if covered < total:
-        raise Unsupported(f"loops {list(var_sizes)} cover less than the GEMM output {mnl_sizes}")
+        raise Unsupported(f"loops {list(var_sizes)} cover less than the GEMM output {mnl_sizes}", "loops")
     if covered > total:
-        raise Unsupported(f"loops {list(var_sizes)} do not tile the GEMM output {mnl_sizes}")
+        raise Unsupported(f"loops {list(var_sizes)} do not tile the GEMM output {mnl_sizes}", "loops")
     cuts = sorted(set(_cuts(loops)) | set(_cuts([e for _, e in dims])))
     extents = [c // p for p, c in zip([1, *cuts], cuts)]
     if any(c % p for p, c in zip([1, *cuts], cuts)):
-        raise Unsupported(f"loops {list(var_sizes)} do not tile the GEMM output {mnl_sizes}")
+        raise Unsupported(f"loops {list(var_sizes)} do not tile the GEMM output {mnl_sizes}", "loops")
 
     # A dim made of a single atom keeps its own symbol; a split one gets one per part.
     atoms: list[tuple[sympy.Symbol, int]] = []
@@ -115,7 +115,7 @@ def translate_nodes(
     for node in nodes:
         var_sizes, reduce_sizes = ir_access.node_ranges(node)
         if reduce_sizes:
-            raise Unsupported(f"{node.get_name()} is a reduction")
+            raise Unsupported(f"{node.get_name()} is a reduction", "reduction")
         exprs, coords = loop_view([ir_access.size_hint(s) for s in var_sizes], mnl_sizes)
         tr.begin_node(node.get_name(), coords)
         ir_access.replay_node(node, exprs, tr)
