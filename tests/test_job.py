@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 import torch
@@ -58,9 +59,20 @@ def test_gemm_table_report_and_plot(tmp_path, capsys):
     assert "8192x14336x4096" in out and "1.067x" in out and "0 CuteDSL compiles" in out
     assert "buf3" in out and "mul, silu" in out
     assert "triton_tem_fused_mm_0" in out and "triton_poi_fused_mul_silu_1" in out
-    job.plot(result, str(tmp_path / "p.png"))
-    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
     json.dumps(result)
+
+
+def test_plot_is_drawn_with_matplotlib(tmp_path):
+    pytest.importorskip("matplotlib")
+    assert job.plot(synthetic_result(), str(tmp_path / "p.png"))
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_plot_without_matplotlib_says_how_to_get_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # an import of it fails
+    assert not job.plot(synthetic_result(), str(tmp_path / "p.png"))
+    assert "pip install 'inductor-cutedsl[plot]'" in capsys.readouterr().out
+    assert not (tmp_path / "p.png").exists()
 
 
 def test_rel_err():
