@@ -113,10 +113,15 @@ def our_seconds() -> dict[str, float]:
     from inductor_cutedsl.runtime import compiler
     from inductor_cutedsl.scheduler import selection
 
-    figures = {"build_wait": compiler.stats["wait_s"], "autotune_ours": template.stats["benchmark_s"],
-               "fair_timing": fair_timing.stats["measure_s"], "selection": selection.stats["decide_s"],
-               "selection_builds": selection.stats["builds_s"], "selection_modules": selection.stats["modules_s"],
-               "gated": gated.stats["measure_s"]}  # fmt: skip
+    figures = {
+        "build_wait": compiler.stats["wait_s"],
+        "autotune_ours": template.stats["benchmark_s"],
+        "fair_timing": fair_timing.stats["measure_s"],
+        "selection": selection.stats["decide_s"],
+        "selection_builds": selection.stats["builds_s"],
+        "selection_modules": selection.stats["modules_s"],
+        "gated": gated.stats["measure_s"],
+    }
     return {name: round(s, 3) for name, s in figures.items()}
 
 
@@ -176,8 +181,9 @@ def child(spec: str, sample: str | None = None) -> dict:
     return report
 
 
-def run_child(bid: BlockId, mode: str, side: str, dirs: dict[str, str], timeout: float,
-              sample: str | None = None) -> dict:  # fmt: skip
+def run_child(
+    bid: BlockId, mode: str, side: str, dirs: dict[str, str], timeout: float, sample: str | None = None
+) -> dict:
     """``child`` in a new process (``child_environment``); its report with the process's
     whole wall time added (``process_s``). A stock child that built CuteDSL kernels
     voids the comparison: it raises."""
@@ -247,7 +253,7 @@ def row_summary(name: str, runs: dict[str, list[dict]]) -> dict:
         "median_cutedsl_builds": {side: median_of(reports, "cutedsl_builds") for side, reports in runs.items()},
         "phases_median_s": {side: phase_medians(reports) for side, reports in runs.items()},
         "runs": runs,
-    }  # fmt: skip
+    }
 
 
 def summarize(rows: list[dict], info: dict) -> dict:
@@ -277,11 +283,16 @@ def runs_of(result: dict | None) -> dict[str, dict[str, list]]:
 def print_row(row: dict) -> None:
     """A row's per-phase table, medians of its compiles, one column per side."""
     sides = list(row["runs"])
-    print(f"\n{row['row']}: compile ratio {row['compile_ratio']} (ours / fair stock), "
-          f"warm kernels {row['compile_ratio_warm_kernels']}, compiles {row['compiles']}")  # fmt: skip
+    print(
+        f"\n{row['row']}: compile ratio {row['compile_ratio']} (ours / fair stock), "
+        f"warm kernels {row['compile_ratio_warm_kernels']}, compiles {row['compiles']}"
+    )
     print(f"{'median seconds':<48}" + "".join(f"{side:>18}" for side in sides))
-    lines = [("first call (compile_s)", row["median_compile_s"]), ("process (process_s)", row["median_process_s"]),
-             ("CuteDSL kernels built", row["median_cutedsl_builds"])]  # fmt: skip
+    lines = [
+        ("first call (compile_s)", row["median_compile_s"]),
+        ("process (process_s)", row["median_process_s"]),
+        ("CuteDSL kernels built", row["median_cutedsl_builds"]),
+    ]
     phases = row["phases_median_s"]
     names = {p for side in sides for p in phases[side]}
     longest = sorted(names, key=lambda p: -max(phases[s].get(p, 0) for s in sides))
@@ -367,8 +378,11 @@ def run(args: argparse.Namespace, info: dict) -> dict:
             caches.done(bid, side, dirs)
             longest = max(longest, time.perf_counter() - t0)
             runs.setdefault(bid.name, {}).setdefault(side, []).append(report)
-            print(f"   first call {report['compile_s']} s, process {report['process_s']} s, "
-                  f"{report['cutedsl_builds']} CuteDSL kernels built", flush=True)  # fmt: skip
+            print(
+                f"   first call {report['compile_s']} s, process {report['process_s']} s, "
+                f"{report['cutedsl_builds']} CuteDSL kernels built",
+                flush=True,
+            )
             if side == OURS and not report["cutedsl_builds"]:
                 print("   ours built no CuteDSL kernel: this compile measured nothing of ours", flush=True)
             write_json(result(), args.json)
@@ -413,9 +427,13 @@ def _positive(text: str) -> int:
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", type=parse_rows, default=list(DEFAULT_ROWS),
-                    help="comma-separated FAMILY:SIZE (inference) or FAMILY:SIZE:RUN (default: "
-                         f"{','.join(b.name for b in DEFAULT_ROWS)})")  # fmt: skip
+    ap.add_argument(
+        "--rows",
+        type=parse_rows,
+        default=list(DEFAULT_ROWS),
+        help="comma-separated FAMILY:SIZE (inference) or FAMILY:SIZE:RUN (default: "
+        f"{','.join(b.name for b in DEFAULT_ROWS)})",
+    )
     ap.add_argument("--pairs", type=_positive, default=2, help="compiles of each side per row (default: %(default)s)")
     ap.add_argument(
         "--mode", choices=models.MODES, default=models.CUDAGRAPHS, help="torch.compile mode (default: %(default)s)"
@@ -425,22 +443,31 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also stock as a user starts it (Triton's bundled ptxas in the compiling process)",
     )
-    ap.add_argument("--warm-kernels", action="store_true",
-                    help="also ours with the kernel cache holding the other rows' kernels, Inductor's and "
-                         "Triton's caches empty")  # fmt: skip
+    ap.add_argument(
+        "--warm-kernels",
+        action="store_true",
+        help="also ours with the kernel cache holding the other rows' kernels, Inductor's and Triton's caches empty",
+    )
     ap.add_argument("--json", metavar="PATH", default=None, help="result file, rewritten after every compile")
     ap.add_argument(
         "--resume",
         metavar="PATH",
         help="an earlier result file (if it exists): its compiles are kept and not run again",
     )
-    ap.add_argument("--budget", type=float, metavar="SECONDS",
-                    help="start no compile that would likely end later than SECONDS from the start (expected: "
-                         "the longest child so far); the ones left are listed for a --resume run")  # fmt: skip
+    ap.add_argument(
+        "--budget",
+        type=float,
+        metavar="SECONDS",
+        help="start no compile that would likely end later than SECONDS from the start (expected: "
+        "the longest child so far); the ones left are listed for a --resume run",
+    )
     ap.add_argument("--timeout", type=float, default=900, help="seconds per child process (default: %(default)s)")
-    ap.add_argument("--sample", metavar="PATH",
-                    help="sample each child's compiling thread (wall_sampler): reports appended to PATH, folded "
-                         "stacks to PATH.folded.gz")  # fmt: skip
+    ap.add_argument(
+        "--sample",
+        metavar="PATH",
+        help="sample each child's compiling thread (wall_sampler): reports appended to PATH, folded "
+        "stacks to PATH.folded.gz",
+    )
     ap.add_argument("--child", metavar="FAMILY:SIZE:RUN:MODE:SIDE", help=argparse.SUPPRESS)
     return ap
 

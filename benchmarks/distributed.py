@@ -253,8 +253,16 @@ def main(argv: list[str] | None = None) -> dict | None:
         return None
     gpus = torch.cuda.device_count()
     backend = "nccl" if gpus >= WORLD else "gloo"
-    result = {**run_info(), "world_size": WORLD, "gpus": min(gpus, WORLD), "backend": backend,
-              "block": args.block, "mode": MODE, "steps_per_round": args.steps, "rows": []}  # fmt: skip
+    result = {
+        **run_info(),
+        "world_size": WORLD,
+        "gpus": min(gpus, WORLD),
+        "backend": backend,
+        "block": args.block,
+        "mode": MODE,
+        "steps_per_round": args.steps,
+        "rows": [],
+    }
     for wrap in args.wrap:
         args.wrap_now = wrap
         with tempfile.TemporaryDirectory(prefix=f"distributed-{wrap}-") as tmp:
@@ -263,8 +271,10 @@ def main(argv: list[str] | None = None) -> dict | None:
                 cold = {}
                 for which in BACKENDS:
                     out = f"{tmp}/cold-{which}"
-                    env = {"TORCHINDUCTOR_CACHE_DIR": f"{tmp}/inductor-cold-{which}",
-                           "INDUCTOR_CUTEDSL_CACHE_DIR": f"{tmp}/kernels-cold-{which}"}  # fmt: skip
+                    env = {
+                        "TORCHINDUCTOR_CACHE_DIR": f"{tmp}/inductor-cold-{which}",
+                        "INDUCTOR_CUTEDSL_CACHE_DIR": f"{tmp}/kernels-cold-{which}",
+                    }
                     _spawn(_cold_rank, (backend, args, which, out), env)
                     cold[which] = [torch.load(f"{out}.rank{r}")["seconds"] for r in range(WORLD)]
             out = f"{tmp}/timed"

@@ -80,20 +80,24 @@ def measure_case(name: str, shape, fn, args, gemm_alone, tolerance: float = TOLE
         # Each variant's GPU work as a CUDA graph (as max-autotune's default cudagraph mode
         # runs it): a small GEMM takes about as long as a compiled graph's host time,
         # which would otherwise be timed too.
-        times = side_by_side({
-            "eager": graphed(lambda: fn(*args)),
-            "stock": graphed(lambda: compiled["stock"](*args)),
-            "ours": graphed(lambda: compiled["ours"](*args)),
-            # The GEMM alone (cuBLAS): stock / this is what a free epilogue could gain.
-            "gemm": graphed(gemm_alone),
-        })  # fmt: skip
+        times = side_by_side(
+            {
+                "eager": graphed(lambda: fn(*args)),
+                "stock": graphed(lambda: compiled["stock"](*args)),
+                "ours": graphed(lambda: compiled["ours"](*args)),
+                # The GEMM alone (cuBLAS): stock / this is what a free epilogue could gain.
+                "gemm": graphed(gemm_alone),
+            }
+        )
         # Each compiled variant's kernels: what the selection's figures can be held against.
         kernels = {label: kernel_times(lambda fn=fn: fn(*args), top=6) for label, fn in compiled.items()}
         if ran_cutedsl(kernels["stock"]):
             raise AssertionError(f"{name} {m}x{n}x{k}: the stock variant ran CuteDSL kernels")
     return {
-        "pattern": name, "shape": [m, n, k],
-        "eager_ms": round(times["eager"], 4), "stock_ms": round(times["stock"], 4),
+        "pattern": name,
+        "shape": [m, n, k],
+        "eager_ms": round(times["eager"], 4),
+        "stock_ms": round(times["stock"], 4),
         "ours_ms": round(times["ours"], 4),
         "vs_max_autotune": round(times["stock"] / times["ours"], 4),
         "cublas_gemm_ms": round(times["gemm"], 4),
@@ -104,7 +108,7 @@ def measure_case(name: str, shape, fn, args, gemm_alone, tolerance: float = TOLE
         # The selection's side-by-side figures and the way it took, per decided GEMM.
         "selection": selection.decisions[decided_before:],
         "kernels": kernels,
-    }  # fmt: skip
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -121,15 +125,19 @@ def main(argv: list[str] | None = None) -> dict:
             rows.append(row)
             fused = "; ".join(",".join(ops) for ops in row["fused_into_cutedsl"]) or "-"
             fused += "".join(f" [{d['way']}: {d['ms']} {d['configs']}]" for d in row["selection"])
-            print(f"{name:>18} {m}x{n}x{k}: eager {row['eager_ms']:.4f} stock {row['stock_ms']:.4f} "
-                  f"ours {row['ours_ms']:.4f} -> {row['vs_max_autotune']:.3f}x (free-epilogue bound "
-                  f"{row['free_epilogue_bound']:.3f}x)  fused: {fused}",
-                  flush=True)  # fmt: skip
+            print(
+                f"{name:>18} {m}x{n}x{k}: eager {row['eager_ms']:.4f} stock {row['stock_ms']:.4f} "
+                f"ours {row['ours_ms']:.4f} -> {row['vs_max_autotune']:.3f}x (free-epilogue bound "
+                f"{row['free_epilogue_bound']:.3f}x)  fused: {fused}",
+                flush=True,
+            )
             # After every case, so that a run cut short by a time limit keeps what it measured.
             result = _summary(rows)
             write_json(result, args.json)
-    print(f"geomean vs stock max-autotune {result['geomean_vs_max_autotune']:.3f}, "
-          f"min {result['min_vs_max_autotune']:.3f}")  # fmt: skip
+    print(
+        f"geomean vs stock max-autotune {result['geomean_vs_max_autotune']:.3f}, "
+        f"min {result['min_vs_max_autotune']:.3f}"
+    )
     return result
 
 

@@ -78,8 +78,12 @@ def candidate_specs(m: int, n: int, k: int, mode: str, promote: bool, limit: int
         for c in TRIAL:
             c = dataclasses.replace(c, raster_along_m=m >= n, swizzle=8)
             configs.append(dataclasses.replace(c, swizzle=fitted_swizzle(c, m, n)))
-    return [KernelSpec(c, FP8, "bfloat16", "k", "k", epi, promote=p)
-            for c in configs for p in modes if not p or c.promotion_reason(p) is None]  # fmt: skip
+    return [
+        KernelSpec(c, FP8, "bfloat16", "k", "k", epi, promote=p)
+        for c in configs
+        for p in modes
+        if not p or c.promotion_reason(p) is None
+    ]
 
 
 def operands(m: int, n: int, k: int, mode: str):
@@ -113,25 +117,32 @@ def measure(m: int, n: int, k: int, mode: str, specs: list[KernelSpec], fast: bo
             continue
         ms = bench(lambda kern=kern: kern(a, b, out, sa, sb))
         ratio = bench(theirs) / ms
-        tried.append({"config": spec.config.name(), "promote": spec.promote, "ms": round(ms, 4),
-                      "vs_scaled_mm": round(ratio, 4)})  # fmt: skip
+        tried.append(
+            {"config": spec.config.name(), "promote": spec.promote, "ms": round(ms, 4), "vs_scaled_mm": round(ratio, 4)}
+        )
         ranked.append((ratio, spec))
     if not ranked:
         return {"shape": [m, n, k], "mode": mode, "error": "no candidate computed the right result"}
     leaders = [spec for _, spec in sorted(ranked, key=lambda r: -r[0])[:FINALISTS]]
-    runs = side_by_side({s: (lambda kern=get_gemm(s): kern(a, b, out, sa, sb)) for s in leaders} | {"theirs": theirs},
-                        rounds=3)  # fmt: skip
+    runs = side_by_side(
+        {s: (lambda kern=get_gemm(s): kern(a, b, out, sa, sb)) for s in leaders} | {"theirs": theirs}, rounds=3
+    )
     spec = min(leaders, key=runs.get)
     kern = get_gemm(spec)
     final = side_by_side({"ours": lambda: kern(a, b, out, sa, sb), "theirs": theirs})
     flops = 2 * m * n * k
     return {
-        "shape": [m, n, k], "mode": mode, "config": spec.config.name(), "promote": spec.promote,
-        "ours_ms": round(final["ours"], 4), "scaled_mm_ms": round(final["theirs"], 4),
+        "shape": [m, n, k],
+        "mode": mode,
+        "config": spec.config.name(),
+        "promote": spec.promote,
+        "ours_ms": round(final["ours"], 4),
+        "scaled_mm_ms": round(final["theirs"], 4),
         "vs_scaled_mm": round(final["theirs"] / final["ours"], 4),
-        "tflops": round(flops / final["ours"] / 1e9, 1), "scaled_mm_tflops": round(flops / final["theirs"] / 1e9, 1),
+        "tflops": round(flops / final["ours"] / 1e9, 1),
+        "scaled_mm_tflops": round(flops / final["theirs"] / 1e9, 1),
         "candidates": sorted(tried, key=lambda t: -t["vs_scaled_mm"]),
-    }  # fmt: skip
+    }
 
 
 def _silu_gate(a, b, sa, sb, g):
@@ -174,9 +185,12 @@ def fused_rows(shapes) -> list[dict]:
 
             row = measure_case(name, (m, n, k), fn, args, gemm_alone, FUSED_TOLERANCE.get(name, TOLERANCE))
             rows.append(row)
-            print(f"{name:>18} {m}x{n}x{k}: eager {row['eager_ms']:.4f} stock {row['stock_ms']:.4f} "
-                  f"ours {row['ours_ms']:.4f} -> {row['vs_max_autotune']:.3f}x (free-epilogue bound "
-                  f"{row['free_epilogue_bound']:.3f}x)", flush=True)  # fmt: skip
+            print(
+                f"{name:>18} {m}x{n}x{k}: eager {row['eager_ms']:.4f} stock {row['stock_ms']:.4f} "
+                f"ours {row['ours_ms']:.4f} -> {row['vs_max_autotune']:.3f}x (free-epilogue bound "
+                f"{row['free_epilogue_bound']:.3f}x)",
+                flush=True,
+            )
     return rows
 
 
@@ -240,9 +254,15 @@ def block_row(family: str, size: str) -> dict:
             raise AssertionError(f"fp8 {family} {size}: rel err vs eager {errs}")
         times = side_by_side({label: graphed(lambda fn=fn: fn(x)) for label, fn in compiled.items()})
         kernels = {label: kernel_times(lambda fn=fn: fn(x), top=8) for label, fn in compiled.items()}
-    return {"block": f"{family}:{size}", "tokens": x.shape[0] * x.shape[1], "rel_err_vs_eager": errs,
-            "stock_ms": round(times["stock"], 4), "ours_ms": round(times["ours"], 4),
-            "speedup": round(times["stock"] / times["ours"], 4), "kernels": kernels}  # fmt: skip
+    return {
+        "block": f"{family}:{size}",
+        "tokens": x.shape[0] * x.shape[1],
+        "rel_err_vs_eager": errs,
+        "stock_ms": round(times["stock"], 4),
+        "ours_ms": round(times["ours"], 4),
+        "speedup": round(times["stock"] / times["ours"], 4),
+        "kernels": kernels,
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -259,9 +279,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--shapes", default=None, help="MxNxK,... instead of the default LLM shapes")
     ap.add_argument("--fused", action="store_true", help="also the fused patterns (compiled three ways)")
     ap.add_argument("--fused-only", action="store_true", help="only the fused patterns (and --block)")
-    ap.add_argument("--block-only", action="store_true",
-                    help="only the block (--block's, default llama:prefill): stock's fp8 autotuning of 105 Triton "
-                         "choices per GEMM takes about a minute each")  # fmt: skip
+    ap.add_argument(
+        "--block-only",
+        action="store_true",
+        help="only the block (--block's, default llama:prefill): stock's fp8 autotuning of 105 Triton "
+        "choices per GEMM takes about a minute each",
+    )
     ap.add_argument(
         "--block",
         nargs="?",
@@ -281,9 +304,11 @@ def main(argv: list[str] | None = None) -> dict:
     if args.block_only:
         args.block = args.block or "llama:prefill"
     torch.manual_seed(0)
-    plan = {} if args.fused_only or args.block_only else {
-        (shape, mode): candidate_specs(*shape, mode, promote, args.configs) for shape in shapes for mode in MODES
-    }  # fmt: skip
+    plan = (
+        {}
+        if args.fused_only or args.block_only
+        else {(shape, mode): candidate_specs(*shape, mode, promote, args.configs) for shape in shapes for mode in MODES}
+    )
     t0 = time.perf_counter()
     build_many((s for specs in plan.values() for s in specs), default_cache(), args.workers)
     print(f"built {sum(map(len, plan.values()))} specs in {time.perf_counter() - t0:.1f}s", flush=True)
@@ -294,10 +319,12 @@ def main(argv: list[str] | None = None) -> dict:
         if "error" in row:
             print(f"{m}x{n}x{k} {mode}: {row['error']}", flush=True)
             continue
-        print(f"{m}x{n}x{k} {mode:6s}: ours {row['ours_ms']:.4f} ms ({row['tflops']} TFLOP/s, {row['config']} "
-              f"promote {row['promote']}) "
-              f"_scaled_mm {row['scaled_mm_ms']:.4f} ms ({row['scaled_mm_tflops']}) -> {row['vs_scaled_mm']:.3f}x",
-              flush=True)  # fmt: skip
+        print(
+            f"{m}x{n}x{k} {mode:6s}: ours {row['ours_ms']:.4f} ms ({row['tflops']} TFLOP/s, {row['config']} "
+            f"promote {row['promote']}) "
+            f"_scaled_mm {row['scaled_mm_ms']:.4f} ms ({row['scaled_mm_tflops']}) -> {row['vs_scaled_mm']:.3f}x",
+            flush=True,
+        )
     ratios = [r["vs_scaled_mm"] for r in rows if "error" not in r]
     result = {
         **run_info(),
@@ -308,18 +335,23 @@ def main(argv: list[str] | None = None) -> dict:
     }
     if (args.fused or args.fused_only) and not args.block_only:
         fused = fused_rows(FUSED_SHAPES)
-        result.update({
-            "fused_geomean_vs_max_autotune": round(geomean(r["vs_max_autotune"] for r in fused), 4),
-            "fused_min_vs_max_autotune": min(r["vs_max_autotune"] for r in fused),
-            "fused_geomean_free_epilogue_bound": round(geomean(r["free_epilogue_bound"] for r in fused), 4),
-            "fused_rows": fused,
-        })  # fmt: skip
+        result.update(
+            {
+                "fused_geomean_vs_max_autotune": round(geomean(r["vs_max_autotune"] for r in fused), 4),
+                "fused_min_vs_max_autotune": min(r["vs_max_autotune"] for r in fused),
+                "fused_geomean_free_epilogue_bound": round(geomean(r["free_epilogue_bound"] for r in fused), 4),
+                "fused_rows": fused,
+            }
+        )
         print({k: v for k, v in result.items() if k.startswith("fused_") and k != "fused_rows"}, flush=True)
         write_json(result, args.json)  # now: the block's compiles can run into a call's time limit
     if args.block:
         row = block_row(*args.block.split(":"))
-        print(f"fp8 {row['block']}: stock {row['stock_ms']:.4f} ms, ours {row['ours_ms']:.4f} ms "
-              f"-> {row['speedup']:.3f}x", flush=True)  # fmt: skip
+        print(
+            f"fp8 {row['block']}: stock {row['stock_ms']:.4f} ms, ours {row['ours_ms']:.4f} ms "
+            f"-> {row['speedup']:.3f}x",
+            flush=True,
+        )
         result.update({"block_speedup_vs_max_autotune": row["speedup"], "block": row})
     print({k: v for k, v in result.items() if k != "rows"})
     write_json(result, args.json)

@@ -210,15 +210,20 @@ def main(argv: list[str] | None = None) -> dict:
     t0 = time.perf_counter()
     built = build_all((s for v in plan.values() for s in v), args.workers)
     compile_wall = time.perf_counter() - t0
-    print(f"compiled {sum(b for _, b, _ in built.values())} kernels "
-          f"({len(built)} specs) in {compile_wall:.1f}s wall with {args.workers} workers")  # fmt: skip
+    print(
+        f"compiled {sum(b for _, b, _ in built.values())} kernels "
+        f"({len(built)} specs) in {compile_wall:.1f}s wall with {args.workers} workers"
+    )
 
     rows = []
     for (m, n, k), specs in plan.items():
         row = measure_shape(m, n, k, specs, built)
         rows.append(row)
-        print(f"{m}x{n}x{k}: ours {row['ours_ms']:.4f} ms ({row['tflops']} TFLOP/s, {row['config']}) "
-              f"cuBLAS {row['cublas_ms']:.4f} ms -> {row['vs_cublas']:.3f}x", flush=True)  # fmt: skip
+        print(
+            f"{m}x{n}x{k}: ours {row['ours_ms']:.4f} ms ({row['tflops']} TFLOP/s, {row['config']}) "
+            f"cuBLAS {row['cublas_ms']:.4f} ms -> {row['vs_cublas']:.3f}x",
+            flush=True,
+        )
 
     # Overhead of one launch (tiny problem): wall time back to back, and host time alone.
     a = torch.randn(128, 128, device=dev).to(torch.bfloat16)
@@ -243,11 +248,15 @@ def main(argv: list[str] | None = None) -> dict:
     print(hdr)
     for r in rows:
         shape = "x".join(map(str, r["shape"]))
-        print(f"{shape:>20} {r['config']:>24} {r['ours_ms']:>9.4f} {r['cublas_ms']:>9.4f} "
-              f"{r['vs_cublas']:>6.3f} {r['tflops']:>8.1f}")  # fmt: skip
-    print(f"geomean vs cuBLAS {result['geomean_vs_cublas']:.3f}, min {result['min_vs_cublas']:.3f}; "
-          f"per tiny launch: ours {overhead['ours']} us ({enqueue['ours']} us host), "
-          f"torch.mm {overhead['torch_mm']} us ({enqueue['torch_mm']} us host)")  # fmt: skip
+        print(
+            f"{shape:>20} {r['config']:>24} {r['ours_ms']:>9.4f} {r['cublas_ms']:>9.4f} "
+            f"{r['vs_cublas']:>6.3f} {r['tflops']:>8.1f}"
+        )
+    print(
+        f"geomean vs cuBLAS {result['geomean_vs_cublas']:.3f}, min {result['min_vs_cublas']:.3f}; "
+        f"per tiny launch: ours {overhead['ours']} us ({enqueue['ours']} us host), "
+        f"torch.mm {overhead['torch_mm']} us ({enqueue['torch_mm']} us host)"
+    )
     write_json(result, args.json)
     return result
 

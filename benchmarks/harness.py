@@ -13,8 +13,18 @@ from collections.abc import Callable, Iterable
 from inductor_cutedsl import timing
 from inductor_cutedsl.cli.report import rel_err, run_info, write_json
 
-__all__ = ["geomean", "geomean_or_none", "graphed", "ratio", "rel_err", "report_row", "run_info", "side_by_side",
-           "side_by_side_rounds", "write_json"]  # fmt: skip
+__all__ = [
+    "geomean",
+    "geomean_or_none",
+    "graphed",
+    "ratio",
+    "rel_err",
+    "report_row",
+    "run_info",
+    "side_by_side",
+    "side_by_side_rounds",
+    "write_json",
+]
 
 
 def graphed(fn: Callable[[], object]) -> Callable[[], None]:

@@ -58,8 +58,7 @@ EXPECTED = {"ours": "cutedsl", "triton": "triton_template", "aten": "aten"}
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--json", metavar="PATH", default=None,
-                    help="write the results here (rewritten after each shape)")  # fmt: skip
+    ap.add_argument("--json", metavar="PATH", default=None, help="write the results here (rewritten after each shape)")
     known = ", ".join(f"{k} {v[:3]}" for k, v in SHAPES.items())
     ap.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated subset of {known}")
     ap.add_argument("--calls", type=int, default=200, help="launches per timed window (default 200)")
@@ -190,8 +189,11 @@ def breakdown(m: int, n: int, k: int, op: str, tensors: tuple, args: argparse.Na
             fn()
     torch.cuda.synchronize()
     samples, busy = host_us(fns, (), args.calls, args.rounds, cycles_per_ms)
-    return {**{f"host_us_{name}": round(statistics.median(v), 2) for name, v in samples.items()},
-            "config": spec.config.name(), "gpu_stayed_busy": busy}  # fmt: skip
+    return {
+        **{f"host_us_{name}": round(statistics.median(v), 2) for name, v in samples.items()},
+        "config": spec.config.name(),
+        "gpu_stayed_busy": busy,
+    }
 
 
 def measure(name: str, args: argparse.Namespace, cycles_per_ms: float) -> dict:

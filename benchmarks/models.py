@@ -79,20 +79,80 @@ class Family:
 
 
 FAMILIES: dict[str, Family] = {
-    "gpt2": Family(hidden=1024, heads=16, mlp=4096, norm="layer", mlp_kind="gelu_tanh", bias=True,
-                   fused_qkv=True, prefill=(2, 2048), small=(2, 128), train=True),
-    "llama": Family(hidden=2048, heads=32, kv_heads=8, mlp=8192, norm="rms", mlp_kind="swiglu",
-                    prefill=(2, 2048), small=(2, 128), train=True),
-    "qwen2": Family(hidden=1536, heads=12, kv_heads=2, mlp=8960, norm="rms", mlp_kind="swiglu", qkv_bias=True,
-                    eps=1e-6, prefill=(2, 2048), small=(2, 128)),
-    "phi3": Family(hidden=3072, heads=32, mlp=8192, norm="rms", mlp_kind="swiglu_fused", fused_qkv=True,
-                   prefill=(2, 2048), small=(2, 128), train=True),
-    "bert": Family(hidden=768, heads=12, mlp=3072, norm="layer", mlp_kind="gelu_erf", bias=True, post_norm=True,
-                   causal=False, eps=1e-12, prefill=(8, 512), small=(2, 128)),
+    "gpt2": Family(
+        hidden=1024,
+        heads=16,
+        mlp=4096,
+        norm="layer",
+        mlp_kind="gelu_tanh",
+        bias=True,
+        fused_qkv=True,
+        prefill=(2, 2048),
+        small=(2, 128),
+        train=True,
+    ),
+    "llama": Family(
+        hidden=2048,
+        heads=32,
+        kv_heads=8,
+        mlp=8192,
+        norm="rms",
+        mlp_kind="swiglu",
+        prefill=(2, 2048),
+        small=(2, 128),
+        train=True,
+    ),
+    "qwen2": Family(
+        hidden=1536,
+        heads=12,
+        kv_heads=2,
+        mlp=8960,
+        norm="rms",
+        mlp_kind="swiglu",
+        qkv_bias=True,
+        eps=1e-6,
+        prefill=(2, 2048),
+        small=(2, 128),
+    ),
+    "phi3": Family(
+        hidden=3072,
+        heads=32,
+        mlp=8192,
+        norm="rms",
+        mlp_kind="swiglu_fused",
+        fused_qkv=True,
+        prefill=(2, 2048),
+        small=(2, 128),
+        train=True,
+    ),
+    "bert": Family(
+        hidden=768,
+        heads=12,
+        mlp=3072,
+        norm="layer",
+        mlp_kind="gelu_erf",
+        bias=True,
+        post_norm=True,
+        causal=False,
+        eps=1e-12,
+        prefill=(8, 512),
+        small=(2, 128),
+    ),
     # An image of 14 x 14 patches and a class token: 197 tokens per image.
-    "vit": Family(hidden=768, heads=12, mlp=3072, norm="layer", mlp_kind="gelu_erf", bias=True, fused_qkv=True,
-                  causal=False, eps=1e-6, prefill=(16, 197), small=(1, 197)),
-}  # fmt: skip
+    "vit": Family(
+        hidden=768,
+        heads=12,
+        mlp=3072,
+        norm="layer",
+        mlp_kind="gelu_erf",
+        bias=True,
+        fused_qkv=True,
+        causal=False,
+        eps=1e-6,
+        prefill=(16, 197),
+        small=(1, 197),
+    ),
+}
 SIZES = ("prefill", "small")
 RUNS = ("inference", "train")
 CUDAGRAPHS, NO_CUDAGRAPHS = "max-autotune", "max-autotune-no-cudagraphs"
@@ -223,8 +283,10 @@ class BlockId:
         family, size, run = text.split(":")
         bid = BlockId(family, size, run)
         if family not in FAMILIES or size not in SIZES or run not in RUNS:
-            raise ValueError(f"unknown block {text!r}: FAMILY:SIZE:RUN with FAMILY in {sorted(FAMILIES)}, "
-                             f"SIZE in {list(SIZES)}, RUN in {list(RUNS)}")  # fmt: skip
+            raise ValueError(
+                f"unknown block {text!r}: FAMILY:SIZE:RUN with FAMILY in {sorted(FAMILIES)}, "
+                f"SIZE in {list(SIZES)}, RUN in {list(RUNS)}"
+            )
         return bid
 
 
@@ -232,8 +294,16 @@ def describe(bid: BlockId, scale: int = 1) -> dict:
     """A row's identity: the block and its token count."""
     f = FAMILIES[bid.family]
     batch, seq = getattr(f, bid.size)
-    return {"block": bid.name, "family": bid.family, "size": bid.size, "run": bid.run,
-            "batch": batch, "seq": seq, "tokens": batch * seq, "hidden": f.hidden // scale}  # fmt: skip
+    return {
+        "block": bid.name,
+        "family": bid.family,
+        "size": bid.size,
+        "run": bid.run,
+        "batch": batch,
+        "seq": seq,
+        "tokens": batch * seq,
+        "hidden": f.hidden // scale,
+    }
 
 
 # ---------------------------------------------------------------------------------------
@@ -538,15 +608,17 @@ def summarize(rows: list[dict], info: dict) -> dict:
     bound = [r["bound"] for r in ok if r.get("bound") is not None]
     wall = {mode: [r["wall_speedup"][mode] for r in ok if mode in r.get("wall_speedup", {})] for mode in MODES}
     return {
-        "gpu_speedup_geomean": geomean_or_none(gpu), "gpu_speedup_min": _min(gpu),
+        "gpu_speedup_geomean": geomean_or_none(gpu),
+        "gpu_speedup_min": _min(gpu),
         "gpu_bound_geomean": geomean_or_none(bound),
         "wall_speedup_geomean_cudagraphs": geomean_or_none(wall[CUDAGRAPHS]),
         "wall_speedup_min_cudagraphs": _min(wall[CUDAGRAPHS]),
         "wall_speedup_geomean_no_cudagraphs": geomean_or_none(wall[NO_CUDAGRAPHS]),
         "wall_speedup_min_no_cudagraphs": _min(wall[NO_CUDAGRAPHS]),
         "rows": rows,
-        "device": info.get("device"), "torch": info.get("torch"),
-    }  # fmt: skip
+        "device": info.get("device"),
+        "torch": info.get("torch"),
+    }
 
 
 def merge_rows(rows: Iterable[dict]) -> list[dict]:
@@ -582,8 +654,10 @@ def _fmt(value: float | None, spec: str) -> str:
 
 
 def print_table(result: dict) -> None:
-    head = (f"{'block':<24} {'GPU us stock/ours':>19} {'GPU x':>6} {'bound':>6} {'wall cg':>7} {'no-cg':>6} "
-            f"{'host us stock/ours':>18}  {'our GEMMs':>9}  fused")  # fmt: skip
+    head = (
+        f"{'block':<24} {'GPU us stock/ours':>19} {'GPU x':>6} {'bound':>6} {'wall cg':>7} {'no-cg':>6} "
+        f"{'host us stock/ours':>18}  {'our GEMMs':>9}  fused"
+    )
     print("\n" + head)
     for r in result["rows"]:
         if "error" in r:
@@ -594,11 +668,13 @@ def print_table(result: dict) -> None:
         launches = sum(k["launches"] for k in ours_gemms)
         mine = sum(k["launches"] for k in ours_gemms if k["ours"])
         fused = "; ".join("+".join(f["ops"]) for f in r.get("fused", [])) or "-"
-        print(f"{r['block']:<24} {_fmt(gpu.get('stock'), '9.1f')}/{_fmt(gpu.get('ours'), '<9.1f')} "
-              f"{_fmt(r.get('gpu_speedup'), '6.3f')} {_fmt(r.get('bound'), '6.3f')} "
-              f"{_fmt(wall.get(CUDAGRAPHS), '7.3f')} {_fmt(wall.get(NO_CUDAGRAPHS), '6.3f')} "
-              f"{_fmt(host.get('stock'), '9.0f')}/{_fmt(host.get('ours'), '<8.0f')}  "
-              f"{f'{mine:g}/{launches:g}' if ours_gemms else '-':>9}  {fused[:80]}")  # fmt: skip
+        print(
+            f"{r['block']:<24} {_fmt(gpu.get('stock'), '9.1f')}/{_fmt(gpu.get('ours'), '<9.1f')} "
+            f"{_fmt(r.get('gpu_speedup'), '6.3f')} {_fmt(r.get('bound'), '6.3f')} "
+            f"{_fmt(wall.get(CUDAGRAPHS), '7.3f')} {_fmt(wall.get(NO_CUDAGRAPHS), '6.3f')} "
+            f"{_fmt(host.get('stock'), '9.0f')}/{_fmt(host.get('ours'), '<8.0f')}  "
+            f"{f'{mine:g}/{launches:g}' if ours_gemms else '-':>9}  {fused[:80]}"
+        )
     summary = {k: v for k, v in result.items() if k not in ("rows",)}
     print(json.dumps(summary))
 
@@ -627,8 +703,11 @@ class GpuProbe:
 
         t0 = time.perf_counter()
         waited = compiler.wait_idle(timeout=600)
-        return {"builds_waited": waited, "waited_s": round(time.perf_counter() - t0, 1),
-                "loadavg_1m": round(os.getloadavg()[0], 2)}  # fmt: skip
+        return {
+            "builds_waited": waited,
+            "waited_s": round(time.perf_counter() - t0, 1),
+            "loadavg_1m": round(os.getloadavg()[0], 2),
+        }
 
     def loop_ms(self, steps: dict, calls: int = 50, rounds: int = 4) -> dict:
         """Median ms per call of ``calls`` back-to-back calls and one sync, in
@@ -681,8 +760,7 @@ class GpuProbe:
                 ms, pure = enqueue_ms(steps[name], calls[name])
                 busy &= pure
                 times[name].append(ms * 1e3)
-        return {**{name: round(statistics.median(t), 1) for name, t in times.items()}, "calls": calls,
-                "gpu_busy": busy}  # fmt: skip
+        return {**{name: round(statistics.median(t), 1) for name, t in times.items()}, "calls": calls, "gpu_busy": busy}
 
 
 class AccuracyError(AssertionError):
@@ -690,10 +768,17 @@ class AccuracyError(AssertionError):
 
 
 def measure_block(
-    bid: BlockId, row: dict, modes: list[str], probe: GpuProbe, *, device: str = "cuda",
-    dtype: torch.dtype = torch.bfloat16, scale: int = 1, compile_fn: Callable = compile_block,
+    bid: BlockId,
+    row: dict,
+    modes: list[str],
+    probe: GpuProbe,
+    *,
+    device: str = "cuda",
+    dtype: torch.dtype = torch.bfloat16,
+    scale: int = 1,
+    compile_fn: Callable = compile_block,
     first: str = "stock",
-) -> None:  # fmt: skip
+) -> None:
     """Fill ``row`` with the block's figures (as far as it gets: an exception leaves
     what was measured before it).
 
@@ -734,11 +819,16 @@ def measure_block(
                 if name == "ours" and i == 0:  # (plain JSON: a size may be a sympy integer)
                     row["fused"] = json.loads(json.dumps(scheduling.fused_epilogues[fused_before:], default=str))
                     # What the epilogue selection and the gated MLP's lowering measured.
-                    row["decisions"] = json.loads(json.dumps({
-                        "epilogue": selection.decisions[decided_before[0]:],
-                        "gated": gated.decisions[decided_before[1]:],
-                        "gemm": fair_timing.decisions[decided_before[2]:],
-                    }, default=str))  # fmt: skip
+                    row["decisions"] = json.loads(
+                        json.dumps(
+                            {
+                                "epilogue": selection.decisions[decided_before[0] :],
+                                "gated": gated.decisions[decided_before[1] :],
+                                "gemm": fair_timing.decisions[decided_before[2] :],
+                            },
+                            default=str,
+                        )
+                    )
                 step()
                 outs[name][mode] = outputs(step)
                 steps[name][mode] = step
@@ -799,10 +889,17 @@ def release() -> None:
 
 
 def run_blocks(
-    blocks: list[BlockId], modes: list[str], json_path: str | None, *, probe: GpuProbe | None = None,
-    info: dict | None = None, prior: list[dict] | None = None, retry_failed: bool = False,
-    budget: float | None = None, **measure_kw,
-) -> dict:  # fmt: skip
+    blocks: list[BlockId],
+    modes: list[str],
+    json_path: str | None,
+    *,
+    probe: GpuProbe | None = None,
+    info: dict | None = None,
+    prior: list[dict] | None = None,
+    retry_failed: bool = False,
+    budget: float | None = None,
+    **measure_kw,
+) -> dict:
     """Measure each block in turn, rewriting ``json_path`` after each. A block that
     fails records its error and the run goes on.
 
@@ -827,8 +924,11 @@ def run_blocks(
         every = [t for ts in seconds.values() for t in ts]
         expected = max(seconds[bid.run] or [t * (2 if bid.run == "train" else 1) for t in every] or [0.0])
         if budget is not None and time.perf_counter() - start + expected > budget:
-            print(f"== {bid.name}: not started (expected {expected:.0f} s, "
-                  f"{budget - (time.perf_counter() - start):.0f} s of the budget left)", flush=True)  # fmt: skip
+            print(
+                f"== {bid.name}: not started (expected {expected:.0f} s, "
+                f"{budget - (time.perf_counter() - start):.0f} s of the budget left)",
+                flush=True,
+            )
             left.append(bid.name)
             continue
         row = describe(bid, measure_kw.get("scale", 1))
@@ -858,8 +958,10 @@ def _block_line(row: dict) -> str:
         return f"FAILED {row['error'][:300]}"
     parts = []
     if "gpu_us" in row:
-        parts.append(f"GPU {row['gpu_us']['stock']:.1f}/{row['gpu_us']['ours']:.1f} us = {row.get('gpu_speedup')}x "
-                     f"(bound {row.get('bound')})")  # fmt: skip
+        parts.append(
+            f"GPU {row['gpu_us']['stock']:.1f}/{row['gpu_us']['ours']:.1f} us = {row.get('gpu_speedup')}x "
+            f"(bound {row.get('bound')})"
+        )
     for mode, speedup in row.get("wall_speedup", {}).items():
         spread = row.get("wall_ms", {}).get(mode, {}).get("round_ratios")
         parts.append(f"wall {mode} {speedup}x" + (f" (rounds {min(spread)}-{max(spread)})" if spread else ""))
@@ -911,12 +1013,20 @@ def select(blocks: list[tuple[str, str]], runs: list[str]) -> list[BlockId]:
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--blocks", type=parse_blocks, default=parse_blocks(",".join(FAMILIES)),
-                    help=f"comma-separated FAMILY or FAMILY:SIZE (families: {', '.join(FAMILIES)}; sizes: "
-                         f"{', '.join(SIZES)}; a family alone: both sizes). Default: every block")  # fmt: skip
-    ap.add_argument("--runs", type=_choices(RUNS, "run"), default=list(RUNS),
-                    help="inference (forward under no_grad) and/or train (forward + backward; only the families "
-                         f"{', '.join(f for f in FAMILIES if FAMILIES[f].train)}). Default: both")  # fmt: skip
+    ap.add_argument(
+        "--blocks",
+        type=parse_blocks,
+        default=parse_blocks(",".join(FAMILIES)),
+        help=f"comma-separated FAMILY or FAMILY:SIZE (families: {', '.join(FAMILIES)}; sizes: "
+        f"{', '.join(SIZES)}; a family alone: both sizes). Default: every block",
+    )
+    ap.add_argument(
+        "--runs",
+        type=_choices(RUNS, "run"),
+        default=list(RUNS),
+        help="inference (forward under no_grad) and/or train (forward + backward; only the families "
+        f"{', '.join(f for f in FAMILIES if FAMILIES[f].train)}). Default: both",
+    )
     ap.add_argument(
         "--modes",
         type=_choices(MODES, "mode"),
@@ -938,10 +1048,14 @@ def parser() -> argparse.ArgumentParser:
         "both share (default stock)",
     )
     ap.add_argument("--retry-failed", action="store_true", help="with --resume: run the failed blocks again")
-    ap.add_argument("--budget", type=float, metavar="SECONDS",
-                    help="start no block that would likely end later than SECONDS from the start (expected: the "
-                         "longest block of its run so far; a first training block, twice the longest block); "
-                         "the blocks left are listed for a --resume run")  # fmt: skip
+    ap.add_argument(
+        "--budget",
+        type=float,
+        metavar="SECONDS",
+        help="start no block that would likely end later than SECONDS from the start (expected: the "
+        "longest block of its run so far; a first training block, twice the longest block); "
+        "the blocks left are listed for a --resume run",
+    )
     ap.add_argument(
         "--combine",
         nargs="+",

@@ -47,9 +47,13 @@ class WallSampler:
     each first held (a pool becoming ready, say)."""
 
     def __init__(
-        self, interval: float = 0.05, depth: int = 40, key_frames: int = 6, thread_id: int | None = None,
+        self,
+        interval: float = 0.05,
+        depth: int = 40,
+        key_frames: int = 6,
+        thread_id: int | None = None,
         events: dict[str, Callable[[], bool]] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.interval, self.depth, self.key_frames = interval, depth, key_frames
         self.thread_id = thread_id
         self.events = dict(events or {})
@@ -94,10 +98,14 @@ class WallSampler:
             else:
                 runs.append({"key": key, "start": t, "end": t, "stack": stack})
         out = [
-            {"start_s": round(r["start"], 2), "seconds": round(r["end"] - r["start"] + self.interval, 2),
-             "stack": list(r["stack"])}
-            for r in runs if r["end"] - r["start"] + self.interval >= min_s
-        ]  # fmt: skip
+            {
+                "start_s": round(r["start"], 2),
+                "seconds": round(r["end"] - r["start"] + self.interval, 2),
+                "stack": list(r["stack"]),
+            }
+            for r in runs
+            if r["end"] - r["start"] + self.interval >= min_s
+        ]
         return sorted(out, key=lambda r: -r["seconds"])
 
     def inclusive(self, top: int = 40) -> list[tuple[Frame, float]]:
@@ -169,8 +177,9 @@ def main(argv: list[str] | None = None) -> None:
 
     ap = argparse.ArgumentParser(description="Inclusive wall seconds of frames in each compile of a .folded.gz file")
     ap.add_argument("folded", help="the file --sample wrote beside its report (PATH.folded.gz)")
-    ap.add_argument("--frames", required=True,
-                    help="comma-separated frames as the samples name them, e.g. selection.py:decide")  # fmt: skip
+    ap.add_argument(
+        "--frames", required=True, help="comma-separated frames as the samples name them, e.g. selection.py:decide"
+    )
     ap.add_argument("--interval", type=float, default=0.05, help="seconds per sample (default: %(default)s)")
     args = ap.parse_args(argv)
     frames = [f for f in args.frames.split(",") if f]

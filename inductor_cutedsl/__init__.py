@@ -5,10 +5,16 @@ Inductor: its settings change as Inductor's config is imported, the rest install
 the first compilation starts (``install``). ``inductor_cutedsl.disable()`` restores
 Inductor as it was. Settings live in ``inductor_cutedsl.config``.
 """
+
 import os
 import sys
 
-from . import config
+# First of all: every module of ours that imports cutlass runs after this package's
+# __init__, so the target is pinned before the DSL reads it (arch.py).
+from . import (
+    arch,  # noqa: F401
+    config,
+)
 
 __version__ = "0.1.0"
 

@@ -1,4 +1,5 @@
 """``python -m inductor_cutedsl``: the command line (``cli.main``)."""
+
 from .cli.main import main
 
 if __name__ == "__main__":

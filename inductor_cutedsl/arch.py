@@ -1,9 +1,10 @@
 """The one target this package builds for, pinned before cutlass is imported.
 
 CuTe DSL reads ``CUTE_DSL_ARCH`` once, at import; without it a GPU-less machine
-falls back to sm_100a and Hopper ops fail at trace time. Every module that imports
-cutlass imports this module first.
+falls back to sm_100a and Hopper ops fail at trace time. The package's ``__init__``
+imports this module before anything else, and every module of ours runs after it.
 """
+
 from __future__ import annotations
 
 import os

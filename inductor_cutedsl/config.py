@@ -12,6 +12,7 @@ raised by ``import inductor_cutedsl``; the command line reports it after ``--hel
 Assignments and ``patch`` are checked the same way: an unknown name or a value of the
 wrong type is refused.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -21,8 +22,9 @@ import hashlib
 import os
 import sys
 import types
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 #: The token of ``max_autotune_gemm_backends`` that names this backend.
 BACKEND_TOKEN = "CUTEDSL"

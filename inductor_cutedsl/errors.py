@@ -10,6 +10,7 @@ it for the report, and the caller goes on as stock Inductor would for that GEMM 
 fusion. With ``config.strict`` (``INDUCTOR_CUTEDSL_STRICT=1``, on in the project's own
 tests) it raises instead, so that tests and the fuzz see every failure.
 """
+
 from __future__ import annotations
 
 import logging
@@ -18,17 +19,44 @@ import threading
 from . import config
 
 #: The stages where an internal failure falls back, in the order a compile meets them.
-STAGES = ("lowering", "candidates", "fusion decision", "epilogue translation", "codegen", "kernel build",
-          "kernel load", "first launch")  # fmt: skip
+STAGES = (
+    "lowering",
+    "candidates",
+    "fusion decision",
+    "epilogue translation",
+    "codegen",
+    "kernel build",
+    "kernel load",
+    "first launch",
+)
 
 
 #: The rules a refusal names (``Unsupported.rule``): what kind of input our kernels do not take.
 RULES = (
-    "backend-off", "max-autotune-off", "codegen-blocked", "device", "dtype", "layout", "tma-alignment",
-    "broadcast-batch", "beta-zero", "fp8-off", "fp8-layout", "scale-mode", "scale-result", "kept-outputs",
-    "reduction", "not-pointwise", "loops", "indexing", "unsupported-op", "store-mode", "chain-shape",
-    "dual-config", "measured-slower",
-)  # fmt: skip
+    "backend-off",
+    "max-autotune-off",
+    "codegen-blocked",
+    "device",
+    "dtype",
+    "layout",
+    "tma-alignment",
+    "broadcast-batch",
+    "beta-zero",
+    "fp8-off",
+    "fp8-layout",
+    "scale-mode",
+    "scale-result",
+    "kept-outputs",
+    "reduction",
+    "not-pointwise",
+    "loops",
+    "indexing",
+    "unsupported-op",
+    "store-mode",
+    "chain-shape",
+    "dual-config",
+    "measured-slower",
+)
 
 
 class Unsupported(ValueError):

@@ -21,13 +21,15 @@ class is ``_choices``, which installs the rest and makes an instance of ours.
 On a torch outside the supported range (``releases.SUPPORTED_TORCH``) ``enable()``
 warns once and installs nothing: Inductor stays exactly as it is.
 """
+
 from __future__ import annotations
 
 import contextlib
 import logging
 import os
 import threading
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 

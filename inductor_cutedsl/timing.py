@@ -4,6 +4,7 @@ round, in interleaved rounds of a balanced order, and the medians compared.
 Compilation measures with it (fair timing, the fused/unfused selection, the dual-GEMM
 gate), as medians of CUDA graph replays; the main job and the benchmarks use the same
 function on plain calls (``graphs=False``)."""
+
 from __future__ import annotations
 
 import functools
@@ -11,7 +12,8 @@ import logging
 import math
 import statistics
 import time
-from typing import Any, Callable, Hashable, Iterator, Mapping, TypeVar
+from collections.abc import Callable, Hashable, Iterator, Mapping
+from typing import Any, TypeVar
 
 import torch
 
@@ -79,9 +81,11 @@ def replay_ms(replay: Callable[[], None], count: int = 3) -> float:
 
 
 def graph_median(
-    make_run: Callable[[], Callable[[], object]], rep: int | None = None, warmup: int | None = None,
+    make_run: Callable[[], Callable[[], object]],
+    rep: int | None = None,
+    warmup: int | None = None,
     max_ms: int = MAX_REP_MS,
-) -> Callable[[], float]:  # fmt: skip
+) -> Callable[[], float]:
     """A measurement (ms, ``bench`` median over ``rep`` ms after ``warmup`` ms) of the
     CUDA graph of ``make_run()``'s GPU work (see ``graphed_run``): on this scale, two
     contenders' host paths cost nothing and their kernels compare as kernels. Without
@@ -94,7 +98,7 @@ def graph_median(
     return lambda: bench(replay, rep=rep, warmup=warmup)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def sleep_cycles_per_ms(device: int) -> float:
     """Clock cycles of ``torch.cuda._sleep`` per millisecond on ``device`` (measured once)."""
     with torch.cuda.device(device):
@@ -177,9 +181,15 @@ K = TypeVar("K", bound=Hashable)
 
 
 def side_by_side_rounds(
-    makers: Mapping[K, Maker], rounds: int, *, graphs: bool = True, rep: int | None = None,
-    warmup: int | None = None, max_ms: int = MAX_REP_MS, whole_designs: bool = False,
-) -> dict[K, list[float]]:  # fmt: skip
+    makers: Mapping[K, Maker],
+    rounds: int,
+    *,
+    graphs: bool = True,
+    rep: int | None = None,
+    warmup: int | None = None,
+    max_ms: int = MAX_REP_MS,
+    whole_designs: bool = False,
+) -> dict[K, list[float]]:
     """Milliseconds of each run in each of ``rounds`` interleaved rounds (``rotations``).
 
     ``makers[name]()`` makes the function that runs contender ``name`` once. With

@@ -8,24 +8,36 @@ which the tests inspect. Everything of ours runs for real: the lowering, the
 candidate builds (compiled for sm_90a in worker processes), the fusion decisions
 and the code generation. Nothing runs on a device.
 """
+
 from __future__ import annotations
 
 import contextlib
 import math
 import types
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 from unittest import mock
 
 import torch
 from torch._inductor import config as inductor_config
 
 PROPS = types.SimpleNamespace(
-    name="NVIDIA H200", major=9, minor=0, multi_processor_count=132, total_memory=141 * 2**30,
-    max_threads_per_multi_processor=2048, warp_size=32, regs_per_multiprocessor=65536,
-    shared_memory_per_block_optin=232448, shared_memory_per_multiprocessor=233472,
-    L2_cache_size=60 * 2**20, gcnArchName="", uuid="fake", clock_rate=1980000,
-    memory_clock_rate=2619000, memory_bus_width=6144,
-)  # fmt: skip
+    name="NVIDIA H200",
+    major=9,
+    minor=0,
+    multi_processor_count=132,
+    total_memory=141 * 2**30,
+    max_threads_per_multi_processor=2048,
+    warp_size=32,
+    regs_per_multiprocessor=65536,
+    shared_memory_per_block_optin=232448,
+    shared_memory_per_multiprocessor=233472,
+    L2_cache_size=60 * 2**20,
+    gcnArchName="",
+    uuid="fake",
+    clock_rate=1980000,
+    memory_clock_rate=2619000,
+    memory_bus_width=6144,
+)
 
 
 class _Generated(Exception):
@@ -105,10 +117,12 @@ def fake_hopper(
         timings = deciding["buffer"].choice_timings()
         others = [t for c, t in timings.items() if type(c).__name__ != "GemmCaller"]
         figures = {
-            "fused": fused_ms, "fused_alt": fused_ms + 0.001, "triton_fused": triton_fused_ms,
+            "fused": fused_ms,
+            "fused_alt": fused_ms + 0.001,
+            "triton_fused": triton_fused_ms,
             "ours_separate": timings[deciding["caller"]] + epilogue_ms,
             "other_separate": min(others, default=math.inf) + epilogue_ms,
-        } | (side_ms or {})  # fmt: skip
+        } | (side_ms or {})
         return {name: figures[name] if name in runs else math.inf for name in selection.WAYS}
 
     def compile_kernel(self, nodes, hint_override=None):
@@ -144,9 +158,13 @@ def fake_hopper(
         mock.patch.object(selection, "side_by_side_runs", side_by_side_runs),
         mock.patch.object(selection, "side_by_side_ms", side_by_side_ms),
         mock.patch("torch._inductor.scheduler.Scheduler.compile_kernel", compile_kernel),
-        mock.patch.object(gated, "measure", lambda runs, device: {
-            name: gated_ms[0] + 1e-5 * i if name.startswith("dual") else gated_ms[1] for i, name in enumerate(runs)
-        }),
+        mock.patch.object(
+            gated,
+            "measure",
+            lambda runs, device: {
+                name: gated_ms[0] + 1e-5 * i if name.startswith("dual") else gated_ms[1] for i, name in enumerate(runs)
+            },
+        ),
     ]
     from torch.utils._triton import has_triton
 
@@ -160,10 +178,12 @@ def fake_hopper(
         stack.enter_context(mock.patch.object(triton_driver, "_active", _TritonDriver()))
         stack.enter_context(
             inductor_config.patch(
-                max_autotune=True, max_autotune_gemm_backends=backends, force_disable_caches=True,
+                max_autotune=True,
+                max_autotune_gemm_backends=backends,
+                force_disable_caches=True,
                 pattern_matcher=False,
             )
-        )  # fmt: skip
+        )
         yield out
 
 

@@ -1,4 +1,5 @@
 """Input builders and checks shared by the tests."""
+
 from __future__ import annotations
 
 import contextlib
@@ -64,16 +65,16 @@ def translate_inductor(fn, *args, keep_all: bool = False) -> dict:
     def codegen(self):
         nodes = [leaf for node in self.nodes for leaf in node.get_nodes()]
         try:
-            out["t"] = translate_nodes("arg0_1", (m, n, 1), nodes, V.graph.get_dtype,
-                                       keep_if=lambda buffer: keep_all)  # fmt: skip
+            out["t"] = translate_nodes("arg0_1", (m, n, 1), nodes, V.graph.get_dtype, keep_if=lambda buffer: keep_all)
         except Unsupported as exc:
             out["refused"] = str(exc)
         out["outputs"] = list(V.graph.get_output_names())
         raise _Translated()
 
     torch.compiler.reset()
-    with mock.patch.object(inductor_scheduler.Scheduler, "codegen", codegen), inductor_config.patch(
-        force_disable_caches=True
+    with (
+        mock.patch.object(inductor_scheduler.Scheduler, "codegen", codegen),
+        inductor_config.patch(force_disable_caches=True),
     ):
         try:
             torch.compile(fn)(*args)
@@ -95,14 +96,17 @@ def translated_values(t, acc: torch.Tensor, inputs: dict, dtype=torch.float64) -
     m, n = acc.shape
     flat = {name: t.to(dtype).flatten() for name, t in inputs.items()}
     reads = [op for op, decl in zip(t.operands, t.epilogue.operands, strict=True) if not decl.is_output]
-    ops = [flat[op.buffer].as_strided((1, m, n), (op.strides[2], op.strides[0], op.strides[1]), op.offset)
-           for op in reads]  # fmt: skip
+    ops = [
+        flat[op.buffer].as_strided((1, m, n), (op.strides[2], op.strides[0], op.strides[1]), op.offset) for op in reads
+    ]
     coords = (torch.arange(m).view(1, m, 1), torch.arange(n).view(1, 1, n), torch.zeros(1, 1, 1, dtype=torch.long))
     result = reference.evaluate(t.epilogue, acc.to(dtype).view(1, m, n), *coords, ops, dtype)
     values = result if t.kept else (result,)
     assert len(values) == 1 + len(t.kept), "one value per written buffer"
-    return {name: torch.as_tensor(v, dtype=dtype).broadcast_to(1, m, n).reshape(m, n)
-            for name, v in zip((t.outputs[-1], *t.kept), values, strict=True)}  # fmt: skip
+    return {
+        name: torch.as_tensor(v, dtype=dtype).broadcast_to(1, m, n).reshape(m, n)
+        for name, v in zip((t.outputs[-1], *t.kept), values, strict=True)
+    }
 
 
 def graph_inputs(*args) -> dict:
@@ -185,8 +189,11 @@ class RaceLog:
         events = self.events()
         start = next(i for i, (_, event, k) in enumerate(events) if event == "build" and k == key)
         builder = events[start][0]
-        end = next(i for i, (pid, event, k) in enumerate(events)
-                   if i > start and pid == builder and k == key and event in ("built", "failed"))  # fmt: skip
+        end = next(
+            i
+            for i, (pid, event, k) in enumerate(events)
+            if i > start and pid == builder and k == key and event in ("built", "failed")
+        )
         asked = {pid for pid, event, k in events[:end] if event == "wait" and k == key and pid != builder}
         held_after = {pid for pid, event, k in events[end:] if event == "got" and k == key}
         return builder, asked & held_after

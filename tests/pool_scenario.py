@@ -77,8 +77,16 @@ def main() -> None:
         future = AsyncCompile().triton(name, source)
         getattr(future, "future", future).result(timeout=300)
         stages = compile_here(name, source)
-    print(json.dumps({"first_stages": first, "stages": stages, "ptxas": os.environ.get("TRITON_PTXAS_PATH"),
-                      "torch": torch.__version__}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "first_stages": first,
+                "stages": stages,
+                "ptxas": os.environ.get("TRITON_PTXAS_PATH"),
+                "torch": torch.__version__,
+            }
+        )
+    )
     sys.stdout.flush()
     os._exit(0)  # the compile subprocesses are not waited for
 

@@ -80,15 +80,30 @@ def parent(other: str, align: bool) -> None:
         change = environment.align_triton_ptxas()
     else:
         os.environ["TRITON_PTXAS_PATH"] = other  # as Inductor sets it at its first in-process compile
-    print(json.dumps({"first": first, "again": stages_run(kernel_b), "undo": change is not None,
-                      "path": os.environ.get("TRITON_PTXAS_PATH")}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "first": first,
+                "again": stages_run(kernel_b),
+                "undo": change is not None,
+                "path": os.environ.get("TRITON_PTXAS_PATH"),
+            }
+        )
+    )
     if change is not None:
         change.undo()
         print(json.dumps({"after_undo": os.environ.get("TRITON_PTXAS_PATH")}))
         # disable() then enable(), as a process that compiles several graphs may do
         realigned = environment.align_triton_ptxas()
-        print(json.dumps({"realigned": realigned is not None, "path": os.environ.get("TRITON_PTXAS_PATH"),
-                          "again": stages_run(kernel_b)}))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "realigned": realigned is not None,
+                    "path": os.environ.get("TRITON_PTXAS_PATH"),
+                    "again": stages_run(kernel_b),
+                }
+            )
+        )
 
 
 if __name__ == "__main__":

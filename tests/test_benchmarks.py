@@ -66,11 +66,17 @@ def test_distributed_benchmark_rows_take_each_rounds_slowest_rank():
     with pytest.raises(SystemExit):
         distributed.parse_args(["--steps", "0"])
     ranks = [
-        {"times": {"stock": [10.0, 12.0], "ours": [9.0, 11.0]}, "losses": {"stock": [1.0, 2.0], "ours": [1.01, 2.0]},
-         "built": ["k1", "k2"]},
-        {"times": {"stock": [11.0, 10.0], "ours": [8.0, 12.0]}, "losses": {"stock": [1.0, 4.0], "ours": [1.0, 4.2]},
-         "built": ["k3"]},
-    ]  # fmt: skip
+        {
+            "times": {"stock": [10.0, 12.0], "ours": [9.0, 11.0]},
+            "losses": {"stock": [1.0, 2.0], "ours": [1.01, 2.0]},
+            "built": ["k1", "k2"],
+        },
+        {
+            "times": {"stock": [11.0, 10.0], "ours": [8.0, 12.0]},
+            "losses": {"stock": [1.0, 4.0], "ours": [1.0, 4.2]},
+            "built": ["k3"],
+        },
+    ]
     row = distributed.summarize_wrap("fsdp2", ranks, {"stock": [30.0, 31.0], "ours": [33.0, 32.0]})
     assert row["step_ms"] == {"stock": 11.5, "ours": 10.5} and row["round_ratios"] == [round(11 / 9, 4), 1.0]
     assert row["loss_rel_diff"] == pytest.approx(0.05) and row["kernels_built_twice"] == 0
@@ -173,8 +179,10 @@ def test_folded_samples_read_back_per_compile(tmp_path, capsys):
     for spec in ("vit:small:inference:max-autotune:stock", "vit:small:inference:max-autotune:ours"):
         sampler.append_to(str(tmp_path / "samples.txt"), f"{spec}: 1.00 s")
     compiles = wall_sampler.read_folded(str(path))
-    assert [head for head, _ in compiles] == ["vit:small:inference:max-autotune:stock: 1.00 s",
-                                              "vit:small:inference:max-autotune:ours: 1.00 s"]  # fmt: skip
+    assert [head for head, _ in compiles] == [
+        "vit:small:inference:max-autotune:stock: 1.00 s",
+        "vit:small:inference:max-autotune:ours: 1.00 s",
+    ]
     frame = "test_benchmarks.py:waits_for_a_future"
     for _, stacks in compiles:
         seconds = wall_sampler.frame_seconds(stacks, [frame, "nowhere.py:f"], interval=sampler.interval)
@@ -191,12 +199,24 @@ def test_compile_rows_parse_and_refuse(capsys):
     args = compile_bench.parser().parse_args([])
     assert [b.name for b in args.rows] == [f"{family}:small:inference" for family in models.FAMILIES]
     assert (args.pairs, args.mode, args.default_stock, args.warm_kernels) == (2, models.CUDAGRAPHS, False, False)
-    args = compile_bench.parser().parse_args(["--rows", "gpt2:small,llama:prefill:train,gpt2:small:inference",
-                                              "--pairs", "3", "--default-stock", "--warm-kernels"])  # fmt: skip
+    args = compile_bench.parser().parse_args(
+        [
+            "--rows",
+            "gpt2:small,llama:prefill:train,gpt2:small:inference",
+            "--pairs",
+            "3",
+            "--default-stock",
+            "--warm-kernels",
+        ]
+    )
     assert [b.name for b in args.rows] == ["gpt2:small:inference", "llama:prefill:train"]
     assert (args.pairs, args.default_stock, args.warm_kernels) == (3, True, True)
-    for argv, message in ((["--rows", "qwen2:small:train"], "trains only"), (["--rows", "gpt5:small"], "unknown block"),
-                          (["--pairs", "0"], "not a positive"), (["--rows", ","], "no row")):  # fmt: skip
+    for argv, message in (
+        (["--rows", "qwen2:small:train"], "trains only"),
+        (["--rows", "gpt5:small"], "unknown block"),
+        (["--pairs", "0"], "not a positive"),
+        (["--rows", ","], "no row"),
+    ):
         with pytest.raises(SystemExit):
             compile_bench.parser().parse_args(argv)
         assert message in capsys.readouterr().err
@@ -207,17 +227,33 @@ def test_compile_plan_alternates_the_order_and_skips_what_was_measured():
     sides = ["fair_stock", "ours", "default_stock"]
     plan = compile_bench.cold_plan([gpt2, bert], 2, sides)
     assert [(b.family, side[:4], i) for b, side, i in plan] == [
-        ("gpt2", "fair", 0), ("gpt2", "ours", 0), ("gpt2", "defa", 0),
-        ("bert", "fair", 0), ("bert", "ours", 0), ("bert", "defa", 0),
-        ("gpt2", "defa", 1), ("gpt2", "ours", 1), ("gpt2", "fair", 1),
-        ("bert", "defa", 1), ("bert", "ours", 1), ("bert", "fair", 1)]  # fmt: skip
+        ("gpt2", "fair", 0),
+        ("gpt2", "ours", 0),
+        ("gpt2", "defa", 0),
+        ("bert", "fair", 0),
+        ("bert", "ours", 0),
+        ("bert", "defa", 0),
+        ("gpt2", "defa", 1),
+        ("gpt2", "ours", 1),
+        ("gpt2", "fair", 1),
+        ("bert", "defa", 1),
+        ("bert", "ours", 1),
+        ("bert", "fair", 1),
+    ]
     runs = {"gpt2:small:inference": {"fair_stock": [{}, {}], "ours": [{}]}}
     left = compile_bench.pending(plan, runs)
     assert [(b.family, side[:4], i) for b, side, i in left if b.family == "gpt2"] == [
-        ("gpt2", "defa", 0), ("gpt2", "defa", 1), ("gpt2", "ours", 1)]  # fmt: skip
+        ("gpt2", "defa", 0),
+        ("gpt2", "defa", 1),
+        ("gpt2", "ours", 1),
+    ]
     assert len(left) == 9
     assert [(b.family, i) for b, _, i in compile_bench.warm_plan([gpt2, bert], 2)] == [
-        ("gpt2", 0), ("bert", 0), ("gpt2", 1), ("bert", 1)]  # fmt: skip
+        ("gpt2", 0),
+        ("bert", 0),
+        ("gpt2", 1),
+        ("bert", 1),
+    ]
 
 
 def _report(seconds, builds=0, **phases):
@@ -227,16 +263,26 @@ def _report(seconds, builds=0, **phases):
 def test_compile_ratio_is_ours_over_fair_stock_of_the_medians():
     runs = {
         "default_stock": [_report(40.0), _report(41.0), _report(42.0)],
-        "ours": [_report(30.0, 6, compile_fx_inner=20.0), _report(22.0, 6, compile_fx_inner=14.0),
-                 _report(24.0, 7, compile_fx_inner=15.0)],
-        "fair_stock": [_report(20.0, compile_fx_inner=12.0), _report(16.0, compile_fx_inner=10.0),
-                       _report(18.0, compile_fx_inner=11.0, GraphLowering_run=4.0)],
+        "ours": [
+            _report(30.0, 6, compile_fx_inner=20.0),
+            _report(22.0, 6, compile_fx_inner=14.0),
+            _report(24.0, 7, compile_fx_inner=15.0),
+        ],
+        "fair_stock": [
+            _report(20.0, compile_fx_inner=12.0),
+            _report(16.0, compile_fx_inner=10.0),
+            _report(18.0, compile_fx_inner=11.0, GraphLowering_run=4.0),
+        ],
         "ours_warm_kernels": [_report(19.0, 1), _report(21.0, 0)],
-    }  # fmt: skip
+    }
     runs["ours"][0]["ours_s"] = {"build_wait": 3.0}
     row = compile_bench.row_summary("gpt2:small:inference", runs)
-    assert row["median_compile_s"] == {"fair_stock": 18.0, "ours": 24.0, "default_stock": 41.0,
-                                       "ours_warm_kernels": 20.0}  # fmt: skip
+    assert row["median_compile_s"] == {
+        "fair_stock": 18.0,
+        "ours": 24.0,
+        "default_stock": 41.0,
+        "ours_warm_kernels": 20.0,
+    }
     assert row["compile_ratio"] == round(24.0 / 18.0, 4) and row["compile_ratio_warm_kernels"] == round(20 / 18, 4)
     assert row["compile_ratio_vs_default_stock"] == round(24.0 / 41.0, 4)
     assert row["process_ratio"] == round(29.0 / 23.0, 4) and row["median_cutedsl_builds"]["ours"] == 6
@@ -281,7 +327,11 @@ def test_a_compile_child_starts_from_the_environment_without_our_install(monkeyp
         for side in ("ours", "default_stock", "ours_warm_kernels"):
             assert "TRITON_PTXAS_PATH" not in envs[side], side
         assert {side: env["INDUCTOR_CUTEDSL_ENABLED"] for side, env in envs.items()} == {
-            "fair_stock": "0", "ours": "1", "default_stock": "0", "ours_warm_kernels": "1"}  # fmt: skip
+            "fair_stock": "0",
+            "ours": "1",
+            "default_stock": "0",
+            "ours_warm_kernels": "1",
+        }
         assert all(env[key] == dirs[key] for env in envs.values() for key in dirs)
         monkeypatch.setattr(compile_bench, "torch_ptxas", lambda: None)  # a torch that ships none
         assert "TRITON_PTXAS_PATH" not in compile_bench.child_environment("fair_stock", dirs)
@@ -312,8 +362,16 @@ def test_a_compile_run_gives_every_child_empty_caches_and_warm_ones_the_other_ro
 
     monkeypatch.setattr(compile_bench, "json_process", json_process)
     out = tmp_path / "compile.json"
-    argv = ["--rows", "gpt2:small,bert:small,vit:small", "--pairs", "2", "--default-stock", "--warm-kernels",
-            "--json", str(out)]  # fmt: skip
+    argv = [
+        "--rows",
+        "gpt2:small,bert:small,vit:small",
+        "--pairs",
+        "2",
+        "--default-stock",
+        "--warm-kernels",
+        "--json",
+        str(out),
+    ]
     result = compile_bench.run(compile_bench.parser().parse_args(argv), {"device": "fake"})
     assert json.loads(out.read_text()) == result and len(seen) == 3 * 2 * 3 + 3 * 2
     every_dir = [d for _, _, dirs, _ in seen for d in dirs]
@@ -356,8 +414,15 @@ def test_compile_phase_seconds_sum_each_timed_phase(monkeypatch):
 def test_a_compile_child_reports_where_our_seconds_went():
     """Every stage of ours that can hold a compile up has its counter."""
     seconds = compile_bench.our_seconds()
-    assert set(seconds) == {"build_wait", "autotune_ours", "fair_timing", "selection", "selection_builds",
-                            "selection_modules", "gated"}  # fmt: skip
+    assert set(seconds) == {
+        "build_wait",
+        "autotune_ours",
+        "fair_timing",
+        "selection",
+        "selection_builds",
+        "selection_modules",
+        "gated",
+    }
     assert all(isinstance(v, float) and v >= 0 for v in seconds.values())
 
 

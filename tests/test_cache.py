@@ -1,4 +1,5 @@
 """The on-disk kernel cache: races, corruption, key sensitivity, fallbacks (no GPU)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,11 +16,13 @@ import time
 from pathlib import Path
 
 import pytest
-
 from helpers import RaceLog
+
 from inductor_cutedsl.kernels import GemmConfig
 from inductor_cutedsl.kernels import epilogue as E
-from inductor_cutedsl.runtime import KernelCache, KernelSpec, cache as cache_mod, spec as spec_mod
+from inductor_cutedsl.runtime import KernelCache, KernelSpec
+from inductor_cutedsl.runtime import cache as cache_mod
+from inductor_cutedsl.runtime import spec as spec_mod
 from inductor_cutedsl.runtime.compiler import build, build_many
 
 SPEC = KernelSpec(GemmConfig(128, 64, 1, 1), "bfloat16", "bfloat16", "k", "k", E.IDENTITY)
@@ -121,9 +124,9 @@ def test_unwritable_dir_falls_back_at_the_first_needed_write(tmp_path, caplog, h
     if how == "not-a-directory":
         blocker = tmp_path / "file"
         blocker.write_text("not a directory")
-        opened = lambda: KernelCache(blocker / "cache")  # noqa: E731  (ENOTDIR, even as root)
+        opened = lambda: KernelCache(blocker / "cache")
     else:
-        opened = lambda: KernelCache(tmp_path / "shared", writable=False)  # noqa: E731
+        opened = lambda: KernelCache(tmp_path / "shared", writable=False)
     with caplog.at_level(logging.WARNING, logger="inductor_cutedsl.cache"):
         cache = opened()
         assert cache.lookup("k") is None and cache._private is None
@@ -150,10 +153,18 @@ def test_a_worker_cache_never_falls_back(tmp_path):
 def test_cache_dir_env_override_is_made_absolute_at_import(tmp_path):
     """A relative INDUCTOR_CUTEDSL_CACHE_DIR names the directory where the process
     started: compile workers and other processes starting elsewhere find the same one."""
-    code = ("import os, inductor_cutedsl\nfrom inductor_cutedsl.runtime.cache import KernelCache\n"
-            "os.chdir('/')\nprint(inductor_cutedsl.config.cache_dir, KernelCache().root)")  # fmt: skip
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "INDUCTOR_CUTEDSL_CACHE_DIR": "rel/cache"})  # fmt: skip
+    code = (
+        "import os, inductor_cutedsl\nfrom inductor_cutedsl.runtime.cache import KernelCache\n"
+        "os.chdir('/')\nprint(inductor_cutedsl.config.cache_dir, KernelCache().root)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "INDUCTOR_CUTEDSL_CACHE_DIR": "rel/cache"},
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [str(tmp_path / "rel" / "cache")] * 2
 
@@ -251,7 +262,7 @@ def test_corrupt_entry_warning_names_the_kernel_once(tmp_path, monkeypatch, capl
     obj, _ = compiler.build(SPEC, cache)
     obj.write_bytes(b"truncated")
     with caplog.at_level(logging.DEBUG, logger="inductor_cutedsl.cache"):
-        (path, built, _), = compiler.wait([compiler.build_async(SPEC, cache, workers=1)])
+        ((path, built, _),) = compiler.wait([compiler.build_async(SPEC, cache, workers=1)])
     assert built and cache.lookup(SPEC.key()) == path
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1 and SPEC.describe() in warnings[0] and SPEC.key() not in warnings[0], warnings
@@ -484,7 +495,7 @@ def test_stopping_a_busy_worker_cleans_its_build(tmp_path):
     while not list(tmp_path.glob(".build-*")) and time.time() < deadline:
         time.sleep(0.01)
     assert list(tmp_path.glob(".build-*")), "the worker never started building"
-    worker, = pool._all
+    (worker,) = pool._all
     pool.closed = True
     workers._stop(pool._all, grace_s=0.0)  # no grace: the compile is still running
     thread.join()
@@ -498,18 +509,18 @@ def test_stopping_a_busy_worker_cleans_its_build(tmp_path):
 def _catch(fn):
     try:
         return fn()
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         return exc
 
 
 def test_corrupt_entry_rebuilt_by_a_worker_is_reported_once_here(tmp_path, caplog):
     """A worker's warnings come back in its reply and are logged by this process."""
     cache = KernelCache(tmp_path)
-    (obj, built, _), = build_many([SPEC], cache, workers=2).values()
+    ((obj, built, _),) = build_many([SPEC], cache, workers=2).values()
     assert built
     obj.write_bytes(obj.read_bytes()[:-1])
     with caplog.at_level(logging.WARNING):
-        (path, built, _), = build_many([SPEC], cache, workers=2).values()
+        ((path, built, _),) = build_many([SPEC], cache, workers=2).values()
     assert built and path == obj and cache.lookup(SPEC.key()) == obj
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1 and warnings[0].name == "inductor_cutedsl.cache", warnings

@@ -1,6 +1,7 @@
 """What the kernel cache loads: native code only from a directory and objects of this
 user's that no one else can write, unless the user opts in to a shared cache; a
 failed or partial write never leaves an entry that loads."""
+
 from __future__ import annotations
 
 import logging

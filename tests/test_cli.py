@@ -96,15 +96,18 @@ def test_help_costs_no_more_than_importing_torch():
     assert statistics.median(extra) <= HELP_EXTRA_S, extra
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--tokens", "abc"], "not a whole number"),
-    (["--tokens", "0"], "not a positive whole number"),
-    (["--workers", "-1"], "not a positive whole number"),
-    (["--png", "plot.jpg"], "does not end in .png"),
-    (["--json", "results.txt"], "does not end in .json"),
-    (["--suite"], "unrecognized arguments: --suite"),
-    (["--gemm-bench"], "unrecognized arguments: --gemm-bench"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--tokens", "abc"], "not a whole number"),
+        (["--tokens", "0"], "not a positive whole number"),
+        (["--workers", "-1"], "not a positive whole number"),
+        (["--png", "plot.jpg"], "does not end in .png"),
+        (["--json", "results.txt"], "does not end in .json"),
+        (["--suite"], "unrecognized arguments: --suite"),
+        (["--gemm-bench"], "unrecognized arguments: --gemm-bench"),
+    ],
+)
 def test_invalid_arguments_are_refused(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(argv)

@@ -1,11 +1,10 @@
 """Code generation and compilation for sm_90a, without a GPU."""
+
 from __future__ import annotations
 
 import dataclasses
-
 import functools
 import os
-
 import types
 
 import pytest
@@ -21,16 +20,30 @@ from inductor_cutedsl.runtime.compiler import build, build_many
 REPRESENTATIVE = [
     (GemmConfig(128, 256, 2, 1), "bfloat16", "bfloat16", "k", "k", E.IDENTITY),
     (GemmConfig(128, 256, 2, 1, epi_n=64, epi_buffers=4), "bfloat16", "bfloat16", "k", "k", E.IDENTITY),
-    (GemmConfig(128, 256, 2, 1, epi_n=64, stream_k=True), "float16", "float32", "m", "n",
-     E.bias_activation("gelu_tanh", "row", "float16")),
+    (
+        GemmConfig(128, 256, 2, 1, epi_n=64, stream_k=True),
+        "float16",
+        "float32",
+        "m",
+        "n",
+        E.bias_activation("gelu_tanh", "row", "float16"),
+    ),
     (GemmConfig(128, 128, 1, 2, True, False, 8), "float16", "float32", "m", "n", E.bias("col")),
-    (GemmConfig(256, 128, 2, 2, epi_n=64), "bfloat16", "float16", "m", "k",
-     E.bias_activation("gelu_tanh")),
+    (GemmConfig(256, 128, 2, 2, epi_n=64), "bfloat16", "float16", "m", "k", E.bias_activation("gelu_tanh")),
     (GemmConfig(64, 256, 2, 1, True), "float16", "float16", "k", "n", E.addmm(True, "full")),
-    (GemmConfig(128, 256, 1, 2), "bfloat16", "bfloat16", "k", "k", E.Epilogue(
-        "keep_pre", "def epilogue(acc, m, n, l, ops):\n    return relu(acc), acc\n",
-        (E.EpilogueOperand("pre", "out", "float32"),))),
-]  # fmt: skip
+    (
+        GemmConfig(128, 256, 1, 2),
+        "bfloat16",
+        "bfloat16",
+        "k",
+        "k",
+        E.Epilogue(
+            "keep_pre",
+            "def epilogue(acc, m, n, l, ops):\n    return relu(acc), acc\n",
+            (E.EpilogueOperand("pre", "out", "float32"),),
+        ),
+    ),
+]
 
 
 @pytest.mark.parametrize("case", REPRESENTATIVE, ids=lambda c: f"{c[0].name()}-{c[5].name}")
@@ -43,13 +56,14 @@ def test_representative_configs_compile_and_export(case, tmp_path):
 
 def _eager(name: str, acc, ops):
     """What each representative epilogue computes, written with torch."""
-    gelu = lambda t: torch.nn.functional.gelu(t, approximate="tanh")  # noqa: E731
+    gelu = lambda t: torch.nn.functional.gelu(t, approximate="tanh")
     return {
         "identity": lambda: acc,
         "bias_row_gelu_tanh": lambda: gelu(acc + ops[0]),
         "bias_col": lambda: acc + ops[0],
-        "addmm_full": lambda: torch.addmm(ops[0], acc, torch.eye(acc.shape[1], dtype=acc.dtype), alpha=ops[1],
-                                          beta=ops[2]),  # operands c, alpha, beta
+        "addmm_full": lambda: torch.addmm(
+            ops[0], acc, torch.eye(acc.shape[1], dtype=acc.dtype), alpha=ops[1], beta=ops[2]
+        ),  # operands c, alpha, beta
         "keep_pre": lambda: (torch.relu(acc), acc),
     }[name]()
 
@@ -63,8 +77,11 @@ def test_representative_epilogues_compute_what_torch_does(case):
     dtype = getattr(torch, spec.ab_dtype)
     a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
     shapes = {"row": (n,), "col": (m, 1), "full": (m, n), "out": (m, n)}
-    tensors = [torch.randn(*shapes[op.kind]).to(getattr(torch, op.dtype)) for op in spec.epilogue.operands
-               if op.is_tensor and not op.is_output]  # fmt: skip
+    tensors = [
+        torch.randn(*shapes[op.kind]).to(getattr(torch, op.dtype))
+        for op in spec.epilogue.operands
+        if op.is_tensor and not op.is_output
+    ]
     kept = [torch.empty(m, n, dtype=torch.float64) for op in spec.epilogue.operands if op.is_output]
     scalars = (0.5, -2.0)[: sum(not op.is_tensor for op in spec.epilogue.operands)]
     out = torch.empty(m, n, dtype=torch.float64)
@@ -194,9 +211,13 @@ def test_loaded_entry_marshals_the_launchers_arguments(tmp_path, variant):
     epi = E.Epilogue(
         "all_kinds",
         f"def epilogue(acc, m, n, l, ops):\n    return ops[2] * {acc} + ops[0] + ops[1], {acc}\n",
-        (E.EpilogueOperand("bias", "row", "bfloat16"), E.EpilogueOperand("r", "full", "float16", pairs=True),
-         E.EpilogueOperand("scale", "scalar"), E.EpilogueOperand("pre", "out", "float32")),
-    )  # fmt: skip
+        (
+            E.EpilogueOperand("bias", "row", "bfloat16"),
+            E.EpilogueOperand("r", "full", "float16", pairs=True),
+            E.EpilogueOperand("scale", "scalar"),
+            E.EpilogueOperand("pre", "out", "float32"),
+        ),
+    )
     spec = KernelSpec(GemmConfig(128, 128, 1, 1, stream_k=stream_k), "bfloat16", "bfloat16", "k", "n", epi, dual)
     values = [0x1000, 0x2000, 0x3000, 64, 64, 64, 1, 64, 64, 64, 0, 0, 0, 1]
     values += [0x9000, 128, 0] if dual else []
@@ -219,17 +240,29 @@ def assert_entry_takes(spec: KernelSpec, values: list, tmp_path) -> None:
     # The fast path's packed slots hold, byte for byte, what the DSL marshalled. (Its
     # executor needs a CUDA context: a stand-in gives only the packed-argument count.)
     call._fn._default_executor = types.SimpleNamespace(
-        _num_extra_args=0, _get_invoke_packed_args=lambda args: [None] * len(args),
-        capi_func=None, cuda_result=None,
-    )  # fmt: skip
+        _num_extra_args=0,
+        _get_invoke_packed_args=lambda args: [None] * len(args),
+        capi_func=None,
+        cuda_result=None,
+    )
     assert call._build_fast_state(exe_args, values) is not None
     assert call._build_fast_state(exe_args, [*values[:3], 65, *values[4:]]) is None
 
 
-@pytest.mark.parametrize("tiles,slots,k_tiles", [
-    (512, 66, 64), (67, 66, 64), (512, 66, 1), (133, 66, 7), (66, 66, 64), (200, 132, 3), (1000, 66, 224),
-    (68, 66, 3), (70, 66, 1000),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "tiles,slots,k_tiles",
+    [
+        (512, 66, 64),
+        (67, 66, 64),
+        (512, 66, 1),
+        (133, 66, 7),
+        (66, 66, 64),
+        (200, 132, 3),
+        (1000, 66, 224),
+        (68, 66, 3),
+        (70, 66, 1000),
+    ],
+)
 def test_stream_k_schedule(tiles, slots, k_tiles):
     """The kernel's stream-K arithmetic, replayed on ints: the tail's k-iterations are
     covered exactly once; each tile has one owner (its k = 0 part), which enumerates

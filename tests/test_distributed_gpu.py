@@ -10,6 +10,7 @@ kernel may have been built twice across the ranks (the cache's own counts, one c
 directory). With two GPUs the ranks use NCCL, one GPU each; with one, both ranks share
 it over ``gloo`` (which takes CUDA tensors; NCCL refuses two ranks on one GPU).
 """
+
 from __future__ import annotations
 
 import faulthandler
@@ -135,8 +136,11 @@ def test_two_ranks_train_as_stock_does_and_build_each_kernel_once(wrap, tmp_path
     try:
         mp.spawn(_rank, args=(backend, wrap, str(tmp_path)), nprocs=WORLD, join=True)
     except mp.ProcessExitedException as exc:
-        logs = "\n".join(f"--- rank {r}:\n" + (tmp_path / f"rank{r}.log").read_text()[-3000:]
-                         for r in range(WORLD) if (tmp_path / f"rank{r}.log").exists())  # fmt: skip
+        logs = "\n".join(
+            f"--- rank {r}:\n" + (tmp_path / f"rank{r}.log").read_text()[-3000:]
+            for r in range(WORLD)
+            if (tmp_path / f"rank{r}.log").exists()
+        )
         raise AssertionError(f"{exc}\n{logs}") from exc
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(WORLD)]
     for r, result in enumerate(ranks):

@@ -2,6 +2,7 @@
 exports for sm_90a, its SASS neither spills nor loses the mainloop's overlap, its key
 is its own, and the kernel and runtime refuse what it cannot do. (Its entry's
 arguments: ``test_compile.test_loaded_entry_marshals_the_launchers_arguments``.)"""
+
 from __future__ import annotations
 
 import dataclasses
@@ -65,7 +66,7 @@ def gated_then_residual() -> E.Epilogue:
         base.source.replace("def epilogue(", "def _gated(") + "def epilogue(acc, m, n, l, ops):\n"
         "    return round_to(_gated(acc, m, n, l, ops[:1]), 'bfloat16') + ops[1]\n",
         (*base.operands, E.EpilogueOperand("r", "full", "bfloat16", pairs=True)),
-    )  # fmt: skip
+    )
 
 
 def test_a_pointwise_chain_composes_after_the_gated_product(tmp_path):
@@ -121,12 +122,18 @@ def test_dual_is_in_the_key_and_the_json():
         (GemmConfig(128, 64), E.gated("silu"), "tile_n"),
         (GemmConfig(128, 256, 2, 1, stream_k=True), E.gated("silu"), "stream-K"),
         (GemmConfig(128, 256, 2, 1), E.IDENTITY, "epilogue of"),
-        (GemmConfig(128, 256, 2, 1, epi_n=64), E.Epilogue(
-            "staged", "def epilogue(acc, m, n, l, ops):\n    return acc[0] * ops[0]\n",
-            (E.EpilogueOperand("r", "full", "bfloat16", staged=True),)), "staged"),
+        (
+            GemmConfig(128, 256, 2, 1, epi_n=64),
+            E.Epilogue(
+                "staged",
+                "def epilogue(acc, m, n, l, ops):\n    return acc[0] * ops[0]\n",
+                (E.EpilogueOperand("r", "full", "bfloat16", staged=True),),
+            ),
+            "staged",
+        ),
     ],
     ids=["tile_n_192", "tile_n_64", "stream_k", "identity", "staged"],
-)  # fmt: skip
+)
 def test_kernel_refuses_what_a_dual_kernel_cannot_do(cfg, epi, needle):
     from inductor_cutedsl.kernels.sm90_gemm import Sm90Gemm
 
@@ -137,9 +144,11 @@ def test_kernel_refuses_what_a_dual_kernel_cannot_do(cfg, epi, needle):
 def test_gated_epilogue_source():
     epi = E.gated("gelu_erf", "bfloat16", "float32", "bfloat16", "bfloat16")
     assert [(op.name, op.kind, op.dtype) for op in epi.operands] == [
-        ("bias_gate", "row", "bfloat16"), ("bias_up", "row", "float32"),
-        ("gate", "out", "bfloat16"), ("up", "out", "bfloat16"),
-    ]  # fmt: skip
+        ("bias_gate", "row", "bfloat16"),
+        ("bias_up", "row", "float32"),
+        ("gate", "out", "bfloat16"),
+        ("up", "out", "bfloat16"),
+    ]
     assert "return gelu_erf(gate) * up, gate, up" in epi.source
     assert E.gated("relu").source.endswith("return relu(gate) * up\n")
     with pytest.raises(ValueError, match="activation"):
@@ -186,14 +195,15 @@ def test_gated_gemm_refuses_with_value_errors(any_device):
         "activation": dict(act="tanh"),
         "broadcast": dict(bias_gate=torch.randn(1000, dtype=torch.bfloat16)),
         "tensors of": dict(bias_up=torch.randn(1024, dtype=torch.float64)),
-        "must be a bfloat16": dict(keep_out=(torch.empty(1000, 1024, dtype=torch.bfloat16),
-                                             torch.empty(1000, 1024, dtype=torch.float16))),
+        "must be a bfloat16": dict(
+            keep_out=(torch.empty(1000, 1024, dtype=torch.bfloat16), torch.empty(1000, 1024, dtype=torch.float16))
+        ),
         "two tensors": dict(keep_out=(torch.empty(1000, 1024, dtype=torch.bfloat16),)),
         "is broadcast": dict(keep_out=(torch.empty(1024, dtype=torch.bfloat16),) * 2),
         "tile_n": dict(config=GemmConfig(128, 192)),
         "output shape": dict(out=torch.empty(1000, 1032, dtype=torch.bfloat16)),
         "is not 16-byte": dict(out=torch.empty(1000, 1040, dtype=torch.bfloat16)[:, 1:1025]),
-    }  # fmt: skip
+    }
     for needle, kwargs in cases.items():
         with pytest.raises(ValueError, match="cannot run this gated GEMM") as info:
             gated_gemm(a, bg, bu, **{"bias_gate": bias, **kwargs})

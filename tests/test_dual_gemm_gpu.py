@@ -1,13 +1,14 @@
 """The dual (gated) GEMM on the GPU against a float64 reference:
 ``act(A @ Bg + bg) * (A @ Bu + bu)``, with the two weights given apart or as two column
 ranges of one fused weight, the pre-activations optionally kept as extra outputs."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.nn.functional as F
-
 from helpers import poisoned, rel_err
+
 from inductor_cutedsl.kernels import GemmConfig
 
 pytestmark = pytest.mark.gpu
@@ -59,8 +60,11 @@ def biases(n: int, which: str, fused: bool, dtype=torch.bfloat16):
     """(bias_gate, bias_up): none, the gate's only, or both (halves of one vector when fused)."""
     if which == "none":
         return None, None
-    both = torch.randn(2 * n, device="cuda").to(dtype).chunk(2) if fused else (
-        torch.randn(n, device="cuda").to(dtype), torch.randn(n, device="cuda").to(dtype))  # fmt: skip
+    both = (
+        torch.randn(2 * n, device="cuda").to(dtype).chunk(2)
+        if fused
+        else (torch.randn(n, device="cuda").to(dtype), torch.randn(n, device="cuda").to(dtype))
+    )
     return both if which == "both" else (both[0], None)
 
 
@@ -72,8 +76,22 @@ def reference(a, bg, bu, act, bias_g=None, bias_u=None):
     return ACTS[act](g) * u, g, u
 
 
-def check(m, n, k, act, *, a_row=True, b_row=True, fused=False, bias="none", keep=False, config=None,
-          dtype=torch.bfloat16, out_dtype=None, batch=None):  # fmt: skip
+def check(
+    m,
+    n,
+    k,
+    act,
+    *,
+    a_row=True,
+    b_row=True,
+    fused=False,
+    bias="none",
+    keep=False,
+    config=None,
+    dtype=torch.bfloat16,
+    out_dtype=None,
+    batch=None,
+):
     from inductor_cutedsl.runtime import gated_gemm
 
     out_dtype = out_dtype or dtype
@@ -102,12 +120,18 @@ def _cases():
         for a, act in enumerate(ACTS):
             i = 4 * c + a
             case = dict(
-                a_row=i % 2 == 0, b_row=i // 2 % 2 == 0, fused=(a in (1, 2)) != (c % 2 == 1),
-                bias=("both", "gate", "none")[i % 3], keep=(c + a) % 2 == 0,
-            )  # fmt: skip
+                a_row=i % 2 == 0,
+                b_row=i // 2 % 2 == 0,
+                fused=(a in (1, 2)) != (c % 2 == 1),
+                bias=("both", "gate", "none")[i % 3],
+                keep=(c + a) % 2 == 0,
+            )
             m, n, k = SHAPES[(c + a) % len(SHAPES)]
-            label = "-".join([cfg.name(), act, f"{m}x{n}x{k}"] + [key for key, v in case.items() if v is True]
-                             + [f"bias_{case['bias']}"])  # fmt: skip
+            label = "-".join(
+                [cfg.name(), act, f"{m}x{n}x{k}"]
+                + [key for key, v in case.items() if v is True]
+                + [f"bias_{case['bias']}"]
+            )
             out.append(pytest.param(cfg, act, (m, n, k), case, id=label))
     return out
 
@@ -123,8 +147,9 @@ def test_gated_gemm_shortlist_pick(fused):
     check(4095, 8960, 1536, "silu", a_row=True, b_row=False, fused=fused, keep=fused)
 
 
-@pytest.mark.parametrize("dtype,out_dtype", [(torch.float16, torch.float16), (torch.bfloat16, torch.float32)],
-                         ids=["fp16", "bf16_to_fp32"])  # fmt: skip
+@pytest.mark.parametrize(
+    "dtype,out_dtype", [(torch.float16, torch.float16), (torch.bfloat16, torch.float32)], ids=["fp16", "bf16_to_fp32"]
+)
 def test_gated_gemm_dtypes(dtype, out_dtype):
     check(1000, 1032, 1024, "gelu_tanh", bias="both", keep=True, config=CONFIGS[0], dtype=dtype, out_dtype=out_dtype)
 
@@ -151,8 +176,9 @@ def test_gated_output_view_stays_in_its_columns():
 def test_rounded_gated_product_with_a_residual_after_it(cfg):
     """The lowering's form (``test_dual_gemm.gated_then_residual``): gate and up rounded to
     bf16, the bf16 product, then a paired M x N' residual added."""
-    from inductor_cutedsl.runtime.launch import get_gemm, spec_for
     from test_dual_gemm import gated_then_residual
+
+    from inductor_cutedsl.runtime.launch import get_gemm, spec_for
 
     m, n, k = 1000, 1032, 1024
     a, (bg, bu) = lhs(m, k, True), weights(k, n, False, True)
@@ -192,4 +218,3 @@ def test_gated_gemm_refuses(case):
     assert gated_reason(a, bg, bu) is not None
     with pytest.raises(ValueError, match="cannot run this gated GEMM"):
         gated_gemm(a, bg, bu, "silu")
-

@@ -8,6 +8,7 @@ also prefetch the full operand's lines to L2 before the epilogue. An operand dec
 for pairs takes half the load instructions (4-byte loads); one staged through shared
 memory (TMA, then ldmatrix) takes none.
 """
+
 from __future__ import annotations
 
 import json
@@ -82,13 +83,18 @@ def sass_script_stats(script: str, root: Path, *args: str) -> dict:
     repo = Path(__file__).resolve().parents[1]
     (root / "dump").mkdir()
     env = {
-        **os.environ, "CUTE_DSL_KEEP": "cubin", "CUTE_DSL_DUMP_DIR": str(root / "dump"),
+        **os.environ,
+        "CUTE_DSL_KEEP": "cubin",
+        "CUTE_DSL_DUMP_DIR": str(root / "dump"),
         "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")]),
-    }  # fmt: skip
+    }
     done = subprocess.run(
         [sys.executable, "-c", script, *args, str(tool), str(root)],
-        capture_output=True, text=True, env=env, timeout=900,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

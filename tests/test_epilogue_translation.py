@@ -1,4 +1,5 @@
 """Inductor pointwise IR -> epilogue source: translation, refusals, sm_90a compile (no GPU)."""
+
 from __future__ import annotations
 
 import math
@@ -7,9 +8,9 @@ import pytest
 import sympy
 import torch
 import torch.nn.functional as F
+from helpers import translated_values
 from torch._inductor.virtualized import V, ops
 
-from helpers import translated_values
 from inductor_cutedsl.errors import Unsupported
 from inductor_cutedsl.kernels import GemmConfig
 from inductor_cutedsl.runtime import KernelCache, KernelSpec
@@ -18,8 +19,14 @@ from inductor_cutedsl.scheduler.epilogue_translation import EpilogueTranslator, 
 
 m, n, l = sympy.symbols("m n l", integer=True, nonnegative=True)
 M, N = 1000, 4096
-DTYPES = {"acc": torch.bfloat16, "bias": torch.bfloat16, "colb": torch.float32,
-          "res": torch.bfloat16, "gate": torch.float16, "out": torch.bfloat16}  # fmt: skip
+DTYPES = {
+    "acc": torch.bfloat16,
+    "bias": torch.bfloat16,
+    "colb": torch.float32,
+    "res": torch.bfloat16,
+    "gate": torch.float16,
+    "out": torch.bfloat16,
+}
 OWN = N * m + n
 
 
@@ -42,10 +49,13 @@ def f32(x):
 def test_bias_gelu_tanh_chain():
     def body():
         x = ops.add(f32(ops.load("acc", OWN)), f32(ops.load("bias", n)))
-        inner = ops.mul(ops.constant(math.sqrt(2 / math.pi), torch.float32),
-                        ops.add(x, ops.mul(ops.constant(0.044715, torch.float32), ops.pow(x, ops.constant(3, torch.float32)))))  # fmt: skip
-        y = ops.mul(ops.mul(ops.constant(0.5, torch.float32), x),
-                    ops.add(ops.constant(1.0, torch.float32), ops.tanh(inner)))  # fmt: skip
+        inner = ops.mul(
+            ops.constant(math.sqrt(2 / math.pi), torch.float32),
+            ops.add(x, ops.mul(ops.constant(0.044715, torch.float32), ops.pow(x, ops.constant(3, torch.float32)))),
+        )
+        y = ops.mul(
+            ops.mul(ops.constant(0.5, torch.float32), x), ops.add(ops.constant(1.0, torch.float32), ops.tanh(inner))
+        )
         ops.store("out", OWN, ops.to_dtype(y, torch.bfloat16))
 
     t = translate(body)
@@ -67,8 +77,10 @@ def test_operand_index_analysis():
 
     t = translate(body)
     assert [(o.buffer, o.strides, o.offset) for o in t.operands] == [
-        ("colb", (1, 0, 0), 0), ("res", (N, 1, 0), 7), ("gate", (2 * N, 2, 0), 0)
-    ]  # fmt: skip
+        ("colb", (1, 0, 0), 0),
+        ("res", (N, 1, 0), 7),
+        ("gate", (2 * N, 2, 0), 0),
+    ]
     assert [op.dtype for op in t.epilogue.operands] == ["float32", "bfloat16", "float16"]
     # Paired loads need unit N stride, even offset and strides, 16-bit data: none here.
     assert [op.pairs for op in t.epilogue.operands] == [False, False, False]
@@ -139,14 +151,32 @@ def test_batched_acc_index_and_reused_intermediate():
         (lambda: ops.store("out", OWN, ops.to_dtype(ops.load("acc", OWN), torch.int32)), "cast"),
         (lambda: None, "stores nothing"),
     ],
-)  # fmt: skip
+)
 def test_untranslatable_nodes_are_refused(body, needle):
     with pytest.raises(Unsupported, match=needle):
         translate(body)
 
 
-UNARY = ("exp", "exp2", "expm1", "log", "log1p", "log2", "tanh", "sigmoid", "erf", "rsqrt", "sqrt", "abs", "neg",
-         "reciprocal", "relu", "square", "sin", "cos")  # fmt: skip
+UNARY = (
+    "exp",
+    "exp2",
+    "expm1",
+    "log",
+    "log1p",
+    "log2",
+    "tanh",
+    "sigmoid",
+    "erf",
+    "rsqrt",
+    "sqrt",
+    "abs",
+    "neg",
+    "reciprocal",
+    "relu",
+    "square",
+    "sin",
+    "cos",
+)
 
 
 def test_every_op_translates_and_compiles_for_sm90a(tmp_path):

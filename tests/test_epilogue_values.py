@@ -6,6 +6,7 @@ translation, in a helper or in a builder shows here as it would in the kernel. T
 expectations are torch eager on float64 inputs, never the package's own code. Inputs are
 seeded random values plus edge values (0, -0, +-1, large, tiny, ties between operands).
 """
+
 from __future__ import annotations
 
 import math
@@ -35,8 +36,9 @@ TIES = 12  # entries of y equal to x's (comparisons at equality, x - y == 0)
 def close(got: torch.Tensor, want: torch.Tensor, what: str = "") -> None:
     """Equal to float64 rounding: the same formula evaluated twice in float64. NaN and
     infinities must sit where eager's are."""
-    torch.testing.assert_close(got.to(F64), want.to(F64), rtol=1e-9, atol=1e-12, equal_nan=True,
-                               msg=lambda default: f"{what}: {default}")  # fmt: skip
+    torch.testing.assert_close(
+        got.to(F64), want.to(F64), rtol=1e-9, atol=1e-12, equal_nan=True, msg=lambda default: f"{what}: {default}"
+    )
 
 
 def operands(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -200,7 +202,7 @@ def test_infinite_constant():
     source the kernel's DSL namespace takes (``inf`` is no name the source sees)."""
     from inductor_cutedsl.kernels.epilogue_math import materialize
 
-    body = lambda x, y: ops.where(ops.gt(x, y), x, ops.constant(-math.inf, torch.float32))  # noqa: E731
+    body = lambda x, y: ops.where(ops.gt(x, y), x, ops.constant(-math.inf, torch.float32))
     got, x, y = direct_values(body)
     close(got, torch.where(x > y, x, -math.inf))
     assert materialize(direct(body).epilogue) is not None
@@ -298,8 +300,9 @@ def test_beta_zero_is_why_the_lowering_refuses_it():
     assert torch.isnan(run(spec(E.addmm(True, "row")), a, b, [c], (2.0, 0.0))).all()
 
 
-@pytest.mark.parametrize("scale_a,scale_b", [("tensor", "tensor"), ("row", "row"), ("tensor", "row"),
-                                             ("row", "tensor")])  # fmt: skip
+@pytest.mark.parametrize(
+    "scale_a,scale_b", [("tensor", "tensor"), ("row", "row"), ("tensor", "row"), ("row", "tensor")]
+)
 @pytest.mark.parametrize("bias", [None, "bfloat16", "float32"])
 def test_scaled_is_scaled_mm(scale_a, scale_b, bias):
     """``torch._scaled_mm``: (A @ B) * scale_a * scale_b + bias, in fp32 from e4m3 operands."""
@@ -400,8 +403,11 @@ def test_fused_chain_computes_the_gemm_then_the_chain_as_eager(residual_chain, b
 
 
 def test_compose_of_an_fp32_gemm_output_does_not_round():
-    gelu_res = E.Epilogue("gelu_residual", "def epilogue(acc, m, n, l, ops):\n    return gelu_tanh(acc) + ops[0]\n",
-                          (E.EpilogueOperand("res", "full", "bfloat16"),))  # fmt: skip
+    gelu_res = E.Epilogue(
+        "gelu_residual",
+        "def epilogue(acc, m, n, l, ops):\n    return gelu_tanh(acc) + ops[0]\n",
+        (E.EpilogueOperand("res", "full", "bfloat16"),),
+    )
     acc, res = torch.randn(1, M, N, dtype=F64), torch.randn(1, M, N, dtype=F64)
     coords = (torch.arange(M).view(1, M, 1), torch.arange(N).view(1, 1, N), torch.zeros(1, 1, 1, dtype=torch.long))
     got = reference.evaluate(compose(E.IDENTITY, "float32", gelu_res, "g"), acc, *coords, [res], F64)

@@ -1,5 +1,6 @@
 """Refusals of ``runtime.gemm`` / ``runtime.gated_gemm`` and epilogue source errors,
 without a GPU: each names the argument (or the epilogue and its line) in plain text."""
+
 from __future__ import annotations
 
 import pytest
@@ -150,7 +151,10 @@ def test_gated_gemm_refusals_after_the_device_check_name_the_argument(kwargs, ne
 @pytest.mark.parametrize(
     "epi,needle",
     [
-        (epilogue("unknown_fn", "    x = acc * 2\n    return nosuch(x)\n"), "'unknown_fn', line 3: unknown name 'nosuch'"),
+        (
+            epilogue("unknown_fn", "    x = acc * 2\n    return nosuch(x)\n"),
+            "'unknown_fn', line 3: unknown name 'nosuch'",
+        ),
         (epilogue("unknown_var", "    return acc + bias\n"), "'unknown_var', line 2: unknown name 'bias'"),
         (epilogue("bad_syntax", "    return acc +\n"), "'bad_syntax', line 2: invalid syntax"),
         (E.Epilogue("no_fn", "def other(acc, m, n, l, ops):\n    return acc\n"), "no `epilogue` function"),
@@ -184,17 +188,25 @@ def test_known_names_pass_the_source_check():
 @pytest.mark.parametrize(
     "epi,needle",
     [
-        (epilogue("pair_no_out", "    return acc, acc\n"),
-         "'pair_no_out', line 2 returns 2 values but declares no `out` operand"),
-        (epilogue("one_for_two", "    return acc\n", E.EpilogueOperand("pre", "out", "bfloat16")),
-         "'one_for_two', line 2 returns one value, but its 1 `out` operand(s) want a tuple of 2"),
-        (epilogue("bad_attr", "    y = acc * 2\n    return cute.math.nosuch(y)\n"),
-         "'bad_attr', line 3: AttributeError"),
-        (epilogue("bad_index", "    return acc + ops[2]\n", E.EpilogueOperand("r", "row", "bfloat16")),
-         "'bad_index', line 2: IndexError"),
+        (
+            epilogue("pair_no_out", "    return acc, acc\n"),
+            "'pair_no_out', line 2 returns 2 values but declares no `out` operand",
+        ),
+        (
+            epilogue("one_for_two", "    return acc\n", E.EpilogueOperand("pre", "out", "bfloat16")),
+            "'one_for_two', line 2 returns one value, but its 1 `out` operand(s) want a tuple of 2",
+        ),
+        (
+            epilogue("bad_attr", "    y = acc * 2\n    return cute.math.nosuch(y)\n"),
+            "'bad_attr', line 3: AttributeError",
+        ),
+        (
+            epilogue("bad_index", "    return acc + ops[2]\n", E.EpilogueOperand("r", "row", "bfloat16")),
+            "'bad_index', line 2: IndexError",
+        ),
     ],
     ids=lambda x: x.name if isinstance(x, E.Epilogue) else "",
-)  # fmt: skip
+)
 def test_epilogue_trace_errors_name_the_epilogue(epi, needle, tmp_path):
     from inductor_cutedsl.runtime import KernelCache, KernelSpec
     from inductor_cutedsl.runtime.compiler import build

@@ -1,4 +1,5 @@
 """Our candidates' autotuning times, put on the scale of the other choices' (no GPU)."""
+
 from __future__ import annotations
 
 import itertools
@@ -123,6 +124,7 @@ def test_aten_is_re_timed_even_well_behind_in_inductors_pass():
 def test_short_gemms_get_short_measurements_and_a_wider_net():
     """A GEMM of a few microseconds: Inductor's figures are mostly overhead, so choices
     within a few microseconds of the fastest are re-timed, each measured briefly."""
+
     def measure_ms(best):
         return timing.measure_ms(best, fair_timing.REP_MS)
 

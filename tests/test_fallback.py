@@ -7,6 +7,7 @@ that fusion, logs one warning naming the stage, and is recorded for the report; 
 Compiles run on a faked H200 (``fake_hopper``); the launcher's fallbacks run for real on
 CPU tensors, through the torch reference of the kernel.
 """
+
 from __future__ import annotations
 
 import logging
@@ -14,8 +15,10 @@ import logging
 import pytest
 import torch
 import torch.nn.functional as F
-
 from fake_hopper import generated_code, launched
+from test_fusion_codegen import backend, kernels
+from test_gated import F4, B, D, T, llama_mlp
+
 from inductor_cutedsl import errors
 from inductor_cutedsl.kernels import epilogue as E
 from inductor_cutedsl.kernels.config import GemmConfig
@@ -23,8 +26,6 @@ from inductor_cutedsl.lowering import gated, gated_rewrite, gemm_choices
 from inductor_cutedsl.runtime import generated
 from inductor_cutedsl.runtime.spec import KernelSpec
 from inductor_cutedsl.scheduler import decisions, scheduling, selection
-from test_fusion_codegen import backend, kernels
-from test_gated import B, D, F4, T, llama_mlp
 
 M, N, K = 1000, 2048, 1024
 
@@ -80,8 +81,11 @@ def test_rewrite_failure_leaves_the_product_as_written(monkeypatch, lenient, war
         assert gated_rewrite.rewrite(gm.graph) == 0
     gm.recompile()
     assert "gated_mm" not in gm.code
-    args = [torch.randn(4, 8, dtype=torch.float64), *(torch.randn(s, dtype=torch.float64) for s in [(6, 8)] * 2),
-            torch.randn(8, 6, dtype=torch.float64)]  # fmt: skip
+    args = [
+        torch.randn(4, 8, dtype=torch.float64),
+        *(torch.randn(s, dtype=torch.float64) for s in [(6, 8)] * 2),
+        torch.randn(8, 6, dtype=torch.float64),
+    ]
     torch.testing.assert_close(gm(*args), llama_mlp(*args))
     assert warnings_seen() == ["lowering"]
 
@@ -113,11 +117,13 @@ def test_codegen_failure_emits_the_gemm_and_its_consumers_unfused(monkeypatch, l
 
 @pytest.mark.parametrize(
     "stage,inject",
-    [("candidates", lambda mp: mp.setattr(gemm_choices, "gemm_candidates", planted)),
-     ("codegen", lambda mp: mp.setattr(scheduling, "fuse", planted)),
-     ("epilogue translation", lambda mp: mp.setattr(decisions, "translate_nodes", planted))],
+    [
+        ("candidates", lambda mp: mp.setattr(gemm_choices, "gemm_candidates", planted)),
+        ("codegen", lambda mp: mp.setattr(scheduling, "fuse", planted)),
+        ("epilogue translation", lambda mp: mp.setattr(decisions, "translate_nodes", planted)),
+    ],
     ids=["candidates", "codegen", "translation"],
-)  # fmt: skip
+)
 def test_strict_raises_what_would_fall_back(monkeypatch, stage, inject):
     inject(monkeypatch)
     with backend(max_configs=1), pytest.raises(Exception, match=f"{stage} failed for .*Planted"):
@@ -148,12 +154,24 @@ class FailingKernel:
 
 @pytest.mark.parametrize(
     "stage,inject",
-    [("kernel build", lambda mp: mp.setattr(generated, "build", planted)),
-     ("kernel load", lambda mp: (mp.setattr(generated, "build", lambda spec, cache: ("k.o", True)),
-                                 mp.setattr(generated, "get_gemm", planted))),
-     ("first launch", lambda mp: (mp.setattr(generated, "build", lambda spec, cache: ("k.o", True)),
-                                  mp.setattr(generated, "get_gemm", lambda spec, path=None: FailingKernel())))],
-)  # fmt: skip
+    [
+        ("kernel build", lambda mp: mp.setattr(generated, "build", planted)),
+        (
+            "kernel load",
+            lambda mp: (
+                mp.setattr(generated, "build", lambda spec, cache: ("k.o", True)),
+                mp.setattr(generated, "get_gemm", planted),
+            ),
+        ),
+        (
+            "first launch",
+            lambda mp: (
+                mp.setattr(generated, "build", lambda spec, cache: ("k.o", True)),
+                mp.setattr(generated, "get_gemm", lambda spec, path=None: FailingKernel()),
+            ),
+        ),
+    ],
+)
 def test_launcher_falls_back_to_the_reference_computation(monkeypatch, lenient, warnings_seen, stage, inject):
     inject(monkeypatch)
     scope: dict = {}
@@ -216,5 +234,6 @@ def test_the_gated_chunk_program_that_crashed_compiles(lenient, warnings_seen):
     # The kernel takes the fused spec (it refused a staged operand in a dual kernel).
     from inductor_cutedsl.kernels.sm90_gemm import Sm90Gemm
 
-    Sm90Gemm(spec.config, spec.ab_dtype, spec.out_dtype, spec.a_major, spec.b_major, spec.epilogue, spec.dual,
-             spec.promote)  # fmt: skip
+    Sm90Gemm(
+        spec.config, spec.ab_dtype, spec.out_dtype, spec.a_major, spec.b_major, spec.epilogue, spec.dual, spec.promote
+    )

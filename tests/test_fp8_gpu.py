@@ -1,11 +1,12 @@
 """The kernel with fp8 (e4m3) operands on the GPU, against a float64 reference of the
 same fp8 values: odd sizes, each output dtype, fast accumulation and promotion."""
+
 from __future__ import annotations
 
 import pytest
 import torch
-
 from helpers import poisoned, rel_err
+
 from inductor_cutedsl.kernels import GemmConfig
 
 pytestmark = pytest.mark.gpu
@@ -35,8 +36,9 @@ def operands(m: int, n: int, k: int):
 # K = 4176: 33 k-tiles, the last partial. PROMOTE_ALTERNATE issues the first k-tile,
 # then two per loop turn: an odd count (33 here, 17 in the config test below) ends
 # with the loop, an even one (the other shapes) with one k-tile after it.
-@pytest.mark.parametrize("shape", [(1000, 1008, 4096), (17, 4096, 1024), (4096, 16, 4000), (8192, 4096, 4096),
-                                   (520, 2048, 4176)])  # fmt: skip
+@pytest.mark.parametrize(
+    "shape", [(1000, 1008, 4096), (17, 4096, 1024), (4096, 16, 4000), (8192, 4096, 4096), (520, 2048, 4176)]
+)
 @pytest.mark.parametrize("promote", [0, 1, 2, 3])
 def test_fp8_gemm_matches_float64(shape, out_dtype, promote):
     from inductor_cutedsl.runtime import gemm
@@ -50,13 +52,22 @@ def test_fp8_gemm_matches_float64(shape, out_dtype, promote):
     assert err < tol(out_dtype, promote), f"rel err {err:.3e}"
 
 
-@pytest.mark.parametrize("cfg, promote", [
-    (GemmConfig(128, 128, 2, 1), 1), (GemmConfig(128, 128, 2, 1), 2), (GemmConfig(64, 128, 1, 2, True), 1),
-    (GemmConfig(64, 128, 1, 2, True), 2), (GemmConfig(128, 192, 2, 1), 2),
-    (GemmConfig(64, 192, 2, 1, True), 1), (GemmConfig(64, 192, 2, 1, True), 2),  # fp8.py's trial tile
-    (GemmConfig(128, 128, 2, 1), 3), (GemmConfig(64, 128, 1, 2, True), 3), (GemmConfig(128, 128, 1, 1), 3),
-    (GemmConfig(128, 256), 0),  # no registers for a second accumulator
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "cfg, promote",
+    [
+        (GemmConfig(128, 128, 2, 1), 1),
+        (GemmConfig(128, 128, 2, 1), 2),
+        (GemmConfig(64, 128, 1, 2, True), 1),
+        (GemmConfig(64, 128, 1, 2, True), 2),
+        (GemmConfig(128, 192, 2, 1), 2),
+        (GemmConfig(64, 192, 2, 1, True), 1),
+        (GemmConfig(64, 192, 2, 1, True), 2),  # fp8.py's trial tile
+        (GemmConfig(128, 128, 2, 1), 3),
+        (GemmConfig(64, 128, 1, 2, True), 3),
+        (GemmConfig(128, 128, 1, 1), 3),
+        (GemmConfig(128, 256), 0),  # no registers for a second accumulator
+    ],
+)
 def test_fp8_configs(cfg, promote):
     from inductor_cutedsl.runtime import gemm
 
@@ -79,8 +90,10 @@ def test_fast_accumulation_error_at_large_k_and_promotion_removes_it():
         out = poisoned((m, n), torch.float32)
         gemm(a, b, out=out, promote=promote)
         errs[promote] = rel_err(out, ref)
-    print(f"fp8 K={k}: rel err fast {errs[0]:.2e}, promoted every k-tile {errs[1]:.2e}, by halves {errs[2]:.2e}, "
-          f"alternating {errs[3]:.2e}")  # fmt: skip
+    print(
+        f"fp8 K={k}: rel err fast {errs[0]:.2e}, promoted every k-tile {errs[1]:.2e}, by halves {errs[2]:.2e}, "
+        f"alternating {errs[3]:.2e}"
+    )
     assert errs[0] < FAST_TOL, errs  # the fast mode's bound; its figure is printed above
     for promoted in (1, 2, 3):
         assert errs[promoted] < TOL[torch.float32] and errs[promoted] <= errs[0], errs
@@ -142,11 +155,11 @@ def test_compiled_scaled_mm_runs_our_kernel_and_computes_the_block(mode, offered
     matches float64. ``alternate``: the lowering offers only a 128x128 tile, so the
     kernel that runs promotes by ``PROMOTE_ALTERNATE``."""
     import torch.nn.functional as F
+    from fake_hopper import launched
+    from helpers import cutedsl_launches
     from torch._inductor import config as ic
     from torch._inductor.utils import run_and_get_code
 
-    from fake_hopper import launched
-    from helpers import cutedsl_launches
     from inductor_cutedsl.kernels.config import PROMOTE_ALTERNATE, promotion_mode
     from inductor_cutedsl.lowering import gemm_choices
 

@@ -1,19 +1,17 @@
 """The kernel with 8-bit (e4m3) operands, compiled for sm_90a without a GPU: what it
 accepts, and what its SASS does (fp8 wgmma; promotion of partial sums into fp32)."""
+
 from __future__ import annotations
 
-import json
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
+from test_epilogue_sass import sass_script_stats
 
 from inductor_cutedsl.kernels import GemmConfig
 from inductor_cutedsl.kernels import epilogue as E
 from inductor_cutedsl.runtime import KernelSpec, gemm_reason
-from test_epilogue_sass import sass_script_stats
 
 FP8 = "float8_e4m3fn"
 
@@ -51,8 +49,14 @@ def test_kernel_refuses_what_fp8_cannot_do(kwargs, needle):
     pytest.importorskip("cutlass")
     from inductor_cutedsl.kernels.sm90_gemm import Sm90Gemm
 
-    args = {"cfg": GemmConfig(128, 128), "ab_dtype": FP8, "out_dtype": "bfloat16", "a_major": "k",
-            "b_major": "k", "epilogue": E.IDENTITY} | kwargs  # fmt: skip
+    args = {
+        "cfg": GemmConfig(128, 128),
+        "ab_dtype": FP8,
+        "out_dtype": "bfloat16",
+        "a_major": "k",
+        "b_major": "k",
+        "epilogue": E.IDENTITY,
+    } | kwargs
     with pytest.raises(ValueError, match=needle):
         Sm90Gemm(**args)
 
@@ -189,7 +193,10 @@ def test_promotion_by_halves_keeps_both_batches_pipelined_in_the_same_registers(
 def test_scaled_epilogue_reads_scales_as_the_mode_says():
     epi = E.scaled("row", "tensor", "bfloat16")
     assert [(op.name, op.kind, op.dtype) for op in epi.operands] == [
-        ("scale_a", "col", "float32"), ("scale_b", "row", "float32"), ("bias", "row", "bfloat16")]  # fmt: skip
+        ("scale_a", "col", "float32"),
+        ("scale_b", "row", "float32"),
+        ("bias", "row", "bfloat16"),
+    ]
     assert "acc * ops[0] * ops[1] + ops[2]" in epi.source
     assert E.scaled("tensor", "row").operands[0].kind == "row"  # one value: zero strides both ways
     with pytest.raises(ValueError, match="scale_b mode"):
@@ -224,8 +231,9 @@ def test_scaled_fp8_kernels_compile_and_export(promote, tmp_path):
     from inductor_cutedsl.runtime import KernelCache
     from inductor_cutedsl.runtime.compiler import build
 
-    spec = KernelSpec(GemmConfig(128, 128, 2, 1), FP8, "bfloat16", "k", "k", E.scaled("row", "row", "bfloat16"),
-                      promote=promote)  # fmt: skip
+    spec = KernelSpec(
+        GemmConfig(128, 128, 2, 1), FP8, "bfloat16", "k", "k", E.scaled("row", "row", "bfloat16"), promote=promote
+    )
     path, built = build(spec, KernelCache(tmp_path))
     assert built and path.read_bytes()[:4] == b"\x7fELF"
 

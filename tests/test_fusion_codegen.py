@@ -3,6 +3,7 @@
 See ``fake_hopper``: the lowering, candidate builds, fusion decisions and code
 generation are ours and real; only device queries and timings are made up.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -12,8 +13,8 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
-
 from fake_hopper import fake_hopper, generated_code, launched
+
 from inductor_cutedsl.install import reenabled
 
 M, N, K = 1000, 2048, 1024
@@ -98,9 +99,8 @@ def test_refused_consumer_is_logged_with_its_reason(caplog):
 
 def test_bias_gemm_with_fused_residual_passes_every_operand_view(fusion):
     """addmm's own bias operand and the fused residual each get their view, in order."""
-    from inductor_cutedsl.kernels.config import GemmConfig
 
-    fn = lambda x, w, b, r: (F.linear(x, w, b) * 0.5 + r).float()  # noqa: E731
+    fn = lambda x, w, b, r: (F.linear(x, w, b) * 0.5 + r).float()
     code = generated_code(fn, (M, K), (N, K), (N,), (M, N))
     if not fusion:
         assert kernels(code) == (1, 1)
@@ -133,7 +133,7 @@ def test_first_aligned_full_input_is_staged_when_set(setting):
     instead of paired; the bias stays a global row load; off, nothing is staged."""
     from inductor_cutedsl import config
 
-    fn = lambda x, w, b, r: F.linear(x, w, b) * 0.5 + r  # noqa: E731
+    fn = lambda x, w, b, r: F.linear(x, w, b) * 0.5 + r
     with config.patch(staged_operands=setting), backend(max_configs=1):  # 128x256 cooperative
         code = generated_code(fn, (4 * M, K), (N, K), (N,), (4 * M, N))
     assert kernels(code) == (1, 0)
@@ -152,7 +152,7 @@ def test_fused_way_stages_the_input_in_whole_tile_store_buffers():
             return {"ExternKernelCaller": 0.105}.get(name, 0.12)
         return 0.099 if choice.candidate.spec.config.epi_buffers == 4 else 0.10
 
-    fn = lambda x, w, r: torch.relu(x @ w.t()) + r  # noqa: E731
+    fn = lambda x, w, r: torch.relu(x @ w.t()) + r
     with config.patch(staged_operands=True), backend():
         code = generated_code(fn, (4 * M, K), (N, K), (4 * M, N), candidate_ms=timing, fused_ms=0.09)
     assert kernels(code) == (1, 0)
@@ -195,19 +195,19 @@ def test_only_inputs_tma_can_load_are_staged(strides, offset, dtype, staged):
     from inductor_cutedsl.scheduler.epilogue_translation import OperandRef, Translation
 
     name = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}[dtype]
-    epi = E.Epilogue("r", "def epilogue(acc, m, n, l, ops):\n    return acc + ops[0]\n",
-                     (E.EpilogueOperand("in0", "full", name),))  # fmt: skip
+    epi = E.Epilogue(
+        "r", "def epilogue(acc, m, n, l, ops):\n    return acc + ops[0]\n", (E.EpilogueOperand("in0", "full", name),)
+    )
     tr = Translation(epi, (OperandRef("buf1", strides, offset, dtype),), ("buf2",))
-    coop, pingpong = (KernelSpec(GemmConfig(128, *c), "bfloat16", "bfloat16", "k", "k", epi)
-                      for c in ((256, 2, 1), (128, 2, 1, True)))  # fmt: skip
+    coop, pingpong = (
+        KernelSpec(GemmConfig(128, *c), "bfloat16", "bfloat16", "k", "k", epi) for c in ((256, 2, 1), (128, 2, 1, True))
+    )
     with config.patch(staged_operands=True):
         assert fusion.staged(epi, 0, tr, coop).operands[0].staged is staged
         assert not fusion.staged(epi, 0, tr, pingpong).operands[0].staged
 
 
-@pytest.mark.parametrize(
-    "bias_shape,kind", [((N,), "row"), ((M, 1), "col"), ((M, N), "full"), ((1, 1), "full")]
-)
+@pytest.mark.parametrize("bias_shape,kind", [((N,), "row"), ((M, 1), "col"), ((M, N), "full"), ((1, 1), "full")])
 def test_addmm_bias_kind_follows_the_bias_layout(bias_shape, kind):
     with backend(fusion=False):
         code = generated_code(lambda x, w, b: torch.addmm(b, x, w.t()), (M, K), (N, K), bias_shape)
@@ -222,7 +222,7 @@ def test_batched_gemm_epilogue(fusion):
 
 def test_gated_mlp_fuses_silu_times_gate_into_one_gemm(fusion):
     """silu(x W1ᵀ) * (x W3ᵀ): the product reads the other GEMM's output as an operand."""
-    fn = lambda x, w1, w3: F.silu(x @ w1.t()) * (x @ w3.t())  # noqa: E731
+    fn = lambda x, w1, w3: F.silu(x @ w1.t()) * (x @ w3.t())
     code = generated_code(fn, (M, K), (N, K), (N, K))
     assert kernels(code) == ((2, 0) if fusion else (2, 1))
 
@@ -235,9 +235,13 @@ def test_fused_candidate_beats_triton_and_cublas_alternatives():
 
     with backend():
         code = generated_code(
-            lambda x, w: torch.relu(x @ w.t()), (M, K), (N, K),
-            candidate_ms=timing, fused_ms=0.11, backends="ATEN,TRITON,CUTEDSL",
-        )  # fmt: skip
+            lambda x, w: torch.relu(x @ w.t()),
+            (M, K),
+            (N, K),
+            candidate_ms=timing,
+            fused_ms=0.11,
+            backends="ATEN,TRITON,CUTEDSL",
+        )
     assert kernels(code) == (1, 0)
     assert "extern_kernels.mm" not in code
 
@@ -251,9 +255,14 @@ def test_faster_fused_triton_template_takes_the_gemm(caplog):
     with backend():
         with caplog.at_level(logging.INFO, logger="inductor_cutedsl.scheduler"):
             code = generated_code(
-                lambda x, w: torch.relu(x @ w.t()), (M, K), (N, K),
-                candidate_ms=timing, fused_ms=0.11, triton_fused_ms=0.103, backends="ATEN,TRITON,CUTEDSL",
-            )  # fmt: skip
+                lambda x, w: torch.relu(x @ w.t()),
+                (M, K),
+                (N, K),
+                candidate_ms=timing,
+                fused_ms=0.11,
+                triton_fused_ms=0.103,
+                backends="ATEN,TRITON,CUTEDSL",
+            )
     assert any("Triton template takes it, fused" in r.getMessage() for r in caplog.records)
     assert kernels(code) == (0, 1), "one Triton template kernel with the epilogue fused"
     assert "extern_kernels.mm" not in code
@@ -268,9 +277,15 @@ def test_slower_fused_triton_template_is_not_taken_by_inductor_either(caplog):
     with backend():
         with caplog.at_level(logging.INFO, logger="inductor_cutedsl.scheduler"):
             code = generated_code(
-                lambda x, w: torch.relu(x @ w.t()), (M, K), (N, K), candidate_ms=timing, fused_ms=0.2,
-                triton_fused_ms=0.18, epilogue_ms=0.01, backends="ATEN,TRITON,CUTEDSL",
-            )  # fmt: skip
+                lambda x, w: torch.relu(x @ w.t()),
+                (M, K),
+                (N, K),
+                candidate_ms=timing,
+                fused_ms=0.2,
+                triton_fused_ms=0.18,
+                epilogue_ms=0.01,
+                backends="ATEN,TRITON,CUTEDSL",
+            )
     assert any("GEMM unfused + epilogue kernel" in r.getMessage() for r in caplog.records)
     assert kernels(code) == (0, 1) and "extern_kernels.mm" in code, "cuBLAS, then the epilogue in Triton"
 
@@ -285,17 +300,27 @@ def test_separate_way_runs_the_gemm_that_measured_fastest_side_by_side(caplog):
     with backend():
         with caplog.at_level(logging.INFO, logger="inductor_cutedsl.scheduler"):
             code = generated_code(
-                lambda x, w: torch.relu(x @ w.t()), (M, K), (N, K), candidate_ms=timing, fused_ms=0.2,
-                side_ms=side, backends="ATEN,TRITON,CUTEDSL",
-            )  # fmt: skip
+                lambda x, w: torch.relu(x @ w.t()),
+                (M, K),
+                (N, K),
+                candidate_ms=timing,
+                fused_ms=0.2,
+                side_ms=side,
+                backends="ATEN,TRITON,CUTEDSL",
+            )
     assert any("GEMM unfused + epilogue kernel" in r.getMessage() for r in caplog.records)
     assert kernels(code) == (0, 1) and "extern_kernels.mm" in code
     # And with ours measured fastest, ours runs unfused.
     with backend():
         code = generated_code(
-            lambda x, w: torch.relu(x @ w.t()), (M, K), (N, K), candidate_ms=timing, fused_ms=0.2,
-            side_ms={"ours_separate": 0.12, "other_separate": 0.13}, backends="ATEN,TRITON,CUTEDSL",
-        )  # fmt: skip
+            lambda x, w: torch.relu(x @ w.t()),
+            (M, K),
+            (N, K),
+            candidate_ms=timing,
+            fused_ms=0.2,
+            side_ms={"ours_separate": 0.12, "other_separate": 0.13},
+            backends="ATEN,TRITON,CUTEDSL",
+        )
     assert kernels(code) == (1, 1) and "extern_kernels.mm" not in code
 
 
@@ -319,7 +344,7 @@ def test_the_selection_builds_each_way_from_the_chain(caplog):
 
     timing = by_backend(ours=0.10, aten=0.105, triton=0.12)
 
-    fn = lambda x, w: torch.relu(x @ w.t()) * 2  # noqa: E731
+    fn = lambda x, w: torch.relu(x @ w.t()) * 2
     with backend(), caplog.at_level(logging.INFO, logger="inductor_cutedsl.scheduler"):
         with fake_hopper(candidate_ms=timing, epilogue_ms=0.0421, backends="ATEN,TRITON,CUTEDSL") as out:
             from torch._inductor.compile_fx import compile_fx
@@ -349,7 +374,6 @@ def test_fused_builds_start_before_the_first_decision(monkeypatch):
 
     import inductor_cutedsl.scheduler.selection as selection
     from inductor_cutedsl.compat import codegen
-    from inductor_cutedsl.runtime.spec import KernelSpec
 
     events = []
     nodes_module = codegen.nodes_module
@@ -370,8 +394,7 @@ def test_fused_builds_start_before_the_first_decision(monkeypatch):
     monkeypatch.setattr(selection.compiler, "build_async", build_async)
     monkeypatch.setattr(selection, "decide", lambda *a: (events.append(("decide", None)), decide(*a))[1])
     with backend():
-        code = generated_code(lambda x, w: torch.relu(x @ w.t()) * 2, (M, K), (N, K),
-                              backends="ATEN,TRITON,CUTEDSL")  # fmt: skip
+        code = generated_code(lambda x, w: torch.relu(x @ w.t()) * 2, (M, K), (N, K), backends="ATEN,TRITON,CUTEDSL")
     assert kernels(code) == (1, 0)
     fused_key = launched_spec(code).key()
     # Candidate builds at lowering, then the fused one before the decision (and again,
@@ -396,9 +419,13 @@ def test_our_other_schedule_fused_can_take_the_gemm(caplog):
     with config.patch(staged_operands=False), backend(max_configs=3):
         with caplog.at_level(logging.INFO, logger="inductor_cutedsl.scheduler"):
             code = generated_code(
-                lambda x, w, r: torch.relu(x @ w.t()) + r, (M, K), (N, K), (M, N),
-                fused_ms=0.2, side_ms={"fused_alt": 0.12},
-            )  # fmt: skip
+                lambda x, w, r: torch.relu(x @ w.t()) + r,
+                (M, K),
+                (N, K),
+                (M, N),
+                fused_ms=0.2,
+                side_ms={"fused_alt": 0.12},
+            )
     decisions = [r.getMessage() for r in caplog.records if "CuteDSL takes it" in r.getMessage()]
     assert len(decisions) == 1 and "fused_alt 0.1200 ms" in decisions[0], decisions
     assert kernels(code) == (1, 0)
@@ -414,7 +441,7 @@ def test_consumer_of_a_3d_view_fuses_with_its_residual():
     """GPT-2's MLP: gelu(x @ W^T + b) + r with x, r of shape (B, T, .): Inductor sees
     the GEMM's (B*T, N) output read through the consumer's (B, T, N) loops, and our
     translation proves it element-for-element; the kernel writes the (B, T, N) buffer."""
-    fn = lambda x, w, b, r: F.gelu(F.linear(x, w, b), approximate="tanh") + r  # noqa: E731
+    fn = lambda x, w, b, r: F.gelu(F.linear(x, w, b), approximate="tanh") + r
     with backend():
         code = generated_code(fn, (B, T, K), (N, K), (N,), (B, T, N))
     assert kernels(code) == (1, 0)
@@ -426,7 +453,7 @@ def test_consumer_of_a_3d_view_fuses_with_its_residual():
 
 def test_consumer_in_a_head_view_fuses():
     """A gate read in the (B, T, H, D) view of the output: a pure reshape of (B*T, N)."""
-    fn = lambda x, w, g: F.silu((x @ w.t()).view(B, T, 16, N // 16)) * g  # noqa: E731
+    fn = lambda x, w, g: F.silu((x @ w.t()).view(B, T, 16, N // 16)) * g
     with backend():
         code = generated_code(fn, (B, T, K), (N, K), (B, T, 16, N // 16))
     assert kernels(code) == (1, 0)
@@ -436,10 +463,9 @@ def test_consumer_in_a_head_view_fuses():
 def test_view_that_is_no_reshape_is_refused_with_its_reason(caplog):
     """Heads moved before tokens ((B, H, T, D) from a (B*T, N) GEMM) is not a reshape of
     the output's rows: the consumer stays a Triton kernel, and the log says why."""
-    fn = lambda x, w, y: (x @ w.t()).view(B, T, 16, N // 16).transpose(1, 2) + y  # noqa: E731
+    fn = lambda x, w, y: (x @ w.t()).view(B, T, 16, N // 16).transpose(1, 2) + y
     with caplog.at_level(logging.INFO, logger="inductor_cutedsl.scheduler"), backend():
         code = generated_code(fn, (B, T, K), (N, K), (B, 16, T, N // 16))
     assert kernels(code) == (1, 1)
     messages = [r.getMessage() for r in caplog.records if "not fusing" in r.getMessage()]
     assert any(re.search("pure reshape|element-for-element|not linear", m) for m in messages), messages
-

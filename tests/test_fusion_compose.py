@@ -1,4 +1,5 @@
 """Composing the GEMM's own epilogue with a translated chain (no GPU)."""
+
 from __future__ import annotations
 
 import math

@@ -5,6 +5,7 @@ the generated code (one CuteDSL kernel, no Triton kernel left when everything
 fused) and the result against a float64 reference on fresh randn inputs.
 Refusal cases check that the reason is logged and the consumer stays Triton.
 """
+
 from __future__ import annotations
 
 import logging
@@ -13,7 +14,6 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
-
 from helpers import cutedsl_launches, rel_err
 
 pytestmark = pytest.mark.gpu
@@ -43,9 +43,10 @@ def compiled_code(fn, *args, backends="CUTEDSL", measure_epilogues=False):
     from inductor_cutedsl.compat import settings
 
     with ic.patch(
-        max_autotune_gemm_backends=backends, force_disable_caches=True,
+        max_autotune_gemm_backends=backends,
+        force_disable_caches=True,
         **{settings.benchmark_fusion_setting(): measure_epilogues},
-    ):  # fmt: skip
+    ):
         return run_and_get_code(torch.compile(fn, mode="max-autotune-no-cudagraphs"), *args)
 
 
@@ -104,7 +105,7 @@ OPS = {
     "cast_fp16": (lambda y, r, c, s: y.to(torch.float16), {}),
     "cast_fp32": (lambda y, r, c, s: y.float() * 2, {}),
     "add_fp16_operand": (lambda y, r, c, s: y + s.half(), {}),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -148,7 +149,7 @@ def test_declared_residual_from_an_aligned_and_a_misaligned_input(staged, monkey
             out, codes = compiled_code(fn, x, w, g)
         code = "\n".join(codes)
         assert_one_fused_kernel(code)
-        assert ('staged=True' if staged else 'pairs=True') in code
+        assert ("staged=True" if staged else "pairs=True") in code
         check(out, reference(fn, (x, w, g)))
 
 
@@ -157,10 +158,9 @@ CHAINS = {
     "relu_residual": (lambda x, w, b, g: torch.relu(x @ w.t()) + g, False),
     "silu_gate": (lambda x, w, b, g: F.silu(x @ w.t()) * g, False),
     "scale_cast": (lambda x, w, b, g: (x @ w.t() * 0.125).to(torch.float16), False),
-    "bias_scale_residual_cast": (
-        lambda x, w, b, g: ((F.linear(x, w, b) * 0.5 + g).float()), False),
+    "bias_scale_residual_cast": (lambda x, w, b, g: (F.linear(x, w, b) * 0.5 + g).float(), False),
     "bmm_scale_softcap": (lambda x, w, b, g: 30 * torch.tanh(torch.bmm(x, w) / 30), True),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("name", CHAINS)
@@ -168,7 +168,7 @@ def test_chain_is_one_kernel(name):
     fn, batched = CHAINS[name]
     if batched:
         args = (bf16(4, 296, 128), bf16(4, 128, 520), None, None)  # 300 would be padded
-        fn2 = lambda x, w: fn(x, w, None, None)  # noqa: E731
+        fn2 = lambda x, w: fn(x, w, None, None)
         out, codes = compiled_code(fn2, *args[:2])
         ref = reference(fn2, args[:2])
     else:
@@ -185,7 +185,7 @@ MULTI_OUTPUT = {
     "keep_gemm_output": lambda x, w, b: (lambda y: (y, F.gelu(y, approximate="tanh")))(F.linear(x, w, b)),
     # An intermediate of the chain is needed too.
     "keep_intermediate": lambda x, w, b: (lambda h: (h, h * b))(torch.relu(x @ w.t())),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("name", MULTI_OUTPUT)
@@ -293,18 +293,23 @@ def test_measured_epilogue_choice_matches_generated_code(backends, caplog):
 BT = (2, M // 2)  # a model's (batch, tokens): (B*T, K) GEMMs read and written as (B, T, .)
 VIEW_CHAINS = {
     # GPT-2's MLP: GELU-tanh of a biased Linear, then the residual, all (B, T, N).
-    "btn_bias_gelu_residual": (lambda x, w, b, r: F.gelu(F.linear(x, w, b), approximate="tanh") + r,
-                               lambda: (bf16(*BT, K), bf16(N, K, scale=K**-0.5), bf16(N), bf16(*BT, N))),
+    "btn_bias_gelu_residual": (
+        lambda x, w, b, r: F.gelu(F.linear(x, w, b), approximate="tanh") + r,
+        lambda: (bf16(*BT, K), bf16(N, K, scale=K**-0.5), bf16(N), bf16(*BT, N)),
+    ),
     # An attention output projection's residual add, the residual first.
-    "btn_residual": (lambda x, w, r: r + x @ w.t(),
-                     lambda: (bf16(*BT, K), bf16(N, K, scale=K**-0.5), bf16(*BT, N))),
+    "btn_residual": (lambda x, w, r: r + x @ w.t(), lambda: (bf16(*BT, K), bf16(N, K, scale=K**-0.5), bf16(*BT, N))),
     # A gate read in the (B, T, H, D) view of the output (a pure reshape).
-    "bthd_gate": (lambda x, w, g: F.silu((x @ w.t()).view(*BT, 16, N // 16)) * g,
-                  lambda: (bf16(*BT, K), bf16(N, K, scale=K**-0.5), bf16(*BT, 16, N // 16))),
+    "bthd_gate": (
+        lambda x, w, g: F.silu((x @ w.t()).view(*BT, 16, N // 16)) * g,
+        lambda: (bf16(*BT, K), bf16(N, K, scale=K**-0.5), bf16(*BT, 16, N // 16)),
+    ),
     # A residual that is a strided view itself: every other token of a longer sequence.
-    "strided_residual": (lambda x, w, r: torch.relu(x @ w.t()) + r[:, ::2],
-                         lambda: (bf16(*BT, K), bf16(N, K, scale=K**-0.5), bf16(BT[0], 2 * BT[1], N))),
-}  # fmt: skip
+    "strided_residual": (
+        lambda x, w, r: torch.relu(x @ w.t()) + r[:, ::2],
+        lambda: (bf16(*BT, K), bf16(N, K, scale=K**-0.5), bf16(BT[0], 2 * BT[1], N)),
+    ),
+}
 
 
 @pytest.mark.parametrize("name", VIEW_CHAINS)
@@ -319,14 +324,14 @@ def test_consumer_through_a_3d_view_is_one_kernel(name):
 def test_view_that_is_no_reshape_stays_triton_with_reason(caplog):
     """Heads moved before tokens: the consumer's (B, H, T, D) residual is not linear in
     the GEMM output's rows; refused with the reason, and the result is still right."""
-    fn = lambda x, w, y: (x @ w.t()).view(*BT, 16, N // 16).transpose(1, 2) + y  # noqa: E731
+    fn = lambda x, w, y: (x @ w.t()).view(*BT, 16, N // 16).transpose(1, 2) + y
     args = (bf16(*BT, K), bf16(N, K, scale=K**-0.5), bf16(BT[0], 16, BT[1], N // 16))
     with caplog.at_level(logging.INFO, logger="inductor_cutedsl.scheduler"):
         out, codes = compiled_code(fn, *args)
     code = "\n".join(codes)
     assert cutedsl_launches(code) == 1 and "@triton.jit" in code
     messages = [r.getMessage() for r in caplog.records if r.name == "inductor_cutedsl.scheduler"]
-    assert any("not fusing" in m and re.search("pure reshape|element-for-element|not linear|tile", m)
-               for m in messages), messages  # fmt: skip
+    assert any(
+        "not fusing" in m and re.search("pure reshape|element-for-element|not linear|tile", m) for m in messages
+    ), messages
     check(out, reference(fn, args))
-

@@ -1,5 +1,6 @@
 """The gated MLP as one dual-GEMM op: the graph rewrite, the op's eager and autograd
 behaviour (CPU, float64), and Inductor's code for a faked H200 (no GPU needed)."""
+
 from __future__ import annotations
 
 import operator
@@ -7,12 +8,12 @@ import operator
 import pytest
 import torch
 import torch.nn.functional as F
+from fake_hopper import generated_code, launched
+from test_fusion_codegen import backend, kernels
 from torch._inductor import config as inductor_config
 
-from fake_hopper import generated_code, launched
 from inductor_cutedsl import config
 from inductor_cutedsl.lowering import gated, gated_rewrite
-from test_fusion_codegen import backend, kernels
 
 ACTS = {
     "silu": F.silu,
@@ -101,7 +102,7 @@ def test_fused_gate_up_halves_become_one_op(split):
         (lambda x, w: (lambda h: F.silu(h[0]) * h[1])(F.linear(x, w).chunk(2, 0)), [(4, 16), (8, 16)]),
     ],
     ids=["different_inputs", "gate_read_elsewhere", "tanh", "rows_not_columns"],
-)  # fmt: skip
+)
 def test_other_patterns_are_left_alone(fn, shapes):
     args = [f64(*s) for s in shapes]
     gm, count = rewritten(fn, *args)

@@ -1,11 +1,11 @@
 """The gated MLP compiled with our backend on the GPU: one dual-GEMM kernel for both
 graph forms, forward and backward, against float64 references."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.nn.functional as F
-
 from helpers import cutedsl_launches, rel_err
 
 pytestmark = pytest.mark.gpu
@@ -59,8 +59,13 @@ def gated_fused(act):
 @pytest.mark.parametrize("bias", [False, True], ids=["nobias", "bias"])
 def test_two_linears_run_as_one_dual_kernel(act, bias, dual_always):
     fn = gated_two(ACTS[act])
-    args = (bf16(B, T, D), bf16(H, D, scale=D**-0.5), bf16(H, D, scale=D**-0.5),
-            bf16(H) if bias else None, bf16(H) if bias else None)  # fmt: skip
+    args = (
+        bf16(B, T, D),
+        bf16(H, D, scale=D**-0.5),
+        bf16(H, D, scale=D**-0.5),
+        bf16(H) if bias else None,
+        bf16(H) if bias else None,
+    )
     out = torch.full((B, T, H), float("nan"), device="cuda", dtype=torch.bfloat16)
     got, code = compiled(fn, *args)
     out.copy_(got)

@@ -1,10 +1,11 @@
 """Kernel correctness on the GPU against a float64 reference."""
+
 from __future__ import annotations
 
 import pytest
 import torch
-
 from helpers import matrix, poisoned, rel_err
+
 from inductor_cutedsl.kernels import GemmConfig
 from inductor_cutedsl.kernels import epilogue as E
 
@@ -73,12 +74,15 @@ def test_gemm_shapes_majors(m, n, k, a_row, b_row, cfg):
     run_case(m, n, k, a_row, b_row, cfg)
 
 
-@pytest.mark.parametrize("dtype,out_dtype", [
-    (torch.float16, torch.float16),
-    (torch.bfloat16, torch.float32),
-    (torch.float16, torch.float32),
-    (torch.float16, torch.bfloat16),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "dtype,out_dtype",
+    [
+        (torch.float16, torch.float16),
+        (torch.bfloat16, torch.float32),
+        (torch.float16, torch.float32),
+        (torch.float16, torch.bfloat16),
+    ],
+)
 @pytest.mark.parametrize("cfg", CONFIGS[:2], ids=lambda c: c.name())
 def test_gemm_dtypes(dtype, out_dtype, cfg):
     run_case(1000, 4096, 4096, True, False, cfg, dtype, out_dtype)
@@ -111,21 +115,24 @@ def test_gemm_strided_views():
 EPILOGUES = [
     ("bias_row", E.bias("row"), lambda acc, ops: acc + ops[0]),
     ("bias_col", E.bias("col"), lambda acc, ops: acc + ops[0]),
-    ("bias_row_gelu_tanh", E.bias_activation("gelu_tanh"),
-     lambda acc, ops: torch.nn.functional.gelu(acc + ops[0], approximate="tanh")),
+    (
+        "bias_row_gelu_tanh",
+        E.bias_activation("gelu_tanh"),
+        lambda acc, ops: torch.nn.functional.gelu(acc + ops[0], approximate="tanh"),
+    ),
     ("bias_row_relu", E.bias_activation("relu"), lambda acc, ops: torch.relu(acc + ops[0])),
-    ("bias_col_silu", E.bias_activation("silu", "col"),
-     lambda acc, ops: torch.nn.functional.silu(acc + ops[0])),
-    ("bias_row_gelu_erf_fp32", E.bias_activation("gelu_erf", "row", "float32"),
-     lambda acc, ops: torch.nn.functional.gelu(acc + ops[0])),
+    ("bias_col_silu", E.bias_activation("silu", "col"), lambda acc, ops: torch.nn.functional.silu(acc + ops[0])),
+    (
+        "bias_row_gelu_erf_fp32",
+        E.bias_activation("gelu_erf", "row", "float32"),
+        lambda acc, ops: torch.nn.functional.gelu(acc + ops[0]),
+    ),
     ("addmm_full", E.addmm(True, "full"), lambda acc, ops: ops[1] * acc + ops[2] * ops[0]),
-]  # fmt: skip
+]
 
 
 def operand_for(decl, m, n, batch):
-    dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[
-        decl.dtype
-    ]
+    dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[decl.dtype]
     shape = {"row": (n,), "col": (m, 1), "full": (m, n)}[decl.kind]
     return torch.randn(*shape, device="cuda").to(dtype)
 
@@ -138,10 +145,7 @@ def test_epilogues(name, epi, ref_fn, cfg, m, n, k):
 
     a = matrix(m, k, True, torch.bfloat16)
     b = matrix(k, n, False, torch.bfloat16)
-    ops = [
-        operand_for(d, m, n, 1) if d.is_tensor else (0.75 if d.name == "alpha" else -1.5)
-        for d in epi.operands
-    ]
+    ops = [operand_for(d, m, n, 1) if d.is_tensor else (0.75 if d.name == "alpha" else -1.5) for d in epi.operands]
     out = poisoned((m, n), torch.bfloat16)
     gemm(a, b, *ops, out=out, config=cfg, epilogue=epi)
     torch.cuda.synchronize()
@@ -156,9 +160,10 @@ def test_epilogue_batched_full_operand(k):
     from inductor_cutedsl.runtime import gemm
 
     epi = E.Epilogue(
-        "residual", "def epilogue(acc, m, n, l, ops):\n    return acc + ops[0]\n",
+        "residual",
+        "def epilogue(acc, m, n, l, ops):\n    return acc + ops[0]\n",
         (E.EpilogueOperand("r", "full", "bfloat16"),),
-    )  # fmt: skip
+    )
     a = matrix(1000, k, True, torch.bfloat16, batch=3)
     b = matrix(k, 1024, True, torch.bfloat16, batch=3)
     r = torch.randn(3, 1000, 1024, device="cuda").to(torch.bfloat16)
@@ -170,9 +175,10 @@ def test_epilogue_batched_full_operand(k):
 
 def paired(expr: str, dtype: str = "bfloat16") -> E.Epilogue:
     return E.Epilogue(
-        f"paired_{dtype}", f"def epilogue(acc, m, n, l, ops):\n    return {expr}\n",
+        f"paired_{dtype}",
+        f"def epilogue(acc, m, n, l, ops):\n    return {expr}\n",
         (E.EpilogueOperand("r", "full", dtype, pairs=True),),
-    )  # fmt: skip
+    )
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.name())
@@ -243,8 +249,12 @@ def test_launcher_reuse_across_sizes_alignments_and_a_cuda_graph():
         assert rel_err(out, reference(a, b) + r.double()) < 1e-2, (m, shift)
     a, r = matrix(512, k, True, torch.bfloat16), matrix(512, n, True, torch.bfloat16)
     out = poisoned((512, n), torch.bfloat16)
-    check_graph_replays(lambda: launch(a, b, out, r, stream=torch.cuda.current_stream().cuda_stream),
-                        (a, r), out, lambda: reference(a, b) + r.double())  # fmt: skip
+    check_graph_replays(
+        lambda: launch(a, b, out, r, stream=torch.cuda.current_stream().cuda_stream),
+        (a, r),
+        out,
+        lambda: reference(a, b) + r.double(),
+    )
 
 
 def check_graph_replays(run, inputs, out, expected, replays: int = 3) -> None:
@@ -264,9 +274,10 @@ def check_graph_replays(run, inputs, out, expected, replays: int = 3) -> None:
 
 def staged(expr: str, dtype: str = "bfloat16", *extra: E.EpilogueOperand) -> E.Epilogue:
     return E.Epilogue(
-        f"staged_{dtype}", f"def epilogue(acc, m, n, l, ops):\n    return {expr}\n",
+        f"staged_{dtype}",
+        f"def epilogue(acc, m, n, l, ops):\n    return {expr}\n",
         (E.EpilogueOperand("r", "full", dtype, staged=True), *extra),
-    )  # fmt: skip
+    )
 
 
 # Operands of the output's dtype: staged in the store buffers (whole-tile buffers too).
@@ -311,9 +322,11 @@ def test_staged_operand_beside_a_bias_and_a_kept_output():
     from inductor_cutedsl.runtime import gemm
 
     epi = staged(
-        "(relu(acc + ops[1]) + ops[0], acc + ops[1])", "bfloat16",
-        E.EpilogueOperand("bias", "row", "bfloat16"), E.EpilogueOperand("pre", "out", "bfloat16"),
-    )  # fmt: skip
+        "(relu(acc + ops[1]) + ops[0], acc + ops[1])",
+        "bfloat16",
+        E.EpilogueOperand("bias", "row", "bfloat16"),
+        E.EpilogueOperand("pre", "out", "bfloat16"),
+    )
     m, n, k = 1000, 2048, 1000
     a, b = matrix(m, k, True, torch.bfloat16), matrix(k, n, False, torch.bfloat16)
     r = torch.randn(m, n, device="cuda").to(torch.bfloat16)
@@ -397,9 +410,7 @@ def test_stream_k_replays_in_a_cuda_graph():
 
 KEEP_PRE = E.Epilogue(
     "bias_gelu_keep_pre",
-    "def epilogue(acc, m, n, l, ops):\n"
-    "    pre = round_to(acc + ops[0], 'bfloat16')\n"
-    "    return gelu_tanh(pre), pre\n",
+    "def epilogue(acc, m, n, l, ops):\n    pre = round_to(acc + ops[0], 'bfloat16')\n    return gelu_tanh(pre), pre\n",
     (E.EpilogueOperand("bias", "row", "bfloat16"), E.EpilogueOperand("pre", "out", "bfloat16")),
 )
 
@@ -434,12 +445,14 @@ def test_refusals_on_gpu():
     cases = {
         "base pointer": (flat[1 : 256 * 256 + 1].view(256, 256), a),
         "broadcast batch": (a.expand(3, 256, 256), a.expand(3, 256, 256).contiguous()),
-        "leading stride": (torch.randn(64, 17, device="cuda", dtype=torch.bfloat16),
-                           torch.randn(17, 64, device="cuda", dtype=torch.bfloat16)),
+        "leading stride": (
+            torch.randn(64, 17, device="cuda", dtype=torch.bfloat16),
+            torch.randn(17, 64, device="cuda", dtype=torch.bfloat16),
+        ),
         "unit-stride": (a[:, ::2], a[:128]),
         "dtypes": (a.float(), a.float()),
         "not row-major": None,
-    }  # fmt: skip
+    }
     for want, pair in cases.items():
         if pair is None:
             reason = gemm_reason(a, a, torch.empty(256, 256, device="cuda").t())

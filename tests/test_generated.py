@@ -1,4 +1,5 @@
 """The launcher Inductor-generated code calls (no GPU: kernels are stand-ins)."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,8 +10,11 @@ from inductor_cutedsl.kernels import epilogue as E
 from inductor_cutedsl.runtime import KernelSpec, generated
 from inductor_cutedsl.runtime import launch as runtime_launch
 
-PAIRED = E.Epilogue("residual", "def epilogue(acc, m, n, l, ops):\n    return acc + ops[0]\n",
-                    (E.EpilogueOperand("r", "full", "bfloat16", pairs=True),))  # fmt: skip
+PAIRED = E.Epilogue(
+    "residual",
+    "def epilogue(acc, m, n, l, ops):\n    return acc + ops[0]\n",
+    (E.EpilogueOperand("r", "full", "bfloat16", pairs=True),),
+)
 SPEC = KernelSpec(GemmConfig(128, 256, 2, 1), "bfloat16", "bfloat16", "k", "k", PAIRED)
 HEAD = 14  # the entry's values before the epilogue operands: 3 pointers, sizes, strides, clusters
 
@@ -40,8 +44,9 @@ def test_operands_that_break_a_pairs_declaration_run_the_unpaired_kernel(ran):
     launch(a, b, out, aligned[1:], stream=0)  # the view starts 2 bytes in
     base = aligned.data_ptr()
     assert [(spec.epilogue.operands[0].pairs, values[HEAD:-1]) for spec, values in ran] == [
-        (True, [base, 128, 1, 0]), (False, [base + 2, 128, 1, 0])
-    ]  # fmt: skip
+        (True, [base, 128, 1, 0]),
+        (False, [base + 2, 128, 1, 0]),
+    ]
     assert generated.unpaired(SPEC).epilogue.fingerprint() != SPEC.epilogue.fingerprint()
     assert generated.unpaired(SPEC).epilogue.source == SPEC.epilogue.source
 
@@ -80,10 +85,15 @@ def _tensors(m: int, n: int, k: int, batch: int | None = None):
 
 
 MIXED = E.Epilogue(
-    "mixed", "def epilogue(acc, m, n, l, ops):\n    return ops[0] * acc + ops[1] + ops[2] * ops[3]\n",
-    (E.EpilogueOperand("s0", "scalar"), E.EpilogueOperand("bias", "row", "bfloat16"),
-     E.EpilogueOperand("s1", "scalar"), E.EpilogueOperand("r", "full", "bfloat16", staged=True)),
-)  # fmt: skip
+    "mixed",
+    "def epilogue(acc, m, n, l, ops):\n    return ops[0] * acc + ops[1] + ops[2] * ops[3]\n",
+    (
+        E.EpilogueOperand("s0", "scalar"),
+        E.EpilogueOperand("bias", "row", "bfloat16"),
+        E.EpilogueOperand("s1", "scalar"),
+        E.EpilogueOperand("r", "full", "bfloat16", staged=True),
+    ),
+)
 CASES = {
     "plain": (E.IDENTITY, (), (), None, False),
     "plain_out_view": (E.IDENTITY, (), (), ((256, 1, 0), 64), False),
@@ -125,8 +135,22 @@ def _entry_values(epi, scalars, views, out_view, a, b, out, *tensors, b_up=None,
         (ldd, _, out_l), offset = out_view
         out_ptr += offset * out.element_size()
         out_l = out_l if batch > 1 else _single_batch_stride(m, ldd)
-    values = [a.data_ptr(), b.data_ptr(), out_ptr, m, n, k, batch, lda, ldb, ldd, l_stride(a, m, lda),
-              l_stride(b, n, ldb), out_l, 66]  # fmt: skip
+    values = [
+        a.data_ptr(),
+        b.data_ptr(),
+        out_ptr,
+        m,
+        n,
+        k,
+        batch,
+        lda,
+        ldb,
+        ldd,
+        l_stride(a, m, lda),
+        l_stride(b, n, ldb),
+        out_l,
+        66,
+    ]
     if b_up is not None:
         values += [b_up.data_ptr(), b_up.stride(-1), l_stride(b_up, n, b_up.stride(-1))]
     tensors, scalars = iter(tensors), iter(scalars)
@@ -152,8 +176,14 @@ def test_reused_launch_values_are_each_calls_own(ran, case):
     epi, scalars, views, out_view, dual = CASES[case]
     spec = KernelSpec(GemmConfig(128, 256, 2, 1), "bfloat16", "bfloat16", "k", "k", epi, dual)
     calls = []
-    for m, n, k, batch, shift in [(64, 128, 32, None, 0), (48, 256, 64, None, 0), (64, 128, 32, 3, 0),
-                                  (64, 128, 32, None, 1), (64, 128, 32, None, 0), (48, 256, 64, None, 1)]:  # fmt: skip
+    for m, n, k, batch, shift in [
+        (64, 128, 32, None, 0),
+        (48, 256, 64, None, 0),
+        (64, 128, 32, 3, 0),
+        (64, 128, 32, None, 1),
+        (64, 128, 32, None, 0),
+        (48, 256, 64, None, 1),
+    ]:
         a, b, out = _tensors(m, n, k, batch)
         kwargs = {"b_up": _tensors(m, n, k, batch)[1]} if dual else {}
         calls.append(((a, b, out, *_operands(epi, m, n, batch, shift)), kwargs))

@@ -2,6 +2,7 @@
 
 Each check runs in a fresh interpreter (this test process has imported Inductor already).
 """
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,9 @@ LIMIT_RATIO = 0.25
 
 def _run(code: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=600)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 def test_import_costs_a_small_share_of_importing_torch():
@@ -109,11 +111,14 @@ def test_import_loads_no_inductor_and_settings_come_with_its_config(stock):
         inductor_cutedsl.disable()
         print(json.dumps({"heavy": heavy, "settings": settings, "installed": installed, "handler": handler,
                           "restored": fingerprint()}))
-    """)  # fmt: skip
+    """)
     assert seen["heavy"] == []
     assert seen["settings"] == {
-        "backends": f"{stock['backends']},CUTEDSL", "choices": "_choices", "pre_grad_pass": True, "rest": False,
-    }  # fmt: skip
+        "backends": f"{stock['backends']},CUTEDSL",
+        "choices": "_choices",
+        "pre_grad_pass": True,
+        "rest": False,
+    }
     installed = seen["installed"]
     assert "CuteDSLFusionChoices" in installed["choices"] and seen["handler"] == "CuteDSLFusionChoices"
     assert installed["scheduler"] == ["inductor_cutedsl.compat.codegen"] * 2

@@ -1,4 +1,5 @@
 """torch.compile with the CuteDSL backend: results match eager, our kernels run."""
+
 from __future__ import annotations
 
 import os
@@ -8,7 +9,6 @@ import textwrap
 
 import pytest
 import torch
-
 from helpers import cutedsl_launches, rel_err
 
 pytestmark = pytest.mark.gpu
@@ -46,9 +46,9 @@ def bf16(*shape):
 
 
 def test_linear_stack_with_bias_runs_cutedsl_and_triton():
-    model = torch.nn.Sequential(
-        torch.nn.Linear(1024, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 1024)
-    ).to("cuda", torch.bfloat16)
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 1024)).to(
+        "cuda", torch.bfloat16
+    )
     x = bf16(1000, 1024)
     out, codes = compile_cutedsl_only(model)(x)
     code = "\n".join(codes)
@@ -73,12 +73,12 @@ def test_bmm_and_baddbmm_attention_scores():
 
 def test_training_step_forward_and_backward():
     torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 256)
-    ).to("cuda", torch.bfloat16)
-    ref_model = torch.nn.Sequential(
-        torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 256)
-    ).to("cuda", torch.bfloat16)
+    model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 256)).to(
+        "cuda", torch.bfloat16
+    )
+    ref_model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 256)).to(
+        "cuda", torch.bfloat16
+    )
     ref_model.load_state_dict(model.state_dict())
     x = bf16(2048, 512)
 
@@ -103,14 +103,18 @@ def test_backward_after_a_stock_compile_gets_our_candidates(monkeypatch):
     must still be offered there, not only to the forward's GEMMs."""
     import threading
 
+    from torch._inductor import config as ic
+
     import inductor_cutedsl
     import inductor_cutedsl.lowering.choices as choices_mod
-    from torch._inductor import config as ic
 
     asked = []  # per ask: from the main thread (forward) or another (backward)
     real = choices_mod.gemm_choices
-    monkeypatch.setattr(choices_mod, "gemm_choices",
-                        lambda ki, op: asked.append(threading.current_thread() is threading.main_thread()) or real(ki, op))  # fmt: skip
+    monkeypatch.setattr(
+        choices_mod,
+        "gemm_choices",
+        lambda ki, op: asked.append(threading.current_thread() is threading.main_thread()) or real(ki, op),
+    )
     torch.manual_seed(0)
     model = torch.nn.Linear(512, 1024).to("cuda", torch.bfloat16)
     x = bf16(2048, 512).requires_grad_(True)
@@ -184,9 +188,12 @@ def test_second_process_runs_zero_cutedsl_compiles(tmp_path):
 
     def run() -> int:
         done = subprocess.run(
-            [sys.executable, "-c", SECOND_PROCESS], env=env, capture_output=True, text=True,
+            [sys.executable, "-c", SECOND_PROCESS],
+            env=env,
+            capture_output=True,
+            text=True,
             timeout=500,
-        )  # fmt: skip
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         line = [ln for ln in done.stdout.splitlines() if ln.startswith("CUTEDSL_COMPILES")]
         return int(line[-1].split()[1])

@@ -35,8 +35,20 @@ def test_backends_keep_the_token():
 
 def _run(tmp_path: Path, name: str, *extra: str) -> dict:
     out = tmp_path / f"{name}.json"
-    argv = ["--tests", str(tmp_path / "t"), "--files", "test_stand_in.py", "-n", "0", "--cpu",
-            "--budget", "240", "--json", str(out), *extra]  # fmt: skip
+    argv = [
+        "--tests",
+        str(tmp_path / "t"),
+        "--files",
+        "test_stand_in.py",
+        "-n",
+        "0",
+        "--cpu",
+        "--budget",
+        "240",
+        "--json",
+        str(out),
+        *extra,
+    ]
     assert inductor_tests.main(argv) == 0
     return json.loads(out.read_text())
 
@@ -80,8 +92,21 @@ def test_a_run_cut_short_keeps_failure_messages(tmp_path):
     (tmp_path / "t").mkdir()
     (tmp_path / "t" / "test_stand_in.py").write_text(CUT_SHORT)
     out = tmp_path / "cut.json"
-    argv = ["--tests", str(tmp_path / "t"), "--files", "test_stand_in.py", "-n", "0", "--cpu",
-            "--mode", "stock", "--budget", "20", "--json", str(out)]  # fmt: skip
+    argv = [
+        "--tests",
+        str(tmp_path / "t"),
+        "--files",
+        "test_stand_in.py",
+        "-n",
+        "0",
+        "--cpu",
+        "--mode",
+        "stock",
+        "--budget",
+        "20",
+        "--json",
+        str(out),
+    ]
     assert inductor_tests.main(argv) == 0
     stock = json.loads(out.read_text())["modes"]["stock"]
     assert stock["timed_out"] and not stock["complete"]
@@ -98,12 +123,13 @@ def _mode(**outcomes: str | list[str]) -> dict:
 
 
 def test_comparison_explains_only_failures_an_entry_names():
-    expected = [{"tests": "t.py::test_picks_*", "failure_contains": "test_picks_triton said",
-                 "why": "asserts which kernel won"}]  # fmt: skip
-    stock = _mode(test_picks_triton="passed", test_picks_other="passed", test_flaky="passed",
-                  test_both="failed")  # fmt: skip
-    ours = _mode(test_picks_triton="failed", test_picks_other="failed", test_flaky=["failed", "passed"],
-                 test_both="failed")  # fmt: skip
+    expected = [
+        {"tests": "t.py::test_picks_*", "failure_contains": "test_picks_triton said", "why": "asserts which kernel won"}
+    ]
+    stock = _mode(test_picks_triton="passed", test_picks_other="passed", test_flaky="passed", test_both="failed")
+    ours = _mode(
+        test_picks_triton="failed", test_picks_other="failed", test_flaky=["failed", "passed"], test_both="failed"
+    )
     cmp_ = inductor_tests.compare({"stock": stock, "ours": ours}, expected)
     assert [r["test"] for r in cmp_["expected_differences"]] == ["t.py::test_picks_triton"]
     # Same pattern, but its failure does not say what the entry names: still a regression.
@@ -137,10 +163,15 @@ def test_a_failure_keeps_its_exception_line_however_long_the_dump_below_it():
     from tools.inductor_tests.inductor_tests_reporter import excerpt, headline
 
     text = "\n".join(
-        ["test_x.py:12: in test_y", "    f(a)",
-         "E   torch._inductor.exc.InductorError: LoweringException: NoValidChoicesError: none",
-         *[f"E     ir line {i}" for i in range(80)], "E   Found from :", "E      File x.py, line 3"]
-    )  # fmt: skip
+        [
+            "test_x.py:12: in test_y",
+            "    f(a)",
+            "E   torch._inductor.exc.InductorError: LoweringException: NoValidChoicesError: none",
+            *[f"E     ir line {i}" for i in range(80)],
+            "E   Found from :",
+            "E      File x.py, line 3",
+        ]
+    )
     short = excerpt(text)
     assert "LoweringException: NoValidChoicesError" in short and "x.py, line 3" in short
     assert len(short.splitlines()) < 45

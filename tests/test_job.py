@@ -1,4 +1,5 @@
 """The main job's pieces that run without a GPU."""
+
 from __future__ import annotations
 
 import json
@@ -8,8 +9,8 @@ import pytest
 import torch
 
 from inductor_cutedsl.cli import run as job
-from inductor_cutedsl.cli.report import GemmTuning
 from inductor_cutedsl.cli.block import BlockSize, LlamaBlock, make_block
+from inductor_cutedsl.cli.report import GemmTuning
 
 SMALL = BlockSize(batch=1, seq=16, hidden=64, heads=4, mlp=128)
 
@@ -27,26 +28,37 @@ def test_block_runs_and_lists_its_gemms():
 
 def synthetic_result():
     def tuning(winner, ms):
-        return GemmTuning("mm", [[8192, 4096], [4096, 14336]], {"aten": 1, "cutedsl": 4},
-                          {"aten": 1.5, "cutedsl": ms}, winner, ms)  # fmt: skip
+        return GemmTuning(
+            "mm", [[8192, 4096], [4096, 14336]], {"aten": 1, "cutedsl": 4}, {"aten": 1.5, "cutedsl": ms}, winner, ms
+        )
 
     gemms = job.gemm_table([tuning("aten", 1.5)], [tuning("cutedsl", 1.4)])
     return {
-        "device": "test", "gemms": gemms,
+        "device": "test",
+        "gemms": gemms,
         "model_ms": {"eager": 9.0, "stock": 8.0, "ours": 7.5},
         "model_speedup_vs_max_autotune": 8.0 / 7.5,
-        "compile_s": {"stock_cold": 60.0, "ours_cold": 66.0, "ours_warm": 50.0,
-                      "ours_cold_waiting_for_kernel_builds": 4.0, "ours_cold_benchmarking_cutedsl": 2.0},
-        "compile_ratio_vs_max_autotune": 1.1, "cold_cutedsl_compiles": 16, "warm_cutedsl_compiles": 0,
+        "compile_s": {
+            "stock_cold": 60.0,
+            "ours_cold": 66.0,
+            "ours_warm": 50.0,
+            "ours_cold_waiting_for_kernel_builds": 4.0,
+            "ours_cold_benchmarking_cutedsl": 2.0,
+        },
+        "compile_ratio_vs_max_autotune": 1.1,
+        "cold_cutedsl_compiles": 16,
+        "warm_cutedsl_compiles": 0,
         "warm_rebuilt": [],
         "epilogue_fusion": True,
         "fused_epilogues": [{"gemm": "buf3", "size": [8192, 14336], "ops": ["mul", "silu"], "kept": []}],
         "kernels_ms_per_block": {
             "stock": [{"kernel": "triton_tem_fused_mm_0", "launches": 2.0, "ms": 2.9}],
-            "ours": [{"kernel": "kernel_cutlass_gemm", "launches": 2.0, "ms": 2.6},
-                     {"kernel": "triton_poi_fused_mul_silu_1", "launches": 1.0, "ms": 0.16}],
+            "ours": [
+                {"kernel": "kernel_cutlass_gemm", "launches": 2.0, "ms": 2.6},
+                {"kernel": "triton_poi_fused_mul_silu_1", "launches": 1.0, "ms": 0.16},
+            ],
         },
-    }  # fmt: skip
+    }
 
 
 def test_gemm_table_report_and_plot(tmp_path, capsys):
@@ -87,6 +99,7 @@ def test_rel_err():
 def test_main_without_gpu_precompiles_the_block(tmp_path, capsys):
     from inductor_cutedsl import __main__ as entry
     from inductor_cutedsl import config
+
     with config.patch(cache_dir=str(tmp_path), max_configs=1):
         entry.main(["--workers", "2"])
         out = capsys.readouterr().out
@@ -100,8 +113,9 @@ def test_main_without_gpu_precompiles_the_block(tmp_path, capsys):
 def test_stock_and_our_compiles_of_one_block_stay_two(monkeypatch):
     """The job times both compiled blocks after compiling both: the stock one must not
     be shared with ours, nor recompile later under our settings."""
-    import inductor_cutedsl
     from torch._dynamo.utils import counters
+
+    import inductor_cutedsl
 
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)  # CPU tensors here
     m, x = torch.nn.Linear(8, 8), torch.randn(4, 8)
@@ -123,5 +137,7 @@ def test_stock_and_our_compiles_of_one_block_stay_two(monkeypatch):
 def test_our_kernels_are_recognised_in_a_profile():
     from inductor_cutedsl.cli.report import ran_cutedsl
 
-    assert ran_cutedsl([{"kernel": "nvjet_sm90_tst_256x128"}, {"kernel": "kernel_cutlass_kernel_inductor_cutedslkernel_0"}])
+    assert ran_cutedsl(
+        [{"kernel": "nvjet_sm90_tst_256x128"}, {"kernel": "kernel_cutlass_kernel_inductor_cutedslkernel_0"}]
+    )
     assert not ran_cutedsl([{"kernel": "nvjet_sm90_tst_256x128"}, {"kernel": "triton_poi_fused_add_0"}])

@@ -1,4 +1,5 @@
 """The main job end to end on the GPU, on a small block."""
+
 from __future__ import annotations
 
 import json

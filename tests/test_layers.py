@@ -2,6 +2,7 @@
 scheduler <- install and the command line, with the settings, errors, timing, the
 target and the torch adapters (compat) at the ground floor; nothing in the package
 imports the benchmarks or the tools; no module but the kernel exceeds 600 lines."""
+
 from __future__ import annotations
 
 import ast
@@ -13,10 +14,20 @@ PACKAGE = Path(__file__).resolve().parents[1] / "inductor_cutedsl"
 
 #: Floor of each part of the package: a module may import only from its floor and below.
 FLOORS = {
-    "arch": 0, "config": 0, "errors": 0, "timing": 0, "compat": 0,
-    "kernels": 1, "runtime": 2, "lowering": 3, "scheduler": 4,
-    "install": 5, "__init__": 6, "cli": 7, "__main__": 8,
-}  # fmt: skip
+    "arch": 0,
+    "config": 0,
+    "errors": 0,
+    "timing": 0,
+    "compat": 0,
+    "kernels": 1,
+    "runtime": 2,
+    "lowering": 3,
+    "scheduler": 4,
+    "install": 5,
+    "__init__": 6,
+    "cli": 7,
+    "__main__": 8,
+}
 #: Modules whose size is the kernel's own: one warp-specialized kernel reads best whole.
 LONG_ALLOWED = {"kernels/sm90_gemm.py"}
 MAX_LINES = 600
@@ -38,15 +49,20 @@ def imports(path: Path) -> list[tuple[str, int]]:
             if node.level:
                 base = package[: len(package) - (node.level - 1)] if node.level > 1 else package
                 target = ".".join([*base, *([node.module] if node.module else [])])
-                names = [f"{target}.{a.name}" if target else a.name for a in node.names] if not node.module else [target]
+                names = (
+                    [f"{target}.{a.name}" if target else a.name for a in node.names] if not node.module else [target]
+                )
             elif node.module and node.module.split(".")[0] in ("inductor_cutedsl", "benchmarks", "tools"):
                 names = [node.module]
             else:
                 continue
             found += [(name, node.lineno) for name in names]
         elif isinstance(node, ast.Import):
-            found += [(a.name, node.lineno) for a in node.names
-                      if a.name.split(".")[0] in ("inductor_cutedsl", "benchmarks", "tools")]  # fmt: skip
+            found += [
+                (a.name, node.lineno)
+                for a in node.names
+                if a.name.split(".")[0] in ("inductor_cutedsl", "benchmarks", "tools")
+            ]
     return found
 
 
@@ -78,12 +94,15 @@ def test_the_floor_rule_catches_an_import_up(tmp_path, monkeypatch):
     """The check itself: a runtime module importing the scheduler is caught."""
     fake = PACKAGE / "runtime" / "launch.py"
     source = fake.read_text() + "\nfrom ..scheduler import decisions\n"
-    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: source if self == fake else Path.read_bytes(self).decode())
+    monkeypatch.setattr(
+        Path, "read_text", lambda self, *a, **k: source if self == fake else Path.read_bytes(self).decode()
+    )
     with pytest.raises(AssertionError, match=r"runtime/launch.py:\d+ \(runtime\) imports scheduler"):
         test_no_import_runs_up_a_floor(fake)
 
 
 def test_modules_stay_small():
-    long = {str(p.relative_to(PACKAGE)): n for p in package_modules()
-            if (n := len(p.read_text().splitlines())) > MAX_LINES}  # fmt: skip
+    long = {
+        str(p.relative_to(PACKAGE)): n for p in package_modules() if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
     assert set(long) <= LONG_ALLOWED, long

@@ -1,4 +1,5 @@
 """Enable/disable, settings and refusal logic of the Inductor integration (no GPU)."""
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -13,9 +14,9 @@ from torch._inductor.sizevars import SizeVarAllocator
 from torch._inductor.virtualized import V
 
 import inductor_cutedsl
-from inductor_cutedsl.errors import Unsupported
 from inductor_cutedsl import config
 from inductor_cutedsl.compat import environment, settings
+from inductor_cutedsl.errors import Unsupported
 from inductor_cutedsl.lowering import gemm_choices as gc
 from inductor_cutedsl.lowering.choices import CuteDSLChoices
 
@@ -206,10 +207,9 @@ def test_operand_args_read_translated_strides():
 
 def test_epilogue_fusion_setting_installs_and_restores_the_scheduling():
     from torch._inductor.codegen import common
+    from torch._inductor.scheduler import Scheduler
 
     from inductor_cutedsl.scheduler.scheduling import CuteDSLFusionScheduling
-
-    from torch._inductor.scheduler import Scheduler
 
     inductor_cutedsl.disable()
     prior = common.device_codegens.get("cuda")
@@ -237,9 +237,8 @@ def test_epilogue_fusion_setting_installs_and_restores_the_scheduling():
 def test_failed_compile_offers_no_candidate(monkeypatch, caplog, lenient):
     from inductor_cutedsl.kernels import GemmConfig
     from inductor_cutedsl.kernels import epilogue as E
-    from inductor_cutedsl.runtime import KernelSpec
-
     from inductor_cutedsl.lowering.candidate import GemmCandidate
+    from inductor_cutedsl.runtime import KernelSpec
 
     spec = KernelSpec(GemmConfig(), "bfloat16", "bfloat16", "k", "k", E.IDENTITY)
     monkeypatch.setattr(gc, "gemm_candidates", lambda inputs, op: ([GemmCandidate(spec)], None))
@@ -252,8 +251,10 @@ def test_failed_compile_offers_no_candidate(monkeypatch, caplog, lenient):
     monkeypatch.setattr(gc.compiler, "build_async", broken)
     with caplog.at_level(logging.WARNING, logger="inductor_cutedsl.lowering"):
         assert gc.gemm_choices(types.SimpleNamespace(nodes=lambda: []), "mm") == []
-    assert any("kernel build failed for mm candidate" in r.getMessage() and "OSError: disk full" in r.getMessage()
-               for r in caplog.records)  # fmt: skip
+    assert any(
+        "kernel build failed for mm candidate" in r.getMessage() and "OSError: disk full" in r.getMessage()
+        for r in caplog.records
+    )
 
 
 def test_precompile_loads_a_built_kernel_where_kernels_run_and_leaves_a_running_build(monkeypatch):
@@ -293,8 +294,9 @@ def test_precompile_loads_a_built_kernel_where_kernels_run_and_leaves_a_running_
     caller.precompile()  # returns at once
     assert len(loaded) == 1
     caller.build.set_result(("/cache/k2.o", True, 1.5))
-    monkeypatch.setattr(caller, "bmreq", types.SimpleNamespace(benchmark=lambda *a, out: 0.01, input_tensor_meta=[]),
-                        raising=False)  # fmt: skip
+    monkeypatch.setattr(
+        caller, "bmreq", types.SimpleNamespace(benchmark=lambda *a, out: 0.01, input_tensor_meta=[]), raising=False
+    )
     assert caller.benchmark(out=None) == 0.01
     assert loaded[-1] == (spec, "/cache/k2.o")
 
@@ -395,10 +397,16 @@ def test_operand_layouts_freeze_only_for_a_gemm_we_take(graph, monkeypatch):
 
     def inputs(n):
         a, b = FakeNode((256, 64), (64, 1)), FakeNode((64, n), (1, 64))
-        return a, b, types.SimpleNamespace(
-            nodes=lambda: [a, b], out_dtype=lambda: torch.bfloat16, mnk_symbolic=lambda: (256, n, 64),
-            output_layout=lambda flexible: types.SimpleNamespace(size=[256, n], stride=[1008, 1]),
-        )  # fmt: skip
+        return (
+            a,
+            b,
+            types.SimpleNamespace(
+                nodes=lambda: [a, b],
+                out_dtype=lambda: torch.bfloat16,
+                mnk_symbolic=lambda: (256, n, 64),
+                output_layout=lambda flexible: types.SimpleNamespace(size=[256, n], stride=[1008, 1]),
+            ),
+        )
 
     with inductor_config.patch(max_autotune=True, max_autotune_gemm_backends="ATEN,CUTEDSL"):
         *_, refused = inputs(1001)
@@ -484,8 +492,9 @@ def test_a_thread_that_lowered_while_we_were_off_gets_ours_after_a_dynamo_reset(
 
     inductor_cutedsl.disable()
     try:
-        out = _in_a_thread_around(lambda: (inductor_cutedsl.enable(), torch.compiler.reset()),
-                                  lambda: type(V.choices), _compile_starts)  # fmt: skip
+        out = _in_a_thread_around(
+            lambda: (inductor_cutedsl.enable(), torch.compiler.reset()), lambda: type(V.choices), _compile_starts
+        )
     finally:
         inductor_cutedsl.enable()
     assert not issubclass(out["before"], CuteDSLChoices)

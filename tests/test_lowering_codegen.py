@@ -1,9 +1,9 @@
 """The lowering's generated code for a faked H200 (see fake_hopper; no GPU needed)."""
+
 from __future__ import annotations
 
 import pytest
 import torch
-
 from fake_hopper import generated_code
 
 M, N, K = 1000, 2048, 1024
@@ -44,7 +44,7 @@ def test_refused_bmm_with_its_own_out_dtype_falls_back_to_atens_dtype_kernel():
 def _bmm_out_fp32_outcome(backends: str) -> str:
     try:
         generated_code(_bmm_out_fp32, (2, 3, 4), (2, 4, 5), dtype=torch.float16, backends=backends)
-    except Exception as e:  # noqa: BLE001 - the outcome is what is compared
+    except Exception as e:
         return "NoValidChoicesError" if "NoValidChoicesError" in str(e) else repr(e)
     return "compiled"
 
@@ -62,10 +62,10 @@ def test_a_linear_with_bias_is_offered_our_candidates_once(backends):
     """Newer Inductor asks for addmm's choices up to three times (ATen's with the bias as
     given, 1-D; the templates' with it expanded): ours join one ask, with the bias read
     as a row over N either way."""
-    from fake_hopper import generation, launched
-    from inductor_cutedsl import config
-
     import torch.nn.functional as F
+    from fake_hopper import generation, launched
+
+    from inductor_cutedsl import config
 
     out = generation(lambda x, w, b: F.linear(x, w, b), (M, K), (N, K), (N,), backends=backends)
     ((name, choices),) = out["autotuned"]

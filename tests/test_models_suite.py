@@ -16,10 +16,17 @@ from inductor_cutedsl import is_enabled
 
 TINY = 16  # the widths' divisor on the CPU (every family keeps whole heads)
 SUMMARY_KEYS = {
-    "gpu_speedup_geomean", "gpu_speedup_min", "gpu_bound_geomean",
-    "wall_speedup_geomean_cudagraphs", "wall_speedup_min_cudagraphs",
-    "wall_speedup_geomean_no_cudagraphs", "wall_speedup_min_no_cudagraphs", "rows", "device", "torch",
-}  # fmt: skip
+    "gpu_speedup_geomean",
+    "gpu_speedup_min",
+    "gpu_bound_geomean",
+    "wall_speedup_geomean_cudagraphs",
+    "wall_speedup_min_cudagraphs",
+    "wall_speedup_geomean_no_cudagraphs",
+    "wall_speedup_min_no_cudagraphs",
+    "rows",
+    "device",
+    "torch",
+}
 
 
 # --- the blocks -------------------------------------------------------------------------
@@ -236,8 +243,9 @@ def _stock_code(fn, *shapes) -> str:
 def test_real_wrapper_code_of_a_3d_linear_gelu_residual():
     """This torch's own wrapper code: the bias + GELU + residual kernel after a (B, T, N)
     Linear reads the GEMM's output."""
-    code = _stock_code(lambda x, w, b, r: F.gelu(F.linear(x, w, b), approximate="tanh") + r,
-                       (2, 64, 32), (48, 32), (48,), (2, 64, 48))  # fmt: skip
+    code = _stock_code(
+        lambda x, w, b, r: F.gelu(F.linear(x, w, b), approximate="tanh") + r, (2, 64, 32), (48, 32), (48,), (2, 64, 48)
+    )
     a = models.analyse_wrapper(code)
     assert [kind for kind, _ in a.gemms] == ["extern"]
     assert len(a.pointwise_after_gemm) == 1 and "gelu" in a.pointwise_after_gemm[0]
@@ -270,26 +278,40 @@ def test_profiles_merge_to_medians_and_the_bound_counts_what_reads_gemms():
     ]
     merged = models.merge_profiles(rounds)
     assert merged["us"] == pytest.approx(130.0)  # the median of the totals (130, 138, 123)
-    assert [k["kernel"] for k in merged["kernels"]] == ["nvjet_gemm", "triton_poi_fused_gelu_1",
-                                                         "triton_per_fused_norm_0"]  # fmt: skip
+    assert [k["kernel"] for k in merged["kernels"]] == [
+        "nvjet_gemm",
+        "triton_poi_fused_gelu_1",
+        "triton_per_fused_norm_0",
+    ]
     assert merged["kernels"][0]["us"] == pytest.approx(102.0) and merged["kernels"][2]["us"] == pytest.approx(10.0)
     bound, rows = models.fusion_bound(merged, ["triton_poi_fused_gelu_1", "triton_poi_absent_9"])
     assert bound == pytest.approx(130.0 / (130.0 - 21.0), abs=1e-4) and [r["kernel"] for r in rows] == [
-        "triton_poi_fused_gelu_1"]  # fmt: skip
+        "triton_poi_fused_gelu_1"
+    ]
     assert models.fusion_bound(merged, [])[0] == 1.0
-    gemms = models.gemm_kernels(merged["kernels"] + [{"kernel": "kernel_cutlass_kernel_inductor_cutedsl_x",
-                                                      "launches": 2.0, "us": 50.0}])  # fmt: skip
+    gemms = models.gemm_kernels(
+        merged["kernels"] + [{"kernel": "kernel_cutlass_kernel_inductor_cutedsl_x", "launches": 2.0, "us": 50.0}]
+    )
     assert [(g["kernel"][:9], g["ours"]) for g in gemms] == [("nvjet_gem", False), ("kernel_cu", True)]
 
 
 def _row(block, gpu, bound, cg, nocg, **extra):
-    return {"block": block, "gpu_us": {"stock": 100.0 * gpu, "ours": 100.0}, "gpu_speedup": gpu, "bound": bound,
-            "wall_speedup": {models.CUDAGRAPHS: cg, models.NO_CUDAGRAPHS: nocg}, **extra}  # fmt: skip
+    return {
+        "block": block,
+        "gpu_us": {"stock": 100.0 * gpu, "ours": 100.0},
+        "gpu_speedup": gpu,
+        "bound": bound,
+        "wall_speedup": {models.CUDAGRAPHS: cg, models.NO_CUDAGRAPHS: nocg},
+        **extra,
+    }
 
 
 def test_summary_from_rows():
-    rows = [_row("gpt2:small:inference", 1.1, 1.2, 1.05, 0.9), _row("llama:small:inference", 0.9, 1.1, 1.0, 0.8),
-            {"block": "phi3:small:inference", "error": "AccuracyError: ..."}]  # fmt: skip
+    rows = [
+        _row("gpt2:small:inference", 1.1, 1.2, 1.05, 0.9),
+        _row("llama:small:inference", 0.9, 1.1, 1.0, 0.8),
+        {"block": "phi3:small:inference", "error": "AccuracyError: ..."},
+    ]
     result = models.summarize(rows, {"device": "H200", "torch": "2.11"})
     assert set(result) == SUMMARY_KEYS
     assert result["gpu_speedup_geomean"] == pytest.approx((1.1 * 0.9) ** 0.5, abs=1e-4)
@@ -301,13 +323,21 @@ def test_summary_from_rows():
 
 
 def test_combine_merges_partial_runs(tmp_path, capsys):
-    first = models.summarize([_row("gpt2:small:inference", 1.2, 1.3, 1.1, 0.9),
-                              {"block": "llama:small:inference", "error": "RuntimeError: out of time"}],
-                             {"device": "H200", "torch": "2.11"})  # fmt: skip
-    second = models.summarize([_row("llama:small:inference", 1.05, 1.1, 1.02, 0.95),
-                               {"block": "gpt2:small:inference", "host_us": {"stock": 300.0, "ours": 280.0}},
-                               {"block": "gpt2:small:inference", "error": "a later failure"}],
-                              {"device": None, "torch": None})  # fmt: skip
+    first = models.summarize(
+        [
+            _row("gpt2:small:inference", 1.2, 1.3, 1.1, 0.9),
+            {"block": "llama:small:inference", "error": "RuntimeError: out of time"},
+        ],
+        {"device": "H200", "torch": "2.11"},
+    )
+    second = models.summarize(
+        [
+            _row("llama:small:inference", 1.05, 1.1, 1.02, 0.95),
+            {"block": "gpt2:small:inference", "host_us": {"stock": 300.0, "ours": 280.0}},
+            {"block": "gpt2:small:inference", "error": "a later failure"},
+        ],
+        {"device": None, "torch": None},
+    )
     paths = []
     for i, result in enumerate((first, second)):
         paths.append(str(tmp_path / f"part{i}.json"))
@@ -332,8 +362,13 @@ def test_blocks_option_selects_and_refuses_unknown_families(capsys):
     args = models.parser().parse_args(["--blocks", "gpt2:prefill,qwen2:small,bert", "--runs", "inference,train"])
     assert args.blocks == [("gpt2", "prefill"), ("qwen2", "small"), ("bert", "prefill"), ("bert", "small")]
     picked = [b.name for b in models.select(args.blocks, args.runs)]
-    assert picked == ["gpt2:prefill:inference", "gpt2:prefill:train", "qwen2:small:inference",
-                      "bert:prefill:inference", "bert:small:inference"]  # fmt: skip
+    assert picked == [
+        "gpt2:prefill:inference",
+        "gpt2:prefill:train",
+        "qwen2:small:inference",
+        "bert:prefill:inference",
+        "bert:small:inference",
+    ]
     default = models.parser().parse_args([])
     assert len(models.select(default.blocks, default.runs)) == 2 * len(models.FAMILIES) + 2 * 3
     assert default.modes == [models.CUDAGRAPHS, models.NO_CUDAGRAPHS]
@@ -378,8 +413,11 @@ class FakeProbe(models.GpuProbe):
 
 
 def test_run_measures_every_block_and_goes_on_after_a_failure(tmp_path, capsys):
-    blocks = [models.BlockId("gpt2", "small", "inference"), models.BlockId("llama", "small", "train"),
-              models.BlockId("bert", "small", "inference")]  # fmt: skip
+    blocks = [
+        models.BlockId("gpt2", "small", "inference"),
+        models.BlockId("llama", "small", "train"),
+        models.BlockId("bert", "small", "inference"),
+    ]
     compiled = []
 
     def compile_fn(target, mode):
@@ -395,8 +433,17 @@ def test_run_measures_every_block_and_goes_on_after_a_failure(tmp_path, capsys):
     # counted) before the first block's timings: none may be.
     compiler.wait_idle(timeout=600)
     path = tmp_path / "models.json"
-    result = models.run_blocks(blocks, list(models.MODES), str(path), probe=FakeProbe(), info={"device": "cpu"},
-                               device="cpu", dtype=torch.float32, scale=TINY, compile_fn=compile_fn)  # fmt: skip
+    result = models.run_blocks(
+        blocks,
+        list(models.MODES),
+        str(path),
+        probe=FakeProbe(),
+        info={"device": "cpu"},
+        device="cpu",
+        dtype=torch.float32,
+        scale=TINY,
+        compile_fn=compile_fn,
+    )
     assert json.loads(path.read_text()) == json.loads(json.dumps(result))
     gpt2, llama, bert = result["rows"]
     assert gpt2["gpu_speedup"] == pytest.approx(350 / 280, abs=1e-4)
@@ -410,8 +457,12 @@ def test_run_measures_every_block_and_goes_on_after_a_failure(tmp_path, capsys):
     assert "AccuracyError" in bert["error"] and bert["rel_err"]["ours_vs_stock"] > 0.1 and "gpu_us" not in bert
     assert result["gpu_speedup_min"] == pytest.approx(350 / 280, abs=1e-4)
     # Each backend compiled once per mode, the mode without CUDA graphs first, stock first.
-    assert compiled[:4] == [("Block", models.NO_CUDAGRAPHS, True), ("Block", models.CUDAGRAPHS, True),
-                            ("Block", models.NO_CUDAGRAPHS, False), ("Block", models.CUDAGRAPHS, False)]  # fmt: skip
+    assert compiled[:4] == [
+        ("Block", models.NO_CUDAGRAPHS, True),
+        ("Block", models.CUDAGRAPHS, True),
+        ("Block", models.NO_CUDAGRAPHS, False),
+        ("Block", models.CUDAGRAPHS, False),
+    ]
     assert compiled[4][0] == "ScalarLoss" and len(compiled) == 12
     out = capsys.readouterr().out
     assert "FAILED" in out and "gpt2:small:inference" in out and "gpu_speedup_geomean" in out
@@ -426,31 +477,57 @@ def test_compile_first_ours_compiles_ours_before_stock(tmp_path):
         compiled.append((mode, not is_enabled()))
         return target
 
-    result = models.run_blocks([models.BlockId("gpt2", "small", "inference")], list(models.MODES), None,
-                               probe=FakeProbe(), info={"device": "cpu"}, device="cpu", dtype=torch.float32,
-                               scale=TINY, compile_fn=compile_fn, first="ours")  # fmt: skip
-    assert compiled == [(models.NO_CUDAGRAPHS, False), (models.CUDAGRAPHS, False),
-                        (models.NO_CUDAGRAPHS, True), (models.CUDAGRAPHS, True)]  # fmt: skip
+    result = models.run_blocks(
+        [models.BlockId("gpt2", "small", "inference")],
+        list(models.MODES),
+        None,
+        probe=FakeProbe(),
+        info={"device": "cpu"},
+        device="cpu",
+        dtype=torch.float32,
+        scale=TINY,
+        compile_fn=compile_fn,
+        first="ours",
+    )
+    assert compiled == [
+        (models.NO_CUDAGRAPHS, False),
+        (models.CUDAGRAPHS, False),
+        (models.NO_CUDAGRAPHS, True),
+        (models.CUDAGRAPHS, True),
+    ]
     assert result["rows"][0]["compiled_first"] == "ours" and is_enabled()
     assert models.parser().parse_args(["--compile-first", "ours"]).compile_first == "ours"
 
 
 def test_a_resumed_run_keeps_earlier_rows_and_measures_the_rest(tmp_path):
-    prior = [_row("gpt2:small:inference", 1.3, 1.4, 1.2, 1.0),
-             {"block": "vit:small:inference", "error": "RuntimeError: cut short"}]  # fmt: skip
+    prior = [
+        _row("gpt2:small:inference", 1.3, 1.4, 1.2, 1.0),
+        {"block": "vit:small:inference", "error": "RuntimeError: cut short"},
+    ]
     blocks = [models.BlockId("gpt2", "small", "inference"), models.BlockId("vit", "small", "inference")]
 
     def resumed(retry_failed):
-        return models.run_blocks(blocks, list(models.MODES), str(tmp_path / "r.json"), probe=FakeProbe(), info={},
-                                 prior=prior, retry_failed=retry_failed, device="cpu", dtype=torch.float32,
-                                 scale=TINY, compile_fn=lambda target, mode: target)  # fmt: skip
+        return models.run_blocks(
+            blocks,
+            list(models.MODES),
+            str(tmp_path / "r.json"),
+            probe=FakeProbe(),
+            info={},
+            prior=prior,
+            retry_failed=retry_failed,
+            device="cpu",
+            dtype=torch.float32,
+            scale=TINY,
+            compile_fn=lambda target, mode: target,
+        )
 
     assert resumed(retry_failed=False)["rows"] == prior  # a failed block counts as done
     result = resumed(retry_failed=True)
     gpt2, vit = result["rows"]
     assert gpt2 == prior[0] and "error" not in vit and vit["gpu_speedup"] == pytest.approx(1.25)
     assert result["gpu_speedup_min"] == pytest.approx(1.25) and result["gpu_speedup_geomean"] == pytest.approx(
-        (1.3 * 1.25) ** 0.5, abs=1e-4)  # fmt: skip
+        (1.3 * 1.25) ** 0.5, abs=1e-4
+    )
 
 
 def test_a_budget_starts_only_the_blocks_expected_to_end_within_it(monkeypatch, capsys):
@@ -463,8 +540,9 @@ def test_a_budget_starts_only_the_blocks_expected_to_end_within_it(monkeypatch, 
 
     monkeypatch.setattr(models, "measure_block", measure_block)
     names = ["gpt2:small:inference", "llama:small:inference", "gpt2:small:train", "bert:small:inference"]
-    result = models.run_blocks([models.BlockId.parse(n) for n in names], list(models.MODES), None, info={},
-                               budget=350.0)  # fmt: skip
+    result = models.run_blocks(
+        [models.BlockId.parse(n) for n in names], list(models.MODES), None, info={}, budget=350.0
+    )
     # The training block, expected to take twice the longest inference block, would end past the budget.
     assert [r["block"] for r in result["rows"]] == [names[0], names[1], names[3]]
     assert "not started (run again with --resume): gpt2:small:train" in capsys.readouterr().out
@@ -492,8 +570,9 @@ def test_gpu_probe_measures_two_steps():
 @pytest.mark.gpu
 def test_blocks_run_through_the_real_measurements_uncompiled(tmp_path):
     blocks = [models.BlockId("gpt2", "small", "inference"), models.BlockId("llama", "small", "train")]
-    result = models.run_blocks(blocks, list(models.MODES), str(tmp_path / "gpu.json"), scale=4,
-                               compile_fn=lambda target, mode: target)  # fmt: skip
+    result = models.run_blocks(
+        blocks, list(models.MODES), str(tmp_path / "gpu.json"), scale=4, compile_fn=lambda target, mode: target
+    )
     for row in result["rows"]:
         assert "error" not in row, row["error"]
         assert row["gpu_us"]["stock"] > 0 and row["host_us"]["gpu_busy"] and row["bound"] == 1.0

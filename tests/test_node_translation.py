@@ -3,6 +3,7 @@
 The input ``x`` plays the GEMM output: a pointwise chain over it is translated
 exactly as a fused epilogue would be, from Inductor's own loop bodies.
 """
+
 from __future__ import annotations
 
 import re
@@ -94,18 +95,25 @@ def test_loop_coordinates():
 H = 4  # heads of the (B, T, H, D) views below
 VIEW_CASES = [
     # A model's (B, T, N) activations over a (B*T, N) GEMM: GELU(x + bias), then + residual.
-    (lambda x, b, r: F.gelu(x.view(2, M // 2, N) + b, approximate="tanh") + r,
-     (bf16(M, N), bf16(N), bf16(2, M // 2, N)), [((0, 1, 0), 0), ((N, 1, 0), 0)]),
+    (
+        lambda x, b, r: F.gelu(x.view(2, M // 2, N) + b, approximate="tanh") + r,
+        (bf16(M, N), bf16(N), bf16(2, M // 2, N)),
+        [((0, 1, 0), 0), ((N, 1, 0), 0)],
+    ),
     # A gate read in the (B, T, H, D) view of the output: a pure reshape.
-    (lambda x, g: F.silu(x.view(2, M // 2, H, N // H)) * g,
-     (bf16(M, N), bf16(2, M // 2, H, N // H)), [((N, 1, 0), 0)]),
+    (lambda x, g: F.silu(x.view(2, M // 2, H, N // H)) * g, (bf16(M, N), bf16(2, M // 2, H, N // H)), [((N, 1, 0), 0)]),
     # A residual that is itself a strided view (every other row of a wider tensor).
-    (lambda x, r: torch.relu(x.view(2, M // 2, N)) + r[:, ::2, :N],
-     (bf16(M, N), bf16(2, M, N + 8)), [((2 * (N + 8), 1, 0), 0)]),
-]  # fmt: skip
+    (
+        lambda x, r: torch.relu(x.view(2, M // 2, N)) + r[:, ::2, :N],
+        (bf16(M, N), bf16(2, M, N + 8)),
+        [((2 * (N + 8), 1, 0), 0)],
+    ),
+]
 
 
-@pytest.mark.parametrize("fn,args,operands", VIEW_CASES, ids=["btn_bias_gelu_residual", "bthd_silu_gate", "strided_residual"])
+@pytest.mark.parametrize(
+    "fn,args,operands", VIEW_CASES, ids=["btn_bias_gelu_residual", "bthd_silu_gate", "strided_residual"]
+)
 def test_consumers_through_views_translate(fn, args, operands):
     res = translate_inductor(fn, *args)
     assert "t" in res, res.get("refused")
@@ -119,14 +127,20 @@ def test_consumers_through_views_translate(fn, args, operands):
     "fn,args,needle",
     [
         # Heads moved before tokens: the output is not the GEMM's rows any more.
-        (lambda x, y: x.view(2, M // 2, H, N // H).transpose(1, 2) + y,
-         (bf16(M, N), bf16(2, H, M // 2, N // H)), "element-for-element|not linear|pure reshape"),
+        (
+            lambda x, y: x.view(2, M // 2, H, N // H).transpose(1, 2) + y,
+            (bf16(M, N), bf16(2, H, M // 2, N // H)),
+            "element-for-element|not linear|pure reshape",
+        ),
         # Tokens regrouped across the batch boundary by a permute of the (B, T) split.
-        (lambda x, y: x.view(2, M // 2, N).transpose(0, 1) * y,
-         (bf16(M, N), bf16(M // 2, 2, N)), "element-for-element|not linear|pure reshape"),
+        (
+            lambda x, y: x.view(2, M // 2, N).transpose(0, 1) * y,
+            (bf16(M, N), bf16(M // 2, 2, N)),
+            "element-for-element|not linear|pure reshape",
+        ),
     ],
     ids=["bhtd_transpose", "tb_permute"],
-)  # fmt: skip
+)
 def test_views_that_are_not_reshapes_are_refused(fn, args, needle):
     res = translate_inductor(fn, *args)
     assert "refused" in res, "must not translate"

@@ -3,6 +3,7 @@ running the whole compile path of a real graph (Inductor's CUDA lowering on a fa
 H200, our candidates and their builds): every kernel is built once across all of them,
 and every one of them finds all the kernels its code calls (issue 20, without GPUs); the
 log of their cache events shows that they raced."""
+
 from __future__ import annotations
 
 import multiprocessing

@@ -6,6 +6,7 @@ A refused GEMM gets no CuteDSL candidate and a refused epilogue is not fused: a 
 stops firing lets a kernel run on inputs it computes wrongly, so each is pinned here by
 its reason text (and its rule name where it has one).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -74,8 +75,7 @@ def graph(monkeypatch):
     fake = Graph()
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     monkeypatch.setattr(gc.ir_access, "freeze_layout", lambda node: None)
-    with V.set_graph_handler(fake), inductor_config.patch(max_autotune=True,
-                                                          max_autotune_gemm_backends="ATEN,CUTEDSL"):  # fmt: skip
+    with V.set_graph_handler(fake), inductor_config.patch(max_autotune=True, max_autotune_gemm_backends="ATEN,CUTEDSL"):
         yield fake
 
 
@@ -94,10 +94,12 @@ def gemm_inputs(a=None, b=None, c=None, out_dtype=BF16, alpha=1.0, beta=1.0, out
     b = b or Node((K, n), (1, K))
     nodes = [a, b] if c is None else [c, a, b]
     return types.SimpleNamespace(
-        nodes=lambda: nodes, out_dtype=lambda: out_dtype, mnk_symbolic=lambda: (M, n, K),
+        nodes=lambda: nodes,
+        out_dtype=lambda: out_dtype,
+        mnk_symbolic=lambda: (M, n, K),
         output_layout=lambda flexible: types.SimpleNamespace(size=[M, n], stride=list(out_stride)),
         get_scalar={"alpha": alpha, "beta": beta}.__getitem__,
-    )  # fmt: skip
+    )
 
 
 BIAS = Node((N,), (1,))
@@ -117,9 +119,19 @@ BIAS = Node((N,), (1,))
         (lambda: gemm_inputs(c=BIAS, beta=0.0), "addmm", "beta == 0"),
         (lambda: gemm_inputs(c=BIAS, beta=-0.0, alpha=3.0), "addmm", "beta == 0"),
     ],
-    ids=["cpu", "fp32", "mixed", "fp64_out", "col_major_out", "strided_out_rows", "unaligned_out_rows", "fp64_bias",
-         "beta0", "beta-0"],
-)  # fmt: skip
+    ids=[
+        "cpu",
+        "fp32",
+        "mixed",
+        "fp64_out",
+        "col_major_out",
+        "strided_out_rows",
+        "unaligned_out_rows",
+        "fp64_bias",
+        "beta0",
+        "beta-0",
+    ],
+)
 def test_gemm_refusals(graph, make, op, needle):
     assert needle in refusal(gc.gemm_candidates, make(), op).reason
 
@@ -163,9 +175,11 @@ def scaled_inputs(a=None, b=None, bias=None, out_dtype=BF16):
     scales = [Node((M, 1), (1, 1), F32), Node((1, N), (N, 1), F32)]
     nodes = [a, b, *scales] + ([bias] if bias is not None else [])
     return types.SimpleNamespace(
-        nodes=lambda: nodes, out_dtype=lambda: out_dtype, mnk_symbolic=lambda: (M, N, K),
+        nodes=lambda: nodes,
+        out_dtype=lambda: out_dtype,
+        mnk_symbolic=lambda: (M, N, K),
         output_layout=lambda flexible: types.SimpleNamespace(size=[M, N], stride=[N, 1]),
-    )  # fmt: skip
+    )
 
 
 @pytest.mark.parametrize(
@@ -217,9 +231,19 @@ def gated_args(x=None, wg=None, wu=None, bg=None, bu=None, n=N):
         (gated_args(x=Node((M, K), (K, 1), offset=4)), "x rows or offset are not 16-byte aligned"),
         (gated_args(n=1004), "output width 1004 is not a multiple of 16 bytes"),
     ],
-    ids=["cpu", "fp32_x", "fp16_up", "fp64_bias", "int_bias", "weights_differ", "k_major_weights", "x_rows",
-         "x_offset", "width"],
-)  # fmt: skip
+    ids=[
+        "cpu",
+        "fp32_x",
+        "fp16_up",
+        "fp64_bias",
+        "int_bias",
+        "weights_differ",
+        "k_major_weights",
+        "x_rows",
+        "x_offset",
+        "width",
+    ],
+)
 def test_dual_candidate_refusals(graph, args, needle):
     assert needle in refusal(gated.candidates, *args, "silu", False).reason
 
@@ -234,10 +258,13 @@ def test_dual_candidates_refuse_a_graph_without_our_backend_or_with_a_cpp_wrappe
     assert cands and {c.spec.epilogue.name for c in cands} == {"gated_gelu_erf_bias_gate_keep_pairs_round_bfloat16"}
 
 
-@pytest.mark.parametrize("measured,reason,rule", [
-    (None, "no dual config fits", "dual-config"),
-    ("slower", "two GEMMs and a pointwise kernel measured faster", "measured-slower"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "measured,reason,rule",
+    [
+        (None, "no dual config fits", "dual-config"),
+        ("slower", "two GEMMs and a pointwise kernel measured faster", "measured-slower"),
+    ],
+)
 def test_dual_lowering_refusals(graph, monkeypatch, measured, reason, rule):
     x, wg, wu, _, _ = gated_args()
     monkeypatch.setattr(gated.ir_access, "realized", lambda node: node)
@@ -327,8 +354,11 @@ def test_chain_nodes_that_are_no_pointwise_consumer(chain, node, reason, rule):
 
 def test_a_gemm_that_writes_extra_outputs_fuses_nothing(chain):
     keep = E.gated("silu", keep="bfloat16")
-    cand = GemmCandidate(KernelSpec(GemmConfig(), "bfloat16", "bfloat16", "k", "k", keep, True),
-                         ("a", "b", "b_up", "gate", "up"), ("gate", "up"))  # fmt: skip
+    cand = GemmCandidate(
+        KernelSpec(GemmConfig(), "bfloat16", "bfloat16", "k", "k", keep, True),
+        ("a", "b", "b_up", "gate", "up"),
+        ("gate", "up"),
+    )
     buffer = GemmTemplateBuffer.__new__(GemmTemplateBuffer)
     buffer.candidate, buffer.inputs = cand, []
     chain.template.node = buffer
@@ -339,8 +369,13 @@ def test_a_gemm_that_writes_extra_outputs_fuses_nothing(chain):
 @pytest.mark.parametrize(
     "kept,out,fp8,reason,rule",
     [
-        (("buf0", "buf2", "buf3"), None, False, "3 of its buffers are read elsewhere (buf0, buf2, buf3)",
-         "kept-outputs"),
+        (
+            ("buf0", "buf2", "buf3"),
+            None,
+            False,
+            "3 of its buffers are read elsewhere (buf0, buf2, buf3)",
+            "kept-outputs",
+        ),
         ((), Buffer("buf1", (M, N), (N, 1), F64), False, "output dtype torch.float64", "dtype"),
         ((), Buffer("buf1", (M, N), (N, 1), E4M3), False, "an torch.float8_e4m3fn output is off", "fp8-off"),
         ((), Buffer("buf1", (M, N), (1, M)), False, "output layout [1, 256] is not row-major", "tma-alignment"),
@@ -348,7 +383,7 @@ def test_a_gemm_that_writes_extra_outputs_fuses_nothing(chain):
         ((), Buffer("buf1", (M, 1048), (1152, 1), E4M3), True, "output width 1048 is not provably", "tma-alignment"),
     ],
     ids=["three_kept", "fp64", "fp8_off", "col_major", "unaligned_batch", "fp8_width"],
-)  # fmt: skip
+)
 def test_what_the_fused_kernel_cannot_write(chain, kept, out, fp8, reason, rule):
     chain.translation["t"] = dataclasses.replace(chain.translation["t"], kept=kept)
     if out is not None:
@@ -388,21 +423,27 @@ TRANSLATION_REFUSALS = [
     ("is not polynomial", lambda tr: ops.store("out", OWN, load("r", sympy.floor(ns / 3)))),
     ("is not linear in (m, n, l)", lambda tr: ops.store("out", OWN, load("r", ms * ns))),
     ("has non-integer coefficients", lambda tr: ops.store("out", OWN, load("r", ns / 2))),
-    ("op 'bitwise_xor' has no CuteDSL epilogue translation",
-     lambda tr: ops.store("out", OWN, ops.bitwise_xor(load("acc", OWN), load("acc", OWN)))),
+    (
+        "op 'bitwise_xor' has no CuteDSL epilogue translation",
+        lambda tr: ops.store("out", OWN, ops.bitwise_xor(load("acc", OWN), load("acc", OWN))),
+    ),
     ("indirect indexing", lambda tr: ops.indirect_indexing(load("acc", OWN), N)),
     ("acc is accessed at", lambda tr: ops.store("out", OWN, load("acc", OWN + 1))),
     ("load of i with dtype torch.int32", lambda tr: ops.store("out", OWN, ops.add(load("acc", OWN), load("i", OWN)))),
-    ("r is read with a negative stride or offset",
-     lambda tr: ops.store("out", OWN, ops.add(load("acc", OWN), load("r", N * (M - 1 - ms) + ns)))),
-    ("r is read transposed (stride 256 along n)",
-     lambda tr: ops.store("out", OWN, ops.add(load("acc", OWN), load("r", ms + M * ns)))),
+    (
+        "r is read with a negative stride or offset",
+        lambda tr: ops.store("out", OWN, ops.add(load("acc", OWN), load("r", N * (M - 1 - ms) + ns))),
+    ),
+    (
+        "r is read transposed (stride 256 along n)",
+        lambda tr: ops.store("out", OWN, ops.add(load("acc", OWN), load("r", ms + M * ns))),
+    ),
     ("store mode 'atomic_add'", lambda tr: ops.store("out", OWN, load("acc", OWN), "atomic_add")),
     ("out is stored at", lambda tr: ops.store("out", ms + M * ns, load("acc", OWN))),
     ("cast to torch.float64", lambda tr: ops.store("out", OWN, ops.to_dtype(load("acc", OWN), F64))),
     ("the epilogue stores nothing", lambda tr: load("acc", OWN)),
     ("the chain does not read the GEMM output", lambda tr: ops.store("out", OWN, load("r", OWN))),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("needle,body", TRANSLATION_REFUSALS, ids=[n.split(" (")[0] for n, _ in TRANSLATION_REFUSALS])
@@ -466,8 +507,10 @@ def bf16(*shape):
     "make,needle",
     [
         (lambda: (bf16(3, 64, 32), bf16(1, 32, 64).expand(3, 32, 64)), "b has a broadcast batch (batch stride 0)"),
-        (lambda: (bf16(3 * 2052).as_strided((3, 64, 32), (2052, 32, 1)), bf16(3, 32, 64)),
-         "a batch stride 2052 is not a multiple of 16 bytes"),
+        (
+            lambda: (bf16(3 * 2052).as_strided((3, 64, 32), (2052, 32, 1)), bf16(3, 32, 64)),
+            "a batch stride 2052 is not a multiple of 16 bytes",
+        ),
         (lambda: (bf16(64, 32), torch.empty(32, 64, dtype=BF16, device="meta")), "a, b are on different devices"),
         (lambda: (bf16(64, 64)[::2, ::2], bf16(32, 64)), "a has no unit-stride matrix mode (strides (128, 2))"),
         (lambda: (bf16(64, 32), bf16(64, 128)[::2, ::2]), "b has no unit-stride matrix mode (strides (256, 2))"),

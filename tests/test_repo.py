@@ -1,4 +1,5 @@
 """The repository's own promises: CI runs the README's test command; the README is short."""
+
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent

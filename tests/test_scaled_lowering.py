@@ -1,6 +1,7 @@
 """``aten._scaled_mm`` (fp8) lowered to our kernel for a faked H200 (no GPU needed):
 candidates with the scales and bias in the epilogue, pointwise consumers fused after
 them, and refusals that leave the op to ATen with the reason logged."""
+
 from __future__ import annotations
 
 import logging
@@ -8,12 +9,12 @@ import logging
 import pytest
 import torch
 import torch.nn.functional as F
-
 from fake_hopper import generated_code, launched
-from inductor_cutedsl.errors import Unsupported
-from inductor_cutedsl.kernels.config import promotion_mode
 from test_fusion_codegen import backend, kernels
 from test_lowering import graph  # noqa: F401  (the fixture)
+
+from inductor_cutedsl.errors import Unsupported
+from inductor_cutedsl.kernels.config import promotion_mode
 
 M, N, K = 1000, 2048, 1024
 E4M3 = torch.float8_e4m3fn
@@ -31,8 +32,14 @@ def test_fp8_candidates_can_be_turned_off(caplog):
     from inductor_cutedsl import config
 
     with config.patch(fp8=False), caplog.at_level(logging.INFO, logger="inductor_cutedsl.lowering"), backend():
-        code = generated_code(lambda a, w, sa, sb: scaled_mm(a, w, sa, sb, out_dtype=torch.bfloat16),
-                              (M, K), (N, K), (), (), backends="CUTEDSL,ATEN")  # fmt: skip
+        code = generated_code(
+            lambda a, w, sa, sb: scaled_mm(a, w, sa, sb, out_dtype=torch.bfloat16),
+            (M, K),
+            (N, K),
+            (),
+            (),
+            backends="CUTEDSL,ATEN",
+        )
     assert kernels(code)[0] == 0 and "extern_kernels._scaled_mm" in code
     assert any("INDUCTOR_CUTEDSL_FP8" in r.getMessage() for r in caplog.records)
     with config.patch(fp8=False), backend():
@@ -47,8 +54,14 @@ def scaled_mm(a, w, sa, sb, **kwargs):
 
 def test_row_wise_scales_are_the_epilogue_of_a_promoting_fp8_kernel():
     with backend():
-        code = generated_code(lambda a, w, sa, sb: scaled_mm(a, w, sa, sb, out_dtype=torch.bfloat16),
-                              (M, K), (N, K), (M, 1), (1, N), backends="CUTEDSL,ATEN")  # fmt: skip
+        code = generated_code(
+            lambda a, w, sa, sb: scaled_mm(a, w, sa, sb, out_dtype=torch.bfloat16),
+            (M, K),
+            (N, K),
+            (M, 1),
+            (1, N),
+            backends="CUTEDSL,ATEN",
+        )
     assert kernels(code)[0] == 1
     spec = launched(code, 0)["spec"]
     assert (spec.ab_dtype, spec.a_major, spec.b_major) == ("float8_e4m3fn", "k", "k")
@@ -91,8 +104,14 @@ def test_tensor_wise_scales_bias_and_consumers_fuse_with_fast_accumulation():
 
 def test_an_fp8_output_is_stored_by_the_kernel():
     with backend():
-        code = generated_code(lambda a, w, sa, sb: scaled_mm(a, w, sa, sb, out_dtype=E4M3),
-                              (M, K), (N, K), (), (), backends="CUTEDSL,ATEN")  # fmt: skip
+        code = generated_code(
+            lambda a, w, sa, sb: scaled_mm(a, w, sa, sb, out_dtype=E4M3),
+            (M, K),
+            (N, K),
+            (),
+            (),
+            backends="CUTEDSL,ATEN",
+        )
     spec = launched(code, 0)["spec"]
     assert (spec.ab_dtype, spec.out_dtype) == ("float8_e4m3fn", "float8_e4m3fn")
 
@@ -120,15 +139,17 @@ def test_a_cast_to_fp8_for_the_next_layer_fuses_into_a_bf16_gemm():
 )
 def test_refusals_leave_the_op_to_aten_and_say_why(kwargs, shapes, needle, caplog):
     with caplog.at_level(logging.INFO, logger="inductor_cutedsl.lowering"), backend():
-        code = generated_code(lambda a, w, sa, sb: scaled_mm(a, w, sa, sb, **kwargs), (M, K), (N, K), *shapes,
-                              backends="CUTEDSL,ATEN")  # fmt: skip
+        code = generated_code(
+            lambda a, w, sa, sb: scaled_mm(a, w, sa, sb, **kwargs), (M, K), (N, K), *shapes, backends="CUTEDSL,ATEN"
+        )
     assert kernels(code)[0] == 0 and "extern_kernels._scaled_mm" in code
     assert any(needle in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
 
 
-def test_scale_modes_and_the_scales_refused(graph):
-    from inductor_cutedsl.lowering import gemm_choices as gc
+def test_scale_modes_and_the_scales_refused(graph):  # noqa: F811  (the fixture imported above)
     from test_lowering import FakeNode
+
+    from inductor_cutedsl.lowering import gemm_choices as gc
 
     fp32 = torch.float32
     assert gc._scale_mode("scale_a", FakeNode((M, 1), (1, 1), fp32), (M, 1)) == "row"

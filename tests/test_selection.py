@@ -1,4 +1,5 @@
 """The selection's rule and screen (no GPU needed)."""
+
 from __future__ import annotations
 
 import math
@@ -110,8 +111,6 @@ def test_a_decision_measures_only_once_every_early_module_has_compiled(monkeypat
     so that no compile takes the GIL during its measurements."""
     import concurrent.futures
     import threading
-
-    from inductor_cutedsl.compat import codegen
 
     later = [concurrent.futures.Future() for _ in range(2)]
     for i, future in enumerate(later):

@@ -1,4 +1,5 @@
 """Settings from the environment, the command line's checks, and refused arguments."""
+
 from __future__ import annotations
 
 import os
@@ -10,8 +11,9 @@ import torch
 
 
 def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], env={**os.environ, **env},
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_disabled_by_the_environment_is_not_installed():
@@ -77,6 +79,7 @@ def test_precompile_with_a_read_only_cache_that_holds_every_kernel_succeeds(monk
     precompile.precompile_block(BlockSize(), workers=1)
     assert f"all {len(specs)} kernels for the block's GEMMs are cached" in capsys.readouterr().out
 
+
 def test_json_and_png_on_a_machine_without_a_gpu_say_why_nothing_was_written(monkeypatch, capsys, tmp_path):
     from inductor_cutedsl.cli import main as cli
     from inductor_cutedsl.cli import precompile
@@ -104,9 +107,14 @@ def test_precompile_counts_its_workers_in_words(monkeypatch, capsys, tmp_path, w
 
 def test_compile_workers_leave_no_open_pipe_behind(tmp_path):
     """Stopping the worker pool closes both of each worker's pipes: no ResourceWarning at exit."""
-    code = ("import inductor_cutedsl\nfrom inductor_cutedsl.runtime import workers\n"
-            "pool = workers.pool(2)\npool.close()\n")  # fmt: skip
-    done = subprocess.run([sys.executable, "-X", "dev", "-W", "always::ResourceWarning", "-c", code],
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    code = (
+        "import inductor_cutedsl\nfrom inductor_cutedsl.runtime import workers\npool = workers.pool(2)\npool.close()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-X", "dev", "-W", "always::ResourceWarning", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert "ResourceWarning" not in done.stderr, done.stderr

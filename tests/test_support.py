@@ -1,12 +1,12 @@
 """Refusal logic that needs no GPU, and the epilogue hook definitions."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 
 from inductor_cutedsl.kernels import epilogue as E
-from inductor_cutedsl.runtime import gemm_reason, operands_reason
-from inductor_cutedsl.runtime import support
+from inductor_cutedsl.runtime import gemm_reason, operands_reason, support
 
 
 def cpu(*shape, dtype=torch.bfloat16):
@@ -62,17 +62,18 @@ def test_b_major():
 
 def test_operands_reason():
     epi = E.bias("row")
-    assert operands_reason(epi, [cpu(128)], 1, 64, 128) and "CUDA" in operands_reason(
-        epi, [cpu(128)], 1, 64, 128
-    )
+    assert operands_reason(epi, [cpu(128)], 1, 64, 128) and "CUDA" in operands_reason(epi, [cpu(128)], 1, 64, 128)
     assert "not a row vector" in operands_reason(epi, [cpu(64, 128)], 1, 64, 128)
     assert "does not broadcast" in operands_reason(epi, [cpu(100)], 1, 64, 128)
     assert "must be a bfloat16" in operands_reason(epi, [cpu(128, dtype=torch.float16)], 1, 64, 128)
     assert "takes 1 operands" in operands_reason(epi, [], 1, 64, 128)
     assert "not a col vector" in operands_reason(E.bias("col"), [cpu(128)], 1, 64, 128)
     assert "is a scalar" in operands_reason(E.addmm(True, "full"), [cpu(64, 128)] * 3, 1, 64, 128)
-    keep = E.Epilogue("keep", "def epilogue(acc, m, n, l, ops):\n    return acc, acc\n",
-                      (E.EpilogueOperand("pre", "out", "bfloat16"),))  # fmt: skip
+    keep = E.Epilogue(
+        "keep",
+        "def epilogue(acc, m, n, l, ops):\n    return acc, acc\n",
+        (E.EpilogueOperand("pre", "out", "bfloat16"),),
+    )
     assert "is broadcast" in operands_reason(keep, [cpu(128)], 1, 64, 128)
     assert "is broadcast" in operands_reason(keep, [cpu(64, 128)], 2, 64, 128)
     assert "CUDA" in operands_reason(keep, [cpu(64, 128)], 1, 64, 128)
@@ -99,8 +100,11 @@ def test_epilogue_sources_materialize():
 
 
 def residual(**flags: bool) -> E.Epilogue:
-    return E.Epilogue("residual", "def epilogue(acc, m, n, l, ops):\n    return acc + ops[0]\n",
-                      (E.EpilogueOperand("r", "full", "bfloat16", **flags),))  # fmt: skip
+    return E.Epilogue(
+        "residual",
+        "def epilogue(acc, m, n, l, ops):\n    return acc + ops[0]\n",
+        (E.EpilogueOperand("r", "full", "bfloat16", **flags),),
+    )
 
 
 PAIRED, STAGED = residual(pairs=True), residual(staged=True)

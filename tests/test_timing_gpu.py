@@ -1,4 +1,5 @@
 """Timing on the GPU: CUDA graph replays keep what they touch alive; launch paths timed alone."""
+
 from __future__ import annotations
 
 import gc

@@ -1,6 +1,7 @@
 """The torch range: supported releases get the backend and keep torch.compile working
 (newer Inductor's demands on a choices class and a custom pass met); any other torch
 gets one warning and an untouched Inductor."""
+
 from __future__ import annotations
 
 import json
@@ -87,7 +88,9 @@ def test_import_outside_the_range_warns_once_and_torch_compile_works():
     done = _run(FINGERPRINT + "import torch\n" + compile_ + "print(json.dumps(fingerprint()))")
     assert done.returncode == 0, done.stderr
     stock = json.loads(done.stdout.strip().splitlines()[-1])
-    done = _run(FINGERPRINT + """
+    done = _run(
+        FINGERPRINT
+        + """
 import warnings
 import torch
 torch.__version__ = "2.99.0"
@@ -95,11 +98,14 @@ with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     import inductor_cutedsl
     inductor_cutedsl.enable()
-""" + compile_ + """
+"""
+        + compile_
+        + """
 ours = [str(w.message) for w in caught if "inductor_cutedsl supports" in str(w.message)]
 print(json.dumps({"warnings": ours, "enabled": inductor_cutedsl.is_enabled(), "out": out[0, 0].item(),
                   "inductor": fingerprint()}))
-""")  # fmt: skip
+"""
+    )
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert len(seen["warnings"]) == 1 and "2.99.0" in seen["warnings"][0]
@@ -122,7 +128,7 @@ with tempfile.TemporaryDirectory() as cache:
         out = torch.compile(lambda a, b: torch.relu(a @ b) + 1)(torch.ones(4, 4), torch.ones(4, 4))
 print(json.dumps({"enabled": inductor_cutedsl.is_enabled(), "out": out[0, 0].item(),
                   "counters": dict(counters["inductor"])}))
-""")  # fmt: skip
+""")
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["enabled"] is True and seen["out"] == 5.0
@@ -211,8 +217,10 @@ def test_pre_grad_pass_is_a_custom_graph_pass_with_uuid():
     assert alone.uuid() == ("inductor_cutedsl.pre_grad", (), "key")
     assert lowerings._PreGradPasses(_UserPass(), _noop, _pass_key).uuid() is None
     assert lowerings._PreGradPasses(_user_pass_with_uuid(), _noop, _pass_key).uuid() == (
-        "inductor_cutedsl.pre_grad", ("user-pass",), "key",
-    )  # fmt: skip
+        "inductor_cutedsl.pre_grad",
+        ("user-pass",),
+        "key",
+    )
 
 
 def test_pre_grad_pass_runs_a_list_of_user_passes_first():

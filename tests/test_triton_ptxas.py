@@ -7,6 +7,7 @@ bundled ptxas's version for good. Here a second ptxas is a script that reports a
 version and runs the bundled one, and the worker is a subprocess that names it, as
 Inductor's does (``ptxas_scenario.py``). Compiles target sm_90 (no GPU needed); each
 scenario runs in a fresh interpreter, as Triton memoizes the version per process."""
+
 from __future__ import annotations
 
 import json
@@ -30,10 +31,15 @@ def other_ptxas(tmp_path_factory):
     real = os.path.join(os.path.dirname(compiler.__file__), "bin", "ptxas")  # the bundled one
     path = tmp_path_factory.mktemp("ptxas") / "ptxas"
     # Triton picks the PTX version from the reported release: one the real ptxas reads.
-    release = "12.8" if "release 12.8" not in subprocess.run([real, "--version"], capture_output=True,
-                                                               text=True).stdout else "12.7"  # fmt: skip
-    path.write_text(f'#!/bin/sh\nif [ "$1" = "--version" ]; then echo "Cuda compilation tools, release {release}, '
-                    f'V{release}.0 (a test)"; exit 0; fi\nexec "{real}" "$@"\n')  # fmt: skip
+    release = (
+        "12.8"
+        if "release 12.8" not in subprocess.run([real, "--version"], capture_output=True, text=True).stdout
+        else "12.7"
+    )
+    path.write_text(
+        f'#!/bin/sh\nif [ "$1" = "--version" ]; then echo "Cuda compilation tools, release {release}, '
+        f'V{release}.0 (a test)"; exit 0; fi\nexec "{real}" "$@"\n'
+    )
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
     return str(path)
 
@@ -42,8 +48,13 @@ def scenario(other: str, align: bool, cache_dir) -> list[dict]:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_PTXAS_PATH"}
     # Our import installs nothing there: the scenario calls the alignment itself.
     env.update(TRITON_CACHE_DIR=str(cache_dir), PYTHONPATH=os.path.dirname(TESTS), INDUCTOR_CUTEDSL_ENABLED="0")
-    out = subprocess.run([sys.executable, os.path.join(TESTS, "ptxas_scenario.py"), "parent", other,
-                          "align" if align else "plain"], env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, os.path.join(TESTS, "ptxas_scenario.py"), "parent", other, "align" if align else "plain"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
 

@@ -1,4 +1,5 @@
 """The compile worker processes (real compiles for sm_90a, no GPU needed)."""
+
 from __future__ import annotations
 
 import os
@@ -15,9 +16,13 @@ from inductor_cutedsl.runtime.compiler import build_async, build_many, wait
 
 SPEC = KernelSpec(GemmConfig(128, 64, 1, 1), "bfloat16", "bfloat16", "k", "k", E.IDENTITY)
 BROKEN = KernelSpec(
-    GemmConfig(128, 64, 1, 1), "bfloat16", "bfloat16", "k", "k",
+    GemmConfig(128, 64, 1, 1),
+    "bfloat16",
+    "bfloat16",
+    "k",
+    "k",
     E.Epilogue("broken", "def epilogue(acc, m, n, l, ops):\n    return no_such_name(acc)\n"),
-)  # fmt: skip
+)
 
 
 def test_a_failed_build_is_reported_and_the_pool_keeps_working(tmp_path):
@@ -25,7 +30,7 @@ def test_a_failed_build_is_reported_and_the_pool_keeps_working(tmp_path):
     bad, good = build_async(BROKEN, cache, 2), build_async(SPEC, cache, 2)
     with pytest.raises(RuntimeError, match="no_such_name"):
         wait([bad])
-    (path, built, _), = wait([good])
+    ((path, built, _),) = wait([good])
     assert built and path.exists() and cache.builds == 1
     assert build_async(SPEC, cache, 2).result()[1] is False, "a cache hit builds nothing"
 
@@ -42,16 +47,18 @@ def test_workers_never_rerun_the_main_script(tmp_path):
     """Spawned multiprocessing workers re-import __main__; ours must not run the
     caller's unguarded script again."""
     script = tmp_path / "unguarded.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         from inductor_cutedsl.runtime import KernelCache, KernelSpec
         from inductor_cutedsl.runtime.compiler import build_many
         from inductor_cutedsl.kernels import GemmConfig, IDENTITY
         print("MAIN-RAN", flush=True)
         specs = [KernelSpec(GemmConfig(128, 64, 1, 1), "bfloat16", "bfloat16", m, "k", IDENTITY)
                  for m in ("k", "m")]
-        out = build_many(specs, KernelCache({str(tmp_path / 'cache')!r}), 2)
+        out = build_many(specs, KernelCache({str(tmp_path / "cache")!r}), 2)
         print("BUILT", sum(b for _, b, _ in out.values()), flush=True)
-    """))
+    """)
+    )
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # installed or not
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, env=env)
@@ -63,4 +70,3 @@ def test_build_many_reports_every_spec(tmp_path):
     specs = [SPEC, SPEC]  # duplicates collapse
     out = build_many(specs, KernelCache(tmp_path), workers=2)
     assert list(out) == [SPEC]
-

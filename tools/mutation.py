@@ -20,6 +20,7 @@ means something if they pass there.
 Bugs marked ``gpu_only`` change what only a GPU shows (the kernel's own code, DSL types);
 their tests are the GPU tests that catch them, and a CPU run lists them as not run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,121 +62,337 @@ CACHE_RACE = "tests/test_cache.py::test_eight_racing_processes_build_a_key_once"
 
 BUGS = [
     # -- epilogue math (kernels/epilogue.py builders, kernels/epilogue_math.py helpers)
-    Bug("addmm-alpha-beta-swapped", "inductor_cutedsl/kernels/epilogue.py",
-        "return ops[1] * acc + ops[2] * ops[0]", "return ops[2] * acc + ops[1] * ops[0]",
-        (VALUES, REFUSALS), "alpha and beta swapped in the addmm epilogue"),
-    Bug("gelu-tanh-constant", "inductor_cutedsl/kernels/epilogue_math.py",
-        "Float32(0.044715)", "Float32(0.44715)", (VALUES,), "gelu_tanh's 0.044715 written as 0.44715"),
-    Bug("gelu-erf-constant", "inductor_cutedsl/kernels/epilogue_math.py",
-        "_INV_SQRT_2 = 1.0 / math.sqrt(2.0)", "_INV_SQRT_2 = 1.0 / math.sqrt(3.0)", (VALUES,)),
-    Bug("sigmoid-sign", "inductor_cutedsl/kernels/epilogue_math.py",
-        "cute.math.exp(-x, fastmath=True)", "cute.math.exp(x, fastmath=True)", (VALUES,)),
-    Bug("silu-drops-x", "inductor_cutedsl/kernels/epilogue_math.py",
-        "return x * sigmoid(x)", "return sigmoid(x)", (VALUES,)),
-    Bug("fdiv-inverted", "inductor_cutedsl/kernels/epilogue_math.py",
-        "return a * reciprocal(b)", "return b * reciprocal(a)", (VALUES,)),
-    Bug("select-swapped", "inductor_cutedsl/kernels/epilogue_math.py",
+    Bug(
+        "addmm-alpha-beta-swapped",
+        "inductor_cutedsl/kernels/epilogue.py",
+        "return ops[1] * acc + ops[2] * ops[0]",
+        "return ops[2] * acc + ops[1] * ops[0]",
+        (VALUES, REFUSALS),
+        "alpha and beta swapped in the addmm epilogue",
+    ),
+    Bug(
+        "gelu-tanh-constant",
+        "inductor_cutedsl/kernels/epilogue_math.py",
+        "Float32(0.044715)",
+        "Float32(0.44715)",
+        (VALUES,),
+        "gelu_tanh's 0.044715 written as 0.44715",
+    ),
+    Bug(
+        "gelu-erf-constant",
+        "inductor_cutedsl/kernels/epilogue_math.py",
+        "_INV_SQRT_2 = 1.0 / math.sqrt(2.0)",
+        "_INV_SQRT_2 = 1.0 / math.sqrt(3.0)",
+        (VALUES,),
+    ),
+    Bug(
+        "sigmoid-sign",
+        "inductor_cutedsl/kernels/epilogue_math.py",
+        "cute.math.exp(-x, fastmath=True)",
+        "cute.math.exp(x, fastmath=True)",
+        (VALUES,),
+    ),
+    Bug(
+        "silu-drops-x",
+        "inductor_cutedsl/kernels/epilogue_math.py",
+        "return x * sigmoid(x)",
+        "return sigmoid(x)",
+        (VALUES,),
+    ),
+    Bug(
+        "fdiv-inverted",
+        "inductor_cutedsl/kernels/epilogue_math.py",
+        "return a * reciprocal(b)",
+        "return b * reciprocal(a)",
+        (VALUES,),
+    ),
+    Bug(
+        "select-swapped",
+        "inductor_cutedsl/kernels/epilogue_math.py",
         "cutlass.select_(cond, Float32(if_value), Float32(else_value))",
-        "cutlass.select_(cond, Float32(else_value), Float32(if_value))", (VALUES,)),
-    Bug("scale-result-multiplies", "inductor_cutedsl/kernels/epilogue.py",
-        'result = f"fdiv({result}, ops[{len(ops)}])"', 'result = f"({result}) * ops[{len(ops)}]"', (VALUES,)),
-    Bug("gated-up-bias-on-gate", "inductor_cutedsl/kernels/epilogue.py",
+        "cutlass.select_(cond, Float32(else_value), Float32(if_value))",
+        (VALUES,),
+    ),
+    Bug(
+        "scale-result-multiplies",
+        "inductor_cutedsl/kernels/epilogue.py",
+        'result = f"fdiv({result}, ops[{len(ops)}])"',
+        'result = f"({result}) * ops[{len(ops)}]"',
+        (VALUES,),
+    ),
+    Bug(
+        "gated-up-bias-on-gate",
+        "inductor_cutedsl/kernels/epilogue.py",
         'for name, dtype in (("gate", bias_gate), ("up", bias_up)):',
-        'for name, dtype in (("gate", bias_gate), ("gate", bias_up)):', (VALUES,)),
+        'for name, dtype in (("gate", bias_gate), ("gate", bias_up)):',
+        (VALUES,),
+    ),
     # -- translation (scheduler/epilogue_translation.py, scheduler/fusion.py)
-    Bug("sin-is-cos", "inductor_cutedsl/scheduler/epilogue_translation.py",
-        '"sin": "cute.math.sin({})"', '"sin": "cute.math.cos({})"', (VALUES,), "sin translated as cos"),
-    Bug("relu-is-identity", "inductor_cutedsl/scheduler/epilogue_translation.py",
-        '"relu": "relu({})"', '"relu": "({})"', (VALUES,), "relu translated as identity"),
-    Bug("lt-is-le", "inductor_cutedsl/scheduler/epilogue_translation.py",
-        '_COMPARE = {"lt": "<",', '_COMPARE = {"lt": "<=",', (VALUES,)),
-    Bug("truediv-swapped", "inductor_cutedsl/scheduler/epilogue_translation.py",
-        '"truediv": "fdiv({}, {})"', '"truediv": "fdiv({1}, {0})"', (VALUES,)),
-    Bug("sub-swapped", "inductor_cutedsl/scheduler/epilogue_translation.py",
-        '"sub": "({} - {})"', '"sub": "({1} - {0})"', (VALUES,)),
-    Bug("cast-does-not-round", "inductor_cutedsl/scheduler/epilogue_translation.py",
-        'return self._emit(f"round_to({x.name}, {STORE_DTYPES[dtype]!r})", dtype)', "return Value(x.name, dtype)",
-        (VALUES,)),
-    Bug("constant-truncated", "inductor_cutedsl/scheduler/epilogue_translation.py",
-        'Value(f"Float32({float(value)!r})", torch.float32)', 'Value(f"Float32({float(int(value))!r})", torch.float32)',
-        (VALUES,)),
-    Bug("pow-one-factor-short", "inductor_cutedsl/scheduler/epilogue_translation.py",
-        '" * ".join([x.name] * int(exponent))', '" * ".join([x.name] * (int(exponent) - 1))', (VALUES,)),
-    Bug("compose-skips-gemm-rounding", "inductor_cutedsl/scheduler/fusion.py",
-        'if gemm_out_dtype != "float32":', "if False:", (VALUES, "tests/test_fusion_compose.py")),
-    Bug("compose-passes-gemm-operands-to-chain", "inductor_cutedsl/scheduler/fusion.py",
-        "_fused_epilogue(acc, m, n, l, ops[{k}:])", "_fused_epilogue(acc, m, n, l, ops)", (VALUES,)),
+    Bug(
+        "sin-is-cos",
+        "inductor_cutedsl/scheduler/epilogue_translation.py",
+        '"sin": "cute.math.sin({})"',
+        '"sin": "cute.math.cos({})"',
+        (VALUES,),
+        "sin translated as cos",
+    ),
+    Bug(
+        "relu-is-identity",
+        "inductor_cutedsl/scheduler/epilogue_translation.py",
+        '"relu": "relu({})"',
+        '"relu": "({})"',
+        (VALUES,),
+        "relu translated as identity",
+    ),
+    Bug(
+        "lt-is-le",
+        "inductor_cutedsl/scheduler/epilogue_translation.py",
+        '_COMPARE = {"lt": "<",',
+        '_COMPARE = {"lt": "<=",',
+        (VALUES,),
+    ),
+    Bug(
+        "truediv-swapped",
+        "inductor_cutedsl/scheduler/epilogue_translation.py",
+        '"truediv": "fdiv({}, {})"',
+        '"truediv": "fdiv({1}, {0})"',
+        (VALUES,),
+    ),
+    Bug(
+        "sub-swapped",
+        "inductor_cutedsl/scheduler/epilogue_translation.py",
+        '"sub": "({} - {})"',
+        '"sub": "({1} - {0})"',
+        (VALUES,),
+    ),
+    Bug(
+        "cast-does-not-round",
+        "inductor_cutedsl/scheduler/epilogue_translation.py",
+        'return self._emit(f"round_to({x.name}, {STORE_DTYPES[dtype]!r})", dtype)',
+        "return Value(x.name, dtype)",
+        (VALUES,),
+    ),
+    Bug(
+        "constant-truncated",
+        "inductor_cutedsl/scheduler/epilogue_translation.py",
+        'Value(f"Float32({float(value)!r})", torch.float32)',
+        'Value(f"Float32({float(int(value))!r})", torch.float32)',
+        (VALUES,),
+    ),
+    Bug(
+        "pow-one-factor-short",
+        "inductor_cutedsl/scheduler/epilogue_translation.py",
+        '" * ".join([x.name] * int(exponent))',
+        '" * ".join([x.name] * (int(exponent) - 1))',
+        (VALUES,),
+    ),
+    Bug(
+        "compose-skips-gemm-rounding",
+        "inductor_cutedsl/scheduler/fusion.py",
+        'if gemm_out_dtype != "float32":',
+        "if False:",
+        (VALUES, "tests/test_fusion_compose.py"),
+    ),
+    Bug(
+        "compose-passes-gemm-operands-to-chain",
+        "inductor_cutedsl/scheduler/fusion.py",
+        "_fused_epilogue(acc, m, n, l, ops[{k}:])",
+        "_fused_epilogue(acc, m, n, l, ops)",
+        (VALUES,),
+    ),
     # -- refusals (lowering, scheduler, runtime.support)
-    Bug("beta-zero-accepted", "inductor_cutedsl/lowering/gemm_choices.py",
-        "if beta == 0.0:", "if False:", (REFUSALS,), "the beta == 0 refusal removed"),
-    Bug("bias-dtype-unchecked", "inductor_cutedsl/lowering/gemm_choices.py",
-        "if c.get_dtype() not in OUT_DTYPES:", "if False:", (REFUSALS,)),
-    Bug("column-major-output-accepted", "inductor_cutedsl/lowering/gemm_choices.py",
-        "if not ir_access.is_one(out_stride[-1]) or not", "if not", (REFUSALS,)),
-    Bug("gated-weights-layout-unchecked", "inductor_cutedsl/lowering/gated.py",
-        "if list(w_gate.get_stride()) != list(w_up.get_stride()):", "if False:", (REFUSALS,)),
-    Bug("three-kept-outputs-fused", "inductor_cutedsl/scheduler/decisions.py",
-        "if len(tr.kept) > MAX_KEPT_OUTPUTS:", "if len(tr.kept) > MAX_KEPT_OUTPUTS + 1:", (REFUSALS,)),
-    Bug("fp8-output-fused-when-off", "inductor_cutedsl/scheduler/decisions.py",
+    Bug(
+        "beta-zero-accepted",
+        "inductor_cutedsl/lowering/gemm_choices.py",
+        "if beta == 0.0:",
+        "if False:",
+        (REFUSALS,),
+        "the beta == 0 refusal removed",
+    ),
+    Bug(
+        "bias-dtype-unchecked",
+        "inductor_cutedsl/lowering/gemm_choices.py",
+        "if c.get_dtype() not in OUT_DTYPES:",
+        "if False:",
+        (REFUSALS,),
+    ),
+    Bug(
+        "column-major-output-accepted",
+        "inductor_cutedsl/lowering/gemm_choices.py",
+        "if not ir_access.is_one(out_stride[-1]) or not",
+        "if not",
+        (REFUSALS,),
+    ),
+    Bug(
+        "gated-weights-layout-unchecked",
+        "inductor_cutedsl/lowering/gated.py",
+        "if list(w_gate.get_stride()) != list(w_up.get_stride()):",
+        "if False:",
+        (REFUSALS,),
+    ),
+    Bug(
+        "three-kept-outputs-fused",
+        "inductor_cutedsl/scheduler/decisions.py",
+        "if len(tr.kept) > MAX_KEPT_OUTPUTS:",
+        "if len(tr.kept) > MAX_KEPT_OUTPUTS + 1:",
+        (REFUSALS,),
+    ),
+    Bug(
+        "fp8-output-fused-when-off",
+        "inductor_cutedsl/scheduler/decisions.py",
         "if out.get_dtype() not in OUT_DTYPES and not config.fp8:",
-        "if out.get_dtype() not in OUT_DTYPES and config.fp8:", (REFUSALS,)),
-    Bug("negative-stride-read", "inductor_cutedsl/scheduler/epilogue_translation.py",
-        "if min(strides) < 0 or offset < 0:", "if offset < 0:", (REFUSALS,)),
-    Bug("reduction-translated", "inductor_cutedsl/scheduler/node_translation.py",
-        "if reduce_sizes:", "if False:", (REFUSALS,)),
-    Bug("broadcast-batch-accepted", "inductor_cutedsl/runtime/support.py",
-        "if t.stride(0) == 0:", "if t.stride(0) < 0:", (REFUSALS,)),
-    Bug("misaligned-pairs-accepted", "inductor_cutedsl/runtime/support.py",
-        "if address % 4:", "if address % 2:", ("tests/test_support.py",)),
+        "if out.get_dtype() not in OUT_DTYPES and config.fp8:",
+        (REFUSALS,),
+    ),
+    Bug(
+        "negative-stride-read",
+        "inductor_cutedsl/scheduler/epilogue_translation.py",
+        "if min(strides) < 0 or offset < 0:",
+        "if offset < 0:",
+        (REFUSALS,),
+    ),
+    Bug(
+        "reduction-translated",
+        "inductor_cutedsl/scheduler/node_translation.py",
+        "if reduce_sizes:",
+        "if False:",
+        (REFUSALS,),
+    ),
+    Bug(
+        "broadcast-batch-accepted",
+        "inductor_cutedsl/runtime/support.py",
+        "if t.stride(0) == 0:",
+        "if t.stride(0) < 0:",
+        (REFUSALS,),
+    ),
+    Bug(
+        "misaligned-pairs-accepted",
+        "inductor_cutedsl/runtime/support.py",
+        "if address % 4:",
+        "if address % 2:",
+        ("tests/test_support.py",),
+    ),
     # -- cache integrity (runtime/cache.py)
-    Bug("sha256-unchecked", "inductor_cutedsl/runtime/cache.py",
+    Bug(
+        "sha256-unchecked",
+        "inductor_cutedsl/runtime/cache.py",
         'if obj.stat().st_size != info["size"] or _sha256(obj) != info["sha256"]:',
-        'if obj.stat().st_size != info["size"]:', ("tests/test_cache.py::test_corrupt_entry_is_detected_and_rebuilt",),
-        "the sha256 check dropped", own_cache=True),
-    Bug("key-lock-dropped", "inductor_cutedsl/runtime/cache.py",
-        "with _key_lock(lock, what), _in_progress(lock):", "with contextlib.nullcontext(), _in_progress(lock):",
-        (f"{CACHE_RACE}[fake-build]",), own_cache=True),
-    Bug("no-recheck-under-lock", "inductor_cutedsl/runtime/cache.py",
+        'if obj.stat().st_size != info["size"]:',
+        ("tests/test_cache.py::test_corrupt_entry_is_detected_and_rebuilt",),
+        "the sha256 check dropped",
+        own_cache=True,
+    ),
+    Bug(
+        "key-lock-dropped",
+        "inductor_cutedsl/runtime/cache.py",
+        "with _key_lock(lock, what), _in_progress(lock):",
+        "with contextlib.nullcontext(), _in_progress(lock):",
+        (f"{CACHE_RACE}[fake-build]",),
+        own_cache=True,
+    ),
+    Bug(
+        "no-recheck-under-lock",
+        "inductor_cutedsl/runtime/cache.py",
         "    hit = self.lookup(key)\n                if hit is not None:\n                    return hit, False\n"
-        "                why", "    why", (f"{CACHE_RACE}[fake-build]",), own_cache=True),
-    Bug("lock-file-left", "inductor_cutedsl/runtime/cache.py",
-        "os.unlink(path)  # while still held", "pass  # while still held",
-        ("tests/test_cache.py::test_no_lock_file_outlives_its_build",), own_cache=True),
+        "                why",
+        "    why",
+        (f"{CACHE_RACE}[fake-build]",),
+        own_cache=True,
+    ),
+    Bug(
+        "lock-file-left",
+        "inductor_cutedsl/runtime/cache.py",
+        "os.unlink(path)  # while still held",
+        "pass  # while still held",
+        ("tests/test_cache.py::test_no_lock_file_outlives_its_build",),
+        own_cache=True,
+    ),
     # -- launch arguments (runtime/launch.py, runtime/generated.py, runtime/support.py)
-    Bug("lda-of-the-other-major", "inductor_cutedsl/runtime/launch.py",
-        'lda = leading_stride(a, spec.a_major == "k")', 'lda = leading_stride(a, spec.a_major != "k")',
-        ("tests/test_generated.py",)),
-    Bug("out-view-offset-in-elements", "inductor_cutedsl/runtime/launch.py",
-        "out_offset = offset * out.element_size()", "out_offset = offset", ("tests/test_generated.py",)),
-    Bug("operand-view-offset-in-elements", "inductor_cutedsl/runtime/support.py",
-        "return t.data_ptr() + offset * t.element_size(), s_m, s_n, s_l", "return t.data_ptr() + offset, s_m, s_n, s_l",
-        ("tests/test_lowering.py::test_operand_args_read_translated_strides", VALUES)),
-    Bug("staged-single-batch-l-stride-zero", "inductor_cutedsl/runtime/support.py",
-        "if decl.staged and batch == 1 and args[3] == 0:", "if decl.staged and batch == 1 and args[3] < 0:",
-        ("tests/test_generated.py",)),
-    Bug("alignment-not-in-launch-key", "inductor_cutedsl/runtime/generated.py",
-        'key.append(f"p{t} % {ALIGNMENT}")', "pass", ("tests/test_generated.py",)),
-    Bug("operand-strides-shifted", "inductor_cutedsl/runtime/generated.py",
-        'values += [f"p{t}", f"*e[{5 + i}]"]', 'values += [f"p{t}", f"*e[{4 + i}]"]', ("tests/test_generated.py",)),
+    Bug(
+        "lda-of-the-other-major",
+        "inductor_cutedsl/runtime/launch.py",
+        'lda = leading_stride(a, spec.a_major == "k")',
+        'lda = leading_stride(a, spec.a_major != "k")',
+        ("tests/test_generated.py",),
+    ),
+    Bug(
+        "out-view-offset-in-elements",
+        "inductor_cutedsl/runtime/launch.py",
+        "out_offset = offset * out.element_size()",
+        "out_offset = offset",
+        ("tests/test_generated.py",),
+    ),
+    Bug(
+        "operand-view-offset-in-elements",
+        "inductor_cutedsl/runtime/support.py",
+        "return t.data_ptr() + offset * t.element_size(), s_m, s_n, s_l",
+        "return t.data_ptr() + offset, s_m, s_n, s_l",
+        ("tests/test_lowering.py::test_operand_args_read_translated_strides", VALUES),
+    ),
+    Bug(
+        "staged-single-batch-l-stride-zero",
+        "inductor_cutedsl/runtime/support.py",
+        "if decl.staged and batch == 1 and args[3] == 0:",
+        "if decl.staged and batch == 1 and args[3] < 0:",
+        ("tests/test_generated.py",),
+    ),
+    Bug(
+        "alignment-not-in-launch-key",
+        "inductor_cutedsl/runtime/generated.py",
+        'key.append(f"p{t} % {ALIGNMENT}")',
+        "pass",
+        ("tests/test_generated.py",),
+    ),
+    Bug(
+        "operand-strides-shifted",
+        "inductor_cutedsl/runtime/generated.py",
+        'values += [f"p{t}", f"*e[{5 + i}]"]',
+        'values += [f"p{t}", f"*e[{4 + i}]"]',
+        ("tests/test_generated.py",),
+    ),
     # -- what only a GPU shows
-    Bug("fp16-round-is-bf16", "inductor_cutedsl/kernels/epilogue_math.py",
-        '"float16": cutlass.Float16, "float8_e4m3fn"', '"float16": cutlass.BFloat16, "float8_e4m3fn"',
-        ("tests/test_fusion_gpu.py",), "round_to: the CPU reference casts with torch", gpu_only=True),
-    Bug("kernel-fp16-is-bf16", "inductor_cutedsl/kernels/sm90_gemm.py",
+    Bug(
+        "fp16-round-is-bf16",
+        "inductor_cutedsl/kernels/epilogue_math.py",
+        '"float16": cutlass.Float16, "float8_e4m3fn"',
+        '"float16": cutlass.BFloat16, "float8_e4m3fn"',
+        ("tests/test_fusion_gpu.py",),
+        "round_to: the CPU reference casts with torch",
+        gpu_only=True,
+    ),
+    Bug(
+        "kernel-fp16-is-bf16",
+        "inductor_cutedsl/kernels/sm90_gemm.py",
         '    "float16": cutlass.Float16,\n    "float32": cutlass.Float32,',
         '    "float16": cutlass.BFloat16,\n    "float32": cutlass.Float32,',
-        ("tests/test_gemm_gpu.py",), "the kernel's operand types", gpu_only=True),
-    Bug("launch-fp16-pointers-as-bf16", "inductor_cutedsl/runtime/launch.py",
+        ("tests/test_gemm_gpu.py",),
+        "the kernel's operand types",
+        gpu_only=True,
+    ),
+    Bug(
+        "launch-fp16-pointers-as-bf16",
+        "inductor_cutedsl/runtime/launch.py",
         '"float16": cutlass.Float16, "float32": cutlass.Float32,',
         '"float16": cutlass.BFloat16, "float32": cutlass.Float32,',
-        ("tests/test_gemm_gpu.py",), "the loaded entry's pointer types", gpu_only=True),
-]  # fmt: skip
+        ("tests/test_gemm_gpu.py",),
+        "the loaded entry's pointer types",
+        gpu_only=True,
+    ),
+]
 
 
 def repository_files() -> list[str]:
     """The checkout's tracked and unignored files, as they are now (deleted ones left out)."""
-    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=ROOT,
-                            capture_output=True, check=True).stdout.decode().split("\0")  # fmt: skip
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+            cwd=ROOT,
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     return sorted({f for f in listed if f and (ROOT / f).is_file()})
 
 
@@ -232,10 +449,16 @@ def environment(copy: Path, cache: Path) -> dict[str, str]:
 
 def run_tests(copy: Path, tests: tuple[str, ...], cache: Path, timeout: float, stop_first: bool = True):
     """(return code, or None on a timeout; the output's tail) of pytest on ``tests`` in ``copy``."""
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *(["-x"] if stop_first else []),
-               *tests]  # fmt: skip
-    proc = subprocess.Popen(command, cwd=copy, env=environment(copy, cache), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *(["-x"] if stop_first else []), *tests]
+    proc = subprocess.Popen(
+        command,
+        cwd=copy,
+        env=environment(copy, cache),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, _ = proc.communicate(timeout=timeout)
         return proc.returncode, out[-3000:]
@@ -248,8 +471,9 @@ def run_tests(copy: Path, tests: tuple[str, ...], cache: Path, timeout: float, s
 def uses_copy(copy: Path, cache: Path) -> None:
     """The tests in ``copy`` import the copy's package (not an installed one)."""
     code = "import inductor_cutedsl; print(inductor_cutedsl.__file__)"
-    out = subprocess.run([sys.executable, "-c", code], cwd=copy, env=environment(copy, cache), capture_output=True,
-                         text=True, check=True).stdout.strip()  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=copy, env=environment(copy, cache), capture_output=True, text=True, check=True
+    ).stdout.strip()
     if not Path(out).resolve().is_relative_to(copy.resolve()):
         raise SystemExit(f"the copy's tests would import {out}, not the copy's package")
 
@@ -337,19 +561,22 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{'bug':{width}}  {'file':34}  {'result':17}  {'seconds':>7}  first failing test")
     for bug in selected:
         if bug in skipped:
-            print(f"{bug.name:{width}}  {bug.path[len('inductor_cutedsl/'):]:34}  {'gpu only, not run':17}")
+            print(f"{bug.name:{width}}  {bug.path[len('inductor_cutedsl/') :]:34}  {'gpu only, not run':17}")
             continue
         result, secs, out = results[bug.name]
-        print(f"{bug.name:{width}}  {bug.path[len('inductor_cutedsl/'):]:34}  {result:17}  {secs:7.1f}  "
-              f"{caught_by(out) if result.startswith('killed') else ''}")  # fmt: skip
+        print(
+            f"{bug.name:{width}}  {bug.path[len('inductor_cutedsl/') :]:34}  {result:17}  {secs:7.1f}  "
+            f"{caught_by(out) if result.startswith('killed') else ''}"
+        )
     killed = [b for b in to_run if results[b.name][0].startswith("killed")]
     failed = [b for b in to_run if not results[b.name][0].startswith("killed")]
     rate = 100.0 * len(killed) / len(to_run) if to_run else 100.0
-    print(f"\nkill rate: {len(killed)}/{len(to_run)} ({rate:.0f}%)"
-          + (f"; {len(skipped)} gpu-only bugs not run (--gpu runs them)" if skipped else ""))  # fmt: skip
+    print(
+        f"\nkill rate: {len(killed)}/{len(to_run)} ({rate:.0f}%)"
+        + (f"; {len(skipped)} gpu-only bugs not run (--gpu runs them)" if skipped else "")
+    )
     for bug in failed:
-        print(f"\n{bug.name} {results[bug.name][0]} ({bug.what or bug.path}); its tests said:\n"
-              f"{results[bug.name][2]}")  # fmt: skip
+        print(f"\n{bug.name} {results[bug.name][0]} ({bug.what or bug.path}); its tests said:\n{results[bug.name][2]}")
     return 1 if failed else 0
 
 

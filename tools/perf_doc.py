@@ -101,47 +101,159 @@ def _models(d: dict) -> list[str]:
             continue
         ours = get(r, "gemm_kernels.ours") or []
         wall = r.get("wall_speedup", {})
-        rows.append([r["block"], r.get("tokens"), pair(r.get("gpu_us")), r.get("gpu_speedup"), r.get("bound"),
-                     wall.get("max-autotune"), wall.get("max-autotune-no-cudagraphs"), pair(r.get("host_us")),
-                     f"{fmt(sum(k['launches'] for k in ours if k['ours']))} / {fmt(sum(k['launches'] for k in ours))}",
-                     len(r.get("fused", []))])  # fmt: skip
-    return [table(["block (`block`)", "tokens", "GPU µs stock / ours (`gpu_us`)", "GPU × (`gpu_speedup`)",
-                   "bound (`bound`)", "wall × CUDA graphs", "wall × no graphs", "host µs stock / ours (`host_us`)",
-                   "our GEMM launches / all (`gemm_kernels.ours`)", "epilogues fused (`fused`)"], rows)]  # fmt: skip
+        rows.append(
+            [
+                r["block"],
+                r.get("tokens"),
+                pair(r.get("gpu_us")),
+                r.get("gpu_speedup"),
+                r.get("bound"),
+                wall.get("max-autotune"),
+                wall.get("max-autotune-no-cudagraphs"),
+                pair(r.get("host_us")),
+                f"{fmt(sum(k['launches'] for k in ours if k['ours']))} / {fmt(sum(k['launches'] for k in ours))}",
+                len(r.get("fused", [])),
+            ]
+        )
+    return [
+        table(
+            [
+                "block (`block`)",
+                "tokens",
+                "GPU µs stock / ours (`gpu_us`)",
+                "GPU × (`gpu_speedup`)",
+                "bound (`bound`)",
+                "wall × CUDA graphs",
+                "wall × no graphs",
+                "host µs stock / ours (`host_us`)",
+                "our GEMM launches / all (`gemm_kernels.ours`)",
+                "epilogues fused (`fused`)",
+            ],
+            rows,
+        )
+    ]
 
 
 def _compile(d: dict) -> list[str]:
-    rows = [[r["row"], fmt(r["compiles"]), r["median_compile_s"].get("fair_stock"), r["median_compile_s"].get("ours"),
-             r["compile_ratio"], r["median_compile_s"].get("ours_warm_kernels"), r["compile_ratio_warm_kernels"],
-             r["median_compile_s"].get("default_stock"), r["median_cutedsl_builds"].get("ours"),
-             r["process_ratio"]] for r in d["rows"]]  # fmt: skip
-    return [table(["row", "compiles (`compiles`)", "fair stock s", "ours s", "ours / fair stock (`compile_ratio`)",
-                   "ours, warm kernels s", "warm / fair stock (`compile_ratio_warm_kernels`)", "default stock s",
-                   "kernels ours built", "process ratio (`process_ratio`)"], rows)]  # fmt: skip
+    rows = [
+        [
+            r["row"],
+            fmt(r["compiles"]),
+            r["median_compile_s"].get("fair_stock"),
+            r["median_compile_s"].get("ours"),
+            r["compile_ratio"],
+            r["median_compile_s"].get("ours_warm_kernels"),
+            r["compile_ratio_warm_kernels"],
+            r["median_compile_s"].get("default_stock"),
+            r["median_cutedsl_builds"].get("ours"),
+            r["process_ratio"],
+        ]
+        for r in d["rows"]
+    ]
+    return [
+        table(
+            [
+                "row",
+                "compiles (`compiles`)",
+                "fair stock s",
+                "ours s",
+                "ours / fair stock (`compile_ratio`)",
+                "ours, warm kernels s",
+                "warm / fair stock (`compile_ratio_warm_kernels`)",
+                "default stock s",
+                "kernels ours built",
+                "process ratio (`process_ratio`)",
+            ],
+            rows,
+        )
+    ]
 
 
 def _gemm(d: dict) -> list[str]:
-    rows = [[r["shape"], f"`{r['config']}`", r["ours_ms"], r["cublas_ms"], r["vs_cublas"], r["tflops"],
-             r["cublas_tflops"]] for r in d["rows"]]  # fmt: skip
-    return [table(["M×N×K", "config", "ours ms", "cuBLAS ms", "cuBLAS / ours (`vs_cublas`)", "TFLOP/s ours",
-                   "TFLOP/s cuBLAS"], rows)]  # fmt: skip
+    rows = [
+        [r["shape"], f"`{r['config']}`", r["ours_ms"], r["cublas_ms"], r["vs_cublas"], r["tflops"], r["cublas_tflops"]]
+        for r in d["rows"]
+    ]
+    return [
+        table(
+            [
+                "M×N×K",
+                "config",
+                "ours ms",
+                "cuBLAS ms",
+                "cuBLAS / ours (`vs_cublas`)",
+                "TFLOP/s ours",
+                "TFLOP/s cuBLAS",
+            ],
+            rows,
+        )
+    ]
 
 
 def _epilogue(d: dict) -> list[str]:
-    rows = [[r["pattern"], r["shape"], r["eager_ms"], r["cublas_gemm_ms"], r["stock_ms"], r["ours_ms"],
-             r["vs_max_autotune"], r["free_epilogue_bound"], len(r["fused_into_cutedsl"]),
-             ", ".join(s["way"] for s in r.get("selection", [])) or "-"] for r in d["rows"]]  # fmt: skip
-    return [table(["pattern", "M×N×K", "eager ms", "cuBLAS GEMM alone ms", "stock ms", "ours ms",
-                   "stock / ours (`vs_max_autotune`)", "bound (`free_epilogue_bound`)", "fused into ours",
-                   "selection's way"], rows)]  # fmt: skip
+    rows = [
+        [
+            r["pattern"],
+            r["shape"],
+            r["eager_ms"],
+            r["cublas_gemm_ms"],
+            r["stock_ms"],
+            r["ours_ms"],
+            r["vs_max_autotune"],
+            r["free_epilogue_bound"],
+            len(r["fused_into_cutedsl"]),
+            ", ".join(s["way"] for s in r.get("selection", [])) or "-",
+        ]
+        for r in d["rows"]
+    ]
+    return [
+        table(
+            [
+                "pattern",
+                "M×N×K",
+                "eager ms",
+                "cuBLAS GEMM alone ms",
+                "stock ms",
+                "ours ms",
+                "stock / ours (`vs_max_autotune`)",
+                "bound (`free_epilogue_bound`)",
+                "fused into ours",
+                "selection's way",
+            ],
+            rows,
+        )
+    ]
 
 
 def _fp8_rows(rows: list[dict]) -> str:
-    out = [[r["shape"], r["mode"], f"`{r.get('config', '-')}`", r.get("promote"), r.get("ours_ms"),
-            r.get("scaled_mm_ms"), r.get("vs_scaled_mm"), r.get("tflops"), r.get("scaled_mm_tflops")]
-           for r in rows]  # fmt: skip
-    return table(["M×N×K", "scales", "config", "promotion", "ours ms", "`_scaled_mm` ms",
-                  "`_scaled_mm` / ours (`vs_scaled_mm`)", "TFLOP/s ours", "TFLOP/s `_scaled_mm`"], out)  # fmt: skip
+    out = [
+        [
+            r["shape"],
+            r["mode"],
+            f"`{r.get('config', '-')}`",
+            r.get("promote"),
+            r.get("ours_ms"),
+            r.get("scaled_mm_ms"),
+            r.get("vs_scaled_mm"),
+            r.get("tflops"),
+            r.get("scaled_mm_tflops"),
+        ]
+        for r in rows
+    ]
+    return table(
+        [
+            "M×N×K",
+            "scales",
+            "config",
+            "promotion",
+            "ours ms",
+            "`_scaled_mm` ms",
+            "`_scaled_mm` / ours (`vs_scaled_mm`)",
+            "TFLOP/s ours",
+            "TFLOP/s `_scaled_mm`",
+        ],
+        out,
+    )
 
 
 def _fp8(d: dict) -> list[str]:
@@ -149,46 +261,122 @@ def _fp8(d: dict) -> list[str]:
     if get(d, "fast_accum.rows"):
         out += ["Fast accumulation on both sides (`fast_accum.rows`):", _fp8_rows(d["fast_accum"]["rows"])]
     if d.get("fused_rows"):
-        rows = [[r.get("case") or r.get("pattern"), r["shape"], r["eager_ms"], r["stock_ms"], r["ours_ms"],
-                 r["vs_max_autotune"], r["free_epilogue_bound"]] for r in d["fused_rows"]]  # fmt: skip
+        rows = [
+            [
+                r.get("case") or r.get("pattern"),
+                r["shape"],
+                r["eager_ms"],
+                r["stock_ms"],
+                r["ours_ms"],
+                r["vs_max_autotune"],
+                r["free_epilogue_bound"],
+            ]
+            for r in d["fused_rows"]
+        ]
         out += [
             "Fused patterns, row-wise scales, CUDA graphs (`fused_rows`):",
             table(["pattern", "M×N×K", "eager ms", "stock ms", "ours ms", "stock / ours", "bound"], rows),
         ]
     if d.get("block"):
         b = d["block"]
-        out += ["A model-suite block with every Linear quantized row-wise (`block`):",
-                table(["block", "tokens", "stock ms", "ours ms", "stock / ours (`speedup`)",
-                       "rel. error vs eager, stock / ours"],
-                      [[b["block"], b["tokens"], b["stock_ms"], b["ours_ms"], b["speedup"],
-                        pair(b["rel_err_vs_eager"])]])]  # fmt: skip
+        out += [
+            "A model-suite block with every Linear quantized row-wise (`block`):",
+            table(
+                [
+                    "block",
+                    "tokens",
+                    "stock ms",
+                    "ours ms",
+                    "stock / ours (`speedup`)",
+                    "rel. error vs eager, stock / ours",
+                ],
+                [[b["block"], b["tokens"], b["stock_ms"], b["ours_ms"], b["speedup"], pair(b["rel_err_vs_eager"])]],
+            ),
+        ]
     return out
 
 
 def _launch(d: dict) -> list[str]:
-    rows = [[r["shape"], f"{r['m']}×{r['n']}×{r['k']} {r['op']}", r["host_us_ours"], r["host_us_triton"],
-             r["host_us_aten"], r["launch_ratio_vs_triton"], r["launch_ratio_vs_aten"],
-             pair(r.get("breakdown_ours"), "host_us_launcher", "host_us_c_entry"),
-             get(r, "breakdown_ours.host_us_torch_mm")] for r in d["rows"]]  # fmt: skip
-    return [table(["shape", "M×N×K", "host µs ours", "Triton", "ATen", "ours / Triton (`launch_ratio_vs_triton`)",
-                   "ours / ATen", "our launcher / its C entry alone, µs", "eager torch.mm µs"], rows)]  # fmt: skip
+    rows = [
+        [
+            r["shape"],
+            f"{r['m']}×{r['n']}×{r['k']} {r['op']}",
+            r["host_us_ours"],
+            r["host_us_triton"],
+            r["host_us_aten"],
+            r["launch_ratio_vs_triton"],
+            r["launch_ratio_vs_aten"],
+            pair(r.get("breakdown_ours"), "host_us_launcher", "host_us_c_entry"),
+            get(r, "breakdown_ours.host_us_torch_mm"),
+        ]
+        for r in d["rows"]
+    ]
+    return [
+        table(
+            [
+                "shape",
+                "M×N×K",
+                "host µs ours",
+                "Triton",
+                "ATen",
+                "ours / Triton (`launch_ratio_vs_triton`)",
+                "ours / ATen",
+                "our launcher / its C entry alone, µs",
+                "eager torch.mm µs",
+            ],
+            rows,
+        )
+    ]
 
 
 def _distributed(d: dict) -> list[str]:
-    rows = [[r["wrap"], pair(r["step_ms"]), r["speedup"], r["loss_rel_diff"], r["kernels_built"],
-             r["kernels_built_twice"], r.get("cold_compile_ratio")] for r in d["rows"]]  # fmt: skip
-    return [table(["wrap", "step ms stock / ours (`step_ms`)", "stock / ours (`speedup`)", "loss rel. diff",
-                   "kernels built", "built twice", "cold compile ours / stock"], rows)]  # fmt: skip
+    rows = [
+        [
+            r["wrap"],
+            pair(r["step_ms"]),
+            r["speedup"],
+            r["loss_rel_diff"],
+            r["kernels_built"],
+            r["kernels_built_twice"],
+            r.get("cold_compile_ratio"),
+        ]
+        for r in d["rows"]
+    ]
+    return [
+        table(
+            [
+                "wrap",
+                "step ms stock / ours (`step_ms`)",
+                "stock / ours (`speedup`)",
+                "loss rel. diff",
+                "kernels built",
+                "built twice",
+                "cold compile ours / stock",
+            ],
+            rows,
+        )
+    ]
 
 
 def _main_job(d: dict) -> list[str]:
-    rows = [[g["op"], g["shape"], fmt(g["candidates"]), fmt(g["best_ms"]), g["winner"], g["winner_ms"],
-             g["stock_winner"], g["stock_ms"]] for g in d["gemms"]]  # fmt: skip
+    rows = [
+        [
+            g["op"],
+            g["shape"],
+            fmt(g["candidates"]),
+            fmt(g["best_ms"]),
+            g["winner"],
+            g["winner_ms"],
+            g["stock_winner"],
+            g["stock_ms"],
+        ]
+        for g in d["gemms"]
+    ]
     return [
         f"Block: {fmt(d['model'])} (`model`).",
         table(
             ["op", "M×N×K", "candidates", "fastest per backend, ms", "winner", "ms", "stock's winner", "stock ms"], rows
-        ),  # fmt: skip
+        ),
         "![stock and ours per GEMM and per block](../benchmarks/results/h200-model.png)",
     ]
 
@@ -242,7 +430,7 @@ SECTIONS = [
             ("mode", "mode"),
         ],
         _compile,
-    ),  # fmt: skip
+    ),
     Section(
         "h200-gemm.json",
         "Plain GEMM against cuBLAS",
@@ -257,7 +445,7 @@ SECTIONS = [
             ("seconds compiling every candidate", "compile_wall_s"),
         ],
         _gemm,
-    ),  # fmt: skip
+    ),
     Section(
         "h200-epilogue.json",
         "GEMM + epilogue",
@@ -289,7 +477,7 @@ SECTIONS = [
             ("quantized block, stock / ours", "block_speedup_vs_max_autotune"),
         ],
         _fp8,
-    ),  # fmt: skip
+    ),
     Section(
         "h200-launch.json",
         "Host time per launch",
@@ -306,7 +494,7 @@ SECTIONS = [
             ("rounds", "rounds"),
         ],
         _launch,
-    ),  # fmt: skip
+    ),
     Section(
         "h200-distributed.json",
         "Data-parallel and sharded training",
@@ -349,7 +537,7 @@ SECTIONS = [
             ("fail both", "comparison.failing_both"),
         ],
         _inductor_tests,
-    ),  # fmt: skip
+    ),
 ]
 
 

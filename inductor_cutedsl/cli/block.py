@@ -5,6 +5,7 @@ RMSNorm -> gated MLP (silu(gate) * up -> down) -> residual. With the default
 sizes its GEMMs are those of the kernel benchmark (8192 tokens, hidden 4096,
 MLP 14336).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -30,9 +31,14 @@ class BlockSize:
         """(name, M, N, K) of every forward GEMM: y = x @ W^T."""
         t, h, f = self.tokens, self.hidden, self.mlp
         return [
-            ("q_proj", t, h, h), ("k_proj", t, h, h), ("v_proj", t, h, h), ("o_proj", t, h, h),
-            ("gate_proj", t, f, h), ("up_proj", t, f, h), ("down_proj", t, h, f),
-        ]  # fmt: skip
+            ("q_proj", t, h, h),
+            ("k_proj", t, h, h),
+            ("v_proj", t, h, h),
+            ("o_proj", t, h, h),
+            ("gate_proj", t, f, h),
+            ("up_proj", t, f, h),
+            ("down_proj", t, h, f),
+        ]
 
 
 class RMSNorm(nn.Module):

@@ -6,6 +6,7 @@ one after the other in one process with Inductor's caches off would charge the
 second one for Triton recompiles (each compile gets a new cache directory while
 Inductor's compile workers keep the old one). Prints one JSON line.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,13 +26,17 @@ def main() -> None:
         disable()  # also before any compile starts our workers: none run beside stock
     block, x = make_block(BlockSize(**job["size"]))
     _, _, seconds, _ = compile_cold(block, x)
-    print(json.dumps({
-        "compile_s": seconds,
-        "cutedsl_compiles": default_cache().builds,
-        "cutedsl_built": default_cache().built,
-        "waiting_for_builds_s": compiler.stats["wait_s"],
-        "benchmarking_cutedsl_s": template.stats["benchmark_s"],
-    }))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "compile_s": seconds,
+                "cutedsl_compiles": default_cache().builds,
+                "cutedsl_built": default_cache().built,
+                "waiting_for_builds_s": compiler.stats["wait_s"],
+                "benchmarking_cutedsl_s": template.stats["benchmark_s"],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

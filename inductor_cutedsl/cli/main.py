@@ -4,6 +4,7 @@ Nothing but argparse and the settings loads before the arguments are parsed: ``-
 and a refused argument cost what ``import inductor_cutedsl`` costs. The job loads after.
 The benchmarks live outside the package (``benchmarks/`` in a source checkout).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,19 +55,40 @@ def _output(suffix: str):
 
 
 def parser(prog: str | None = None) -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog=prog, description=DESCRIPTION, epilog=EPILOG,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    ap.add_argument("--json", metavar="PATH", type=_output(".json"), default=None,
-                    help=f"where the results are written (default {DEFAULT_JSON})")
-    ap.add_argument("--png", metavar="PATH", type=_output(".png"), default=None,
-                    help=f"where the main job's plot is written (default {DEFAULT_PNG})")
-    ap.add_argument("--tokens", metavar="N", type=_positive, default=None,
-                    help=f"tokens (batch x sequence) of the main job's block, and of the block compiled ahead "
-                         f"of time without a GPU (default {DEFAULT_TOKENS}: batch 4, sequence 2048)")  # fmt: skip
-    ap.add_argument("--workers", metavar="N", type=_positive, default=None,
-                    help="processes compiling CuteDSL kernels in parallel "
-                         "(default INDUCTOR_CUTEDSL_COMPILE_WORKERS if set, else the CPU count up to 8: here "
-                         f"{config.compile_workers})")  # fmt: skip
+    ap = argparse.ArgumentParser(
+        prog=prog, description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--json",
+        metavar="PATH",
+        type=_output(".json"),
+        default=None,
+        help=f"where the results are written (default {DEFAULT_JSON})",
+    )
+    ap.add_argument(
+        "--png",
+        metavar="PATH",
+        type=_output(".png"),
+        default=None,
+        help=f"where the main job's plot is written (default {DEFAULT_PNG})",
+    )
+    ap.add_argument(
+        "--tokens",
+        metavar="N",
+        type=_positive,
+        default=None,
+        help=f"tokens (batch x sequence) of the main job's block, and of the block compiled ahead "
+        f"of time without a GPU (default {DEFAULT_TOKENS}: batch 4, sequence 2048)",
+    )
+    ap.add_argument(
+        "--workers",
+        metavar="N",
+        type=_positive,
+        default=None,
+        help="processes compiling CuteDSL kernels in parallel "
+        "(default INDUCTOR_CUTEDSL_COMPILE_WORKERS if set, else the CPU count up to 8: here "
+        f"{config.compile_workers})",
+    )
     return ap
 
 
@@ -97,8 +119,10 @@ def main(argv: list[str] | None = None) -> None:
 
     size = BlockSize() if args.tokens is None else BlockSize(batch=1, seq=args.tokens)
     if reason:
-        print(f"{reason}: nothing can run here. Compiling the block's CuteDSL kernels for sm_90a "
-              f"ahead of time instead.", flush=True)  # fmt: skip
+        print(
+            f"{reason}: nothing can run here. Compiling the block's CuteDSL kernels for sm_90a ahead of time instead.",
+            flush=True,
+        )
         for option in ("json", "png"):
             if getattr(args, option) is not None:
                 print(f"--{option} {getattr(args, option)}: nothing written (the results need a Hopper GPU)")
@@ -109,4 +133,3 @@ def main(argv: list[str] | None = None) -> None:
     from .run import run
 
     run(size, json_path, os.path.abspath(args.png or DEFAULT_PNG))
-

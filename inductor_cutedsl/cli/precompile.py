@@ -1,12 +1,13 @@
 """Kernel builds with a line per kernel as it finishes, and the main job without a GPU:
 the default block's CuteDSL kernels compiled ahead of time into the kernel cache."""
+
 from __future__ import annotations
 
 import concurrent.futures
 import functools
 import sys
 import time
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from ..kernels import IDENTITY
 from ..runtime import KernelCache, KernelSpec, compiler
@@ -58,11 +59,13 @@ def block_specs(size: BlockSize) -> list[KernelSpec]:
     """The CuteDSL candidates autotuning offers for the block's GEMMs."""
     from ..lowering.gemm_choices import candidate_specs  # loads Inductor
 
-    return list(dict.fromkeys(
-        spec
-        for _, m, n, k in size.gemms()
-        for spec in candidate_specs((m, n, k, 1), "bfloat16", "bfloat16", "k", "k", IDENTITY)
-    ))  # fmt: skip
+    return list(
+        dict.fromkeys(
+            spec
+            for _, m, n, k in size.gemms()
+            for spec in candidate_specs((m, n, k, 1), "bfloat16", "bfloat16", "k", "k", IDENTITY)
+        )
+    )
 
 
 def precompile_block(size: BlockSize, workers: int) -> None:
@@ -79,10 +82,15 @@ def precompile_block(size: BlockSize, workers: int) -> None:
             f"{len(missing)} of the block's {len(specs)} kernels are missing, and kernels compiled now would "
             "not be kept. Set INDUCTOR_CUTEDSL_CACHE_DIR to a directory of your own that you can write."
         )
-    print(f"kernel cache {cache.root}: {len(specs)} kernels for the block's GEMMs ({len(missing)} to build), "
-          f"{workers} worker{'s' if workers != 1 else ''}", flush=True)  # fmt: skip
+    print(
+        f"kernel cache {cache.root}: {len(specs)} kernels for the block's GEMMs ({len(missing)} to build), "
+        f"{workers} worker{'s' if workers != 1 else ''}",
+        flush=True,
+    )
     t0 = time.perf_counter()
     built = build_with_progress(specs, cache, workers, out=functools.partial(print, flush=True))
     fresh = sum(now for _, now, _ in built.values())
-    print(f"kernel cache {cache.root}: {fresh} compiled now, {len(specs) - fresh} already cached, "
-          f"{time.perf_counter() - t0:.1f}s")  # fmt: skip
+    print(
+        f"kernel cache {cache.root}: {fresh} compiled now, {len(specs) - fresh} already cached, "
+        f"{time.perf_counter() - t0:.1f}s"
+    )

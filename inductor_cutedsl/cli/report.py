@@ -1,13 +1,14 @@
 """What the main job reports: per-GEMM autotuning results (from Inductor's feedback
 hook), GPU time per kernel under torch.profiler, accuracy against a reference, and the
 result file."""
+
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import json
 import os
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 from torch.autograd import DeviceType
@@ -33,7 +34,6 @@ def write_json(result: dict, path: str | None) -> None:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         with open(path, "w") as f:
             json.dump(result, f, indent=2)
-
 
 
 @dataclasses.dataclass
@@ -94,8 +94,11 @@ def kernel_times(
             fn()
         torch.cuda.synchronize()
     rows = [
-        {"kernel": e.key[:name_chars], "launches": e.count / calls,
-         "ms": round(e.self_device_time_total / calls / 1e3, 4)}  # fmt: skip
+        {
+            "kernel": e.key[:name_chars],
+            "launches": e.count / calls,
+            "ms": round(e.self_device_time_total / calls / 1e3, 4),
+        }
         for e in prof.key_averages()
         if e.device_type == DeviceType.CUDA and e.self_device_time_total > 0
     ]

@@ -5,6 +5,7 @@ Compile times come from fresh processes (``compile_once``): stock cold, ours col
 warm, counting CuteDSL compiles. Correctness, the per-GEMM autotuning table and
 the block's speed come from both compiled in this process, timed on the same tensors.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -18,7 +19,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -68,8 +70,12 @@ def json_process(args: list[str], env: dict, timeout: float = 3600) -> dict:
     process must not start with what ours set); its report is the last line it prints,
     one JSON object."""
     done = subprocess.run(
-        [sys.executable, *args], env={**launch_environment(), **env}, capture_output=True, text=True, timeout=timeout,
-    )  # fmt: skip
+        [sys.executable, *args],
+        env={**launch_environment(), **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(args)} failed:\n{done.stderr[-4000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -80,12 +86,18 @@ def gemm_table(stock: list[GemmTuning], ours: list[GemmTuning]) -> list[dict]:
     for s, o in zip(stock, ours):
         shapes = o.shapes[-2:]  # (.., M, K), (.., K, N): addmm/baddbmm put C first
         m, k, n = shapes[0][-2], shapes[0][-1], shapes[1][-1]
-        rows.append({
-            "op": o.op, "shape": [m, n, k], "candidates": o.candidates,
-            "winner": o.winner, "winner_ms": round(o.winner_ms, 4),
-            "best_ms": {b: round(t, 4) for b, t in o.best_ms.items()},
-            "stock_winner": s.winner, "stock_ms": round(s.winner_ms, 4),
-        })  # fmt: skip
+        rows.append(
+            {
+                "op": o.op,
+                "shape": [m, n, k],
+                "candidates": o.candidates,
+                "winner": o.winner,
+                "winner_ms": round(o.winner_ms, 4),
+                "best_ms": {b: round(t, 4) for b, t in o.best_ms.items()},
+                "stock_winner": s.winner,
+                "stock_ms": round(s.winner_ms, 4),
+            }
+        )
     return rows
 
 
@@ -94,8 +106,10 @@ def print_report(result: dict) -> None:
     for r in result["gemms"]:
         cands = " ".join(f"{b}:{n}" for b, n in sorted(r["candidates"].items()))
         shape = "x".join(map(str, r["shape"]))
-        print(f"{r['op']:>8} {shape:>18} {cands:>28} {r['winner']:>8} {r['winner_ms']:>8.4f} "
-              f"{r['stock_winner']:>6} {r['stock_ms']:.4f}")  # fmt: skip
+        print(
+            f"{r['op']:>8} {shape:>18} {cands:>28} {r['winner']:>8} {r['winner_ms']:>8.4f} "
+            f"{r['stock_winner']:>6} {r['stock_ms']:.4f}"
+        )
     if result.get("epilogue_fusion"):
         print("\nepilogue fusion: fused into CuteDSL GEMMs")
         for f in result["fused_epilogues"]:
@@ -106,19 +120,25 @@ def print_report(result: dict) -> None:
     print("\nGPU time per block by kernel (torch.profiler), stock | ours:")
     k = result["kernels_ms_per_block"]
     for i in range(max(len(k["stock"]), len(k["ours"]))):
-        cells = [f"{r['ms']:8.4f} x{r['launches']:<4g} {r['kernel'][:44]:<44}" if r else " " * 59
-                 for r in (k[side][i] if i < len(k[side]) else None for side in ("stock", "ours"))]  # fmt: skip
+        cells = [
+            f"{r['ms']:8.4f} x{r['launches']:<4g} {r['kernel'][:44]:<44}" if r else " " * 59
+            for r in (k[side][i] if i < len(k[side]) else None for side in ("stock", "ours"))
+        ]
         print(" | ".join(cells))
     t = result["model_ms"]
-    print(f"\nblock time: eager {t['eager']:.3f} ms, stock max-autotune {t['stock']:.3f} ms, "
-          f"inductor_cutedsl {t['ours']:.3f} ms -> {result['model_speedup_vs_max_autotune']:.3f}x")
+    print(
+        f"\nblock time: eager {t['eager']:.3f} ms, stock max-autotune {t['stock']:.3f} ms, "
+        f"inductor_cutedsl {t['ours']:.3f} ms -> {result['model_speedup_vs_max_autotune']:.3f}x"
+    )
     c = result["compile_s"]
-    print(f"cold compile (fresh processes): stock {c['stock_cold']:.1f} s, ours {c['ours_cold']:.1f} s "
-          f"({result['compile_ratio_vs_max_autotune']:.2f}x; {result['cold_cutedsl_compiles']} CuteDSL kernels "
-          f"built, {c['ours_cold_waiting_for_kernel_builds']:.1f} s waiting for builds, "
-          f"{c['ours_cold_benchmarking_cutedsl']:.1f} s benchmarking CuteDSL candidates); "
-          f"warm {c['ours_warm']:.1f} s with {result['warm_cutedsl_compiles']} CuteDSL compiles "
-          f"({len(result['warm_rebuilt'])} of kernels the cold process had built)")  # fmt: skip
+    print(
+        f"cold compile (fresh processes): stock {c['stock_cold']:.1f} s, ours {c['ours_cold']:.1f} s "
+        f"({result['compile_ratio_vs_max_autotune']:.2f}x; {result['cold_cutedsl_compiles']} CuteDSL kernels "
+        f"built, {c['ours_cold_waiting_for_kernel_builds']:.1f} s waiting for builds, "
+        f"{c['ours_cold_benchmarking_cutedsl']:.1f} s benchmarking CuteDSL candidates); "
+        f"warm {c['ours_warm']:.1f} s with {result['warm_cutedsl_compiles']} CuteDSL compiles "
+        f"({len(result['warm_rebuilt'])} of kernels the cold process had built)"
+    )
 
 
 def plot(result: dict, path: str) -> bool:
@@ -203,11 +223,13 @@ def run(size: BlockSize, json_path: str, png_path: str) -> dict:
         "rel_err_vs_eager": errors,
         "model_ms": times,
         "model_speedup_vs_max_autotune": round(times["stock"] / times["ours"], 4),
-        "compile_s": {"stock_cold": round(stock_cold["compile_s"], 1),
-                      "ours_cold": round(ours_cold["compile_s"], 1),
-                      "ours_cold_waiting_for_kernel_builds": round(ours_cold["waiting_for_builds_s"], 1),
-                      "ours_cold_benchmarking_cutedsl": round(ours_cold["benchmarking_cutedsl_s"], 1),
-                      "ours_warm": round(ours_warm["compile_s"], 1)},  # fmt: skip
+        "compile_s": {
+            "stock_cold": round(stock_cold["compile_s"], 1),
+            "ours_cold": round(ours_cold["compile_s"], 1),
+            "ours_cold_waiting_for_kernel_builds": round(ours_cold["waiting_for_builds_s"], 1),
+            "ours_cold_benchmarking_cutedsl": round(ours_cold["benchmarking_cutedsl_s"], 1),
+            "ours_warm": round(ours_warm["compile_s"], 1),
+        },
         "compile_ratio_vs_max_autotune": round(ours_cold["compile_s"] / stock_cold["compile_s"], 3),
         "cold_cutedsl_compiles": ours_cold["cutedsl_compiles"],
         "warm_cutedsl_compiles": ours_warm["cutedsl_compiles"],

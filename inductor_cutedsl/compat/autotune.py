@@ -3,10 +3,12 @@
 Read against torch 2.11 to 2.15 (``AlgorithmSelectorCache.benchmark_choices`` takes
 ``is_collective`` in each).
 """
+
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 
 def aten_choice(op_name: str) -> Any:

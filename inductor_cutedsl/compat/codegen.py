@@ -3,11 +3,13 @@
 Read against torch 2.11 to 2.15 (``Scheduler.can_fuse_vertical`` takes keyword
 arguments from 2.14 on; ``register_backend_for_device`` takes an FX wrapper from 2.11).
 """
+
 from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 

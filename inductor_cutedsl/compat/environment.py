@@ -6,10 +6,11 @@ is then a no-op), and Triton 3.9 compiles sm_90 with its ``ptxas-blackwell``, na
 ``TRITON_PTXAS_BLACKWELL_PATH``, which Inductor does not set: the variable Inductor sets
 then changes nothing for sm_90, and there is nothing to align.
 """
+
 from __future__ import annotations
 
 import os
-from typing import Callable
+from collections.abc import Callable
 
 
 class EnvChange:

@@ -3,9 +3,11 @@
 Every query adds no guard: a property we cannot prove is a refusal, never a guess.
 Read against torch 2.11 to 2.15 (``size_hint`` became ``optimization_hint``).
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

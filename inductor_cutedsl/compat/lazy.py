@@ -9,13 +9,15 @@ import sets Inductor's settings without importing Inductor).
 
 Read against torch 2.11 to 2.15: the class paths in ``_CLASSES`` are the same in each.
 """
+
 from __future__ import annotations
 
 import importlib
 import importlib.abc
 import sys
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 class _Lazy:

@@ -3,9 +3,11 @@
 Read against torch 2.11 to 2.15: from 2.13 on a pre-grad pass with ``uuid()`` runs
 after the compile cache's lookup and is part of its key; 2.14 accepts a list of passes.
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .lazy import inductor_config
 from .settings import _set_setting

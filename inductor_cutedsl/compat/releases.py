@@ -2,13 +2,13 @@
 
 Read against torch 2.11 to 2.15.
 """
+
 from __future__ import annotations
 
 import re
 import warnings
 
 import torch
-
 
 #: torch releases (major, minor) whose Inductor this module is written against: from the
 #: first (included) up to the second (excluded). pyproject.toml's ``dependencies`` states

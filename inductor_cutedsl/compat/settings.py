@@ -4,10 +4,12 @@ Read against torch 2.11 to 2.15: settings are global in 2.11-2.13 and per thread
 (a ContextVar per entry) from 2.14 on; ``benchmark_epilogue_fusion`` is renamed
 ``benchmark_template_fusion`` in newer releases.
 """
+
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .lazy import V, inductor_config, loaded
 

@@ -3,6 +3,7 @@
 Pure Python (no cutlass import) so that Inductor-side code can enumerate and
 filter configs without paying for the DSL import.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -54,9 +55,11 @@ def promote_reason(promote: object, fp8_operands: bool) -> str | None:
     accumulates k-tile t into partial-sum set t % 2 and adds the other set, done, while
     t's wgmmas run, so a batch is always in flight, for a third accumulator's registers."""
     if isinstance(promote, bool) or promote not in PROMOTE_MODES:
-        return (f"promote: 0 (fast accumulation), 1 (fp8 partial sums promoted every k-tile), 2 (the same "
-                f"by column halves, overlapped with the other half's wgmmas) or 3 (into two partial-sum sets "
-                f"in turn), got {promote!r}")  # fmt: skip
+        return (
+            f"promote: 0 (fast accumulation), 1 (fp8 partial sums promoted every k-tile), 2 (the same "
+            f"by column halves, overlapped with the other half's wgmmas) or 3 (into two partial-sum sets "
+            f"in turn), got {promote!r}"
+        )
     if promote and not fp8_operands:
         return "promote: only fp8 operands' partial sums are promoted"
     return None
@@ -124,7 +127,8 @@ class GemmConfig:
         raster = "m" if self.raster_along_m else "n"
         return (
             f"{self.tile_m}x{self.tile_n}_c{self.cluster_m}x{self.cluster_n}_{sched}"
-            f"_r{raster}{self.swizzle}" + ("" if self.epi_n == 32 else f"_e{self.epi_n}")
+            f"_r{raster}{self.swizzle}"
+            + ("" if self.epi_n == 32 else f"_e{self.epi_n}")
             + (f"_b{self.epi_buffers}" if self.epi_buffers else "")
             + ("_sk" if self.stream_k else "")
         )
@@ -211,9 +215,7 @@ def config_space() -> list[GemmConfig]:
                 for raster_m in (True, False):
                     for swizzle in (1, 8):
                         for epi_n in EPI_TILE_N:
-                            cfg = GemmConfig(
-                                tile_m, tile_n, cm, cn, pingpong, raster_m, swizzle, epi_n
-                            )
+                            cfg = GemmConfig(tile_m, tile_n, cm, cn, pingpong, raster_m, swizzle, epi_n)
                             if cfg.invalid_reason() is None:
                                 out.append(cfg)
                                 whole = cfg.whole_tile_buffers()

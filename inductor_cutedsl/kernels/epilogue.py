@@ -25,6 +25,7 @@ The source sees the names of :data:`inductor_cutedsl.kernels.epilogue_math.NAMES
 ``epilogue_math`` (``relu``, ``sigmoid``, ``silu``, ``tanh``, ``gelu_tanh``,
 ``gelu_erf``, ``reciprocal``, ``fdiv``, ``select``, ``round_to``).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -224,7 +225,10 @@ def gated(
     lines.append(f"    return {result}")
     name = "_".join(
         ["gated", activation]
-        + ["bias_gate"] * (bias_gate is not None) + ["bias_up"] * (bias_up is not None)
-        + ["keep"] * (keep is not None) + ["pairs"] * keep_pairs + [f"round_{rounding}"] * (rounding is not None)
-    )  # fmt: skip
+        + ["bias_gate"] * (bias_gate is not None)
+        + ["bias_up"] * (bias_up is not None)
+        + ["keep"] * (keep is not None)
+        + ["pairs"] * keep_pairs
+        + [f"round_{rounding}"] * (rounding is not None)
+    )
     return Epilogue(name, "\n".join(lines) + "\n", tuple(ops))

@@ -1,4 +1,5 @@
 """DSL-side helpers that epilogue sources may call, and the source-to-hook step."""
+
 from __future__ import annotations
 
 import ast
@@ -6,9 +7,8 @@ import builtins
 import math
 import symtable
 import traceback
-from typing import Callable
+from collections.abc import Callable
 
-from .. import arch  # noqa: F401  (pins CUTE_DSL_ARCH before cutlass)
 import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32

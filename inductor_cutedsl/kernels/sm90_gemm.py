@@ -37,20 +37,19 @@ serves every M, N, K, L and leading dimension with the alignment it assumes.
 import itertools
 import re
 import types
-from typing import Callable
+from collections.abc import Callable
 
-from .. import arch  # noqa: F401  (pins CUTE_DSL_ARCH before cutlass)
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
-from cutlass.memory import SmemAllocator
-from cutlass.tensor_utils import LayoutEnum
 from cutlass import Float32, Int32, Int64
 from cutlass._mlir.dialects import llvm
+from cutlass.memory import SmemAllocator
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
+from cutlass.tensor_utils import LayoutEnum
 
 from .config import MIN_STAGED_AB_STAGES, PROMOTE_ALTERNATE, PROMOTE_HALVES, STAGED_BUFFERS, GemmConfig, promote_reason
 from .epilogue import Epilogue
@@ -207,9 +206,15 @@ class Sm90Gemm:
         """The device kernel's symbol prefix, which profilers show: the variant's config,
         dtypes, majors and epilogue, so that each GEMM of a graph is told apart (the DSL's
         default name is the same for every variant)."""
-        parts = ["inductor_cutedsl", self.cfg.name(), f"{self.ab_dtype}_{self.out_dtype}",
-                 f"a{self.a_major}b{self.b_major}", self.epilogue.name, "dual" if self.dual else "",
-                 f"p{self.promote}" if self.promote else ""]  # fmt: skip
+        parts = [
+            "inductor_cutedsl",
+            self.cfg.name(),
+            f"{self.ab_dtype}_{self.out_dtype}",
+            f"a{self.a_major}b{self.b_major}",
+            self.epilogue.name,
+            "dual" if self.dual else "",
+            f"p{self.promote}" if self.promote else "",
+        ]
         return re.sub(r"[^0-9A-Za-z]+", "_", "_".join(p for p in parts if p)).strip("_")[:120]
 
     def make_entry(self) -> Callable:
@@ -223,11 +228,21 @@ class Sm90Gemm:
         """
         params = ["a", "b", "d", "m", "n", "k", "l", "lda", "ldb", "ldd", "sa", "sb", "sd", "mc"]
         ann = {
-            "a": cute.Pointer, "b": cute.Pointer, "d": cute.Pointer,
-            "m": Int32, "n": Int32, "k": Int32, "l": Int32,
-            "lda": Int64, "ldb": Int64, "ldd": Int64, "sa": Int64, "sb": Int64, "sd": Int64,
+            "a": cute.Pointer,
+            "b": cute.Pointer,
+            "d": cute.Pointer,
+            "m": Int32,
+            "n": Int32,
+            "k": Int32,
+            "l": Int32,
+            "lda": Int64,
+            "ldb": Int64,
+            "ldd": Int64,
+            "sa": Int64,
+            "sb": Int64,
+            "sd": Int64,
             "mc": Int32,
-        }  # fmt: skip
+        }
         up_args = ["bu", "ldbu", "sbu"] if self.dual else []
         params += up_args
         ann.update(zip(up_args, (cute.Pointer, Int64, Int64)))
@@ -265,14 +280,18 @@ class Sm90Gemm:
 
     def fake_args(self) -> list:
         """Placeholder arguments to compile the entry against (no GPU needed)."""
+
         def ptr(dtype, align):
             return cute.runtime.make_ptr(dtype, 0, cute.AddressSpace.gmem, assumed_align=align)
 
         args = [
-            ptr(self.ab_dtype, ALIGN_BYTES), ptr(self.ab_dtype, ALIGN_BYTES),
+            ptr(self.ab_dtype, ALIGN_BYTES),
+            ptr(self.ab_dtype, ALIGN_BYTES),
             ptr(self.out_dtype, ALIGN_BYTES),
-            *[Int32(1)] * 4, *[Int64(0)] * 6, Int32(1),
-        ]  # fmt: skip
+            *[Int32(1)] * 4,
+            *[Int64(0)] * 6,
+            Int32(1),
+        ]
         if self.dual:
             args += [ptr(self.ab_dtype, ALIGN_BYTES), Int64(0), Int64(0)]
         if self.cfg.stream_k:
@@ -316,11 +335,14 @@ class Sm90Gemm:
         a_layout = LayoutEnum.ROW_MAJOR if self.a_major == "k" else LayoutEnum.COL_MAJOR
         b_layout = LayoutEnum.ROW_MAJOR if self.b_major == "k" else LayoutEnum.COL_MAJOR
         tiled_mma = sm90_utils.make_trivial_tiled_mma(
-            ab, ab,
-            a_layout.sm90_mma_major_mode(), b_layout.sm90_mma_major_mode(),
-            self.acc_dtype, self.atom_layout_mnk,
+            ab,
+            ab,
+            a_layout.sm90_mma_major_mode(),
+            b_layout.sm90_mma_major_mode(),
+            self.acc_dtype,
+            self.atom_layout_mnk,
             tiler_mn=(64, self.tile_shape_mnk[1]),
-        )  # fmt: skip
+        )
         a_smem, b_smem, d_smem = self._smem_layouts(a_layout, b_layout)
         tma_a, tma_tA = self._tma_load(mA, a_smem, (self.tile_shape_mnk[0], self.tile_shape_mnk[2]), self.a_mcast)
         # The up weight's TMA load atom, else nothing.
@@ -365,22 +387,36 @@ class Sm90Gemm:
         # Stream-K's partial sums (fp32, a tile per CTA) and per-CTA flags (zeroed).
         sk_buffers = tuple(cute.make_tensor(p, cute.make_layout(1)) for p in sk)
         self.kernel(
-            tma_a, tma_tA, tma_b, tma_tB, up_load, tma_d, tma_tD, staged,
-            tuple(ep_tensors), tuple(scalars), sk_buffers,
-            tiled_mma, cute.make_layout((*self.cluster_shape_mn, 1)),
-            a_smem, b_smem, d_smem, sched,
+            tma_a,
+            tma_tA,
+            tma_b,
+            tma_tB,
+            up_load,
+            tma_d,
+            tma_tD,
+            staged,
+            tuple(ep_tensors),
+            tuple(scalars),
+            sk_buffers,
+            tiled_mma,
+            cute.make_layout((*self.cluster_shape_mn, 1)),
+            a_smem,
+            b_smem,
+            d_smem,
+            sched,
         ).launch(
             grid=grid,
             block=[self.threads_per_cta, 1, 1],
             cluster=(*self.cluster_shape_mn, 1),
             min_blocks_per_mp=1,
             stream=stream,
-        )  # fmt: skip
+        )
 
     def _storage(self, a_smem, b_smem, d_smem, c_smem):
         """The shared-memory struct: pipeline barriers, then the A/B stages and the store
         buffers; a staged input adds its pipeline's barriers and (unless it shares the
         store buffers) buffers of its own (``c_smem``)."""
+
         def buffer(dtype, layout):
             return cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(layout)], 1024]
 
@@ -388,8 +424,9 @@ class Sm90Gemm:
         fields = {"ab_barriers": cute.struct.MemRange[cutlass.Int64, self.ab_stage * 2]}
         if staged:
             fields["c_barriers"] = cute.struct.MemRange[cutlass.Int64, self.c_buffers * 2]
-        fields.update(sA=buffer(self.ab_dtype, a_smem), sB=buffer(self.ab_dtype, b_smem),
-                      sD=buffer(self.out_dtype, d_smem))  # fmt: skip
+        fields.update(
+            sA=buffer(self.ab_dtype, a_smem), sB=buffer(self.ab_dtype, b_smem), sD=buffer(self.out_dtype, d_smem)
+        )
         if staged and not self.shares_c:
             fields["sC"] = buffer(self.c_dtype, c_smem)
         return cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
@@ -468,9 +505,9 @@ class Sm90Gemm:
 
         smem = SmemAllocator()
         storage = smem.allocate(self.shared_storage)
-        tx_bytes = cute.size_in_bytes(
-            self.ab_dtype, cute.slice_(a_smem, (None, None, 0))
-        ) + cute.size_in_bytes(self.ab_dtype, cute.slice_(b_smem, (None, None, 0)))
+        tx_bytes = cute.size_in_bytes(self.ab_dtype, cute.slice_(a_smem, (None, None, 0))) + cute.size_in_bytes(
+            self.ab_dtype, cute.slice_(b_smem, (None, None, 0))
+        )
         # Each consumer warp releases a stage to every CTA that multicast into it.
         # In pingpong one warpgroup consumes a given stage, cooperative both.
         consumer_warps = 4 if cutlass.const_expr(self.pingpong) else 4 * self.num_consumer_wg
@@ -504,7 +541,12 @@ class Sm90Gemm:
             )
             c_storage = storage.sD if cutlass.const_expr(self.shares_c) else storage.sC
             sC = c_storage.get_tensor(c_smem.outer, swizzle=c_smem.inner)
-            c_load = (tma_c, c_pipe, sC, cute.local_tile(mC, cute.slice_(self.tile_shape_mnk, (None, None, 0)), (None, None, None)))
+            c_load = (
+                tma_c,
+                c_pipe,
+                sC,
+                cute.local_tile(mC, cute.slice_(self.tile_shape_mnk, (None, None, 0)), (None, None, None)),
+            )
         pipeline_init_arrive(cluster_shape_mn=self.cluster_shape_mn, is_relaxed=True)
 
         sA = storage.sA.get_tensor(a_smem.outer, swizzle=a_smem.inner)
@@ -519,9 +561,7 @@ class Sm90Gemm:
         gB = cute.local_tile(mB, tile_nk, (None, None, None))  # (bN, bK, RestN, RestK, L)
         gD = cute.local_tile(mD, tile_mn, (None, None, None))  # (bM, bN, RestM, RestN, L)
         # Global (m, n) coordinates of every output element, tiled the same way.
-        cD = cute.local_tile(
-            cute.make_identity_tensor((mD.shape[0], mD.shape[1])), tile_mn, (None, None)
-        )
+        cD = cute.local_tile(cute.make_identity_tensor((mD.shape[0], mD.shape[1])), tile_mn, (None, None))
 
         tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
             tma_a,
@@ -540,13 +580,19 @@ class Sm90Gemm:
             tma_bu, mBu = up_load
             gBu = cute.local_tile(mBu, tile_nk, (None, None, None))
             tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
-                tma_b, cluster_coord[0], b_cta_layout,
-                cute.group_modes(halves[(None, None, 0, 0, None)], 0, 2), cute.group_modes(gB, 0, 2),
-            )  # fmt: skip
+                tma_b,
+                cluster_coord[0],
+                b_cta_layout,
+                cute.group_modes(halves[(None, None, 0, 0, None)], 0, 2),
+                cute.group_modes(gB, 0, 2),
+            )
             tBusB, tBugB = cute.nvgpu.cpasync.tma_partition(
-                tma_bu, cluster_coord[0], b_cta_layout,
-                cute.group_modes(halves[(None, None, 1, 0, None)], 0, 2), cute.group_modes(gBu, 0, 2),
-            )  # fmt: skip
+                tma_bu,
+                cluster_coord[0],
+                b_cta_layout,
+                cute.group_modes(halves[(None, None, 1, 0, None)], 0, 2),
+                cute.group_modes(gBu, 0, 2),
+            )
             up_loads = (tma_bu, tBusB, tBugB)
         else:
             tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
@@ -572,10 +618,26 @@ class Sm90Gemm:
         else:
             cute.arch.setmaxregister_increase(_CONSUMER_REGS)
             self._consume(
-                ab_pipe, sched_params, tiled_mma, sA, sB, sD, gD, cD, tma_d, c_load,
-                ep_tensors, ep_scalars, sk_buffers, k_tiles, wg_idx - 1, tidx - _WG_THREADS, warp_idx,
-                mD.shape[0], mD.shape[1],
-            )  # fmt: skip
+                ab_pipe,
+                sched_params,
+                tiled_mma,
+                sA,
+                sB,
+                sD,
+                gD,
+                cD,
+                tma_d,
+                c_load,
+                ep_tensors,
+                ep_scalars,
+                sk_buffers,
+                k_tiles,
+                wg_idx - 1,
+                tidx - _WG_THREADS,
+                warp_idx,
+                mD.shape[0],
+                mD.shape[1],
+            )
 
     # --------------------------------------------------------------- schedule
     def _schedule(self, sched, k_tiles):
@@ -619,9 +681,7 @@ class Sm90Gemm:
 
     @cute.jit
     def _produce(self, ab_pipe, sched_params, tma_a, tAsA, tAgA, a_mask, tma_b, tBsB, tBgB, b_mask, up_loads, k_tiles):
-        sched = utils.StaticPersistentTileScheduler.create(
-            sched_params, cute.arch.block_idx(), cute.arch.grid_dim()
-        )
+        sched = utils.StaticPersistentTileScheduler.create(sched_params, cute.arch.block_idx(), cute.arch.grid_dim())
         whole, first, start, end, _, _, _ = self._schedule(sched, k_tiles)
         loads = (tma_a, tAsA, tAgA, a_mask, tma_b, tBsB, tBgB, b_mask, up_loads)
         work = sched.initial_work_tile_info()
@@ -649,9 +709,7 @@ class Sm90Gemm:
         first sub-tiles arrive while its mainloop still runs."""
         tma_c, c_pipe, sC, gC = c_load
         cute.nvgpu.cpasync.prefetch_descriptor(tma_c)
-        sched = utils.StaticPersistentTileScheduler.create(
-            sched_params, cute.arch.block_idx(), cute.arch.grid_dim()
-        )
+        sched = utils.StaticPersistentTileScheduler.create(sched_params, cute.arch.block_idx(), cute.arch.grid_dim())
         work = sched.initial_work_tile_info()
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.c_buffers)
         epi_m = self.tile_shape_mnk[0] // self.epi_tile[0]
@@ -659,16 +717,21 @@ class Sm90Gemm:
         while work.is_valid_tile:
             tc = work.tile_idx
             sC_part, gC_part = cute.nvgpu.cpasync.tma_partition(
-                tma_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2),
+                tma_c,
+                0,
+                cute.make_layout(1),
+                cute.group_modes(sC, 0, 2),
                 cute.zipped_divide(gC[(None, None, *tc)], self.epi_tile),
-            )  # fmt: skip
+            )
             for em in cutlass.range_constexpr(epi_m):
                 for en in cutlass.range_constexpr(epi_n):
                     c_pipe.producer_acquire(state)
                     cute.copy(
-                        tma_c, gC_part[(None, (em, en))], sC_part[(None, state.index)],
+                        tma_c,
+                        gC_part[(None, (em, en))],
+                        sC_part[(None, state.index)],
                         tma_bar_ptr=c_pipe.producer_get_barrier(state),
-                    )  # fmt: skip
+                    )
                     c_pipe.producer_commit(state)
                     state.advance()
             sched.advance_to_next_work()
@@ -690,8 +753,12 @@ class Sm90Gemm:
             cute.copy(tma_b, tBgB_t[(None, kt)], tBsB[(None, state.index)], tma_bar_ptr=bar, mcast_mask=b_mask)
             if cutlass.const_expr(self.dual):
                 cute.copy(
-                    up_loads[0], tBugB_t[(None, kt)], up_loads[1][(None, state.index)], tma_bar_ptr=bar, mcast_mask=b_mask
-                )  # fmt: skip
+                    up_loads[0],
+                    tBugB_t[(None, kt)],
+                    up_loads[1][(None, state.index)],
+                    tma_bar_ptr=bar,
+                    mcast_mask=b_mask,
+                )
             ab_pipe.producer_commit(state)
             state.advance()
         return state
@@ -704,9 +771,27 @@ class Sm90Gemm:
 
     @cute.jit
     def _consume(
-        self, ab_pipe, sched_params, tiled_mma, sA, sB, sD, gD, cD, tma_d, c_load,
-        ep_tensors, ep_scalars, sk_buffers, k_tiles, wg, ctidx, warp_idx, size_m, size_n,
-    ):  # fmt: skip
+        self,
+        ab_pipe,
+        sched_params,
+        tiled_mma,
+        sA,
+        sB,
+        sD,
+        gD,
+        cD,
+        tma_d,
+        c_load,
+        ep_tensors,
+        ep_scalars,
+        sk_buffers,
+        k_tiles,
+        wg,
+        ctidx,
+        warp_idx,
+        size_m,
+        size_n,
+    ):
         pingpong = cutlass.const_expr(self.pingpong)
         # Thread index within the threads that share a tile.
         etidx = ctidx - wg * _WG_THREADS if pingpong else ctidx
@@ -763,9 +848,7 @@ class Sm90Gemm:
             raise NotImplementedError("store and sub-tile fragments differ in size")
         epi_m = self.tile_shape_mnk[0] // self.epi_tile[0]
         epi_n = self.out_tile_mn[1] // self.epi_tile[1]
-        epi_bar = pipeline.NamedBarrier(
-            barrier_id=_BAR_EPI + (wg if pingpong else 0), num_threads=self.epi_threads
-        )
+        epi_bar = pipeline.NamedBarrier(barrier_id=_BAR_EPI + (wg if pingpong else 0), num_threads=self.epi_threads)
         store_warp = 4 * (1 + wg) if pingpong else 4
         # One barrier per sub-tile: before it, the store warp waits until at most
         # epi_stage - 2 stores still read shared memory, so the buffer written after it
@@ -775,14 +858,28 @@ class Sm90Gemm:
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.epi_threads),
         )
         epi = types.SimpleNamespace(
-            r2s=r2s, tRS_sD=thr_r2s.partition_D(sD), tRS_acc=tRS_acc, tRS_rD=tRS_rD, tRS_rOut=tRS_rOut,
+            r2s=r2s,
+            tRS_sD=thr_r2s.partition_D(sD),
+            tRS_acc=tRS_acc,
+            tRS_rD=tRS_rD,
+            tRS_rOut=tRS_rOut,
             # A dual kernel's accumulator holds two output tiles' columns (gate, up).
             geometry=self._subtile_geometry(tRS_acc, tRS_rD, epi_m, epi_n * (2 if self.dual else 1)),
-            epi_m=epi_m, epi_n=epi_n,
-            bar=epi_bar, store_pipe=store_pipe, store_warp=store_warp, warp_idx=warp_idx,
-            tma_d=tma_d, sD=sD, gD=gD, ep_tensors=ep_tensors, ep_scalars=ep_scalars,
-            size_m=size_m, size_n=size_n, geo=geo,
-        )  # fmt: skip
+            epi_m=epi_m,
+            epi_n=epi_n,
+            bar=epi_bar,
+            store_pipe=store_pipe,
+            store_warp=store_warp,
+            warp_idx=warp_idx,
+            tma_d=tma_d,
+            sD=sD,
+            gD=gD,
+            ep_tensors=ep_tensors,
+            ep_scalars=ep_scalars,
+            size_m=size_m,
+            size_n=size_n,
+            geo=geo,
+        )
         if cutlass.const_expr(self.staged is not None):
             # The staged operand's sub-tile, read from shared memory with ldmatrix in
             # the layout the output's stmatrix writes (so element v of the fragment
@@ -795,9 +892,7 @@ class Sm90Gemm:
             epi.s2r, epi.c_pipe = s2r, c_load[1]
             epi.tSR_sC, epi.tRS_rC, epi.tSR_rC = thr_s2r.partition_S(c_load[2]), tRS_rC, thr_s2r.retile(tRS_rC)
 
-        sched = utils.StaticPersistentTileScheduler.create(
-            sched_params, cute.arch.block_idx(), cute.arch.grid_dim()
-        )
+        sched = utils.StaticPersistentTileScheduler.create(sched_params, cute.arch.block_idx(), cute.arch.grid_dim())
         whole, first, start, end, slot, sharers, iters = self._schedule(sched, k_tiles)
         work = sched.initial_work_tile_info()
         read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
@@ -932,8 +1027,14 @@ class Sm90Gemm:
         this warpgroup's slice of it."""
         mode = LayoutEnum.ROW_MAJOR.sm90_mma_major_mode()
         mma = sm90_utils.make_trivial_tiled_mma(
-            self.ab_dtype, self.ab_dtype, mode, mode, self.acc_dtype, self.atom_layout_mnk, tiler_mn=(64, tile_n),
-        )  # fmt: skip
+            self.ab_dtype,
+            self.ab_dtype,
+            mode,
+            mode,
+            self.acc_dtype,
+            self.atom_layout_mnk,
+            tiler_mn=(64, tile_n),
+        )
         return mma, mma.get_slice(0 if pingpong else wg * _WG_THREADS)
 
     def _half_pairs(self, tiled_mma, half_mma):
@@ -1236,7 +1337,7 @@ class Sm90Gemm:
                     loaded = iter(
                         epi.tRS_rC[(r, i, j)].to(Float32) if k == self.staged else t[(mc, nc, batch)].to(Float32)
                         for k, t in inputs
-                    )  # fmt: skip
+                    )
                     epi.tRS_rD[(r, i, j)] = self._hook_value(
                         epi.tRS_acc[at], m, n, batch, loaded, epi.ep_scalars, outputs, epi.size_m, epi.size_n
                     )
@@ -1298,9 +1399,7 @@ class Sm90Gemm:
             and cute.size(tRS_acc, mode=[1]) == epi_m * rm
         )
         if not ok:
-            raise NotImplementedError(
-                f"unexpected accumulator/sub-tile layouts {acc_shape} / {sub_shape}"
-            )
+            raise NotImplementedError(f"unexpected accumulator/sub-tile layouts {acc_shape} / {sub_shape}")
         return rv, rm, rn
 
     def _prefetch_full_operands(self, coords, batch, tensors, size_m, size_n):
@@ -1351,7 +1450,7 @@ class Sm90Gemm:
                         paired = [
                             _load_pair(t, mc, cutlass.min(n0, last_pair), batch) if op.pairs else None
                             for t, op in inputs
-                        ]  # fmt: skip
+                        ]
                         extra = []  # per column of the pair, the values of the out operands
                         for p in range(2):
                             v = ((p, h, c), i, j)
@@ -1360,7 +1459,7 @@ class Sm90Gemm:
                             loaded = iter(
                                 pair[p] if pair is not None else t[(mc, nc, batch)].to(Float32)
                                 for (t, _), pair in zip(inputs, paired)
-                            )  # fmt: skip
+                            )
                             value = (acc[v], acc[((p, h, c + columns), i, j)]) if self.dual else acc[v]
                             result = self._hook_result(value, m, n, batch, loaded, ep_scalars)
                             acc[v] = result[0] if outputs else result
@@ -1381,9 +1480,8 @@ class Sm90Gemm:
         order: the value for D, or with ``out`` operands (D's value, then theirs)."""
         scalars = iter(ep_scalars)
         vals = tuple(
-            None if op.is_output else next(loaded) if op.is_tensor else next(scalars)
-            for op in self.epilogue.operands
-        )  # fmt: skip
+            None if op.is_output else next(loaded) if op.is_tensor else next(scalars) for op in self.epilogue.operands
+        )
         return self.hook(value, m, n, batch, vals)
 
     def _hook_value(self, value, m, n, batch, loaded, ep_scalars, outputs, size_m, size_n):

@@ -5,11 +5,12 @@ the IR buffer Inductor makes of the winner carry it; epilogue fusion derives a n
 from it (``scheduler.fusion.fuse``). Only rendering turns it into source text: a
 Python expression that rebuilds the same spec in the generated module.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-from typing import Callable
+from collections.abc import Callable
 
 from ..runtime.spec import KernelSpec
 
@@ -41,15 +42,18 @@ class GemmCandidate:
     def __post_init__(self) -> None:
         tensors = sum(op.is_tensor for op in self.spec.epilogue.operands)
         if len(self.operand_args) != tensors:
-            raise ValueError(f"epilogue {self.spec.epilogue.name} takes {tensors} tensor operands, "
-                             f"got {len(self.operand_args)}")  # fmt: skip
+            raise ValueError(
+                f"epilogue {self.spec.epilogue.name} takes {tensors} tensor operands, got {len(self.operand_args)}"
+            )
         if not self.views:
             object.__setattr__(self, "views", (None,) * tensors)
         if len(self.views) != tensors:
             raise ValueError(f"{tensors} tensor operands but {len(self.views)} views")
         if len(self.scalars) != len(self.spec.epilogue.operands) - tensors:
-            raise ValueError(f"epilogue {self.spec.epilogue.name} takes "
-                             f"{len(self.spec.epilogue.operands) - tensors} scalars, got {len(self.scalars)}")  # fmt: skip
+            raise ValueError(
+                f"epilogue {self.spec.epilogue.name} takes "
+                f"{len(self.spec.epilogue.operands) - tensors} scalars, got {len(self.scalars)}"
+            )
         if not set(self.operand_args) <= set(self.input_names):
             raise ValueError(f"operands {self.operand_args} are not all inputs {self.input_names}")
 
@@ -62,8 +66,7 @@ class GemmCandidate:
     def launcher_source(self) -> str:
         """The arguments of ``runtime.generated.launcher`` as Python source (the names
         ``runtime.generated`` exports are in scope there)."""
-        return (f"{self.spec!r}, scalars={self.scalars!r}, views={self.views!r}, "
-                f"out_view={self.out_view!r}")  # fmt: skip
+        return f"{self.spec!r}, scalars={self.scalars!r}, views={self.views!r}, out_view={self.out_view!r}"
 
     def launcher(self) -> Callable[..., None]:
         """What the generated module's ``_launch`` is, made here (for timing it)."""

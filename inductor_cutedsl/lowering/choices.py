@@ -1,9 +1,11 @@
 """Inductor's choices handler with CuteDSL GEMM candidates."""
+
 from __future__ import annotations
 
 import logging
 import weakref
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from .. import config
 from ..compat import autotune, ir_access, settings
@@ -41,9 +43,7 @@ class CuteDSLChoices(InductorChoices):
             # no choice stays an error, as on stock Inductor.
             log.info("%s falls back to ATen (the only other backend is off)", op_name)
             aten, overrides = _aten_fallback(kernel_inputs, op_name)
-            choices = super().get_template_configs(
-                kernel_inputs, [aten], op_name, kwarg_overrides=overrides
-            )
+            choices = super().get_template_configs(kernel_inputs, [aten], op_name, kwarg_overrides=overrides)
         return [*choices, *ours]
 
 
@@ -53,7 +53,7 @@ class CuteDSLChoices(InductorChoices):
 #: or Inductor would time each of them once per ask. A GEMM is told apart by the FX
 #: node being lowered and its two operand nodes (the asks share them; one FX node may
 #: lower several GEMMs, as the gated MLP's alternative does).
-_offered: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+_offered: weakref.WeakKeyDictionary[Any, dict] = weakref.WeakKeyDictionary()
 
 
 def _ours_once(kernel_inputs, op_name: str) -> tuple[list, int]:

@@ -30,13 +30,15 @@ compile also times each re-timed choice's launch path (``timing.enqueue_ms``) an
 ranks them by that larger figure: a cuBLASLt ``addmm`` costs several times the host time
 of a Triton or CuteDSL launch (docs/findings.md).
 """
+
 from __future__ import annotations
 
 import logging
 import math
 import statistics
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .. import config
 from ..compat import autotune, settings
@@ -116,17 +118,22 @@ def _rescale(timings: dict[Any, float], run_fn: Callable[[Any], Callable[[], Any
     anchor = min(paced[i] for i in range(len(close)))
     retimed = {c: best * paced[i] / anchor for i, c in enumerate(contenders)}
     scale = retimed[mine] / ours[mine]
-    decisions.append({
-        "ours": mine.name,
-        "inductor_ms": {c.name: round(finite[c], 4) for c in contenders},
-        "side_ms": {c.name: round(side[i], 4) for i, c in enumerate(contenders)},
-        **({"host_ms": {c.name: round(host[i], 4) for i, c in enumerate(contenders) if i in host}} if host else {}),
-    })  # fmt: skip
+    decisions.append(
+        {
+            "ours": mine.name,
+            "inductor_ms": {c.name: round(finite[c], 4) for c in contenders},
+            "side_ms": {c.name: round(side[i], 4) for i, c in enumerate(contenders)},
+            **({"host_ms": {c.name: round(host[i], 4) for i, c in enumerate(contenders) if i in host}} if host else {}),
+        }
+    )
     log.info(
         "%s timed %.4f ms after %s; side by side (ms) %s, so %.4f ms",
-        mine.name, ours[mine], ", ".join(f"{c.name} {others[c]:.4f}" for c in close),
-        ", ".join(f"{c.name} {side[i]:.4f}" for i, c in enumerate(contenders)), retimed[mine],
-    )  # fmt: skip
+        mine.name,
+        ours[mine],
+        ", ".join(f"{c.name} {others[c]:.4f}" for c in close),
+        ", ".join(f"{c.name} {side[i]:.4f}" for i, c in enumerate(contenders)),
+        retimed[mine],
+    )
     out = {c: t * scale if c in ours else t for c, t in timings.items()}
     out.update({c: retimed[c] for c in close})
     return out

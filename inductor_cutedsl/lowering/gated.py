@@ -6,12 +6,14 @@ and ``gate`` / ``up`` as extra outputs of the same kernel where anything reads t
 (training); the alternative is lowered as the graph was. Any failure of ours here
 lowers the graph as it was (``errors.fallback``).
 """
+
 from __future__ import annotations
 
 import logging
 import math
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -165,11 +167,28 @@ def decide(
     best = min(range(len(cands)), key=lambda i: times.get(f"dual{i}", math.inf))
     ours, other = times.get(f"dual{best}", math.inf), times.get("alternative", math.inf)
     (m, k), n = shapes
-    log.info("gated %s %dx%dx%d: dual %s %.4f ms, two GEMMs + pointwise %.4f ms -> %s", activation, m, n, k,
-             cands[best].spec.config.name(), ours, other, "dual" if ours < other else "two GEMMs")  # fmt: skip
-    decisions.append({"shape": [m, n, k], "activation": activation, "form": "fused" if fused else "two",
-                      "dual_ms": ours, "alternative_ms": other,
-                      "config": cands[best].spec.config.name(), "way": "dual" if ours < other else "alternative"})  # fmt: skip
+    log.info(
+        "gated %s %dx%dx%d: dual %s %.4f ms, two GEMMs + pointwise %.4f ms -> %s",
+        activation,
+        m,
+        n,
+        k,
+        cands[best].spec.config.name(),
+        ours,
+        other,
+        "dual" if ours < other else "two GEMMs",
+    )
+    decisions.append(
+        {
+            "shape": [m, n, k],
+            "activation": activation,
+            "form": "fused" if fused else "two",
+            "dual_ms": ours,
+            "alternative_ms": other,
+            "config": cands[best].spec.config.name(),
+            "way": "dual" if ours < other else "alternative",
+        }
+    )
     return cands[best] if ours < other else None
 
 
@@ -249,7 +268,7 @@ def _as_graph(x2, w_gate, w_up, b_gate, b_up, activation, lead, n):
 def _act_ops(activation: str, x: Any) -> Any:
     """act(x) in Inductor's ops (fp32), as its own decompositions compute it."""
     ops = ir_ops
-    c = lambda v: ops.constant(v, torch.float32)  # noqa: E731
+    c = lambda v: ops.constant(v, torch.float32)
     if activation == "silu":
         return ops.mul(x, ops.sigmoid(x))
     if activation == "relu":

@@ -8,15 +8,16 @@ backward pass reads ``gate`` and ``up`` and, for the fused form, runs one GEMM p
 gradient over both halves, as stock does. ``gated_rewrite`` puts the op into graphs;
 ``gated`` lowers it.
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from ..kernels import epilogue as E
-
 
 #: activation name -> what eager computes.
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -35,9 +36,13 @@ LIB = "inductor_cutedsl"
 
 @torch.library.custom_op(f"{LIB}::gated_mm", mutates_args=())
 def gated_mm(
-    x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor | None,
-    b_gate: torch.Tensor | None, b_up: torch.Tensor | None, activation: str,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    x: torch.Tensor,
+    w_gate: torch.Tensor,
+    w_up: torch.Tensor | None,
+    b_gate: torch.Tensor | None,
+    b_up: torch.Tensor | None,
+    activation: str,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(act(gate) * up, gate, up) with gate = F.linear(x, w_gate, b_gate), up likewise;
     with ``w_up`` None, gate and up are the halves of F.linear(x, w_gate, b_gate)."""
     if w_up is None:

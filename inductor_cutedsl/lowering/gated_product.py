@@ -1,5 +1,6 @@
 """``act(gate) * up`` as one Triton kernel: the pointwise half of the alternative that a
 dual GEMM is measured against (what Inductor generates for it after two GEMMs)."""
+
 from __future__ import annotations
 
 import functools
@@ -40,8 +41,10 @@ def gated_product(gate: torch.Tensor, up: torch.Tensor, activation: str) -> torc
     """act(gate) * up, contiguous, of two (M, N) tensors of one shape, dtype and strides
     with unit column stride (e.g. the two halves of one GEMM's (M, 2N) output)."""
     if gate.dim() != 2 or gate.shape != up.shape or gate.stride() != up.stride() or gate.stride(1) != 1:
-        raise ValueError(f"gate {tuple(gate.shape)}/{gate.stride()} and up {tuple(up.shape)}/{up.stride()}: "
-                         "two (M, N) tensors of one layout with unit column stride")  # fmt: skip
+        raise ValueError(
+            f"gate {tuple(gate.shape)}/{gate.stride()} and up {tuple(up.shape)}/{up.stride()}: "
+            "two (M, N) tensors of one layout with unit column stride"
+        )
     h = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device)
     numel, block = gate.numel(), 1024
     grid = (-(-numel // block),)

@@ -6,11 +6,13 @@ Qwen2), and one fused ``gate_up`` Linear whose output is cut into halves by
 ``chunk(2, -1)`` or ``split`` (Phi-3), the halves being column ranges (weight rows)
 of one weight. A product whose parts are read by anything else stays as it is.
 """
+
 from __future__ import annotations
 
 import logging
 import operator
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F

@@ -6,25 +6,34 @@ sizes, strides and offsets, proven without adding guards). A GEMM that fails a
 check gets no CuteDSL candidate, and the reason goes to the
 ``inductor_cutedsl.lowering`` logger (``TORCH_LOGS="+inductor_cutedsl"``).
 """
+
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
 from .. import config
-from ..errors import Unsupported, fallback
 from ..compat import ir_access, settings
 from ..config import BACKEND_TOKEN
+from ..errors import Unsupported, fallback
 from ..kernels import epilogue as E
 from ..kernels.config import PROMOTE_NONE, PROMOTE_TILE, promotion_mode, shortlist
 from ..runtime import compiler
 from ..runtime.launch import default_cache
 from ..runtime.spec import ALIGNMENT, KernelSpec
 from ..runtime.support import (
-    A_MAJOR, AB_DTYPES, B_MAJOR, FP8_DTYPES, OUT_DTYPES, STORE_DTYPES, device_reason, scale_mode,
-)  # fmt: skip
+    A_MAJOR,
+    AB_DTYPES,
+    B_MAJOR,
+    FP8_DTYPES,
+    OUT_DTYPES,
+    STORE_DTYPES,
+    device_reason,
+    scale_mode,
+)
 from .candidate import GemmCandidate
 from .template import gemm_template
 
@@ -87,8 +96,15 @@ def candidate_specs(
     has registers for (``promotion_mode``)."""
     in_bytes, out_bytes = (getattr(torch, name).itemsize for name in (ab_dtype, out_dtype))
     return [
-        KernelSpec(cfg, ab_dtype, out_dtype, a_major, b_major, epilogue,
-                   promote=promotion_mode(cfg) if promote else PROMOTE_NONE)  # fmt: skip
+        KernelSpec(
+            cfg,
+            ab_dtype,
+            out_dtype,
+            a_major,
+            b_major,
+            epilogue,
+            promote=promotion_mode(cfg) if promote else PROMOTE_NONE,
+        )
         for cfg in shortlist(*mnkl, limit=config.max_configs, promote=PROMOTE_TILE if promote else PROMOTE_NONE)
         if cfg.invalid_reason(in_bytes, out_bytes) is None
     ]
@@ -172,9 +188,7 @@ def gemm_candidates(kernel_inputs: Any, op_name: str) -> tuple[list[GemmCandidat
 
     m, n, k = (ir_access.size_hint(x) for x in kernel_inputs.mnk_symbolic())
     batch = ir_access.size_hint(a.get_size()[0]) if len(a.get_size()) == 3 else 1
-    specs = candidate_specs(
-        (m, n, k, batch), AB_DTYPES[ab_dtype], OUT_DTYPES[out_dtype], a_major, b_major, epilogue
-    )
+    specs = candidate_specs((m, n, k, batch), AB_DTYPES[ab_dtype], OUT_DTYPES[out_dtype], a_major, b_major, epilogue)
     names, operands = (("c", "a", "b"), ("c",)) if has_c else (("a", "b"), ())
     for node in (a, b):
         ir_access.freeze_layout(node)
@@ -186,8 +200,11 @@ def _scale_mode(name: str, node: Any, size: tuple[int, int]) -> str:
     shape = [ir_access.size_hint(s) for s in node.get_size()]
     mode = scale_mode(shape, node.get_dtype(), *size)
     if mode is None:
-        raise Unsupported(f"{name} is {node.get_dtype()} of shape {shape}: CuteDSL takes fp32 scales, "
-                      f"tensor-wise or row-wise {list(size)} only (not block-wise)", "scale-mode")  # fmt: skip
+        raise Unsupported(
+            f"{name} is {node.get_dtype()} of shape {shape}: CuteDSL takes fp32 scales, "
+            f"tensor-wise or row-wise {list(size)} only (not block-wise)",
+            "scale-mode",
+        )
     return mode
 
 
@@ -207,7 +224,9 @@ def scaled_candidates(kernel_inputs: Any) -> tuple[list[GemmCandidate], Any]:
         # Inductor gives templates no scale_result input to read it from.
         raise Unsupported("scale_result (an fp8 output's scale) is not among the template's inputs", "scale-result")
     if (_contiguous_mode("A", a), _contiguous_mode("B", b)) != ("last", "first"):
-        raise Unsupported("fp8 operands must both be K-major (A row-major, B column-major): Hopper's fp8 MMA", "fp8-layout")
+        raise Unsupported(
+            "fp8 operands must both be K-major (A row-major, B column-major): Hopper's fp8 MMA", "fp8-layout"
+        )
     m, n, k = (ir_access.size_hint(x) for x in kernel_inputs.mnk_symbolic())
     modes = (_scale_mode("scale_a", scale_a, (m, 1)), _scale_mode("scale_b", scale_b, (1, n)))
     if bias is not None and (bias.get_dtype() not in OUT_DTYPES or len(bias.get_size()) != 1):

@@ -5,6 +5,7 @@ launcher once, at import (a cache hit when the candidates were precompiled), and
 defines the ``<kernel>_main(inputs..., out, stream)`` function that Inductor's
 wrapper calls.
 """
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -107,10 +108,16 @@ class GemmCaller(CuteDSLTemplateCaller):
         return {**super().info_dict(), "backend": "inductor_cutedsl"}
 
     def output_node(self):
-        return ir_access.tensor_box(GemmTemplateBuffer(
-            self.candidate, layout=self.layout, inputs=self.input_nodes,
-            make_kernel_render=self.make_kernel_render, template=self.template, mutated_inputs=self.mutated_inputs,
-        ))  # fmt: skip
+        return ir_access.tensor_box(
+            GemmTemplateBuffer(
+                self.candidate,
+                layout=self.layout,
+                inputs=self.input_nodes,
+                make_kernel_render=self.make_kernel_render,
+                template=self.template,
+                mutated_inputs=self.mutated_inputs,
+            )
+        )
 
 
 class GemmTemplate(CuteDSLTemplate):

@@ -2,6 +2,7 @@
 
 Names load lazily, so that compile workers (which never launch) do not import torch.
 """
+
 from __future__ import annotations
 
 import importlib

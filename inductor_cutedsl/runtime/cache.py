@@ -18,6 +18,7 @@ by another user, a team's directory) is used only with ``config.shared_cache``
 (``INDUCTOR_CUTEDSL_SHARED_CACHE=1``): its owners must be as trusted as the code
 itself. An untrusted directory is not read at all, and builds go to a private one.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -30,8 +31,8 @@ import shutil
 import tempfile
 import threading
 import weakref
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import filelock
 
@@ -180,9 +181,7 @@ class KernelCache:
     falling back (a compile worker, whose private dir would die with the job).
     """
 
-    def __init__(
-        self, root: Path | str | None = None, *, writable: bool = True, fallback: bool = True
-    ) -> None:
+    def __init__(self, root: Path | str | None = None, *, writable: bool = True, fallback: bool = True) -> None:
         self.dir = Path(root) if root is not None else default_cache_dir()
         self.root = self.dir
         self.read_only: Path | None = None if writable else self.dir  # set once known unwritable
@@ -211,8 +210,11 @@ class KernelCache:
                     "kernel cache dir %s is not used: %s. Kernels are built in a temporary directory instead; "
                     "set %s to a directory of your own, or %s=1 to use a cache shared with others (its owners "
                     "can run code in this process)",
-                    self.dir, self._distrust, ENV_CACHE_DIR, "INDUCTOR_CUTEDSL_SHARED_CACHE",
-                )  # fmt: skip
+                    self.dir,
+                    self._distrust,
+                    ENV_CACHE_DIR,
+                    "INDUCTOR_CUTEDSL_SHARED_CACHE",
+                )
         return self._distrust is None
 
     @property
@@ -303,13 +305,13 @@ class KernelCache:
                 "%s; compiling %s, and any other kernel missing there, in a temporary directory "
                 "removed at exit: kernels cached there are still used, new ones are not kept "
                 "(set %s to a writable directory to keep them)",
-                msg, what, ENV_CACHE_DIR,
-            )  # fmt: skip
+                msg,
+                what,
+                ENV_CACHE_DIR,
+            )
         return self.root
 
-    def get_or_build(
-        self, key: str, build: Callable[[Path, str], None], what: str | None = None
-    ) -> tuple[Path, bool]:
+    def get_or_build(self, key: str, build: Callable[[Path, str], None], what: str | None = None) -> tuple[Path, bool]:
         """Path of the object for ``key`` and whether this call compiled it.
 
         ``build(dir, name)`` must write ``dir/name.o``. ``what`` names the kernel in

@@ -4,14 +4,15 @@
 processes (``workers``). Each worker goes through the same :class:`KernelCache`,
 so workers, xdist processes and later runs share one build per key.
 """
+
 from __future__ import annotations
 
 import concurrent.futures
 import logging
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from . import workers as workers_mod
 from .cache import KernelCache
@@ -28,17 +29,21 @@ Built = tuple[Path, bool, float]  # (object path, compiled now, seconds)
 
 def export_object(spec: KernelSpec, out_dir: Path, name: str) -> None:
     """Trace, compile and export ``spec`` to ``out_dir/name.o`` (no GPU needed)."""
-    from .. import arch  # noqa: F401  (pins CUTE_DSL_ARCH before cutlass)
     import cutlass.cute as cute
 
-    from ..kernels.sm90_gemm import Sm90Gemm
-
     from ..kernels.epilogue_math import EpilogueError
+    from ..kernels.sm90_gemm import Sm90Gemm
 
     t0 = time.perf_counter()
     try:
         gemm = Sm90Gemm(
-            spec.config, spec.ab_dtype, spec.out_dtype, spec.a_major, spec.b_major, spec.epilogue, spec.dual,
+            spec.config,
+            spec.ab_dtype,
+            spec.out_dtype,
+            spec.a_major,
+            spec.b_major,
+            spec.epilogue,
+            spec.dual,
             spec.promote,
         )
         compiled = cute.compile(gemm.make_entry(), *gemm.fake_args())

@@ -8,13 +8,15 @@ argument buffer (one 8-byte slot per parameter, filled by a single
 first call checks, byte by byte, that our slots hold exactly what the DSL marshalled;
 if anything differs (a DSL change), every call stays on the generic path.
 """
+
 from __future__ import annotations
 
 import ctypes
 import logging
 import struct
 import threading
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 log = logging.getLogger("inductor_cutedsl.launch")
 
@@ -74,8 +76,11 @@ class FastCaller:
             if theirs != ctypes.string_at(base + _SLOT * i, size):
                 log.warning(
                     "fast launch path unavailable: argument %d (%s) marshals as %s, not %r",
-                    i, self._kinds[i], theirs.hex(), values[i],
-                )  # fmt: skip
+                    i,
+                    self._kinds[i],
+                    theirs.hex(),
+                    values[i],
+                )
                 return None
         dsl_packed = executor._get_invoke_packed_args(exe_args)
         n = len(self._kinds) + executor._num_extra_args

@@ -23,18 +23,20 @@ torch operations (``reference.run``), with one warning (``errors.fallback``; und
 ``config.strict`` the failure raises). Once the first launch succeeds, the module calls
 the kernel's launcher directly: the guard costs nothing after it.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import functools
 import logging
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
+from ..errors import fallback
 from ..kernels.config import GemmConfig
 from ..kernels.epilogue import Epilogue, EpilogueOperand
-from ..errors import fallback
 from . import reference
 from .compiler import build
 from .launch import default_cache, get_gemm, is_loaded
@@ -50,9 +52,13 @@ _ITEMSIZE = {name: dtype.itemsize for dtype, name in OUT_DTYPES.items()}
 
 
 def launcher(
-    spec: KernelSpec, scalars: Sequence[float] = (), views: Sequence = (), out_view=None,
-    scope: dict[str, Any] | None = None, name: str = "_launch",
-) -> Callable[..., None]:  # fmt: skip
+    spec: KernelSpec,
+    scalars: Sequence[float] = (),
+    views: Sequence = (),
+    out_view=None,
+    scope: dict[str, Any] | None = None,
+    name: str = "_launch",
+) -> Callable[..., None]:
     """``scalars``: values of the epilogue's scalar operands, in declaration order;
     ``views``: per tensor operand, how to read it (see ``operand_args``); ``out_view``:
     how the output is written, where not as the GEMM's own (see ``CompiledGemm.launch``).
@@ -101,8 +107,7 @@ def _launcher(spec: KernelSpec, scalars: Sequence[float], views: Sequence, out_v
     # Per operand: (is a tensor, its declaration, its view or its scalar value).
     t_views, s_values = iter(views), iter(scalars)
     plan = tuple(
-        (True, op, next(t_views)) if op.is_tensor else (False, op, next(s_values))
-        for op in spec.epilogue.operands
+        (True, op, next(t_views)) if op.is_tensor else (False, op, next(s_values)) for op in spec.epilogue.operands
     )
 
     def checked(a, b, tensors) -> tuple:
@@ -123,10 +128,15 @@ def _launcher(spec: KernelSpec, scalars: Sequence[float], views: Sequence, out_v
         return run, values
 
     if spec.config.stream_k:  # scratch buffers allocated per launch: nothing to reuse
+
         def launch_stream_k(
-            a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *tensors: torch.Tensor, stream: int,
+            a: torch.Tensor,
+            b: torch.Tensor,
+            out: torch.Tensor,
+            *tensors: torch.Tensor,
+            stream: int,
             b_up: torch.Tensor | None = None,
-        ) -> None:  # fmt: skip
+        ) -> None:
             run, values = checked(a, b, tensors)
             run.launch(a, b, out, values, stream, out_view, b_up=b_up)
 
@@ -206,18 +216,20 @@ class _Entries:
             values.append("*e[4]")
         for i, t in enumerate(names):
             values += [f"p{t}", f"*e[{5 + i}]"]
-        return "\n".join([
-            f"def launch(a, b, out, {params}*ignored, stream, b_up=None):",
-            *lines,
-            f"    key = ({', '.join(key)})",
-            "    e = table.get(key)",
-            "    if e is None:",
-            f"        e = miss(key, a, b, out, ({params}), b_up)",
-            "    if stream is None:",
-            "        stream = current_stream(a.device).cuda_stream",
-            f"    e[0]({', '.join(values)}, stream)",
-            "",
-        ])  # fmt: skip
+        return "\n".join(
+            [
+                f"def launch(a, b, out, {params}*ignored, stream, b_up=None):",
+                *lines,
+                f"    key = ({', '.join(key)})",
+                "    e = table.get(key)",
+                "    if e is None:",
+                f"        e = miss(key, a, b, out, ({params}), b_up)",
+                "    if stream is None:",
+                "        stream = current_stream(a.device).cuda_stream",
+                f"    e[0]({', '.join(values)}, stream)",
+                "",
+            ]
+        )
 
 
 def unpaired(spec: KernelSpec) -> KernelSpec:

@@ -3,6 +3,7 @@
 A launch passes raw pointers, sizes and strides (no DLPack conversion) on the
 current torch stream.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -48,7 +49,7 @@ from .support import (
     type_reason,
 )
 
-_memo: dict[str, "CompiledGemm"] = {}
+_memo: dict[str, CompiledGemm] = {}
 _memo_lock = threading.Lock()
 _default_cache: KernelCache | None = None
 _default_cache_for: str | None = None  # the config.cache_dir it was opened for
@@ -63,10 +64,9 @@ def default_cache() -> KernelCache:
     return _default_cache
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def max_active_clusters(cluster_size: int, device_index: int) -> int:
     """Clusters resident at once on the device (queried once per process)."""
-    from .. import arch  # noqa: F401
     import cutlass.utils
 
     with torch.cuda.device(device_index):
@@ -82,21 +82,27 @@ class CompiledGemm:
     (``KernelSpec.dual``) ``b`` is the gate weight, and ``b_up`` the up weight."""
 
     def __init__(self, spec: KernelSpec, object_path: str) -> None:
-        from .. import arch  # noqa: F401
         import cuda.bindings.driver as cuda
         import cutlass
         import cutlass.cute as cute
 
         self.spec = spec
         self._module = cute.runtime.load_module(str(object_path))
-        dt = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16, "float32": cutlass.Float32,
-              "float8_e4m3fn": cutlass.Float8E4M3FN}  # fmt: skip
+        dt = {
+            "bfloat16": cutlass.BFloat16,
+            "float16": cutlass.Float16,
+            "float32": cutlass.Float32,
+            "float8_e4m3fn": cutlass.Float8E4M3FN,
+        }
         ops = spec.epilogue.operands
         # Entry parameters (see Sm90Gemm.make_entry): kinds for the fast path and
         # the DSL type of each pointer for the generic one.
         kinds = [PTR, PTR, PTR, I32, I32, I32, I32, I64, I64, I64, I64, I64, I64, I32]
-        ptr_types = {0: (dt[spec.ab_dtype], ALIGNMENT), 1: (dt[spec.ab_dtype], ALIGNMENT),
-                     2: (dt[spec.out_dtype], ALIGNMENT)}  # fmt: skip
+        ptr_types = {
+            0: (dt[spec.ab_dtype], ALIGNMENT),
+            1: (dt[spec.ab_dtype], ALIGNMENT),
+            2: (dt[spec.out_dtype], ALIGNMENT),
+        }
         if spec.dual:  # the up weight: pointer, leading and batch strides
             ptr_types[len(kinds)] = (dt[spec.ab_dtype], ALIGNMENT)
             kinds += [PTR, I64, I64]
@@ -122,9 +128,14 @@ class CompiledGemm:
         self.call = FastCaller(getattr(self._module, spec.symbol()), kinds, to_dsl_args)
 
     def __call__(
-        self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *operands, stream: int | None = None,
+        self,
+        a: torch.Tensor,
+        b: torch.Tensor,
+        out: torch.Tensor,
+        *operands,
+        stream: int | None = None,
         b_up: torch.Tensor | None = None,
-    ) -> torch.Tensor:  # fmt: skip
+    ) -> torch.Tensor:
         """Launch on ``stream`` (a raw CUDA stream handle), by default torch's current one."""
         batch = a.shape[0] if a.dim() == 3 else 1
         m, n = a.shape[-2], b.shape[-1]
@@ -138,9 +149,15 @@ class CompiledGemm:
         return out
 
     def launch(
-        self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, operand_values: list, stream: int | None,
-        out_view=None, b_up: torch.Tensor | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        a: torch.Tensor,
+        b: torch.Tensor,
+        out: torch.Tensor,
+        operand_values: list,
+        stream: int | None,
+        out_view=None,
+        b_up: torch.Tensor | None = None,
+    ) -> None:
         """Launch with the epilogue operands already flat, as the entry takes them:
         per tensor operand ``declared_args``, per scalar a float. ``out_view``:
         ((stride_m, 1, stride_l), offset) where ``out`` is not laid out as the GEMM's
@@ -160,7 +177,7 @@ class CompiledGemm:
 
     def layout(
         self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, out_view=None, b_up: torch.Tensor | None = None
-    ) -> tuple[int, tuple, tuple]:  # fmt: skip
+    ) -> tuple[int, tuple, tuple]:
         """What a launch passes besides addresses, operands and stream, read from the
         tensors' sizes and strides only (so a launcher may reuse it while they stay):
         (bytes to add to ``out``'s address, the entry's values after the three
@@ -180,12 +197,18 @@ class CompiledGemm:
             out_offset = offset * out.element_size()
             out_batch = out_batch if batch > 1 else single_batch_stride(m, ldd, out.element_size())
         sizes = (
-            m, n, k, batch, lda, ldb, ldd,
+            m,
+            n,
+            k,
+            batch,
+            lda,
+            ldb,
+            ldd,
             _batch_stride(a, m if spec.a_major == "k" else k, lda),
             _batch_stride(b, k if spec.b_major == "n" else n, ldb),
             out_batch,
             max_active_clusters(spec.config.cluster_size, a.device.index),
-        )  # fmt: skip
+        )
         up: tuple[int, ...] = ()
         if spec.dual:
             if b_up is None:
@@ -297,10 +320,14 @@ def gemm(
     ValueError naming the epilogue and the line (``kernels.epilogue_math.EpilogueError``).
     """
     _check_types(
-        "GEMM", ("a", a, torch.Tensor, False), ("b", b, torch.Tensor, False), ("out", out, torch.Tensor, True),
-        ("out_dtype", out_dtype, torch.dtype, True), ("config", config, GemmConfig, True),
+        "GEMM",
+        ("a", a, torch.Tensor, False),
+        ("b", b, torch.Tensor, False),
+        ("out", out, torch.Tensor, True),
+        ("out_dtype", out_dtype, torch.dtype, True),
+        ("config", config, GemmConfig, True),
         ("epilogue", epilogue, Epilogue, False),
-    )  # fmt: skip
+    )
     reason = gemm_reason(a, b, out, out_dtype) or promote_reason(promote, a.dtype in FP8_DTYPES)
     if reason is None:
         reason = operands_reason(epilogue, operands, a.shape[0] if a.dim() == 3 else 1, a.shape[-2], b.shape[-1])
@@ -353,8 +380,16 @@ def scaled_gemm(
         if config is None:
             config = shortlist(a.shape[-2], b.shape[-1], a.shape[-1], promote=PROMOTE_TILE)[0]
         promote = promotion_mode(config) if isinstance(config, GemmConfig) else PROMOTE_TILE
-    return gemm(a, b, *operands, out=out, out_dtype=None if out is not None else out_dtype, config=config,
-                epilogue=epi, promote=promote)  # fmt: skip
+    return gemm(
+        a,
+        b,
+        *operands,
+        out=out,
+        out_dtype=None if out is not None else out_dtype,
+        config=config,
+        epilogue=epi,
+        promote=promote,
+    )
 
 
 def gated_gemm(
@@ -382,18 +417,28 @@ def gated_gemm(
     unless ``keep_out`` says otherwise.
     """
     _check_types(
-        "gated GEMM", ("a", a, torch.Tensor, False), ("b_gate", b_gate, torch.Tensor, False),
-        ("b_up", b_up, torch.Tensor, False), ("act", act, str, False), ("bias_gate", bias_gate, torch.Tensor, True),
-        ("bias_up", bias_up, torch.Tensor, True), ("out", out, torch.Tensor, True),
-        ("out_dtype", out_dtype, torch.dtype, True), ("keep_out", keep_out, (tuple, list), True),
+        "gated GEMM",
+        ("a", a, torch.Tensor, False),
+        ("b_gate", b_gate, torch.Tensor, False),
+        ("b_up", b_up, torch.Tensor, False),
+        ("act", act, str, False),
+        ("bias_gate", bias_gate, torch.Tensor, True),
+        ("bias_up", bias_up, torch.Tensor, True),
+        ("out", out, torch.Tensor, True),
+        ("out_dtype", out_dtype, torch.dtype, True),
+        ("keep_out", keep_out, (tuple, list), True),
         ("config", config, GemmConfig, True),
-    )  # fmt: skip
+    )
     reason = gated_reason(a, b_gate, b_up, out, out_dtype)
     if reason is None and act not in GATED_ACTIVATIONS:
         reason = f"act: activation {act!r} not in {GATED_ACTIVATIONS}"
     if reason is None and keep_out is not None and len(keep_out) != 2:
         reason = "keep_out must be two tensors (gate, up)"
-    for name, t in (("bias_gate", bias_gate), ("bias_up", bias_up), *zip(("keep_out[0]", "keep_out[1]"), keep_out or ())):
+    for name, t in (
+        ("bias_gate", bias_gate),
+        ("bias_up", bias_up),
+        *zip(("keep_out[0]", "keep_out[1]"), keep_out or ()),
+    ):
         if reason is None and t is not None and not (isinstance(t, torch.Tensor) and t.dtype in OUT_DTYPES):
             got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
             reason = f"{name} is {got}: biases and kept outputs must be tensors of {sorted(map(str, OUT_DTYPES))}"
@@ -407,17 +452,20 @@ def gated_gemm(
         shape = (*a.shape[:-1], n)
         out = out if out is not None else torch.empty(shape, dtype=out_dtype, device=a.device)
         if keep and keep_out is None:
-            keep_out = (torch.empty(shape, dtype=out_dtype, device=a.device),
-                        torch.empty(shape, dtype=out_dtype, device=a.device))  # fmt: skip
+            keep_out = (
+                torch.empty(shape, dtype=out_dtype, device=a.device),
+                torch.empty(shape, dtype=out_dtype, device=a.device),
+            )
         kept = tuple(keep_out or ())
         bias_gate_dtype, bias_up_dtype = (None if t is None else OUT_DTYPES[t.dtype] for t in (bias_gate, bias_up))
         keep_dtype = OUT_DTYPES[kept[0].dtype] if kept else None
         # Kept outputs are written two columns per store where both allow it.
         pairs = keep_dtype in ("bfloat16", "float16") and all(
-            isinstance(t, torch.Tensor) and tuple(t.shape) == shape  # else operands_reason refuses it
+            isinstance(t, torch.Tensor)
+            and tuple(t.shape) == shape  # else operands_reason refuses it
             and pairs_reason(operand_args(t, None, batch, m, n), n) is None
             for t in kept
-        )  # fmt: skip
+        )
         epilogue = gated(act, bias_gate_dtype, bias_up_dtype, keep_dtype, keep_pairs=pairs)
         operands = [t for t in (bias_gate, bias_up, *kept) if t is not None]
         # The output checked again where it was made here: its rows must be 16-byte aligned.

@@ -14,11 +14,13 @@ Two users:
   Inductor's kernels give up to rounding, so a user's compiled program still runs;
 - the tests, in float64 (``namespace(torch.float64)``), against torch eager.
 """
+
 from __future__ import annotations
 
 import functools
 import types
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -41,8 +43,24 @@ def _math(dtype: torch.dtype) -> types.SimpleNamespace:
     def tensor(x):
         return x if isinstance(x, torch.Tensor) else torch.tensor(x, dtype=dtype)
 
-    unary = {name: getattr(torch, name) for name in ("exp", "exp2", "expm1", "log", "log1p", "log2", "erf",
-                                                     "rsqrt", "sqrt", "abs", "sin", "cos", "tanh")}  # fmt: skip
+    unary = {
+        name: getattr(torch, name)
+        for name in (
+            "exp",
+            "exp2",
+            "expm1",
+            "log",
+            "log1p",
+            "log2",
+            "erf",
+            "rsqrt",
+            "sqrt",
+            "abs",
+            "sin",
+            "cos",
+            "tanh",
+        )
+    }
     ns = {name: _kw_free(lambda x, fn=fn: fn(tensor(x))) for name, fn in unary.items()}
     ns["max"] = _kw_free(lambda a, b: torch.maximum(tensor(a), tensor(b)))
     ns["min"] = _kw_free(lambda a, b: torch.minimum(tensor(a), tensor(b)))
@@ -83,8 +101,9 @@ def namespace(dtype: torch.dtype = torch.float32) -> dict[str, Any]:
     return {name: scope[name] for name in epilogue_math.NAMESPACE}
 
 
-def evaluate(epilogue: Epilogue, acc: Any, m: Any, n: Any, l: Any, ops: Sequence[Any],
-             dtype: torch.dtype = torch.float32) -> Any:  # fmt: skip
+def evaluate(
+    epilogue: Epilogue, acc: Any, m: Any, n: Any, l: Any, ops: Sequence[Any], dtype: torch.dtype = torch.float32
+) -> Any:
     """The epilogue's result for accumulator ``acc`` (a tensor, or a (gate, up) pair),
     coordinates ``m, n, l`` and loaded operands ``ops``, computed in ``dtype``."""
     if epilogue.source is None:  # the identity
@@ -101,9 +120,18 @@ def _lmn(t: torch.Tensor, args: tuple[int, int, int, int], shape: tuple[int, int
     return t.as_strided(shape, (s_l, s_m, s_n), offset)
 
 
-def run(spec: KernelSpec, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, operands: Sequence[Any],
-        scalars: Sequence[float] = (), views: Sequence[Any] = (), out_view: Any = None,
-        b_up: torch.Tensor | None = None, dtype: torch.dtype = torch.float32) -> None:  # fmt: skip
+def run(
+    spec: KernelSpec,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    out: torch.Tensor,
+    operands: Sequence[Any],
+    scalars: Sequence[float] = (),
+    views: Sequence[Any] = (),
+    out_view: Any = None,
+    b_up: torch.Tensor | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> None:
     """Write into ``out`` what the kernel of ``spec`` would, given the launch's tensors:
     ``operands`` are the epilogue's tensor operands in order (scalars come from
     ``scalars``), read through ``views`` (see ``generated.launcher``); ``out_view`` as
@@ -127,8 +155,11 @@ def run(spec: KernelSpec, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, o
             outputs.append(lmn)
         else:
             values.append(lmn.to(dtype))
-    coords = (torch.arange(m, device=a.device).view(1, m, 1), torch.arange(n, device=a.device).view(1, 1, n),
-              torch.arange(batch, device=a.device).view(batch, 1, 1))  # fmt: skip
+    coords = (
+        torch.arange(m, device=a.device).view(1, m, 1),
+        torch.arange(n, device=a.device).view(1, 1, n),
+        torch.arange(batch, device=a.device).view(batch, 1, 1),
+    )
     result = evaluate(spec.epilogue, acc, *coords, values, dtype)
     results = list(result) if outputs else [result]
     if out_view is None:

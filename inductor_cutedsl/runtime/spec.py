@@ -1,4 +1,5 @@
 """What identifies one compiled kernel binary, and the key it is cached under."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -108,7 +109,7 @@ class KernelSpec:
         )
 
     @classmethod
-    def from_json(cls, text: str) -> "KernelSpec":
+    def from_json(cls, text: str) -> KernelSpec:
         d = json.loads(text)
         epi = d["epilogue"]
         return cls(

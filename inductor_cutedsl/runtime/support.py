@@ -3,11 +3,12 @@
 A GEMM the kernel cannot compute exactly as asked is refused here (and then
 offered no CuteDSL candidate); it is never run on a guess.
 """
+
 from __future__ import annotations
 
 import math
 import numbers
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -37,8 +38,10 @@ def row_width_reason(n: int, dtype: torch.dtype) -> str | None:
     the H200: columns N up to the next 16 bytes, into a padded row's padding, a
     concatenation's neighbour, or past the end of the storage)."""
     if not _aligned(n * dtype.itemsize):
-        return (f"output rows of {n} x {dtype} are {n * dtype.itemsize} bytes, not a multiple of "
-                f"{ALIGNMENT} (the TMA store would write past column {n})")
+        return (
+            f"output rows of {n} x {dtype} are {n * dtype.itemsize} bytes, not a multiple of "
+            f"{ALIGNMENT} (the TMA store would write past column {n})"
+        )
     return None
 
 
@@ -150,8 +153,10 @@ def gemm_reason(
         return "out_dtype: fp8 operands need an output dtype (bf16, fp16, fp32 or fp8 e4m3)"
     out_dtype = out.dtype if out is not None else (out_dtype or a.dtype)
     if out_dtype not in STORE_DTYPES:
-        return (f"output dtype {out_dtype} unsupported ({'out' if out is not None else 'out_dtype'}; "
-                "want one of bf16, fp16, fp32, fp8 e4m3)")  # fmt: skip
+        return (
+            f"output dtype {out_dtype} unsupported ({'out' if out is not None else 'out_dtype'}; "
+            "want one of bf16, fp16, fp32, fp8 e4m3)"
+        )
     for name, t in (("a", a), (b_name, b), ("out", out)):
         if t is not None and (reason := _named_device_reason(name, t.device)):
             return reason
@@ -163,8 +168,10 @@ def gemm_reason(
     if bm is None:
         return f"{b_name} has no unit-stride matrix mode (strides {tuple(b.stride())})"
     if a.dtype in FP8_DTYPES and (am, bm) != ("k", "k"):
-        return (f"fp8 operands must both be K-major (Hopper's fp8 MMA): a row-major, {b_name} column-major "
-                f"(the .t() of an N x K tensor); got a {am.upper()}-major, {b_name} {bm.upper()}-major")  # fmt: skip
+        return (
+            f"fp8 operands must both be K-major (Hopper's fp8 MMA): a row-major, {b_name} column-major "
+            f"(the .t() of an N x K tensor); got a {am.upper()}-major, {b_name} {bm.upper()}-major"
+        )
     reason = _alignment_reason("a", a, leading_stride(a, am == "k")) or _alignment_reason(
         b_name, b, leading_stride(b, bm == "n")
     )
@@ -211,12 +218,18 @@ def scales_reason(
     m, n = a.shape[-2], b.shape[-1]
     modes = (scale_mode(scale_a.shape, scale_a.dtype, m, 1), scale_mode(scale_b.shape, scale_b.dtype, 1, n))
     if None in modes:
-        return (f"scales {tuple(scale_a.shape)} {scale_a.dtype} and {tuple(scale_b.shape)} {scale_b.dtype}: "
-                f"want fp32, each one value (tensor-wise) or ({m}, 1) and (1, {n}) (row-wise)")  # fmt: skip
+        return (
+            f"scales {tuple(scale_a.shape)} {scale_a.dtype} and {tuple(scale_b.shape)} {scale_b.dtype}: "
+            f"want fp32, each one value (tensor-wise) or ({m}, 1) and (1, {n}) (row-wise)"
+        )
     if bias is not None and (bias.dtype not in OUT_DTYPES or tuple(bias.shape) != (n,)):
         return f"bias {tuple(bias.shape)} {bias.dtype}: want {n} values of bf16, fp16 or fp32"
     if scale_result is not None:
-        if not isinstance(scale_result, torch.Tensor) or scale_result.dtype != torch.float32 or scale_result.numel() != 1:
+        if (
+            not isinstance(scale_result, torch.Tensor)
+            or scale_result.dtype != torch.float32
+            or scale_result.numel() != 1
+        ):
             return "scale_result: want one fp32 value (a 0-dim or one-element tensor)"
         if out_dtype not in FP8_DTYPES:
             return "scale_result: only an fp8 output has one (torch ignores it for other outputs)"
@@ -305,7 +318,9 @@ def single_batch_stride(rows: int, ld: int, itemsize: int) -> int:
     return -(-max(rows * ld, 1) // step) * step
 
 
-def declared_args(decl: EpilogueOperand, t: torch.Tensor, view, batch: int, m: int, n: int) -> tuple[int, int, int, int]:
+def declared_args(
+    decl: EpilogueOperand, t: torch.Tensor, view, batch: int, m: int, n: int
+) -> tuple[int, int, int, int]:
     """``operand_args`` as the kernel compiled for ``decl`` takes them: a staged operand
     of a single batch gets a TMA-acceptable L stride in place of its zero one."""
     args = operand_args(t, view, batch, m, n)
@@ -314,8 +329,9 @@ def declared_args(decl: EpilogueOperand, t: torch.Tensor, view, batch: int, m: i
     return args
 
 
-def declaration_reason(decl: EpilogueOperand, args: tuple[int, int, int, int], batch: int, m: int, n: int,
-                       itemsize: int) -> str | None:  # fmt: skip
+def declaration_reason(
+    decl: EpilogueOperand, args: tuple[int, int, int, int], batch: int, m: int, n: int, itemsize: int
+) -> str | None:
     """Why the operand view ``args`` breaks ``decl``'s ``pairs`` or ``staged`` load
     declaration, if it does."""
     if decl.pairs and (why := pairs_reason(args, n)):

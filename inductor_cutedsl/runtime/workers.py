@@ -6,6 +6,7 @@ in every worker and so re-run an unguarded script. They import only the DSL and
 our kernels (no torch), and can be started ahead of time (``start``) so that the
 imports overlap whatever the program does before its first compile.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -42,8 +43,12 @@ class _Worker:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "inductor_cutedsl.runtime.compile_worker"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True, bufsize=1,
-        )  # fmt: skip
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            text=True,
+            bufsize=1,
+        )
         assert self.proc.stdin is not None and self.proc.stdout is not None  # both pipes, above
         self.requests: IO[str] = self.proc.stdin
         self.replies: IO[str] = self.proc.stdout

@@ -21,12 +21,14 @@ scheduling's ``can_fuse_vertical``); each is a thin adapter (``scheduling``,
 Decisions are kept per graph being compiled (a weak map keyed by Inductor's graph,
 with buffers named), not on Inductor's IR.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import logging
 import weakref
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from .. import config
 from ..compat import codegen, ir_access
@@ -59,7 +61,7 @@ class GraphDecisions:
     early_modules: dict = dataclasses.field(default_factory=dict)
 
 
-_graphs: "weakref.WeakKeyDictionary[Any, GraphDecisions]" = weakref.WeakKeyDictionary()
+_graphs: weakref.WeakKeyDictionary[Any, GraphDecisions] = weakref.WeakKeyDictionary()
 
 
 def graph_decisions() -> GraphDecisions:

@@ -9,11 +9,13 @@ replay, so they cannot disagree.
 Values carry their dtype. Arithmetic runs in fp32 (as Inductor's Triton code
 does after upcasting); an explicit cast to bf16/fp16 rounds through that type.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import sympy
 import torch
@@ -80,8 +82,12 @@ class Coordinates:
     simplify: Callable[[sympy.Expr, dict], sympy.Expr] = lambda e, ranges: e
 
     @classmethod
-    def identity(cls, mnl: tuple[sympy.Symbol, sympy.Symbol, sympy.Symbol], sizes: tuple[int, int, int],
-                 simplify: Callable[[sympy.Expr], sympy.Expr] = lambda e: e) -> "Coordinates":  # fmt: skip
+    def identity(
+        cls,
+        mnl: tuple[sympy.Symbol, sympy.Symbol, sympy.Symbol],
+        sizes: tuple[int, int, int],
+        simplify: Callable[[sympy.Expr], sympy.Expr] = lambda e: e,
+    ) -> Coordinates:
         """Loop variables that are the coordinates themselves."""
         return cls(tuple(zip(mnl, sizes)), tuple(((s, 1),) for s in mnl), lambda e, ranges: simplify(e))
 
@@ -113,7 +119,8 @@ class Coordinates:
             if any(int(coeff[s]) != stride * w for s, w in dim):
                 raise Unsupported(
                     f"index {index} is not linear in the GEMM output's coordinates "
-                    "(the node's loops are not a pure reshape of them)", "indexing"
+                    "(the node's loops are not a pure reshape of them)",
+                    "indexing",
                 )
             strides.append(stride)
         return (strides[0], strides[1], strides[2]), int(offset)
@@ -316,8 +323,12 @@ def _pairs(op: OperandRef, n: int) -> bool:
     (s_m, s_n, s_l), offset = op.strides, op.offset
     return (
         op.dtype in (torch.bfloat16, torch.float16)
-        and s_n == 1 and s_m % 2 == 0 and s_l % 2 == 0 and offset % 2 == 0 and n % 2 == 0
-    )  # fmt: skip
+        and s_n == 1
+        and s_m % 2 == 0
+        and s_l % 2 == 0
+        and offset % 2 == 0
+        and n % 2 == 0
+    )
 
 
 def finish(tr: EpilogueTranslator, name: str, keep: tuple[str, ...] = ()) -> Translation:
@@ -340,9 +351,7 @@ def finish(tr: EpilogueTranslator, name: str, keep: tuple[str, ...] = ()) -> Tra
             raise Unsupported(f"{buf} has dtype {dtype}", "dtype")
         values.append("acc" if buf == tr.acc_buffer else tr.stored[buf].name)
         operands.append(OperandRef(buf, *tr.views[buf], dtype))
-    source = "\n".join(
-        ["def epilogue(acc, m, n, l, ops):", *tr.lines, f"    return {', '.join(values)}", ""]
-    )
+    source = "\n".join(["def epilogue(acc, m, n, l, ops):", *tr.lines, f"    return {', '.join(values)}", ""])
     decls = tuple(
         EpilogueOperand(f"in{i}", "full", OUT_DTYPES[op.dtype], _pairs(op, tr.sizes[1]))
         for i, op in enumerate(tr.operands)

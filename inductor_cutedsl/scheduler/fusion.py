@@ -1,5 +1,6 @@
 """Composing a GEMM's own epilogue (bias, alpha/beta) with a translated pointwise chain,
 and the template arguments of the fused kernel."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -56,8 +57,14 @@ def stageable_input(epi: Epilogue, first_fused: int, tr: Translation) -> int | N
     ``config.staged_operands`` is on and there is one."""
     if not config.staged_operands:
         return None
-    return next((first_fused + i for i, op in enumerate(tr.operands)
-                 if epi.operands[first_fused + i].kind == "full" and _stageable(op)), None)  # fmt: skip
+    return next(
+        (
+            first_fused + i
+            for i, op in enumerate(tr.operands)
+            if epi.operands[first_fused + i].kind == "full" and _stageable(op)
+        ),
+        None,
+    )
 
 
 def stages(cfg: GemmConfig, in_dtype: torch.dtype, out_dtype: torch.dtype) -> bool:

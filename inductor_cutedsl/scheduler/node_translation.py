@@ -13,10 +13,12 @@ The atoms only say how the loops could cover the output in row-major order; the
 translator's rules (the GEMM output read element-for-element by every node, or a
 buffer of the chain read as it was stored) prove that they do.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import sympy
 import torch
@@ -63,9 +65,11 @@ def loop_view(var_sizes: Sequence[int], mnl_sizes: tuple[int, int, int]) -> tupl
             parts.append(extents[cut_i])
             product *= extents[cut_i]
             cut_i += 1
-        names = [sym] if len(parts) == 1 else [
-            sympy.Symbol(f"{sym.name}{i}", integer=True, nonnegative=True) for i in range(len(parts))
-        ]
+        names = (
+            [sym]
+            if len(parts) == 1
+            else [sympy.Symbol(f"{sym.name}{i}", integer=True, nonnegative=True) for i in range(len(parts))]
+        )
         atoms += list(zip(names, parts))
         weights = [math.prod(parts[i + 1 :]) for i in range(len(parts))]
         dim_atoms[sym] = list(zip(names, weights))

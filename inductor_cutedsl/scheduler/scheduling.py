@@ -9,10 +9,12 @@ behaviour.
 
 Installed by ``enable()`` when ``config.epilogue_fusion`` is on.
 """
+
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from .. import config
 from ..compat import codegen

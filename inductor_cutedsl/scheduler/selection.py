@@ -31,6 +31,7 @@ finalizes the MultiTemplateBuffer as that Triton template, with the epilogue fus
 separate leaves the GEMM unfused, as the candidate that measured fastest here. When
 ours is not worth measuring, Inductor decides as it would without us.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -38,7 +39,8 @@ import dataclasses
 import logging
 import math
 import time
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import torch
 
@@ -67,9 +69,12 @@ SCREEN = 1.15
 ROUNDS = 4
 #: What ``side_by_side_ms`` measures, and the way each one stands for.
 WAYS = {
-    "fused": "cutedsl", "fused_alt": "cutedsl", "triton_fused": "triton",
-    "ours_separate": "separate", "other_separate": "separate",
-}  # fmt: skip
+    "fused": "cutedsl",
+    "fused_alt": "cutedsl",
+    "triton_fused": "triton",
+    "ours_separate": "separate",
+    "other_separate": "separate",
+}
 
 #: One record per measured decision in this process: {"gemm", "way", "ms": {way: ms}}.
 decisions: list[dict] = []
@@ -162,10 +167,12 @@ def _contenders(caller: GemmCaller, timings: dict, tr: Translation, triton: bool
     the epilogue)."""
     fused = _fused_choice(caller, timings, tr)
     ways = {
-        "fused": fused, "fused_alt": _alternative(fused, timings),
+        "fused": fused,
+        "fused_alt": _alternative(fused, timings),
         "triton_fused": _fastest(timings, ir_access.is_triton_template_caller) if triton else None,
-        "ours_separate": caller, "other_separate": _fastest(timings, lambda c: not isinstance(c, GemmCaller)),
-    }  # fmt: skip
+        "ours_separate": caller,
+        "other_separate": _fastest(timings, lambda c: not isinstance(c, GemmCaller)),
+    }
     return {way: choice for way, choice in ways.items() if choice is not None}
 
 
@@ -244,8 +251,9 @@ def await_modules_before_measuring(modules: Iterable[tuple[Any, Any]], early: di
     await_modules([*modules, *early.values()])
 
 
-def side_by_side_runs(scheduler: Any, template: Any, contenders: dict[str, Any], tr: Translation,
-                      chain: Sequence[Any], early: dict) -> dict[str, Maker]:  # fmt: skip
+def side_by_side_runs(
+    scheduler: Any, template: Any, contenders: dict[str, Any], tr: Translation, chain: Sequence[Any], early: dict
+) -> dict[str, Maker]:
     """Makers (see ``timing.graphed_run``) of one run of each way of ``contenders`` (see
     ``_contenders``). Code is generated and compiles start now (in worker processes);
     tensors are allocated when a maker runs."""
@@ -253,8 +261,10 @@ def side_by_side_runs(scheduler: Any, template: Any, contenders: dict[str, Any],
     # Through the worker pool: a build started early for this chain (start_fused_build)
     # is waited for, not redone.
     builds = [compiler.build_async(c.spec, default_cache(), config.compile_workers) for _, c in fused.values()]
-    modules = {name: _side_module(scheduler, nodes, choice, early)
-               for name, (nodes, choice) in _side_modules(template, chain, contenders).items()}  # fmt: skip
+    modules = {
+        name: _side_module(scheduler, nodes, choice, early)
+        for name, (nodes, choice) in _side_modules(template, chain, contenders).items()
+    }
     t0 = time.perf_counter()
     compiler.wait(builds)
     t1 = time.perf_counter()
@@ -268,7 +278,7 @@ def side_by_side_runs(scheduler: Any, template: Any, contenders: dict[str, Any],
             inputs = caller.benchmark_inputs()
             named = dict(zip(cand.input_names, inputs))
             kept = set(tr.kept)
-            for name, op in zip(cand.input_names[len(inputs):], tr.operands):
+            for name, op in zip(cand.input_names[len(inputs) :], tr.operands):
                 op_layout = V.graph.get_buffer(op.buffer).get_layout()
                 named[name] = _random_tensor(op_layout, fill=op.buffer not in kept)
             result = _random_tensor(layout, fill=False)
@@ -279,7 +289,7 @@ def side_by_side_runs(scheduler: Any, template: Any, contenders: dict[str, Any],
 
         return make
 
-    epilogue_run: Maker = lambda: codegen.module_run_fn(*modules["epilogue"])  # noqa: E731
+    epilogue_run: Maker = lambda: codegen.module_run_fn(*modules["epilogue"])
     runs = {name: ours(cand, out.get_layout()) for name, (out, cand) in fused.items()}
     runs["ours_separate"] = _then(ours(caller.candidate, caller.layout), epilogue_run)
     if "other_separate" in contenders:
@@ -303,8 +313,9 @@ def fastest_way(times: dict[str, float]) -> str | None:
     return min(finite, key=finite.__getitem__) if finite else None
 
 
-def decide(scheduler: Any, template: Any, tr: Translation, chain: Sequence[Any], consumer: str,
-           triton: bool, early: dict) -> Decision | None:  # fmt: skip
+def decide(
+    scheduler: Any, template: Any, tr: Translation, chain: Sequence[Any], consumer: str, triton: bool, early: dict
+) -> Decision | None:
     """How the GEMM of ``template`` runs with the epilogue ``chain`` (ending in the
     scheduler node ``consumer``), or None to leave it to Inductor (``triton``: whether
     a Triton template may take the epilogue; ``early``: the graph's benchmark modules
@@ -332,13 +343,23 @@ def decide(scheduler: Any, template: Any, tr: Translation, chain: Sequence[Any],
         codegen.prefer_choice(buffer, choice)
     decision = Decision(WAYS[way], choice, consumer)
     configs = {w: _config(c).name() for w, c in contenders.items() if isinstance(c, GemmCaller)}
-    decisions.append({
-        "gemm": buffer.get_name(), "way": way, "ms": {k: round(v, 4) for k, v in times.items()}, "configs": configs,
-    })  # fmt: skip
+    decisions.append(
+        {
+            "gemm": buffer.get_name(),
+            "way": way,
+            "ms": {k: round(v, 4) for k, v in times.items()},
+            "configs": configs,
+        }
+    )
     log.info(
-        "%s: %s (%s; ours: %s)", names,
-        {"cutedsl": "CuteDSL takes it, fused", "triton": "Triton template takes it, fused",
-         "separate": "GEMM unfused + epilogue kernel"}[decision.way],
-        ", ".join(f"{k} {v:.4f} ms" for k, v in times.items()), ", ".join(f"{k} {v}" for k, v in configs.items()),
-    )  # fmt: skip
+        "%s: %s (%s; ours: %s)",
+        names,
+        {
+            "cutedsl": "CuteDSL takes it, fused",
+            "triton": "Triton template takes it, fused",
+            "separate": "GEMM unfused + epilogue kernel",
+        }[decision.way],
+        ", ".join(f"{k} {v:.4f} ms" for k, v in times.items()),
+        ", ".join(f"{k} {v}" for k, v in configs.items()),
+    )
     return decision

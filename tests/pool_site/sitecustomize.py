@@ -1,6 +1,7 @@
 """Imported at start-up by every interpreter with this folder on PYTHONPATH (the pool
 scenario and Inductor's compile subprocesses, which inherit the path): Triton gets a
 stand-in CUDA driver for sm_90, so kernels compile without a GPU (nothing runs)."""
+
 import os
 
 if os.environ.get("POOL_SCENARIO_FAKE_GPU") == "1":

@@ -60,8 +60,14 @@ OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
 # "test_x.py::Cls::test_y PASSED [ 12%]".
 _XDIST_LINE = re.compile(r"^\[gw\d+\]\s+(?:\[\s*\d+%\]\s+)?([A-Z]+)\s+(\S+::\S+)")
 _PLAIN_LINE = re.compile(r"^(\S+::\S+)\s+([A-Z]+)\b")
-_WORDS = {"PASSED": "passed", "FAILED": "failed", "ERROR": "error", "SKIPPED": "skipped",
-          "XFAIL": "xfailed", "XPASS": "xpassed"}  # fmt: skip
+_WORDS = {
+    "PASSED": "passed",
+    "FAILED": "failed",
+    "ERROR": "error",
+    "SKIPPED": "skipped",
+    "XFAIL": "xfailed",
+    "XPASS": "xpassed",
+}
 EXPECTED = HERE / "inductor_tests_expected.json"
 
 
@@ -141,8 +147,7 @@ def has_gpu() -> bool:
     return torch.cuda.is_available()
 
 
-def pytest_command(args: argparse.Namespace, mode: str, junit: Path, ini: Path,
-                   done: Iterable[str] = ()) -> list[str]:  # fmt: skip
+def pytest_command(args: argparse.Namespace, mode: str, junit: Path, ini: Path, done: Iterable[str] = ()) -> list[str]:
     """The mode's pytest command line; ``done``: test ids (``file.py::Class::test``, the
     rootdir being ``--tests``) left out because they already have an outcome."""
     cmd = [
