@@ -56,6 +56,7 @@ RULES = (
     "chain-shape",
     "dual-config",
     "measured-slower",
+    "not-paired",
 )
 
 

@@ -1227,7 +1227,12 @@ class Sm90Gemm:
     @cute.jit
     def _add_partial_sums(self, acc, part):
         """acc += part (read through ``_pinned``)."""
-        for i in cutlass.range_constexpr(cute.size(acc)):
+        # Unrolled at trace time in runs of 4 (a static loop of 64 and more steps draws
+        # the DSL's slow-compile warning at every compile), then the rest.
+        for j in cutlass.range_constexpr(cute.size(acc) // 4):
+            for k in cutlass.range_constexpr(4):
+                acc[4 * j + k] = acc[4 * j + k] + self._pinned(part[4 * j + k])
+        for i in cutlass.range_constexpr(4 * (cute.size(acc) // 4), cute.size(acc)):
             acc[i] = acc[i] + self._pinned(part[i])
 
     @staticmethod
@@ -1249,7 +1254,10 @@ class Sm90Gemm:
     def _promote(self, acc, part):
         """acc += part in fp32, and part starts again from zero (registers the next
         wgmmas read: fenced)."""
-        for i in cutlass.range_constexpr(cute.size(acc)):
+        for j in cutlass.range_constexpr(cute.size(acc) // 4):  # runs of 4, as in ``_add_partial_sums``
+            for k in cutlass.range_constexpr(4):
+                acc[4 * j + k] = acc[4 * j + k] + part[4 * j + k]
+        for i in cutlass.range_constexpr(4 * (cute.size(acc) // 4), cute.size(acc)):
             acc[i] = acc[i] + part[i]
         part.fill(0.0)
         cute.nvgpu.warpgroup.fence()

@@ -311,7 +311,7 @@ def unfused_consumers(scheduler: Any, template: Any, epilogue_nodes: Sequence[An
             continue
         try:
             translate_chain(scheduler, template, [*epilogue_nodes, consumer])
-            reasons[name] = "the scheduler did not pair them (size, order or memory rule)"
+            reasons[name] = "the scheduler did not pair them (size, order or memory rule) [not-paired]"
         except Unsupported as exc:
             reasons[name] = f"{exc} [{exc.rule}]"
         except Exception as exc:
