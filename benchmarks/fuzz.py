@@ -1296,6 +1296,10 @@ class Program:
             rules.add("dtype")
         if any(size % 8 for size in (self.n, self.k, self.second or 8)):
             rules.add("tma-alignment")
+        if any(size % 8 for size in (self.m, self.n, self.k, self.second or 8)):
+            # Inductor pads odd sizes (pad_mm): a consumer then covers part of the padded
+            # GEMM output, or reads it through a masked index (index_expr).
+            rules |= {"loops", "unsupported-op"}
         if self.beta == 0.0 and self.gemm in ("addmm", "baddbmm"):
             rules.add("beta-zero")
         if self.ops.count("keep") > 2:
@@ -1513,8 +1517,13 @@ class ModelProgram:
         sizes = [*(self.tokens if self.kind in ("attention", "bmm") else ()), self.hidden, self.inner]
         if self.dynamic or any(size % 8 for size in sizes):
             rules.add("tma-alignment")  # a width not provably whole 16-byte rows
+        if self.kind == "attention" or (self.kind == "gated" and self.form == "fused"):
+            rules.add("loops")  # head views and halves read part of a projection's output
+        if self.dynamic or any(size % 8 for size in [*self.tokens, self.batch * min(self.tokens)]):
+            rules.add("loops")  # padded rows (pad_mm): a consumer covers part of the GEMM output
         if self.backward:
-            rules |= {"not-pointwise", "reduction", "indexing", "kept-outputs"}
+            # Masks of a backward pass are bool loads; its consumers read transposed views.
+            rules |= {"not-pointwise", "reduction", "indexing", "kept-outputs", "loops", "dtype"}
         return rules
 
     def sizes(self) -> list[int]:

@@ -155,13 +155,19 @@ def _install_rest() -> None:
             from .lowering import gated
 
             lowerings.register_lowering(torch.ops.inductor_cutedsl.gated_mm.default, gated.lower)
-        if _saved["epilogue_fusion"]:
-            from .scheduler.scheduling import CuteDSLFusionScheduling, fusion_verdict, pairs_through_view
+        from .scheduler import scheduling
 
-            _saved["scheduling"] = codegen.install_cuda_scheduling(CuteDSLFusionScheduling)
+        # With or without epilogue fusion: our GEMMs must not reach Inductor's CuteDSL
+        # scheduling's horizontal-fusion rule, which raises (``CuteDSLScheduling``).
+        fusing = _saved["epilogue_fusion"]
+        cls = scheduling.CuteDSLFusionScheduling if fusing else scheduling.CuteDSLScheduling
+        _saved["scheduling"] = codegen.install_cuda_scheduling(cls)
+        if fusing:
             # A GEMM whose epilogue we measured is decided already: Inductor's own
             # benchmark of the fusion (Triton candidates only) must not overrule it.
-            _saved["fusion_hooks"] = codegen.install_fusion_hooks(fusion_verdict, pairs_through_view)
+            _saved["fusion_hooks"] = codegen.install_fusion_hooks(
+                scheduling.fusion_verdict, scheduling.pairs_through_view
+            )
         _saved["rest"] = True
 
 
@@ -189,6 +195,7 @@ def disable() -> None:
             lowerings.unregister_lowering(torch.ops.inductor_cutedsl.gated_mm.default)
         if "scheduling" in saved:
             codegen.restore_cuda_scheduling(saved["scheduling"])
+        if "fusion_hooks" in saved:
             codegen.restore_fusion_hooks(saved["fusion_hooks"])
 
 

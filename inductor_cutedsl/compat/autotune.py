@@ -13,13 +13,14 @@ from typing import Any
 
 def aten_choice(op_name: str) -> Any:
     """Inductor's ATen (cuBLAS) ExternKernelChoice for a GEMM op."""
-    from torch._inductor.kernel import bmm, mm
+    from torch._inductor.kernel import bmm, mm, mm_plus_mm
 
     return {
         "mm": mm.aten_mm,
         "addmm": mm.aten_addmm,
         "bmm": bmm.aten_bmm,
         "baddbmm": bmm.aten_baddbmm,
+        "mm_plus_mm": mm_plus_mm.aten_mm_plus_mm,
     }[op_name]
 
 

@@ -37,7 +37,7 @@ class CuteDSLChoices(InductorChoices):
         except Exception as exc:  # a bug of ours: this GEMM gets stock's choices only
             fallback("candidates", op_name, exc, log)
             ours, offered = [], 0
-        if not choices and not offered and op_name in GEMM_OPS and _only_backend_is_ours():
+        if not choices and not offered and op_name in (*GEMM_OPS, "mm_plus_mm") and _only_backend_is_ours():
             # CUTEDSL is the only backend and this GEMM was refused: compile it with ATen
             # rather than leave Inductor with no choice at all. With another backend on,
             # no choice stays an error, as on stock Inductor.

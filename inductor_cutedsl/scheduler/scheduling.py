@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import config
 from ..compat import codegen
-from ..compat.lazy import V
+from ..compat.lazy import CuteDSLTemplateBuffer, V
 from ..errors import fallback
 from ..lowering.choices import CuteDSLChoices
 from ..lowering.template import gemm_template
@@ -80,7 +80,24 @@ class CuteDSLFusionChoices(CuteDSLChoices):
         return CuteDSLChoices.can_fuse(scheduler, node1, node2, shared_data_score)
 
 
-class CuteDSLFusionScheduling(codegen.cuda_combined_scheduling()):  # type: ignore[misc]  # loaded late
+def holds_cutedsl_template(node: Any) -> bool:
+    """Whether scheduler node ``node`` is, or has fused into it, a CuteDSL template."""
+    return any(isinstance(n.node, CuteDSLTemplateBuffer) for n in node.get_nodes())
+
+
+class CuteDSLScheduling(codegen.cuda_combined_scheduling()):  # type: ignore[misc]  # loaded late
+    """Inductor's CUDA scheduling, with our GEMMs kept out of horizontal fusion: Inductor
+    hands a pair holding a CuteDSL template to its CuteDSL scheduling, whose horizontal
+    rule is not implemented and raises (its only CuteDSL templates were Blackwell grouped
+    GEMMs, never beside another kernel of the graph)."""
+
+    def can_fuse_horizontal(self, node1: Any, node2: Any) -> bool:
+        if holds_cutedsl_template(node1) or holds_cutedsl_template(node2):
+            return False
+        return super().can_fuse_horizontal(node1, node2)
+
+
+class CuteDSLFusionScheduling(CuteDSLScheduling):
     def can_fuse_vertical(self, node1: Any, node2: Any) -> bool:
         try:
             ours = decisions.can_fuse_vertical(self.scheduler, node1, node2)

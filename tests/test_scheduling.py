@@ -1,0 +1,56 @@
+"""What the CUDA scheduling we install answers that Inductor's would get wrong for our
+GEMMs, and what a GEMM-only backend setting still compiles (programs the fuzz found)."""
+from __future__ import annotations
+
+import types
+
+import torch
+from fake_hopper import generated_code
+from test_fusion_codegen import backend
+
+from inductor_cutedsl.compat.lazy import CuteDSLTemplateBuffer
+from inductor_cutedsl.install import reenabled
+from inductor_cutedsl.scheduler import scheduling
+
+
+def scheduler_node(buffer) -> types.SimpleNamespace:
+    node = types.SimpleNamespace(node=buffer)
+    node.get_nodes = lambda: [node]
+    return node
+
+
+def test_our_gemms_never_fuse_horizontally(monkeypatch):
+    """Inductor hands a pair holding a CuteDSL template to its CuteDSL scheduling, whose
+    horizontal rule raises NotImplementedError (a training step's backward met it)."""
+    ours = scheduler_node(object.__new__(CuteDSLTemplateBuffer))
+    other = scheduler_node(object())
+    asked = []
+    monkeypatch.setattr(
+        scheduling.codegen.cuda_combined_scheduling(), "can_fuse_horizontal", lambda self, a, b: asked.append(1) or True
+    )
+    sched = object.__new__(scheduling.CuteDSLScheduling)
+    assert sched.can_fuse_horizontal(ours, other) is False
+    assert sched.can_fuse_horizontal(other, ours) is False
+    fused = types.SimpleNamespace(get_nodes=lambda: [other, ours])  # a template with its epilogue
+    assert sched.can_fuse_horizontal(other, fused) is False
+    assert asked == []
+    assert sched.can_fuse_horizontal(other, other) is True and asked == [1], "Inductor's rule for the rest"
+
+
+def test_the_scheduling_is_installed_with_or_without_epilogue_fusion():
+    from torch._inductor.codegen import common
+
+    for fusion, cls in ((False, scheduling.CuteDSLScheduling), (True, scheduling.CuteDSLFusionScheduling)):
+        with reenabled(epilogue_fusion=fusion):
+            torch.compile(lambda x: x + 1, backend="eager")(torch.ones(2))  # the rest installs at a compile
+            assert common.device_codegens["cuda"].scheduling is cls
+
+
+def test_mm_plus_mm_with_cutedsl_the_only_backend_falls_back_to_aten():
+    """``a @ b + c @ d`` is one mm_plus_mm GEMM for Inductor, which our kernel does not
+    take: with CUTEDSL the only backend it gets ATen's, as a refused mm does."""
+    with backend(max_configs=1):
+        code = generated_code(
+            lambda a, b, c, d: a @ b + c @ d, (256, 512), (512, 256), (256, 512), (512, 256), pattern_matcher=True
+        )
+    assert "extern_kernels._mm_plus_mm(arg0_1, arg1_1, arg2_1, arg3_1" in code
