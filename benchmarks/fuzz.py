@@ -382,7 +382,8 @@ def math_unary() -> FuzzEpilogue:
             "x = acc * Float32(0.125)",
             "a = cute.math.erf(x) * cute.math.exp(cute.math.min(x, Float32(2.0))) + cute.math.log1p(cute.math.abs(x))",
             "b = cute.math.expm1(cute.math.min(x, Float32(1.0))) - cute.math.log2(Float32(1.0) + x * x)",
-            "c = cute.math.log(Float32(0.5) + cute.math.abs(x)) + cute.math.exp2(cute.math.min(cute.math.max(x, Float32(-4.0)), Float32(8.0)))",
+            "e = cute.math.min(cute.math.max(x, Float32(-4.0)), Float32(8.0))",
+            "c = cute.math.log(Float32(0.5) + cute.math.abs(x)) + cute.math.exp2(e)",
             "return a + b * tanh(x) + c * sigmoid(x)",
         ),
     )

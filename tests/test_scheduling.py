@@ -1,5 +1,6 @@
 """What the CUDA scheduling we install answers that Inductor's would get wrong for our
 GEMMs, and what a GEMM-only backend setting still compiles (programs the fuzz found)."""
+
 from __future__ import annotations
 
 import types
