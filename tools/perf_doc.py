@@ -381,6 +381,22 @@ def _main_job(d: dict) -> list[str]:
     ]
 
 
+def _fuzz(d: dict) -> list[str]:
+    cats = [
+        [name, c["items"], c["cases"], c["checked"], c["wrong"], c["crashes"], c["unexplained"], c["seconds"]]
+        for name, c in d["categories"].items()
+    ]
+    failures = [[f["kind"], f["what"]] for f in d["failures"]]
+    return [
+        table(
+            ["kind (`categories`)", "items", "cases", "checked", "wrong", "crashes", "unexplained", "job seconds"], cats
+        ),
+        "Refusals by the rule they name (`refused_by_rule`): " + fmt(d["refused_by_rule"]) + ".",
+        "Failures (`failures`, the first 40; each item's detail is in the file):",
+        table(["kind", "item"], failures),
+    ]
+
+
 def _inductor_tests(d: dict) -> list[str]:
     modes = [[mode, fmt(m["counts"]), m["complete"], m["seconds"]] for mode, m in d["modes"].items()]
     why = [[f"`{e['test']}`", e["why"]] for e in d["comparison"]["expected_differences"]]
@@ -521,6 +537,25 @@ SECTIONS = [
         ],
         _main_job,
         assets=("h200-model.png",),
+    ),
+    Section(
+        "h200-fuzz.json",
+        "Fuzz",
+        "python -m benchmarks.fuzz --json benchmarks/results/h200-fuzz.json",
+        "Seeded fuzzing against float64 with NaN-poisoned outputs, strict: runtime cases over the kernel specs "
+        "the shortlists offer and the corners, random Inductor programs and model-shaped programs (backward, "
+        "dynamic token counts, CUDA graphs); every refusal classified by the rule it names.",
+        [
+            ("runtime cases", "runtime_cases"),
+            ("runtime cases checked (the rest refused, each by its rule)", "runtime_checked"),
+            ("compiled programs", "compiled_programs"),
+            ("model programs", "model_programs"),
+            ("wrong results", "wrong"),
+            ("crashes", "crashes"),
+            ("unexplained refusals", "unexplained"),
+            ("failures stock Inductor shows too", "stock_failures"),
+        ],
+        _fuzz,
     ),
     Section(
         "h200-inductor-tests.json",
