@@ -49,6 +49,15 @@ _warned_unwritable: set[Path] = set()  # dirs whose fallback was announced (once
 _warned_lock = threading.Lock()
 
 
+def _warn_once_per_dir(path: Path, msg: str, *args: object) -> None:
+    """Log ``msg`` as a warning the first time this process says it of ``path``, after
+    that at debug level: a directory's fallback is announced once, not per kernel."""
+    with _warned_lock:
+        first = path not in _warned_unwritable
+        _warned_unwritable.add(path)
+    (log.warning if first else log.debug)(msg, *args)
+
+
 def default_cache_dir() -> Path:
     """``config.cache_dir`` (absolute since the settings were read), else the per-user default."""
     if config.cache_dir:
@@ -203,10 +212,8 @@ class KernelCache:
             self._distrust = trust_reason(self.dir)
             if self._distrust is not None:
                 self._writable, self._why_unwritable, self.read_only = False, self._distrust, self.dir
-                with _warned_lock:
-                    first = self.dir not in _warned_unwritable
-                    _warned_unwritable.add(self.dir)
-                (log.warning if first else log.debug)(
+                _warn_once_per_dir(
+                    self.dir,
                     "kernel cache dir %s is not used: %s. Kernels are built in a temporary directory instead; "
                     "set %s to a directory of your own, or %s=1 to use a cache shared with others (its owners "
                     "can run code in this process)",
@@ -298,10 +305,8 @@ class KernelCache:
             path, fd = _make_private_dir()
             self._private = weakref.finalize(self, _remove_private_dir, path, fd, os.getpid())
             self.root = path
-            with _warned_lock:
-                first = self.dir not in _warned_unwritable
-                _warned_unwritable.add(self.dir)
-            (log.warning if first else log.debug)(
+            _warn_once_per_dir(
+                self.dir,
                 "%s; compiling %s, and any other kernel missing there, in a temporary directory "
                 "removed at exit: kernels cached there are still used, new ones are not kept "
                 "(set %s to a writable directory to keep them)",
