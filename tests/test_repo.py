@@ -25,3 +25,14 @@ def test_ci_runs_the_readme_test_command():
 def test_readme_stays_a_short_page_for_users():
     """Figures and history belong in docs/performance.md, design in docs/design.md."""
     assert len((ROOT / "README.md").read_bytes()) < 10 * 1024
+
+
+def test_every_planted_bug_of_the_mutation_run_still_applies():
+    """tools/mutation.py patches the package by exact text: a reformat or a refactor that
+    moves a bug's text would silently drop it from the run."""
+    from tools import mutation
+
+    for bug in mutation.BUGS:
+        text = (ROOT / bug.path).read_text()
+        assert text.count(bug.old) == 1, f"{bug.name}: its text is found {text.count(bug.old)} times in {bug.path}"
+        assert all((ROOT / t.split("::")[0]).exists() for t in bug.tests), bug.name

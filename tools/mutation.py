@@ -175,8 +175,8 @@ BUGS = [
     Bug(
         "constant-truncated",
         "inductor_cutedsl/scheduler/epilogue_translation.py",
-        'Value(f"Float32({float(value)!r})", torch.float32)',
-        'Value(f"Float32({float(int(value))!r})", torch.float32)',
+        "literal = repr(value) if math.isfinite(value) else",
+        "literal = repr(float(int(value))) if math.isfinite(value) else",
         (VALUES,),
     ),
     Bug(
@@ -372,8 +372,8 @@ BUGS = [
     Bug(
         "launch-fp16-pointers-as-bf16",
         "inductor_cutedsl/runtime/launch.py",
-        '"float16": cutlass.Float16, "float32": cutlass.Float32,',
-        '"float16": cutlass.BFloat16, "float32": cutlass.Float32,',
+        '"float16": cutlass.Float16,\n            "float32": cutlass.Float32,',
+        '"float16": cutlass.BFloat16,\n            "float32": cutlass.Float32,',
         ("tests/test_gemm_gpu.py",),
         "the loaded entry's pointer types",
         gpu_only=True,
