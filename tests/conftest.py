@@ -25,6 +25,25 @@ except ImportError:
     pass
 
 
+@pytest.fixture(autouse=True)
+def settings_left_as_found():
+    """A test that changes a setting without restoring it makes later tests of the same
+    xdist worker run under it (one leaked ``max_configs`` did): each test must leave the
+    settings as it found them."""
+    try:
+        from inductor_cutedsl import config
+    except ImportError:
+        yield
+        return
+    before = config.as_dict()
+    yield
+    after = config.as_dict()
+    changed = {name: (before[name], after.get(name)) for name in before if after.get(name) != before[name]}
+    for name, (value, _) in changed.items():
+        setattr(config, name, value)
+    assert not changed, f"the test left settings changed (before, after): {changed}"
+
+
 @pytest.fixture
 def lenient(monkeypatch):
     """The backend as a user runs it: internal failures fall back to stock, with a warning."""
