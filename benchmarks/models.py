@@ -607,6 +607,7 @@ def summarize(rows: list[dict], info: dict) -> dict:
     gpu = [r["gpu_speedup"] for r in ok if r.get("gpu_speedup") is not None]
     bound = [r["bound"] for r in ok if r.get("bound") is not None]
     wall = {mode: [r["wall_speedup"][mode] for r in ok if mode in r.get("wall_speedup", {})] for mode in MODES}
+    host = [v for r in ok for v in r.get("host_ratio", {}).values() if v is not None]
     return {
         "gpu_speedup_geomean": geomean_or_none(gpu),
         "gpu_speedup_min": _min(gpu),
@@ -615,6 +616,9 @@ def summarize(rows: list[dict], info: dict) -> dict:
         "wall_speedup_min_cudagraphs": _min(wall[CUDAGRAPHS]),
         "wall_speedup_geomean_no_cudagraphs": geomean_or_none(wall[NO_CUDAGRAPHS]),
         "wall_speedup_min_no_cudagraphs": _min(wall[NO_CUDAGRAPHS]),
+        # Ours over stock, every row in every mode: above 1 is host time we added.
+        "host_ratio_max": max(host) if host else None,
+        "host_ratio_geomean": geomean_or_none(host),
         "rows": rows,
         "device": info.get("device"),
         "torch": info.get("torch"),
@@ -656,14 +660,14 @@ def _fmt(value: float | None, spec: str) -> str:
 def print_table(result: dict) -> None:
     head = (
         f"{'block':<24} {'GPU us stock/ours':>19} {'GPU x':>6} {'bound':>6} {'wall cg':>7} {'no-cg':>6} "
-        f"{'host us stock/ours':>18}  {'our GEMMs':>9}  fused"
+        f"{'host x cg/no-cg':>15}  {'our GEMMs':>9}  fused"
     )
     print("\n" + head)
     for r in result["rows"]:
         if "error" in r:
             print(f"{r['block']:<24} FAILED: {r['error'][:150]}")
             continue
-        gpu, host, wall = r.get("gpu_us", {}), r.get("host_us", {}), r.get("wall_speedup", {})
+        gpu, host, wall = r.get("gpu_us", {}), r.get("host_ratio", {}), r.get("wall_speedup", {})
         ours_gemms = r.get("gemm_kernels", {}).get("ours", [])
         launches = sum(k["launches"] for k in ours_gemms)
         mine = sum(k["launches"] for k in ours_gemms if k["ours"])
@@ -672,7 +676,7 @@ def print_table(result: dict) -> None:
             f"{r['block']:<24} {_fmt(gpu.get('stock'), '9.1f')}/{_fmt(gpu.get('ours'), '<9.1f')} "
             f"{_fmt(r.get('gpu_speedup'), '6.3f')} {_fmt(r.get('bound'), '6.3f')} "
             f"{_fmt(wall.get(CUDAGRAPHS), '7.3f')} {_fmt(wall.get(NO_CUDAGRAPHS), '6.3f')} "
-            f"{_fmt(host.get('stock'), '9.0f')}/{_fmt(host.get('ours'), '<8.0f')}  "
+            f"{_fmt(host.get(CUDAGRAPHS), '7.3f')}/{_fmt(host.get(NO_CUDAGRAPHS), '<7.3f')}  "
             f"{f'{mine:g}/{launches:g}' if ours_gemms else '-':>9}  {fused[:80]}"
         )
     summary = {k: v for k, v in result.items() if k not in ("rows",)}
@@ -751,7 +755,8 @@ class GpuProbe:
         """Host time per call: calls enqueued behind a GPU sleep long enough that the GPU
         starts none of them while the host times them (``gpu_busy`` says whether it held
         every time), so nothing the GPU does can slow the host. Few enough calls that
-        their launches fit in the launch queue."""
+        their launches fit in the launch queue. Medians over interleaved rounds, with
+        each round's ours / stock (``round_ratios``): small steps move between rounds."""
         calls = {n: max(2, min(20, int(self.max_queued_launches // max(launches[n], 1)))) for n in steps}
         times: dict = {name: [] for name in steps}
         busy = True
@@ -760,7 +765,13 @@ class GpuProbe:
                 ms, pure = enqueue_ms(steps[name], calls[name])
                 busy &= pure
                 times[name].append(ms * 1e3)
-        return {**{name: round(statistics.median(t), 1) for name, t in times.items()}, "calls": calls, "gpu_busy": busy}
+        rounds = [ratio(ours, stock) for stock, ours in zip(times["stock"], times["ours"])]
+        return {
+            **{name: round(statistics.median(t), 1) for name, t in times.items()},
+            "calls": calls,
+            "gpu_busy": busy,
+            "round_ratios": rounds,
+        }
 
 
 class AccuracyError(AssertionError):
@@ -871,9 +882,12 @@ def measure_block(
         row["bound_note"] = "no wrapper code captured: the bound counts no kernel"
     row["gemm_kernels"] = {b: gemm_kernels(prof[b]["kernels"]) for b in BACKENDS}
     row["kernels"] = {b: prof[b]["kernels"] for b in BACKENDS}
-    if NO_CUDAGRAPHS in modes:
-        launches = {b: sum(k["launches"] for k in prof[b]["kernels"]) for b in BACKENDS}
-        row["host_us"] = probe.host_us({b: steps[b][NO_CUDAGRAPHS] for b in BACKENDS}, launches)
+    # Host time in every mode: a CUDA graph's replay still runs the wrapper's Python and,
+    # in training, autograd between the two graphs. The profiled launches bound the calls
+    # that fit in the launch queue (a graph's replay takes no more than its kernels).
+    launches = {b: sum(k["launches"] for k in prof[b]["kernels"]) for b in BACKENDS}
+    row["host_us"] = {mode: probe.host_us({b: steps[b][mode] for b in BACKENDS}, launches) for mode in modes}
+    row["host_ratio"] = {mode: ratio(h["ours"], h["stock"]) for mode, h in row["host_us"].items()}
 
 
 def release() -> None:
@@ -968,8 +982,12 @@ def _block_line(row: dict) -> str:
     parts += [f"loop {mode} {speedup}x" for mode, speedup in row.get("wall_loop_speedup", {}).items()]
     if "host_state" in row:
         parts.append(f"load {row['host_state']['loadavg_1m']} after {row['host_state']['builds_waited']} builds")
-    if "host_us" in row:
-        parts.append(f"host {row['host_us']['stock']}/{row['host_us']['ours']} us")
+    for mode, host in row.get("host_us", {}).items():
+        spread = host.get("round_ratios")
+        parts.append(
+            f"host {mode} {host['stock']}/{host['ours']} us = {row.get('host_ratio', {}).get(mode)}x"
+            + (f" (rounds {min(spread)}-{max(spread)})" if spread else "")
+        )
     return ", ".join(parts) or "-"
 
 

@@ -483,3 +483,15 @@ def test_the_performance_page_shows_each_files_figures_and_refuses_a_file_it_has
     (results / "h200-probe.json").write_text("{}")
     with pytest.raises(SystemExit, match="without a section in tools/perf_doc.py: h200-probe.json"):
         perf_doc.render(results)
+
+
+def test_the_performance_page_reads_host_ratios_of_both_result_shapes():
+    """Rows that timed the host in every mode carry ``host_ratio``; older files hold
+    one flat ``host_us`` (without CUDA graphs), whose ratio the page works out."""
+    from tools import perf_doc
+
+    both = {"host_ratio": {"max-autotune": 0.97, "max-autotune-no-cudagraphs": 1.02}, "host_us": {"x": {}}}
+    assert perf_doc.host_ratios(both) == both["host_ratio"]
+    flat = {"host_us": {"stock": 200.0, "ours": 250.0, "calls": {}, "gpu_busy": True}}
+    assert perf_doc.host_ratios(flat) == {"max-autotune-no-cudagraphs": 1.25}
+    assert perf_doc.host_ratios({}) == {} and perf_doc.host_ratios({"host_us": {"stock": 0.0, "ours": 1.0}}) == {}

@@ -23,6 +23,8 @@ SUMMARY_KEYS = {
     "wall_speedup_min_cudagraphs",
     "wall_speedup_geomean_no_cudagraphs",
     "wall_speedup_min_no_cudagraphs",
+    "host_ratio_max",
+    "host_ratio_geomean",
     "rows",
     "device",
     "torch",
@@ -308,11 +310,16 @@ def _row(block, gpu, bound, cg, nocg, **extra):
 
 def test_summary_from_rows():
     rows = [
-        _row("gpt2:small:inference", 1.1, 1.2, 1.05, 0.9),
-        _row("llama:small:inference", 0.9, 1.1, 1.0, 0.8),
-        {"block": "phi3:small:inference", "error": "AccuracyError: ..."},
+        _row(
+            "gpt2:small:inference", 1.1, 1.2, 1.05, 0.9, host_ratio={models.CUDAGRAPHS: 0.9, models.NO_CUDAGRAPHS: 1.2}
+        ),
+        _row("llama:small:inference", 0.9, 1.1, 1.0, 0.8, host_ratio={models.NO_CUDAGRAPHS: 1.0}),
+        {"block": "phi3:small:inference", "error": "AccuracyError: ...", "host_ratio": {models.CUDAGRAPHS: 9.0}},
     ]
     result = models.summarize(rows, {"device": "H200", "torch": "2.11"})
+    # Every measured row in every mode; a failed row counts in none.
+    assert result["host_ratio_max"] == 1.2
+    assert result["host_ratio_geomean"] == pytest.approx((0.9 * 1.2 * 1.0) ** (1 / 3), abs=1e-4)
     assert set(result) == SUMMARY_KEYS
     assert result["gpu_speedup_geomean"] == pytest.approx((1.1 * 0.9) ** 0.5, abs=1e-4)
     assert result["gpu_speedup_min"] == 0.9 and result["wall_speedup_min_no_cudagraphs"] == 0.8
@@ -409,6 +416,7 @@ class FakeProbe(models.GpuProbe):
 
     def host_us(self, steps, launches):
         assert launches == {"stock": 2.0, "ours": 1.0}
+        assert set(steps) == {"stock", "ours"} and all(callable(step) for step in steps.values())
         return {"stock": 300.0, "ours": 280.0, "calls": {"stock": 20, "ours": 20}, "gpu_busy": True}
 
 
@@ -448,7 +456,9 @@ def test_run_measures_every_block_and_goes_on_after_a_failure(tmp_path, capsys):
     gpt2, llama, bert = result["rows"]
     assert gpt2["gpu_speedup"] == pytest.approx(350 / 280, abs=1e-4)
     assert gpt2["wall_speedup"] == {models.CUDAGRAPHS: 1.25, models.NO_CUDAGRAPHS: 1.25}
-    assert gpt2["host_us"]["stock"] == 300.0 and gpt2["rel_err"]["ours_vs_stock"] == 0.0
+    assert set(gpt2["host_us"]) == set(models.MODES) and gpt2["host_us"][models.CUDAGRAPHS]["stock"] == 300.0
+    assert gpt2["host_ratio"] == {mode: round(280 / 300, 4) for mode in models.MODES}
+    assert result["host_ratio_max"] == round(280 / 300, 4) and gpt2["rel_err"]["ours_vs_stock"] == 0.0
     assert gpt2["wall_loop_speedup"] == {models.CUDAGRAPHS: 1.1, models.NO_CUDAGRAPHS: 1.1}
     assert gpt2["host_state"]["builds_waited"] == 0 and gpt2["host_state"]["loadavg_1m"] >= 0
     assert gpt2["bound"] == 1.0 and gpt2["bound_note"]  # nothing compiled, so no wrapper code to read
@@ -565,6 +575,7 @@ def test_gpu_probe_measures_two_steps():
     assert gemms and not any(k["ours"] for k in gemms)  # cuBLAS, by its kernel's name
     host = probe.host_us(steps, {"stock": 1, "ours": 2})
     assert host["gpu_busy"] and host["stock"] > 0 and host["calls"] == {"stock": 20, "ours": 20}
+    assert len(host["round_ratios"]) == probe.host_rounds and all(r > 0 for r in host["round_ratios"])
 
 
 @pytest.mark.gpu
@@ -575,7 +586,8 @@ def test_blocks_run_through_the_real_measurements_uncompiled(tmp_path):
     )
     for row in result["rows"]:
         assert "error" not in row, row["error"]
-        assert row["gpu_us"]["stock"] > 0 and row["host_us"]["gpu_busy"] and row["bound"] == 1.0
+        assert row["gpu_us"]["stock"] > 0 and row["bound"] == 1.0
+        assert set(row["host_us"]) == set(models.MODES) and all(h["gpu_busy"] for h in row["host_us"].values())
         assert set(row["wall_ms"]) == set(models.MODES) and row["rel_err"]["ours_vs_stock"] == 0.0
     assert result["device"] == torch.cuda.get_device_name()
 
