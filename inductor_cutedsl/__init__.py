@@ -21,6 +21,9 @@ __version__ = "0.1.0"
 # Compile workers (runtime/compile_worker.py) only build kernels: no Inductor, no torch.
 if os.environ.get("INDUCTOR_CUTEDSL_WORKER") != "1":
     from .install import disable, enable, is_enabled
+    from .runtime import artifacts as _artifacts
+
+    _artifacts.register()
 
     __all__ = ["config", "disable", "enable", "is_enabled"]
     # A setting the environment spells wrongly is an error here, naming the variable:

@@ -307,6 +307,25 @@ BUGS = [
         ("tests/test_cache.py::test_no_lock_file_outlives_its_build",),
         own_cache=True,
     ),
+    # -- portable cache artifacts (runtime/artifacts.py)
+    Bug(
+        "artifact-digest-unchecked",
+        "inductor_cutedsl/runtime/artifacts.py",
+        "if hashlib.sha256(data).hexdigest() != digest:",
+        "if False:",
+        ("tests/test_cache_artifacts.py",),
+        "a loaded kernel artifact kept without its SHA-256 check",
+        own_cache=True,
+    ),
+    Bug(
+        "artifact-key-as-path",
+        "inductor_cutedsl/runtime/artifacts.py",
+        "if not _KEY.fullmatch(key):",
+        "if not key:",
+        ("tests/test_cache_artifacts.py",),
+        "a loaded artifact's key used as a file name unchecked",
+        own_cache=True,
+    ),
     # -- launch arguments (runtime/launch.py, runtime/generated.py, runtime/support.py)
     Bug(
         "lda-of-the-other-major",

@@ -316,11 +316,15 @@ class KernelCache:
             )
         return self.root
 
-    def get_or_build(self, key: str, build: Callable[[Path, str], None], what: str | None = None) -> tuple[Path, bool]:
-        """Path of the object for ``key`` and whether this call compiled it.
+    def get_or_build(
+        self, key: str, build: Callable[[Path, str], None], what: str | None = None, *, compiles: bool = True
+    ) -> tuple[Path, bool]:
+        """Path of the object for ``key`` and whether this call wrote it.
 
         ``build(dir, name)`` must write ``dir/name.o``. ``what`` names the kernel in
-        messages (``KernelSpec.describe()``; the key when not given).
+        messages (``KernelSpec.describe()``; the key when not given). ``compiles``:
+        whether ``build`` compiles (counted in ``builds``) or copies an object built
+        elsewhere (``put``).
         """
         hit = self.lookup(key)
         if hit is not None:
@@ -337,8 +341,24 @@ class KernelCache:
                 if why is not None:
                     log.warning("kernel cache entry of %s is corrupt (%s); rebuilding it", what, why)
                 self._build_entry(key, build)
-                self.count_build(key)
+                if compiles:
+                    self.count_build(key)
                 return self.object_path(key), True
+
+    def read(self, key: str) -> bytes | None:
+        """The object of ``key``'s intact entry (as ``lookup`` finds it), else None."""
+        hit = self.lookup(key)
+        return None if hit is None else hit.read_bytes()
+
+    def put(self, key: str, data: bytes, what: str | None = None) -> tuple[Path, bool]:
+        """Keep ``data``, an object built elsewhere, as ``key``'s entry, as a build
+        would (under the key's lock, manifest last); an intact entry already there
+        stays. Returns (object path, whether this call wrote it)."""
+
+        def write(directory: Path, name: str) -> None:
+            (directory / f"{name}.o").write_bytes(data)
+
+        return self.get_or_build(key, write, what, compiles=False)
 
     def count_build(self, key: str) -> None:
         """Count a compile this process ran (here or in one of its workers)."""

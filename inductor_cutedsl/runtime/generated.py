@@ -37,7 +37,7 @@ import torch
 from ..errors import fallback
 from ..kernels.config import GemmConfig
 from ..kernels.epilogue import Epilogue, EpilogueOperand
-from . import reference
+from . import artifacts, reference
 from .compiler import build
 from .launch import default_cache, get_gemm, is_loaded
 from .spec import ALIGNMENT, KernelSpec
@@ -76,6 +76,10 @@ def launcher(
     except Exception as exc:
         fallback(stage, spec.describe(), exc, log)
         return _reference_launcher(spec, scalars, views, out_view)
+    try:  # for save_cache_artifacts(): a warm start elsewhere then builds nothing
+        artifacts.record(spec.key())
+    except Exception:  # a cache artifact missed costs another machine a build, nothing here
+        log.warning("could not record %s for the portable cache artifacts", spec.describe(), exc_info=True)
 
     def first_launch(*args: Any, **kwargs: Any) -> None:
         try:
