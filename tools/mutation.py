@@ -326,6 +326,24 @@ BUGS = [
         "a loaded artifact's key used as a file name unchecked",
         own_cache=True,
     ),
+    Bug(
+        "remote-blob-unchecked",
+        "inductor_cutedsl/runtime/remote.py",
+        "            data = unpack(key, blob)\n",
+        "            data = blob[blob.index(b'\\n', 27) + 1 :]\n",
+        ("tests/test_remote_cache.py",),
+        "a remote kernel kept without the artifact checks",
+        own_cache=True,
+    ),
+    Bug(
+        "built-kernel-not-published",
+        "inductor_cutedsl/runtime/compiler.py",
+        "    if built:\n        _publish(spec.key(), cache)\n    return path, built\n",
+        "    return path, built\n",
+        ("tests/test_remote_cache.py",),
+        "a kernel built here never reaches the remote tier",
+        own_cache=True,
+    ),
     # -- launch arguments (runtime/launch.py, runtime/generated.py, runtime/support.py)
     Bug(
         "lda-of-the-other-major",

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from . import remote
 from . import workers as workers_mod
 from .cache import KernelCache
 from .spec import KernelSpec
@@ -70,8 +71,36 @@ def _find_cause(exc: BaseException, kind: type) -> BaseException | None:
 
 
 def build(spec: KernelSpec, cache: KernelCache) -> tuple[Path, bool]:
-    """Object path for ``spec`` from the cache, compiling it on a miss."""
-    return cache.get_or_build(spec.key(), lambda d, n: export_object(spec, d, n), spec.describe())
+    """Object path for ``spec`` from the cache (or the remote tier), compiling it on a miss."""
+    key = spec.key()
+    hit = cache.lookup(key) or _from_remote(key, cache, spec.describe())
+    if hit is not None:
+        return hit, False
+    return _compile_into(spec, cache)
+
+
+def _compile_into(spec: KernelSpec, cache: KernelCache) -> tuple[Path, bool]:
+    """Compile ``spec`` into ``cache`` here (unless another process just did), publishing it."""
+    path, built = cache.get_or_build(spec.key(), lambda d, n: export_object(spec, d, n), spec.describe())
+    if built:
+        _publish(spec.key(), cache)
+    return path, built
+
+
+def _from_remote(key: str, cache: KernelCache, what: str) -> Path | None:
+    """``key``'s object from the remote tier, kept in ``cache``; None where it has none."""
+    tier = remote.remote()
+    data = tier.fetch(key) if tier is not None else None
+    return None if data is None else cache.put(key, data, what)[0]
+
+
+def _publish(key: str, cache: KernelCache) -> None:
+    """Offer a kernel built here to the remote tier (where there is one)."""
+    tier = remote.remote()
+    if tier is not None:
+        data = cache.read(key)
+        if data is not None:
+            tier.publish(key, data)
 
 
 _inflight: dict[tuple[str, str], concurrent.futures.Future] = {}
@@ -94,6 +123,7 @@ def _build_in_worker(spec: KernelSpec, cache: KernelCache, workers: int) -> Buil
     if built:
         with _stats_lock:
             cache.count_build(spec.key())
+        _publish(spec.key(), cache)
     return path, built, secs
 
 
@@ -105,7 +135,7 @@ def build_async(spec: KernelSpec, cache: KernelCache, workers: int) -> concurren
     returning: ``cute.compile`` is not thread-safe, so it never runs in a thread.
     """
     key = spec.key()
-    hit = cache.lookup(key)
+    hit = cache.lookup(key) or _from_remote(key, cache, spec.describe())
     if hit is not None or workers <= 1 or not cache.persistent:
         done: concurrent.futures.Future = concurrent.futures.Future()
         if hit is not None:
@@ -113,7 +143,7 @@ def build_async(spec: KernelSpec, cache: KernelCache, workers: int) -> concurren
             return done
         t0 = time.perf_counter()
         try:
-            path, built = build(spec, cache)
+            path, built = _compile_into(spec, cache)
             done.set_result((path, built, time.perf_counter() - t0))
         except Exception as exc:
             done.set_exception(exc)
