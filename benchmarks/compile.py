@@ -143,11 +143,25 @@ def compile_events() -> dict:
     return {"inductor_pool_ready": inductor_pool_ready, "cutedsl_workers_started": workers.started}
 
 
-def child(spec: str, sample: str | None = None) -> dict:
+def our_measurements() -> int:
+    """How many decisions ours measured in this process (epilogue selection, the
+    dual-GEMM gate, fair timing): none where a warm cache answered for them."""
+    from inductor_cutedsl.lowering import fair_timing, gated
+    from inductor_cutedsl.scheduler import selection
+
+    return len(selection.decisions) + len(gated.decisions) + len(fair_timing.decisions)
+
+
+def child(
+    spec: str, sample: str | None = None, artifacts_in: str | None = None, artifacts_out: str | None = None
+) -> dict:
     """One cold compile in this fresh process (``FAMILY:SIZE:RUN:MODE:SIDE``): its report.
     With ``sample`` (a path), the compiling thread's stack is sampled in wall time
     (``wall_sampler``), the report appended there and the folded stacks to
-    ``sample``.folded.gz, headed by the spec and the seconds."""
+    ``sample``.folded.gz, headed by the spec and the seconds. ``artifacts_in``: torch's
+    portable cache artifacts loaded before the compile (a machine fed by another; the
+    load's seconds are counted in ``load_s``, not in the compile); ``artifacts_out``:
+    where this compile's artifacts are saved."""
     import torch
 
     from inductor_cutedsl import is_enabled
@@ -161,6 +175,13 @@ def child(spec: str, sample: str | None = None) -> dict:
         raise ValueError(f"bad child {spec!r}: MODE in {list(models.MODES)}, SIDE in {list(SIDES)}")
     if is_enabled() != is_ours(side):
         raise RuntimeError(f"{spec}: the backend is {'on' if is_enabled() else 'off'} (INDUCTOR_CUTEDSL_ENABLED)")
+    load_s = None
+    if artifacts_in:
+        t0 = time.perf_counter()
+        with open(artifacts_in, "rb") as f:
+            if torch.compiler.load_cache_artifacts(f.read()) is None:
+                raise RuntimeError(f"{spec}: torch loaded no artifacts from {artifacts_in}")
+        load_s = round(time.perf_counter() - t0, 2)
     block, x = models.make_block(bid.family, bid.size)
     if run == "train":
         x.requires_grad_(True)
@@ -175,6 +196,16 @@ def child(spec: str, sample: str | None = None) -> dict:
     report = {"compile_s": round(seconds, 2), "cutedsl_builds": default_cache().builds, "phases": phase_seconds()}
     if is_ours(side):
         report["ours_s"] = our_seconds()
+        report["our_measurements"] = our_measurements()
+    if load_s is not None:
+        report["load_s"] = load_s
+    if artifacts_out:
+        saved = torch.compiler.save_cache_artifacts()
+        if saved is None:
+            raise RuntimeError(f"{spec}: torch recorded no artifacts to save")
+        with open(artifacts_out, "wb") as f:
+            f.write(saved[0])
+        report["artifacts"] = {kind: len(keys) for kind, keys in saved[1].artifacts.items()}
     if sampler is not None:
         sampler.append_to(sample, f"{spec}: {seconds:.2f} s")
         report["events_s"] = sampler.seen
@@ -182,7 +213,14 @@ def child(spec: str, sample: str | None = None) -> dict:
 
 
 def run_child(
-    bid: BlockId, mode: str, side: str, dirs: dict[str, str], timeout: float, sample: str | None = None
+    bid: BlockId,
+    mode: str,
+    side: str,
+    dirs: dict[str, str],
+    timeout: float,
+    sample: str | None = None,
+    artifacts_in: str | None = None,
+    artifacts_out: str | None = None,
 ) -> dict:
     """``child`` in a new process (``child_environment``); its report with the process's
     whole wall time added (``process_s``). A stock child that built CuteDSL kernels
@@ -190,6 +228,10 @@ def run_child(
     args = ["-m", "benchmarks.compile", "--child", f"{bid.name}:{mode}:{side}"]
     if sample:
         args += ["--sample", sample]
+    if artifacts_in:
+        args += ["--artifacts-in", artifacts_in]
+    if artifacts_out:
+        args += ["--artifacts-out", artifacts_out]
     t0 = time.perf_counter()
     report = json_process(args, child_environment(side, dirs), timeout)
     report["process_s"] = round(time.perf_counter() - t0, 2)
@@ -469,13 +511,15 @@ def parser() -> argparse.ArgumentParser:
         "stacks to PATH.folded.gz",
     )
     ap.add_argument("--child", metavar="FAMILY:SIZE:RUN:MODE:SIDE", help=argparse.SUPPRESS)
+    ap.add_argument("--artifacts-in", metavar="PATH", help=argparse.SUPPRESS)
+    ap.add_argument("--artifacts-out", metavar="PATH", help=argparse.SUPPRESS)
     return ap
 
 
 def main(argv: list[str] | None = None) -> dict | None:
     args = parser().parse_args(argv)
     if args.child:
-        print(json.dumps(child(args.child, args.sample)))
+        print(json.dumps(child(args.child, args.sample, args.artifacts_in, args.artifacts_out)))
         return None
     import torch
 

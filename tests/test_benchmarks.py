@@ -495,3 +495,56 @@ def test_the_performance_page_reads_host_ratios_of_both_result_shapes():
     flat = {"host_us": {"stock": 200.0, "ours": 250.0, "calls": {}, "gpu_busy": True}}
     assert perf_doc.host_ratios(flat) == {"max-autotune-no-cudagraphs": 1.25}
     assert perf_doc.host_ratios({}) == {} and perf_doc.host_ratios({"host_us": {"stock": 0.0, "ours": 1.0}}) == {}
+
+
+# --- benchmarks/warm_start.py -----------------------------------------------------------
+
+
+def test_a_warm_start_loads_what_the_cold_compile_of_its_side_saved(monkeypatch, tmp_path):
+    """Fake children: each cold compile saves artifacts, the warm one after it loads
+    exactly that file, both in new and empty caches; figures are medians per row; a
+    resumed run compiles nothing again."""
+    from benchmarks import warm_start
+
+    seen = []
+
+    def json_process(args, env, timeout):
+        spec = args[args.index("--child") + 1]
+        side = spec.rsplit(":", 1)[1]
+        dirs = [env[key] for key in compile_bench.CACHE_DIRS]
+        assert all(not any(Path(d).iterdir()) for d in dirs)
+        if "--artifacts-out" in args:
+            out = args[args.index("--artifacts-out") + 1]
+            Path(out).write_text(f"{spec} {len(seen)}")
+            seen.append((spec, "cold", out, dirs))
+            return _report(30.0 if side == "ours" else 20.0, 4 if side == "ours" else 0)
+        blob = args[args.index("--artifacts-in") + 1]
+        assert seen[-1][1] == "cold" and seen[-1][0] == spec and seen[-1][2] == blob
+        assert Path(blob).read_text() == f"{spec} {len(seen) - 1}"  # the one its cold compile saved
+        seen.append((spec, "warm", blob, dirs))
+        report = _report(6.0 if side == "ours" else 5.0, 1 if side == "ours" else 0)
+        return {**report, "load_s": 0.5, **({"our_measurements": 2} if side == "ours" else {})}
+
+    monkeypatch.setattr(compile_bench, "json_process", json_process)
+    out = tmp_path / "warm.json"
+    argv = ["--rows", "gpt2:small,bert:small", "--pairs", "2", "--json", str(out)]
+    result = warm_start.run(warm_start.parser().parse_args(argv), {"device": "fake"})
+    assert json.loads(out.read_text()) == result and len(seen) == 2 * 2 * 2 * 2
+    dirs = [d for *_, ds in seen for d in ds]
+    assert len(set(dirs)) == len(dirs)
+    # The sides alternate: pair 1 stock first, pair 2 ours first.
+    assert [s.rsplit(":", 1)[1] for s, kind, *_ in seen if kind == "cold"][:4] == [
+        "fair_stock",
+        "ours",
+        "fair_stock",
+        "ours",
+    ]
+    assert [s.rsplit(":", 1)[1] for s, kind, *_ in seen if kind == "cold"][4:6] == ["ours", "fair_stock"]
+    row = result["rows"][0]
+    assert row["warm_start_ratio_vs_stock"] == round(6 / 5, 4) and row["warm_start_ratio_vs_cold"] == round(6 / 30, 4)
+    assert row["warm_cutedsl_builds"] == 2 and row["median_load_s"] == {"fair_stock": 0.5, "ours": 0.5}
+    assert result["warm_start_cutedsl_builds"] == 4 and result["warm_start_our_measurements"] == 8
+    assert result["warm_start_ratio_vs_cold_geomean"] == round(6 / 30, 4)
+    seen.clear()
+    again = warm_start.run(warm_start.parser().parse_args(argv + ["--resume", str(out)]), {"device": "fake"})
+    assert seen == [] and again["rows"] == result["rows"]

@@ -147,6 +147,39 @@ def _models(d: dict) -> list[str]:
     ]
 
 
+def _warm_start(d: dict) -> list[str]:
+    rows = [
+        [
+            r["row"],
+            get(r, "median_compile_s.fair_stock.cold"),
+            get(r, "median_compile_s.fair_stock.warm"),
+            get(r, "median_compile_s.ours.cold"),
+            get(r, "median_compile_s.ours.warm"),
+            r["warm_start_ratio_vs_stock"],
+            r["warm_start_ratio_vs_cold"],
+            r["warm_cutedsl_builds"],
+            r["warm_our_measurements"],
+        ]
+        for r in d["rows"]
+    ]
+    return [
+        table(
+            [
+                "row",
+                "fair stock cold s",
+                "fair stock warm s",
+                "ours cold s",
+                "ours warm s",
+                "ours warm / stock warm (`warm_start_ratio_vs_stock`)",
+                "ours warm / cold (`warm_start_ratio_vs_cold`)",
+                "kernels built warm",
+                "our measurements warm",
+            ],
+            rows,
+        )
+    ]
+
+
 def _compile(d: dict) -> list[str]:
     rows = [
         [
@@ -462,6 +495,22 @@ SECTIONS = [
             ("mode", "mode"),
         ],
         _compile,
+    ),
+    Section(
+        "h200-warm-start.json",
+        "Warm starts from cache artifacts",
+        "python -m benchmarks.warm_start --json benchmarks/results/h200-warm-start.json",
+        "A machine fed by another: each compile in a fresh process with empty caches, the warm one after "
+        "loading the artifacts its side's cold compile saved (`torch.compiler.save_cache_artifacts()`). "
+        "Ratios of per-row medians: above 1, ours is slower.",
+        [
+            ("CuteDSL kernels built in warm starts", "warm_start_cutedsl_builds"),
+            ("our measurements in warm starts", "warm_start_our_measurements"),
+            ("ours warm / stock warm, geomean", "warm_start_ratio_vs_stock_geomean"),
+            ("ours warm / ours cold, geomean", "warm_start_ratio_vs_cold_geomean"),
+            ("stock warm / stock cold, geomean", "stock_warm_ratio_vs_cold_geomean"),
+        ],
+        _warm_start,
     ),
     Section(
         "h200-gemm.json",
