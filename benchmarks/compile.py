@@ -55,14 +55,14 @@ from inductor_cutedsl.install import launch_environment
 
 from . import models
 from .harness import geomean_or_none, ratio, run_info, write_json
-from .models import FAMILIES, BlockId
+from .models import DEFAULT_FAMILIES, FAMILIES, BlockId
 
 FAIR_STOCK, OURS, DEFAULT_STOCK, OURS_WARM = "fair_stock", "ours", "default_stock", "ours_warm_kernels"
 SIDES = (FAIR_STOCK, OURS, DEFAULT_STOCK, OURS_WARM)
 #: Where Inductor, Triton and our backend keep what they compiled: new and empty per child.
 CACHE_DIRS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "INDUCTOR_CUTEDSL_CACHE_DIR")
 KERNEL_CACHE = "INDUCTOR_CUTEDSL_CACHE_DIR"
-DEFAULT_ROWS = tuple(BlockId(family, "small", "inference") for family in FAMILIES)
+DEFAULT_ROWS = tuple(BlockId(family, "small", "inference") for family in DEFAULT_FAMILIES)
 #: Phases a row's table shows (the longest); the JSON keeps every one.
 TABLE_PHASES = 16
 

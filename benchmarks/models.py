@@ -10,11 +10,14 @@ its result as the next piece's --resume, until it lists no block left:
 
     python -m benchmarks.models --budget 480 --resume prev.json --json next.json
 
-Each block is written here (bf16, no downloads) the way its family's models write it:
-(batch, seq, hidden) activations, Linear layers, attention through
-F.scaled_dot_product_attention on (B, H, T, D) views. Rotary embeddings are left
-out: each column they write mixes two columns of a projection's output, which is not
-an element-wise epilogue, yet their kernel would count in the fusion bound.
+The default rows are Hugging Face ``transformers`` model classes (``hf-llama``,
+``hf-mistral``, ``hf-qwen2``, ``hf-phi3``, ``hf-gpt2``, ``hf-bert``, ``hf-vit``: two
+layers at a published model's dimensions, random weights from configs, bf16, no
+downloads; ``hf_blocks``), the code users compile. Without ``transformers`` the rows are
+the hand-written blocks, which also stay selectable by name (``gpt2``, ``llama``, ...):
+each written the way its family's models write it, (batch, seq, hidden) activations,
+Linear layers, attention through F.scaled_dot_product_attention on (B, H, T, D) views,
+rotary embeddings left out.
 
 Per block (family x size x run), stock and ours are compiled in one process, in each
 mode, and measured on the same tensors, interleaved: wall time per call, GPU time (the
@@ -50,6 +53,7 @@ from inductor_cutedsl.cli.report import CUTEDSL_KERNEL, kernel_times
 from inductor_cutedsl.cli.run import TOLERANCE, compile_options
 from inductor_cutedsl.timing import enqueue_ms, rotations
 
+from . import hf_blocks
 from .harness import geomean_or_none, ratio, rel_err, run_info, side_by_side_rounds, write_json
 
 # ---------------------------------------------------------------------------------------
@@ -78,7 +82,7 @@ class Family:
     train: bool = False  # also measured as a training step
 
 
-FAMILIES: dict[str, Family] = {
+HAND_WRITTEN: dict[str, Family] = {
     "gpt2": Family(
         hidden=1024,
         heads=16,
@@ -153,6 +157,16 @@ FAMILIES: dict[str, Family] = {
         small=(1, 197),
     ),
 }
+#: Every family: the hand-written blocks, and the ``transformers`` classes where
+#: ``transformers`` is installed (``hf_blocks``).
+FAMILIES: dict[str, Family | hf_blocks.HFFamily] = {
+    **HAND_WRITTEN,
+    **(hf_blocks.FAMILIES if hf_blocks.available() else {}),
+}
+#: What the suite measures by default: the ``transformers`` classes, as users run them,
+#: where they are installed. The hand-written blocks stay selectable by name (and serve
+#: the fp8, distributed and CLI benchmarks); they are the default only without them.
+DEFAULT_FAMILIES: tuple[str, ...] = tuple(hf_blocks.FAMILIES) if hf_blocks.available() else tuple(HAND_WRITTEN)
 SIZES = ("prefill", "small")
 RUNS = ("inference", "train")
 CUDAGRAPHS, NO_CUDAGRAPHS = "max-autotune", "max-autotune-no-cudagraphs"
@@ -252,12 +266,17 @@ class ScalarLoss(nn.Module):
 
 def make_block(
     family: str, size: str, device: str = "cuda", dtype: torch.dtype = torch.bfloat16, scale: int = 1, seed: int = 0
-) -> tuple[Block, torch.Tensor]:
+) -> tuple[nn.Module, torch.Tensor]:
     """The block with deterministic, well-scaled weights (normal, std 0.02; biases too,
-    so that bias epilogues compute something; norm weights near 1) and a randn input."""
+    so that bias epilogues compute something; norm weights near 1) and a randn input; a
+    ``transformers`` class with its own initialisation, seeded (``hf_blocks``)."""
     f = FAMILIES[family]
-    batch, seq = getattr(f, size)
     torch.manual_seed(seed)
+    if isinstance(f, hf_blocks.HFFamily):
+        with torch.device(device):
+            model = hf_blocks.build(f, scale)
+        return model.to(dtype=dtype), hf_blocks.example_input(f, size, scale, device, dtype)
+    batch, seq = getattr(f, size)
     block = Block(f, scale).to(device=device, dtype=dtype)
     with torch.no_grad():
         for name, p in block.named_parameters():
@@ -1034,9 +1053,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--blocks",
         type=parse_blocks,
-        default=parse_blocks(",".join(FAMILIES)),
+        default=parse_blocks(",".join(DEFAULT_FAMILIES)),
         help=f"comma-separated FAMILY or FAMILY:SIZE (families: {', '.join(FAMILIES)}; sizes: "
-        f"{', '.join(SIZES)}; a family alone: both sizes). Default: every block",
+        f"{', '.join(SIZES)}; a family alone: both sizes; hf-*: transformers classes). Default: "
+        f"{', '.join(DEFAULT_FAMILIES)}",
     )
     ap.add_argument(
         "--runs",

@@ -197,7 +197,7 @@ def test_folded_samples_read_back_per_compile(tmp_path, capsys):
 
 def test_compile_rows_parse_and_refuse(capsys):
     args = compile_bench.parser().parse_args([])
-    assert [b.name for b in args.rows] == [f"{family}:small:inference" for family in models.FAMILIES]
+    assert [b.name for b in args.rows] == [f"{family}:small:inference" for family in models.DEFAULT_FAMILIES]
     assert (args.pairs, args.mode, args.default_stock, args.warm_kernels) == (2, models.CUDAGRAPHS, False, False)
     args = compile_bench.parser().parse_args(
         [

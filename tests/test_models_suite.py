@@ -39,11 +39,12 @@ def test_block_runs_forward_and_backward(family):
     f = models.FAMILIES[family]
     assert f.small[0] * f.small[1] <= 256 and 3000 <= f.prefill[0] * f.prefill[1] <= 4200
     block, x = models.make_block(family, "small", device="cpu", dtype=torch.float32, scale=TINY)
-    assert x.dim() == 3 and x.shape == (*f.small, f.hidden // TINY)
+    pixels = getattr(f, "pixels", False)  # a transformers image model takes images
+    assert x.shape == ((f.small[0], 3, 224, 224) if pixels else (*f.small, f.hidden // TINY))
     params = list(block.parameters())
     with torch.no_grad():
         (out,) = models.make_step(block, x, "inference", params)()
-    assert out.shape == x.shape and torch.isfinite(out).all()
+    assert out.shape == (*f.small, f.hidden // TINY) and torch.isfinite(out).all()
     x.requires_grad_(True)
     loss, dx, *grads = models.make_step(models.target_of(block, "train"), x, "train", params)()
     assert loss.dim() == 0 and dx.shape == x.shape
@@ -377,7 +378,8 @@ def test_blocks_option_selects_and_refuses_unknown_families(capsys):
         "bert:small:inference",
     ]
     default = models.parser().parse_args([])
-    assert len(models.select(default.blocks, default.runs)) == 2 * len(models.FAMILIES) + 2 * 3
+    trained = [f for f in models.DEFAULT_FAMILIES if models.FAMILIES[f].train]
+    assert len(models.select(default.blocks, default.runs)) == 2 * len(models.DEFAULT_FAMILIES) + 2 * len(trained)
     assert default.modes == [models.CUDAGRAPHS, models.NO_CUDAGRAPHS]
     for bad, message in (("gpt5:small", "unknown family 'gpt5'"), ("llama:huge", "unknown size 'huge'")):
         with pytest.raises(SystemExit):
@@ -478,6 +480,54 @@ def test_run_measures_every_block_and_goes_on_after_a_failure(tmp_path, capsys):
     assert "FAILED" in out and "gpt2:small:inference" in out and "gpu_speedup_geomean" in out
     assert f"wall {models.NO_CUDAGRAPHS} 1.25x (rounds 1.2-1.3)" in out
     assert is_enabled()
+
+
+def test_transformers_rows_are_the_classes_users_compile(tmp_path):
+    """The default rows are transformers' own classes, measured through the same steps
+    (here eagerly, on the CPU): inference for every class, training for the decoders."""
+    pytest.importorskip("transformers")
+    from benchmarks import hf_blocks
+
+    assert tuple(hf_blocks.FAMILIES) == models.DEFAULT_FAMILIES
+    classes = {
+        f: type(models.make_block(f, "small", "cpu", torch.float32, TINY)[0].model).__name__ for f in hf_blocks.FAMILIES
+    }
+    assert classes == {
+        "hf-llama": "LlamaModel",
+        "hf-mistral": "MistralModel",
+        "hf-qwen2": "Qwen2Model",
+        "hf-phi3": "Phi3Model",
+        "hf-gpt2": "GPT2Model",
+        "hf-bert": "BertModel",
+        "hf-vit": "ViTModel",
+    }
+    phi3, _ = models.make_block("hf-phi3", "small", "cpu", torch.float32, TINY)
+    assert phi3.model.layers[0].mlp.gate_up_proj.out_features == 2 * 8192 // TINY and len(phi3.model.layers) == 2
+    qwen2, _ = models.make_block("hf-qwen2", "small", "cpu", torch.float32, TINY)
+    assert qwen2.model.layers[0].self_attn.q_proj.bias is not None
+    assert {f for f in hf_blocks.FAMILIES if models.FAMILIES[f].train} == {
+        "hf-llama",
+        "hf-mistral",
+        "hf-qwen2",
+        "hf-phi3",
+        "hf-gpt2",
+    }
+    blocks = [models.BlockId("hf-llama", "small", "train"), models.BlockId("hf-vit", "small", "inference")]
+    result = models.run_blocks(
+        blocks,
+        list(models.MODES),
+        str(tmp_path / "hf.json"),
+        probe=FakeProbe(),
+        info={"device": "cpu"},
+        device="cpu",
+        dtype=torch.float32,
+        scale=TINY,
+        compile_fn=lambda target, mode: target,
+    )
+    for row in result["rows"]:
+        assert "error" not in row, row["error"]
+        assert row["rel_err"]["ours_vs_stock"] == 0.0 and row["gpu_speedup"] == pytest.approx(350 / 280, abs=1e-4)
+    assert result["rows"][1]["tokens"] == 197
 
 
 def test_compile_first_ours_compiles_ours_before_stock(tmp_path):
