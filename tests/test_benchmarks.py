@@ -548,3 +548,84 @@ def test_a_warm_start_loads_what_the_cold_compile_of_its_side_saved(monkeypatch,
     seen.clear()
     again = warm_start.run(warm_start.parser().parse_args(argv + ["--resume", str(out)]), {"device": "fake"})
     assert seen == [] and again["rows"] == result["rows"]
+
+
+# --- benchmarks/decode.py ---------------------------------------------------------------
+
+
+def test_decode_bytes_are_each_linear_layers_least_traffic():
+    from benchmarks import decode
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32, bias=True), torch.nn.Linear(32, 16, bias=False))
+    rows = 4
+    want = (32 * 64 + rows * (32 + 64) + 32) * 2 + (16 * 32 + rows * (16 + 32)) * 2
+    assert decode.gemm_bytes(model, rows) == want
+    kernels = [{"kernel": "a", "launches": 2.0, "us": 3.0}, {"kernel": "b", "launches": 1.0, "us": 1.0}]
+    fraction, us = decode.bandwidth_fraction(4_000_000, kernels, 2e12)
+    assert us == 4.0 and fraction == round(4e6 / 4e-6 / 2e12, 4)
+    assert decode.bandwidth_fraction(1, [], 1.0) == (None, 0.0)
+
+
+class _DecodeProbe:
+    def quiet(self):
+        return {"builds_waited": 0}
+
+    def wall_ms(self, steps):
+        for step in steps.values():
+            step()
+        return {"stock": 1.2, "ours": 1.0, "round_ratios": [1.2]}
+
+    def profile(self, steps):
+        return {
+            side: {"us": 10.0, "kernels": [{"kernel": name, "launches": 3.0, "us": us}]}
+            for side, name, us in (("stock", "nvjet_tst_gemm", 8.0), ("ours", "kernel_inductor_cutedsl_x", 6.0))
+        }
+
+
+def test_a_decode_row_runs_both_sides_against_a_filled_static_cache():
+    """The row's steps on the CPU, uncompiled, with a tiny model: each side decodes one
+    token at the context length against its own cache filled by the same prompt, and
+    agrees with an eager decode; the figures come from the probe's."""
+    pytest.importorskip("transformers")
+    from benchmarks import decode
+
+    tiny = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "vocab_size": 256}
+    row = decode.measure(
+        "llama",
+        2,
+        2,
+        _DecodeProbe(),
+        1e9,
+        device="cpu",
+        context=16,
+        compile_fn=lambda fn, mode: fn,
+        overrides={**tiny, "num_key_value_heads": 2},
+    )
+    assert row["rel_err"]["ours_vs_stock"] == 0.0 and row["rel_err"]["ours"] == 0.0
+    assert row["decode_speedup"] == 1.2 and row["gemm_us"] == {"stock": 8.0, "ours": 6.0}
+    assert row["gemm_bandwidth_fraction"]["ours"] == round(row["gemm_bytes"] / 6e-6 / 1e9, 4)
+    result = decode.summarize([row, {"row": "qwen2:b1", "error": "x"}], {"device": "cpu"})
+    assert result["decode_speedup_geomean"] == 1.2 and result["decode_speedup_min"] == 1.2
+    assert result["gemm_bandwidth_fraction_geomean"] == row["gemm_bandwidth_fraction"]["ours"]
+
+
+def test_a_rewound_static_cache_decodes_the_same_step_again():
+    """Without the rewind, each call writes the next slot and attends to one more token."""
+    pytest.importorskip("transformers")
+    from transformers import StaticCache
+
+    from benchmarks import decode
+
+    tiny = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2}
+    model = decode.build("llama", 2, "cpu", context=16, overrides={**tiny, "vocab_size": 256})
+    cache = StaticCache(config=model.config, max_cache_len=32)
+    prompt, token, position = torch.randint(0, 256, (2, 16)), torch.randint(0, 256, (2, 1)), torch.tensor([16])
+    with torch.no_grad():
+        model(input_ids=prompt, past_key_values=cache, cache_position=torch.arange(16))
+        outs = []
+        for _ in range(3):
+            decode.rewind(cache, 16)
+            outs.append(model(input_ids=token, past_key_values=cache, cache_position=position).logits)
+        assert all(torch.equal(o, outs[0]) for o in outs) and cache.get_seq_length() == 17
+        drifted = model(input_ids=token, past_key_values=cache, cache_position=position).logits
+    assert not torch.equal(drifted, outs[0])

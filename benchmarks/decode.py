@@ -1,0 +1,298 @@
+"""LLM decode: one token per step against a static KV cache, under CUDA graphs.
+
+    python -m benchmarks.decode --json benchmarks/results/h200-decode.json
+    python -m benchmarks.decode --models llama --batches 1,16 --layers 4
+
+The step that dominates serving: ``transformers``' causal-LM classes (Llama 3.2 1B and
+Qwen2 1.5B dimensions, ``--layers`` decoder layers, their LM head, random weights) with
+a ``StaticCache``, one new token per sequence per step at a fixed context length, the
+step compiled with max-autotune (CUDA graphs) as ``generate`` with a static cache
+compiles it. Per model and batch, stock and ours are compiled in one process, each with
+its own cache filled by the same prompt, and timed interleaved:
+
+* ``token_ms``: per-step latency (``GpuProbe.wall_ms``: medians over interleaved rounds,
+  host included), and ``decode_speedup`` = stock / ours;
+* the GEMMs' bandwidth: the bytes the step's Linear layers must move at least (weights,
+  inputs and outputs once each) over the time of the step's GEMM kernels under the
+  profiler, as a fraction of the device's measured copy bandwidth
+  (``gemm_bandwidth_fraction``); with the kernels themselves (``gemm_kernels``). At
+  M = batch rows, a GEMM's cost is reading its weight: this is the bound that counts.
+
+Summary: ``decode_speedup_geomean``, ``decode_speedup_min`` and
+``gemm_bandwidth_fraction_geomean`` (ours). Rows are written as they finish; ``--resume``
+goes on from an earlier file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+from typing import Any
+
+import torch
+from torch import nn
+
+from .harness import geomean_or_none, ratio, rel_err, run_info, write_json
+from .models import BACKENDS, CUDAGRAPHS, GpuProbe, backend, compile_block, gemm_kernels, release
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeModel:
+    causal_lm: str  # the transformers class
+    config: str
+    settings: tuple[tuple[str, Any], ...]
+
+
+MODELS: dict[str, DecodeModel] = {
+    # Llama 3.2 1B
+    "llama": DecodeModel(
+        "LlamaForCausalLM",
+        "LlamaConfig",
+        (
+            ("hidden_size", 2048),
+            ("intermediate_size", 8192),
+            ("num_attention_heads", 32),
+            ("num_key_value_heads", 8),
+            ("vocab_size", 128256),
+            ("tie_word_embeddings", True),
+        ),
+    ),
+    # Qwen2 1.5B
+    "qwen2": DecodeModel(
+        "Qwen2ForCausalLM",
+        "Qwen2Config",
+        (
+            ("hidden_size", 1536),
+            ("intermediate_size", 8960),
+            ("num_attention_heads", 12),
+            ("num_key_value_heads", 2),
+            ("vocab_size", 151936),
+            ("tie_word_embeddings", True),
+        ),
+    ),
+}
+BATCHES = (1, 4, 16, 64)
+CONTEXT = 1024  # tokens already in the cache at every timed step
+TOLERANCE = 2e-2  # logits of one step, ours against stock (bf16 rounding of two GEMM orders)
+
+
+def build(
+    name: str,
+    layers: int,
+    device: str = "cuda",
+    dtype: torch.dtype = torch.bfloat16,
+    context: int = CONTEXT,
+    overrides: dict | None = None,
+) -> nn.Module:
+    """The causal LM with its class's initialisation, seeded; ``overrides`` replace
+    config arguments (the CPU tests' tiny models)."""
+    import transformers
+
+    m = MODELS[name]
+    settings = {**dict(m.settings), **(overrides or {})}
+    config = getattr(transformers, m.config)(**settings, num_hidden_layers=layers, max_position_embeddings=4 * context)
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = getattr(transformers, m.causal_lm)(config)
+    return model.to(dtype).eval()
+
+
+def gemm_bytes(model: nn.Module, rows: int, dtype_bytes: int = 2) -> int:
+    """The least bytes the Linear layers of one step move, at ``rows`` rows: each weight
+    (and bias) read once, each input read once, each output written once."""
+    total = 0
+    for m in model.modules():
+        if isinstance(m, nn.Linear):
+            n, k = m.weight.shape
+            total += (n * k + rows * (n + k) + (n if m.bias is not None else 0)) * dtype_bytes
+    return total
+
+
+def copy_bandwidth(device: str = "cuda", nbytes: int = 2**30, rounds: int = 20) -> float:
+    """The device's copy bandwidth, bytes per second (read and write counted): the
+    median of ``rounds`` device-to-device copies of ``nbytes``."""
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    times = []
+    for _ in range(rounds):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return 2 * nbytes / statistics.median(times)
+
+
+def bandwidth_fraction(nbytes: int, kernels: list[dict], copy_bps: float) -> tuple[float | None, float]:
+    """(the step's GEMM bytes over its GEMM kernels' time as a fraction of ``copy_bps``,
+    those kernels' µs)."""
+    us = sum(k["us"] for k in kernels)  # each kernel's µs per step, all its launches
+    if not us:
+        return None, 0.0
+    return round(nbytes / (us / 1e6) / copy_bps, 4), round(us, 2)
+
+
+def rewind(cache, length: int) -> None:
+    """Make the cache's next write land at ``length`` again: every timed step decodes the
+    same token at the same context length. (transformers 5's static layers count the
+    tokens written, in place, and write at that count, not at ``cache_position``.)"""
+    for layer in cache.layers:
+        if hasattr(layer, "cumulative_length"):
+            layer.cumulative_length.fill_(length)
+
+
+def decode_step(fn, tokens: torch.Tensor, position: torch.Tensor, cudagraphs: bool):
+    def step() -> list[torch.Tensor]:
+        if cudagraphs:
+            torch.compiler.cudagraph_mark_step_begin()
+        with torch.no_grad():
+            return [fn(tokens, position)]
+
+    return step
+
+
+def measure(
+    name: str,
+    batch: int,
+    layers: int,
+    probe: GpuProbe,
+    copy_bps: float,
+    *,
+    device: str = "cuda",
+    context: int = CONTEXT,
+    compile_fn=compile_block,
+    overrides: dict | None = None,
+) -> dict:
+    """One row: stock and ours compiled for this model and batch, each with its own
+    static cache filled by the same prompt, then timed and profiled interleaved."""
+    from transformers import StaticCache
+
+    model = build(name, layers, device, context=context, overrides=overrides)
+    config = model.config
+    row: dict = {"row": f"{name}:b{batch}", "model": name, "batch": batch, "layers": layers, "context": context}
+    prompt = torch.randint(0, config.vocab_size, (batch, context), device=device)
+    tokens = torch.randint(0, config.vocab_size, (batch, 1), device=device)
+    position = torch.tensor([context], device=device)
+
+    def filled_cache():
+        cache = StaticCache(config=config, max_cache_len=2 * context)
+        with torch.no_grad():
+            model(input_ids=prompt, past_key_values=cache, cache_position=torch.arange(context, device=device))
+        return cache
+
+    steps, logits = {}, {}
+    cudagraphs = device == "cuda"
+    for side in BACKENDS:
+        cache = filled_cache()
+
+        def forward(tok, pos, cache=cache):
+            rewind(cache, context)
+            return model(input_ids=tok, past_key_values=cache, cache_position=pos, use_cache=True).logits
+
+        with backend(side):
+            step = decode_step(compile_fn(forward, CUDAGRAPHS), tokens, position, cudagraphs)
+            step()  # compiles
+            logits[side] = step()[0].float().clone()
+        steps[side] = step
+    with torch.no_grad():
+        cache = filled_cache()
+        rewind(cache, context)
+        eager = model(input_ids=tokens, past_key_values=cache, cache_position=position).logits.float()
+    row["rel_err"] = {side: rel_err(logits[side], eager) for side in BACKENDS}
+    row["rel_err"]["ours_vs_stock"] = rel_err(logits["ours"], logits["stock"])
+    if not row["rel_err"]["ours_vs_stock"] < TOLERANCE:
+        raise AssertionError(f"{row['row']}: ours against stock {row['rel_err']['ours_vs_stock']:.3e}")
+    row["host_state"] = probe.quiet()
+    wall = probe.wall_ms(steps)
+    row["token_ms"] = wall
+    row["decode_speedup"] = ratio(wall["stock"], wall["ours"])
+    prof = probe.profile(steps)
+    nbytes = gemm_bytes(model, batch)
+    row["gemm_bytes"] = nbytes
+    row["gemm_kernels"], row["gemm_us"], row["gemm_bandwidth_fraction"] = {}, {}, {}
+    for side in BACKENDS:
+        kernels = gemm_kernels(prof[side]["kernels"])
+        row["gemm_kernels"][side] = kernels
+        row["gemm_bandwidth_fraction"][side], row["gemm_us"][side] = bandwidth_fraction(nbytes, kernels, copy_bps)
+    row["gpu_us"] = {side: prof[side]["us"] for side in BACKENDS}
+    return row
+
+
+def summarize(rows: list[dict], info: dict) -> dict:
+    ok = [r for r in rows if "error" not in r]
+    speed = [r["decode_speedup"] for r in ok if r.get("decode_speedup") is not None]
+    fraction = [r["gemm_bandwidth_fraction"]["ours"] for r in ok if r.get("gemm_bandwidth_fraction", {}).get("ours")]
+    stock_fraction = [
+        r["gemm_bandwidth_fraction"]["stock"] for r in ok if r.get("gemm_bandwidth_fraction", {}).get("stock")
+    ]
+    return {
+        **info,
+        "decode_speedup_geomean": geomean_or_none(speed),
+        "decode_speedup_min": min(speed) if speed else None,
+        "gemm_bandwidth_fraction_geomean": geomean_or_none(fraction),
+        "stock_gemm_bandwidth_fraction_geomean": geomean_or_none(stock_fraction),
+        "rows": rows,
+    }
+
+
+def _list(kind, known=None):
+    def parse(text: str) -> list:
+        values = [kind(t.strip()) for t in text.split(",") if t.strip()]
+        if not values or (known is not None and any(v not in known for v in values)):
+            raise argparse.ArgumentTypeError(f"{text!r}: comma-separated, from {list(known or [])}")
+        return values
+
+    return parse
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", type=_list(str, MODELS), default=list(MODELS), help="default: llama,qwen2")
+    ap.add_argument("--batches", type=_list(int), default=list(BATCHES), help="default: 1,4,16,64")
+    ap.add_argument("--layers", type=int, default=4, help="decoder layers (default: %(default)s)")
+    ap.add_argument("--json", metavar="PATH", help="result file, rewritten after every row")
+    ap.add_argument("--resume", metavar="PATH", help="an earlier result file: its rows are not measured again")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> dict | None:
+    args = parser().parse_args(argv)
+    if not torch.cuda.is_available():
+        print("benchmarks.decode needs a CUDA GPU: nothing measured")
+        return None
+    torch._dynamo.config.automatic_dynamic_shapes = False
+    rows: list[dict] = []
+    if args.resume and os.path.exists(args.resume):
+        with open(args.resume) as f:
+            rows = [r for r in json.load(f)["rows"] if "error" not in r]
+    done = {r["row"] for r in rows}
+    info = {**run_info(), "copy_bandwidth_gbps": round(copy_bandwidth() / 1e9, 1)}
+    probe = GpuProbe()
+    for name in args.models:
+        for batch in args.batches:
+            if f"{name}:b{batch}" in done:
+                continue
+            print(f"== {name} batch {batch}", flush=True)
+            try:
+                row = measure(name, batch, args.layers, probe, info["copy_bandwidth_gbps"] * 1e9)
+            except Exception as exc:
+                row = {"row": f"{name}:b{batch}", "error": f"{type(exc).__name__}: {exc}"[:2000]}
+            finally:
+                release()
+            rows.append(row)
+            print(json.dumps({k: row.get(k) for k in ("row", "decode_speedup", "gemm_bandwidth_fraction", "error")}))
+            write_json(summarize(rows, info), args.json)
+    result = summarize(rows, info)
+    print(json.dumps({k: v for k, v in result.items() if k != "rows"}))
+    write_json(result, args.json)
+    return result
+
+
+if __name__ == "__main__":
+    main()
