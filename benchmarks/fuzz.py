@@ -664,7 +664,7 @@ def offered_configs() -> dict[str, dict[str, list[GemmConfig]]]:
     ("plain", "promote": fp8 with promoted partial sums, "dual") and group."""
     found: dict[str, set[GemmConfig]] = {"plain": set(), "promote": set(), "dual": set()}
     for m, n, k, batch in OFFER_SHAPES:
-        found["plain"].update(shortlist(m, n, k, batch, limit=64))
+        found["plain"].update(shortlist(m, n, k, batch, limit=64, graphs=True))
         found["promote"].update(shortlist(m, n, k, batch, limit=64, promote=PROMOTE_TILE))
         found["dual"].update(dual_shortlist(m, n, k, batch, limit=64))
     groups: dict[str, dict[str, list[GemmConfig]]] = {}

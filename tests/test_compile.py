@@ -31,6 +31,7 @@ REPRESENTATIVE = [
     (GemmConfig(128, 128, 1, 2, True, False, 8), "float16", "float32", "m", "n", E.bias("col")),
     (GemmConfig(256, 128, 2, 2, epi_n=64), "bfloat16", "float16", "m", "k", E.bias_activation("gelu_tanh")),
     (GemmConfig(64, 256, 2, 1, True), "float16", "float16", "k", "n", E.addmm(True, "full")),
+    (GemmConfig(128, 64, 1, 1, stream_k=True), "bfloat16", "bfloat16", "k", "k", E.bias_activation("gelu_tanh")),
     (
         GemmConfig(128, 256, 1, 2),
         "bfloat16",
@@ -99,6 +100,20 @@ def test_config_space_is_valid_and_shortlist_in_it():
     for shape in [(8192, 4096, 4096), (1024, 4096, 4096), (64, 128, 4096), (1, 1, 1)]:
         picks = shortlist(*shape)
         assert picks and all(p in space for p in picks)
+
+
+def test_decode_sized_gemms_under_cuda_graphs_get_a_stream_k_candidate():
+    """At M <= 64 with fewer output tiles than SMs, a stream-K tile that spreads the K
+    loop over the SMs is offered where a CUDA graph hides its launch's host work: not
+    without graphs, not for a promoting fp8 GEMM, not where the tiles fill the SMs."""
+    stream_k = GemmConfig(128, 64, 1, 1, False, False, 1, stream_k=True)
+    for m, n in ((1, 2048), (16, 8192), (64, 2048)):
+        assert stream_k in shortlist(m, n, 2048, limit=3, graphs=True), (m, n)
+        assert not any(c.stream_k for c in shortlist(m, n, 2048, limit=64)), (m, n)
+        assert not any(c.stream_k for c in shortlist(m, n, 2048, limit=64, promote=1, graphs=True)), (m, n)
+    for m, n in ((65, 2048), (16, 14336)):  # more rows, or tiles for every SM
+        assert not any(c.stream_k for c in shortlist(m, n, 2048, limit=64, graphs=True)), (m, n)
+    assert stream_k.invalid_reason() is None and stream_k in config_space()
 
 
 def test_swizzle_is_fitted_to_the_swizzled_dimension():

@@ -72,3 +72,24 @@ def test_a_linear_with_bias_is_offered_our_candidates_once(backends):
     assert name == "addmm" and choices.count("GemmCaller") == config.max_configs, choices
     if "cutedsl" in out["code"]:
         assert [op.kind for op in launched(out["code"], 0)["spec"].epilogue.operands] == ["row"]
+
+
+@pytest.mark.parametrize("graphs", [True, False])
+def test_a_decode_sized_gemm_gets_its_stream_k_candidate_only_under_cuda_graphs(graphs):
+    """The lowering tells the shortlist whether the graph will replay as CUDA graphs
+    (``mode="max-autotune"``): only then is a decode-sized GEMM offered stream-K (here
+    rated fastest by the fake autotuning, so it runs wherever it was offered)."""
+    from fake_hopper import generation, launched
+    from torch._inductor import config as inductor_config
+
+    from inductor_cutedsl import config
+
+    def ms(choice) -> float:
+        candidate = getattr(choice, "candidate", None)
+        return 0.01 if candidate is not None and candidate.spec.config.stream_k else 1.0
+
+    with config.patch(max_configs=3), inductor_config.patch({"triton.cudagraphs": graphs}):
+        out = generation(lambda a, b: a @ b, (16, 2048), (2048, 2048), backends="CUTEDSL", candidate_ms=ms)
+    ((name, choices),) = out["autotuned"]
+    assert name == "mm" and choices.count("GemmCaller") == 3, choices
+    assert launched(out["code"], 0)["spec"].config.stream_k == graphs

@@ -223,6 +223,10 @@ def config_space() -> list[GemmConfig]:
                                     staged = dataclasses.replace(cfg, epi_buffers=whole)
                                     if staged.invalid_reason() is None:
                                         out.append(staged)
+                                # Stream-K as the shortlist offers it: unclustered
+                                # cooperative tiles, unswizzled.
+                                if (cm, cn, swizzle, pingpong) == (1, 1, 1, False) and epi_n == 32:
+                                    out.append(dataclasses.replace(cfg, stream_k=True))
     return out
 
 
@@ -253,7 +257,9 @@ def promotion_mode(cfg: GemmConfig) -> int:
     return PROMOTE_ALTERNATE if cfg.promotion_reason(PROMOTE_ALTERNATE) is None else PROMOTE_TILE
 
 
-def shortlist(m: int, n: int, k: int, batch: int = 1, limit: int = 6, promote: int = PROMOTE_NONE) -> list[GemmConfig]:
+def shortlist(
+    m: int, n: int, k: int, batch: int = 1, limit: int = 6, promote: int = PROMOTE_NONE, graphs: bool = False
+) -> list[GemmConfig]:
     """A shape-aware short list of configs worth benchmarking, best guess first.
 
     Ordered by what won on the H200 (benchmarks/results/h200-gemm.json and
@@ -263,7 +269,9 @@ def shortlist(m: int, n: int, k: int, batch: int = 1, limit: int = 6, promote: i
     the wider of a tile's two operands (a 128x256 tile pairs along M, sharing B): the
     least L2 -> SM traffic per MAC, and at the power limit the least energy per GEMM.
     ``promote`` (a promotion mode): only configs with registers for an fp8 kernel's
-    partial sums besides its accumulator (``GemmConfig.promotion_reason``).
+    partial sums besides its accumulator (``GemmConfig.promotion_reason``). ``graphs``:
+    the GEMM will run inside a CUDA graph (a decode step's), where a launch's host work
+    is not paid per call.
     """
     sms = 132
     raster_m = m >= n
@@ -284,6 +292,16 @@ def shortlist(m: int, n: int, k: int, batch: int = 1, limit: int = 6, promote: i
         if math.ceil(m / 128) * math.ceil(n / 128) * batch < sms
         else []
     )
+    # Decode-sized GEMMs (M <= 64 rows: a few output tiles, and a cost that is reading
+    # the weight): a stream-K 128x64 tile splits the K loop of those few tiles over the
+    # SMs, so that all of them stream the weight, and sums the parts in a fixed order
+    # (deterministic). Its launch allocates and zeroes scratch, host work that a CUDA
+    # graph's replay skips: offered there only.
+    skinny = (
+        [GemmConfig(128, 64, 1, 1, False, raster_m, 1, stream_k=True)]
+        if graphs and not promote and m <= 64 and math.ceil(n / 64) * batch < sms
+        else []
+    )
     # A promoting fp8 kernel keeps a second accumulator, which rules out the wide tiles:
     # the widest that hold both (128x192 and 128x128 cooperative), paired and swizzled
     # as the wide ones are, lead its list.
@@ -291,6 +309,7 @@ def shortlist(m: int, n: int, k: int, batch: int = 1, limit: int = 6, promote: i
     cands: list[GemmConfig] = []
     for cfg in (
         *narrow,
+        *skinny,
         *(promoting if promote else ()),
         *(wide if waves >= 2 else wide[::-1]),
         GemmConfig(128, 128, *square, True, raster_m, swz),

@@ -105,7 +105,12 @@ def candidate_specs(
             epilogue,
             promote=promotion_mode(cfg) if promote else PROMOTE_NONE,
         )
-        for cfg in shortlist(*mnkl, limit=config.max_configs, promote=PROMOTE_TILE if promote else PROMOTE_NONE)
+        for cfg in shortlist(
+            *mnkl,
+            limit=config.max_configs,
+            promote=PROMOTE_TILE if promote else PROMOTE_NONE,
+            graphs=settings.compile_uses_cudagraphs(),
+        )
         if cfg.invalid_reason(in_bytes, out_bytes) is None
     ]
 
