@@ -431,11 +431,7 @@ def run(args: argparse.Namespace, info: dict) -> dict:
     final = result()
     for row in final["rows"]:
         print_row(row)
-    print(json.dumps({k: v for k, v in final.items() if k != "rows"}))
-    if left:
-        print(f"not started (run again with --resume): {', '.join(left)}")
-    write_json(final, args.json)
-    return final
+    return finish(final, left, args.json)
 
 
 # ---------------------------------------------------------------------------------------
@@ -467,8 +463,9 @@ def _positive(text: str) -> int:
     return value
 
 
-def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_run_options(ap: argparse.ArgumentParser, pairs: int, pairs_help: str) -> None:
+    """The options of a run of fresh-process compiles (this benchmark's and ``warm_start``'s):
+    which rows, how many of each, in which mode, where the result goes, and the limits."""
     ap.add_argument(
         "--rows",
         type=parse_rows,
@@ -476,19 +473,9 @@ def parser() -> argparse.ArgumentParser:
         help="comma-separated FAMILY:SIZE (inference) or FAMILY:SIZE:RUN (default: "
         f"{','.join(b.name for b in DEFAULT_ROWS)})",
     )
-    ap.add_argument("--pairs", type=_positive, default=2, help="compiles of each side per row (default: %(default)s)")
+    ap.add_argument("--pairs", type=_positive, default=pairs, help=f"{pairs_help} (default: %(default)s)")
     ap.add_argument(
         "--mode", choices=models.MODES, default=models.CUDAGRAPHS, help="torch.compile mode (default: %(default)s)"
-    )
-    ap.add_argument(
-        "--default-stock",
-        action="store_true",
-        help="also stock as a user starts it (Triton's bundled ptxas in the compiling process)",
-    )
-    ap.add_argument(
-        "--warm-kernels",
-        action="store_true",
-        help="also ours with the kernel cache holding the other rows' kernels, Inductor's and Triton's caches empty",
     )
     ap.add_argument("--json", metavar="PATH", default=None, help="result file, rewritten after every compile")
     ap.add_argument(
@@ -504,6 +491,30 @@ def parser() -> argparse.ArgumentParser:
         "the longest child so far); the ones left are listed for a --resume run",
     )
     ap.add_argument("--timeout", type=float, default=900, help="seconds per child process (default: %(default)s)")
+
+
+def finish(final: dict, left: list[str], path: str | None) -> dict:
+    """A run's end: its summary printed, what it did not start listed, the result written."""
+    print(json.dumps({k: v for k, v in final.items() if k != "rows"}))
+    if left:
+        print(f"not started (run again with --resume): {', '.join(left)}")
+    write_json(final, path)
+    return final
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_run_options(ap, 2, "compiles of each side per row")
+    ap.add_argument(
+        "--default-stock",
+        action="store_true",
+        help="also stock as a user starts it (Triton's bundled ptxas in the compiling process)",
+    )
+    ap.add_argument(
+        "--warm-kernels",
+        action="store_true",
+        help="also ours with the kernel cache holding the other rows' kernels, Inductor's and Triton's caches empty",
+    )
     ap.add_argument(
         "--sample",
         metavar="PATH",

@@ -28,9 +28,9 @@ import shutil
 import tempfile
 import time
 
-from .compile import DEFAULT_ROWS, FAIR_STOCK, OURS, Caches, median_of, parse_rows, run_child
+from .compile import FAIR_STOCK, OURS, Caches, add_run_options, finish, median_of, run_child
 from .harness import geomean_or_none, ratio, run_info, write_json
-from .models import CUDAGRAPHS, MODES, BlockId
+from .models import BlockId
 
 SIDES = (FAIR_STOCK, OURS)
 STARTS = ("cold", "warm")
@@ -129,35 +129,17 @@ def run(args: argparse.Namespace, info: dict) -> dict:
             for kind, report in reports.items():
                 runs.setdefault(bid.name, {}).setdefault(side, {}).setdefault(kind, []).append(report)
             write_json(result(), args.json)
-    final = result()
-    print(json.dumps({k: v for k, v in final.items() if k != "rows"}))
-    if left:
-        print(f"not started (run again with --resume): {', '.join(left)}")
-    write_json(final, args.json)
-    return final
+    return finish(result(), left, args.json)
 
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument(
-        "--rows",
-        type=parse_rows,
-        default=list(DEFAULT_ROWS),
-        help="comma-separated FAMILY:SIZE (inference) or FAMILY:SIZE:RUN (default: every family's small block)",
-    )
-    ap.add_argument("--pairs", type=int, default=1, help="cold and warm compiles of each side per row (default: 1)")
-    ap.add_argument("--mode", choices=MODES, default=CUDAGRAPHS, help="torch.compile mode (default: %(default)s)")
-    ap.add_argument("--json", metavar="PATH", default=None, help="result file, rewritten after every row and side")
-    ap.add_argument("--resume", metavar="PATH", help="an earlier result file: its compiles are not run again")
-    ap.add_argument("--budget", type=float, metavar="SECONDS", help="start nothing likely to end later than this")
-    ap.add_argument("--timeout", type=float, default=900, help="seconds per child process (default: %(default)s)")
+    add_run_options(ap, 1, "cold and warm compiles of each side per row")
     return ap
 
 
 def main(argv: list[str] | None = None) -> dict | None:
     args = parser().parse_args(argv)
-    if args.pairs < 1:
-        raise SystemExit("--pairs must be 1 or more")
     import torch
 
     if not torch.cuda.is_available():

@@ -422,6 +422,22 @@ class FakeProbe(models.GpuProbe):
         return {"stock": 300.0, "ours": 280.0, "calls": {"stock": 20, "ours": 20}, "gpu_busy": True}
 
 
+def run_on_cpu(blocks, path, compile_fn=lambda target, mode: target, **kw):
+    """``run_blocks`` on the CPU: tiny float32 blocks, the fake probe's figures."""
+    return models.run_blocks(
+        blocks,
+        list(models.MODES),
+        path,
+        probe=FakeProbe(),
+        info=kw.pop("info", {"device": "cpu"}),
+        device="cpu",
+        dtype=torch.float32,
+        scale=TINY,
+        compile_fn=compile_fn,
+        **kw,
+    )
+
+
 def test_run_measures_every_block_and_goes_on_after_a_failure(tmp_path, capsys):
     blocks = [
         models.BlockId("gpt2", "small", "inference"),
@@ -443,17 +459,7 @@ def test_run_measures_every_block_and_goes_on_after_a_failure(tmp_path, capsys):
     # counted) before the first block's timings: none may be.
     compiler.wait_idle(timeout=600)
     path = tmp_path / "models.json"
-    result = models.run_blocks(
-        blocks,
-        list(models.MODES),
-        str(path),
-        probe=FakeProbe(),
-        info={"device": "cpu"},
-        device="cpu",
-        dtype=torch.float32,
-        scale=TINY,
-        compile_fn=compile_fn,
-    )
+    result = run_on_cpu(blocks, str(path), compile_fn)
     assert json.loads(path.read_text()) == json.loads(json.dumps(result))
     gpt2, llama, bert = result["rows"]
     assert gpt2["gpu_speedup"] == pytest.approx(350 / 280, abs=1e-4)
@@ -513,17 +519,7 @@ def test_transformers_rows_are_the_classes_users_compile(tmp_path):
         "hf-gpt2",
     }
     blocks = [models.BlockId("hf-llama", "small", "train"), models.BlockId("hf-vit", "small", "inference")]
-    result = models.run_blocks(
-        blocks,
-        list(models.MODES),
-        str(tmp_path / "hf.json"),
-        probe=FakeProbe(),
-        info={"device": "cpu"},
-        device="cpu",
-        dtype=torch.float32,
-        scale=TINY,
-        compile_fn=lambda target, mode: target,
-    )
+    result = run_on_cpu(blocks, str(tmp_path / "hf.json"))
     for row in result["rows"]:
         assert "error" not in row, row["error"]
         assert row["rel_err"]["ours_vs_stock"] == 0.0 and row["gpu_speedup"] == pytest.approx(350 / 280, abs=1e-4)
@@ -537,18 +533,7 @@ def test_compile_first_ours_compiles_ours_before_stock(tmp_path):
         compiled.append((mode, not is_enabled()))
         return target
 
-    result = models.run_blocks(
-        [models.BlockId("gpt2", "small", "inference")],
-        list(models.MODES),
-        None,
-        probe=FakeProbe(),
-        info={"device": "cpu"},
-        device="cpu",
-        dtype=torch.float32,
-        scale=TINY,
-        compile_fn=compile_fn,
-        first="ours",
-    )
+    result = run_on_cpu([models.BlockId("gpt2", "small", "inference")], None, compile_fn, first="ours")
     assert compiled == [
         (models.NO_CUDAGRAPHS, False),
         (models.CUDAGRAPHS, False),
@@ -567,19 +552,7 @@ def test_a_resumed_run_keeps_earlier_rows_and_measures_the_rest(tmp_path):
     blocks = [models.BlockId("gpt2", "small", "inference"), models.BlockId("vit", "small", "inference")]
 
     def resumed(retry_failed):
-        return models.run_blocks(
-            blocks,
-            list(models.MODES),
-            str(tmp_path / "r.json"),
-            probe=FakeProbe(),
-            info={},
-            prior=prior,
-            retry_failed=retry_failed,
-            device="cpu",
-            dtype=torch.float32,
-            scale=TINY,
-            compile_fn=lambda target, mode: target,
-        )
+        return run_on_cpu(blocks, str(tmp_path / "r.json"), info={}, prior=prior, retry_failed=retry_failed)
 
     assert resumed(retry_failed=False)["rows"] == prior  # a failed block counts as done
     result = resumed(retry_failed=True)
