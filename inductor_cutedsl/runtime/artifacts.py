@@ -30,6 +30,7 @@ import logging
 import re
 
 from ..compat import artifacts as compat_artifacts
+from .cache import default_cache
 
 log = logging.getLogger("inductor_cutedsl.artifacts")
 
@@ -74,8 +75,6 @@ def populate(key: str, content: bytes) -> None:
     except ArtifactError as exc:
         log.warning("kernel artifact %s refused: %s; the kernel will be built if needed", key[:64], exc)
         return
-    from .launch import default_cache  # here: registering at import must not load the runtime
-
     default_cache().put(key, data, f"kernel artifact {key}")
 
 
@@ -84,8 +83,6 @@ def record(key: str) -> None:
     object is not in the cache, or torch has no artifacts)."""
     if ARTIFACT_TYPE not in compat_artifacts._registered:
         return
-    from .launch import default_cache
-
     data = default_cache().read(key)
     if data is not None:
         compat_artifacts.record(ARTIFACT_TYPE, key, pack(data))

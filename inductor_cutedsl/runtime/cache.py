@@ -382,3 +382,16 @@ class KernelCache:
                 os.replace(meta, self._meta_path(key))
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
+
+
+_default_cache: KernelCache | None = None
+_default_cache_for: str | None = None  # the config.cache_dir it was opened for
+
+
+def default_cache() -> KernelCache:
+    """The process's cache, at ``inductor_cutedsl.config.cache_dir`` (reopened if that changes)."""
+    global _default_cache, _default_cache_for
+    if _default_cache is None or config.cache_dir != _default_cache_for:
+        _default_cache = KernelCache(config.cache_dir)
+        _default_cache_for = config.cache_dir
+    return _default_cache

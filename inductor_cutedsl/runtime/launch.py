@@ -13,7 +13,6 @@ from pathlib import Path
 
 import torch
 
-from .. import config
 from ..kernels.config import (
     PROMOTE_NONE,
     PROMOTE_TILE,
@@ -24,7 +23,7 @@ from ..kernels.config import (
     shortlist,
 )
 from ..kernels.epilogue import GATED_ACTIVATIONS, IDENTITY, Epilogue, gated, scaled
-from .cache import KernelCache
+from .cache import KernelCache, default_cache
 from .compiler import build
 from .fast_call import F32, I32, I64, PTR, FastCaller
 from .spec import ALIGNMENT, KernelSpec
@@ -51,17 +50,6 @@ from .support import (
 
 _memo: dict[str, CompiledGemm] = {}
 _memo_lock = threading.Lock()
-_default_cache: KernelCache | None = None
-_default_cache_for: str | None = None  # the config.cache_dir it was opened for
-
-
-def default_cache() -> KernelCache:
-    """The process's cache, at ``inductor_cutedsl.config.cache_dir`` (reopened if that changes)."""
-    global _default_cache, _default_cache_for
-    if _default_cache is None or config.cache_dir != _default_cache_for:
-        _default_cache = KernelCache(config.cache_dir)
-        _default_cache_for = config.cache_dir
-    return _default_cache
 
 
 @functools.cache
