@@ -469,3 +469,31 @@ def test_view_that_is_no_reshape_is_refused_with_its_reason(caplog):
     assert kernels(code) == (1, 1)
     messages = [r.getMessage() for r in caplog.records if "not fusing" in r.getMessage()]
     assert any(re.search("pure reshape|element-for-element|not linear", m) for m in messages), messages
+
+
+def test_the_layers_of_a_model_measure_each_gemm_and_epilogue_once(monkeypatch):
+    """Two layers of one graph with the same GEMM and epilogue: the first layer's GEMM is
+    measured, the second takes its way (both fused); a GEMM with another epilogue is
+    measured on its own."""
+    import inductor_cutedsl.scheduler.selection as selection
+
+    measured = []
+    real = selection.side_by_side_runs
+
+    def counted(scheduler, template, *args):
+        measured.append(template.node.get_name())
+        return real(scheduler, template, *args)
+
+    monkeypatch.setattr(selection, "side_by_side_runs", counted)
+
+    def layers(x, w1, w2, w3):
+        h = torch.relu(x @ w1.t())
+        h = torch.relu(h @ w2.t())  # the same GEMM and epilogue as the first layer's
+        return torch.sigmoid(h @ w3.t())  # another epilogue
+
+    reused = selection.stats["reused"]
+    with backend():
+        code = generated_code(layers, (M, K), (K, K), (K, K), (K, K), fused_ms=0.05)
+    assert len(measured) == 2 and selection.stats["reused"] == reused + 1, measured
+    # Three fused launches; the two layers' kernels share one definition (one source).
+    assert kernels(code) == (3, 0) and "relu(acc)" in code and "sigmoid" in code

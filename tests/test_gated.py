@@ -177,6 +177,23 @@ def test_dual_measurement_is_recorded():
     assert row["way"] == "dual" and row["shape"] == [B * T, F4, D] and row["activation"] == "silu"
 
 
+def test_the_layers_of_a_model_measure_their_gated_product_once():
+    """Two MLP layers of one graph with one shape: the first measures, the second takes
+    its decision; the next graph measures again."""
+
+    def two_layers(x, wg, wu, wd, wg2, wu2, wd2):
+        return llama_mlp(llama_mlp(x, wg, wu, wd), wg2, wu2, wd2)
+
+    measured, reused = len(gated.decisions), gated.stats["reused"]
+    shapes = [(B, T, D), (F4, D), (F4, D), (D, F4)]
+    with backend():
+        code = generated_code(two_layers, *shapes, *shapes[1:])
+        assert len(gated.decisions) == measured + 1 and gated.stats["reused"] == reused + 1
+        assert code.count("dual=True") >= 1 and kernels(code) == (4, 0)
+        generated_code(llama_mlp, *shapes)
+    assert len(gated.decisions) == measured + 2 and gated.stats["reused"] == reused + 1
+
+
 def test_getitem_targets_are_what_the_rewrite_emits():
     """The op's outputs are read with operator.getitem (Inductor's multi-output rule)."""
     gm, _ = rewritten(two_linears(F.silu), f64(4, 16), f64(8, 16), f64(8, 16), f64(8), f64(8))

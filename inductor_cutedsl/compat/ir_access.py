@@ -99,6 +99,11 @@ def is_multi_template_buffer(node: Any) -> bool:
     return isinstance(node, ir.MultiTemplateBuffer)
 
 
+def template_inputs(buffer: Any) -> list[Any]:
+    """A template buffer's input nodes (``TemplateBuffer.inputs``, 2.11-2.15)."""
+    return list(buffer.inputs)
+
+
 def is_triton_template_caller(choice: Any) -> bool:
     return isinstance(choice, ir.TritonTemplateCallerBase)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -20,7 +21,7 @@ import torch.nn.functional as F
 
 from .. import config
 from ..compat import autotune, ir_access, lowerings, settings
-from ..compat.lazy import ir_ops
+from ..compat.lazy import V, ir_ops
 from ..config import BACKEND_TOKEN
 from ..errors import Unsupported, fallback
 from ..kernels import epilogue as E
@@ -91,11 +92,15 @@ def candidates(x2, w_gate, w_up, b_gate, b_up, activation: str, keep: bool) -> l
 
 
 #: Wall seconds spent measuring dual kernels against their alternative, this process.
-stats = {"measure_s": 0.0}
+stats = {"measure_s": 0.0, "reused": 0}
 
 
 #: One record per measured gated product in this process.
 decisions: list[dict] = []
+#: Per graph being compiled: what a measured gated product decided (the index of the
+#: winning candidate, or None for the alternative), by what the outcome depends on.
+#: The layers of a model repeat one product: the first measures, the others take it.
+_measured: weakref.WeakKeyDictionary[Any, dict] = weakref.WeakKeyDictionary()
 
 
 def measure(runs: dict[str, Callable[[], Callable[[], object]]], device: Any) -> dict[str, float]:
@@ -155,7 +160,24 @@ def _dual_maker(cand: GemmCandidate, shapes, dtype, device, has_bias, keep) -> C
 def decide(
     cands: list[GemmCandidate], shapes, dtype, device, activation, has_bias, keep, fused
 ) -> GemmCandidate | None:
-    """Our fastest dual candidate if it beats the alternative side by side, else None."""
+    """Our fastest dual candidate if it beats the alternative side by side, else None;
+    decided once per graph for each product (``_measured``)."""
+    key = (
+        str(device),
+        str(dtype),
+        shapes,
+        activation,
+        has_bias,
+        keep,
+        fused,
+        tuple(c.spec.key() for c in cands),
+    )
+    memo = _measured.setdefault(V.graph, {})
+    if key in memo:
+        best = memo[key]
+        stats["reused"] += 1
+        log.info("gated %s: %s, as its graph's products of the same shapes were measured", activation, best)
+        return None if best is None else cands[best]
     builds = [compiler.build_async(c.spec, default_cache(), config.compile_workers) for c in cands]
     compiler.wait(builds)
     runs = {f"dual{i}": _dual_maker(c, shapes, dtype, device, has_bias, keep) for i, c in enumerate(cands)}
@@ -189,6 +211,7 @@ def decide(
             "way": "dual" if ours < other else "alternative",
         }
     )
+    memo[key] = best if ours < other else None
     return cands[best] if ours < other else None
 
 

@@ -59,6 +59,11 @@ class GraphDecisions:
     builds_started: bool = False
     #: Benchmark modules started early (``selection.start_fused_build``), by module key.
     early_modules: dict = dataclasses.field(default_factory=dict)
+    #: ``selection.decision_key`` -> the way measured for it: a GEMM of a key already
+    #: measured in this graph (another layer of the model) takes that way.
+    measured: dict = dataclasses.field(default_factory=dict)
+    #: The ``decision_key``s early work was started for.
+    started: set = dataclasses.field(default_factory=set)
 
 
 _graphs: weakref.WeakKeyDictionary[Any, GraphDecisions] = weakref.WeakKeyDictionary()
@@ -275,7 +280,7 @@ def start_fused_builds(scheduler: Any) -> None:
                 chain = epilogue_chain(template, consumer)
                 tr = translate_chain(scheduler, template, chain)
                 triton = codegen.stock_pairs(scheduler, template, consumer)
-                selection.start_fused_build(scheduler, template, tr, chain, triton, state.early_modules)
+                selection.start_fused_build(scheduler, template, tr, chain, triton, state.early_modules, state.started)
             except Exception as exc:  # only a head start: the decision builds what it needs
                 log.debug("no early build for %s + %s: %s", template.get_name(), consumer.get_name(), exc)
 
@@ -294,7 +299,14 @@ def _decide(scheduler: Any, template: Any, node1: Any, node2: Any) -> None:
     buffer = template.node
     try:
         decision = selection.decide(
-            scheduler, template, tr, epilogue_chain(node1, node2), node2.get_name(), triton, state.early_modules
+            scheduler,
+            template,
+            tr,
+            epilogue_chain(node1, node2),
+            node2.get_name(),
+            triton,
+            state.early_modules,
+            state.measured,
         )
     except Exception as exc:
         fallback("fusion decision", f"{buffer.get_name()} + {node2.get_name()}", exc, log)

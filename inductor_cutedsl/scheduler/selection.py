@@ -80,8 +80,9 @@ WAYS = {
 decisions: list[dict] = []
 #: Wall seconds of this process's decisions (compile time): in all (``decide_s``), and of
 #: those, waiting for our fused builds (``builds_s``) and for the benchmark modules'
-#: compiles (``modules_s``); the rest captures and measures the ways.
-stats = {"decide_s": 0.0, "builds_s": 0.0, "modules_s": 0.0}
+#: compiles (``modules_s``); the rest captures and measures the ways. ``reused``: the
+#: decisions taken from a structurally equal one of the same graph (``decision_key``).
+stats = {"decide_s": 0.0, "builds_s": 0.0, "modules_s": 0.0, "reused": 0}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,8 +177,49 @@ def _contenders(caller: GemmCaller, timings: dict, tr: Translation, triton: bool
     return {way: choice for way, choice in ways.items() if choice is not None}
 
 
+def _layout_key(layout: Any) -> tuple:
+    """A layout as a decision depends on it: sizes and strides (as written, and their
+    hints), offset and dtype."""
+    exprs = (*layout.size, *layout.stride, layout.offset)
+    return (str(layout.dtype), tuple(map(str, exprs)), tuple(ir_access.size_hint(e) for e in exprs))
+
+
+def _choice_id(choice: Any) -> tuple:
+    """What a contender is, not which object: our config, a Triton template's config, or
+    an extern kernel's name (Triton callers' own names are numbered per GEMM)."""
+    if isinstance(choice, GemmCaller):
+        return ("cutedsl", _config(choice).name())
+    return (type(choice).__name__, getattr(choice, "description", "") or getattr(choice, "name", ""))
+
+
+def decision_key(buffer: Any, contenders: dict[str, Any], tr: Translation, triton: bool) -> tuple:
+    """What a decision's outcome depends on, structurally: the GEMM's input and output
+    layouts, each way's contender, our fused kernels (their keys hold the epilogue, the
+    config and the dtypes), the epilogue's operand and output layouts, and whether a
+    Triton template may fuse. The layers of a model repeat one key: the first measures,
+    the others take its way (a 32-layer model measured each layer's GEMMs otherwise)."""
+    graph = V.graph
+    return (
+        str(buffer.get_device()),
+        tuple(_layout_key(node.get_layout()) for node in ir_access.template_inputs(buffer)),
+        _layout_key(buffer.get_layout()),
+        tuple(sorted((way, _choice_id(c)) for way, c in contenders.items())),
+        tuple(sorted((way, _fused(c, tr)[1].spec.key()) for way, c in contenders.items() if WAYS[way] == "cutedsl")),
+        tuple(_layout_key(graph.get_buffer(op.buffer).get_layout()) for op in tr.operands),
+        tuple(_layout_key(graph.get_buffer(name).get_layout()) for name in tr.outputs),
+        len(tr.kept),
+        triton,
+    )
+
+
 def start_fused_build(
-    scheduler: Any, template: Any, tr: Translation, chain: Sequence[Any], triton: bool, early: dict
+    scheduler: Any,
+    template: Any,
+    tr: Translation,
+    chain: Sequence[Any],
+    triton: bool,
+    early: dict,
+    started: set | None = None,
 ) -> None:
     """Start what ``decide`` would need for this GEMM and chain, unless it would not
     decide: our fused builds (in compile workers), and the epilogue's and the fused
@@ -185,11 +227,17 @@ def start_fused_build(
     several GEMMs then runs side by side instead of one decision after another (a cold
     compile spent most of the selection's seconds compiling these modules, serially).
     Modules go to ``early`` (the graph's, by ``_module_key``): each is taken once, by
-    the decision that needs it."""
+    the decision that needs it. ``started``: the ``decision_key``s started for already
+    (the graph's); a GEMM with one of them will take that decision, not measure."""
     caller, timings = _candidates(template.node)
     if caller is None:
         return
     contenders = _contenders(caller, timings, tr, triton)
+    if started is not None:
+        key = decision_key(template.node, contenders, tr, triton)
+        if key in started:
+            return
+        started.add(key)
     for way, choice in contenders.items():
         if WAYS[way] == "cutedsl":
             compiler.build_async(_fused(choice, tr)[1].spec, default_cache(), config.compile_workers)
@@ -314,12 +362,19 @@ def fastest_way(times: dict[str, float]) -> str | None:
 
 
 def decide(
-    scheduler: Any, template: Any, tr: Translation, chain: Sequence[Any], consumer: str, triton: bool, early: dict
+    scheduler: Any,
+    template: Any,
+    tr: Translation,
+    chain: Sequence[Any],
+    consumer: str,
+    triton: bool,
+    early: dict,
+    memo: dict | None = None,
 ) -> Decision | None:
     """How the GEMM of ``template`` runs with the epilogue ``chain`` (ending in the
     scheduler node ``consumer``), or None to leave it to Inductor (``triton``: whether
     a Triton template may take the epilogue; ``early``: the graph's benchmark modules
-    started early)."""
+    started early; ``memo``: the graph's measured ways by ``decision_key``)."""
     buffer = template.node
     caller, timings = _candidates(buffer)
     names = f"{buffer.get_name()} + [{', '.join(n.get_name() for n in chain)}]"
@@ -327,6 +382,12 @@ def decide(
         log.info("%s: left to Inductor (no CuteDSL candidate within %.2fx of the fastest)", names, SCREEN)
         return None
     contenders = _contenders(caller, timings, tr, triton)
+    key = decision_key(buffer, contenders, tr, triton) if memo is not None else None
+    way = memo.get(key) if memo is not None else None
+    if way is not None:
+        stats["reused"] += 1
+        log.info("%s: %s, as its graph's GEMMs of the same key were measured", names, way)
+        return _decision(buffer, contenders, way, consumer)
     t0 = time.perf_counter()
     with autotune.preserve_rng_state():
         runs = side_by_side_runs(scheduler, template, contenders, tr, chain, early)
@@ -336,12 +397,9 @@ def decide(
     if way is None:
         log.warning("%s: nothing measured; left to Inductor", names)
         return None
-    choice = contenders[way]
-    if WAYS[way] == "separate":
-        # The GEMM measured fastest here is the one that runs unfused, whatever autotuning's
-        # sequential figures said (they can pick ours where cuBLAS + the epilogue is faster).
-        codegen.prefer_choice(buffer, choice)
-    decision = Decision(WAYS[way], choice, consumer)
+    if memo is not None:
+        memo[key] = way
+    decision = _decision(buffer, contenders, way, consumer)
     configs = {w: _config(c).name() for w, c in contenders.items() if isinstance(c, GemmCaller)}
     decisions.append(
         {
@@ -363,3 +421,13 @@ def decide(
         ", ".join(f"{k} {v}" for k, v in configs.items()),
     )
     return decision
+
+
+def _decision(buffer: Any, contenders: dict[str, Any], way: str, consumer: str) -> Decision:
+    """``way``'s decision for ``buffer``, carried out where it is the buffer's own."""
+    choice = contenders[way]
+    if WAYS[way] == "separate":
+        # The GEMM measured fastest here is the one that runs unfused, whatever autotuning's
+        # sequential figures said (they can pick ours where cuBLAS + the epilogue is faster).
+        codegen.prefer_choice(buffer, choice)
+    return Decision(WAYS[way], choice, consumer)
