@@ -102,6 +102,7 @@ SETTINGS: dict[str, Setting] = {
     "host_paced": Setting(False, parse_bool, bool, "without CUDA graphs, rank choices by max(GPU, host)"),
     "strict": Setting(False, parse_bool, bool, "raise on an internal failure instead of falling back"),
     "shared_cache": Setting(False, parse_bool, bool, "load kernels from a cache directory others may write"),
+    "persist_decisions": Setting(True, parse_bool, bool, "reuse fusion and dual-GEMM decisions of earlier compiles"),
 }
 
 
@@ -165,6 +166,9 @@ strict: bool = _values["strict"]
 #: process: by default the cache directory must be owned by this user and writable by
 #: no one else (``runtime/cache.py``).
 shared_cache: bool = _values["shared_cache"]
+#: Reuse the fusion and dual-GEMM decisions that earlier compiles measured, kept in the
+#: kernel cache (``INDUCTOR_CUTEDSL_PERSIST_DECISIONS``; ``runtime/records.py``).
+persist_decisions: bool = _values["persist_decisions"]
 del _values
 
 

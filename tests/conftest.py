@@ -14,6 +14,10 @@ os.environ.setdefault(
 # fallback itself take the ``lenient`` fixture.
 os.environ.setdefault("INDUCTOR_CUTEDSL_STRICT", "1")
 
+# Tests fake different timings for the same shapes: a decision kept by one test must
+# not answer for another (tests/test_records.py turns it on for its own cache).
+os.environ.setdefault("INDUCTOR_CUTEDSL_PERSIST_DECISIONS", "0")
+
 # The tests read what the backend installed into Inductor (its choices class, the patched
 # scheduler) right after `import inductor_cutedsl`: with Inductor imported first, enable()
 # installs it all at once. The deferred install of a fresh process (settings when

@@ -26,7 +26,7 @@ from ..config import BACKEND_TOKEN
 from ..errors import Unsupported, fallback
 from ..kernels import epilogue as E
 from ..kernels.config import dual_shortlist
-from ..runtime import compiler
+from ..runtime import compiler, records
 from ..runtime.launch import default_cache
 from ..runtime.spec import ALIGNMENT, KernelSpec
 from ..runtime.support import AB_DTYPES, OUT_DTYPES, device_reason
@@ -92,7 +92,7 @@ def candidates(x2, w_gate, w_up, b_gate, b_up, activation: str, keep: bool) -> l
 
 
 #: Wall seconds spent measuring dual kernels against their alternative, this process.
-stats = {"measure_s": 0.0, "reused": 0}
+stats = {"measure_s": 0.0, "reused": 0, "recorded": 0}
 
 
 #: One record per measured gated product in this process.
@@ -178,6 +178,12 @@ def decide(
         stats["reused"] += 1
         log.info("gated %s: %s, as its graph's products of the same shapes were measured", activation, best)
         return None if best is None else cands[best]
+    recorded = records.read("gated", repr(key), str(device))
+    if isinstance(recorded, dict) and recorded.get("best") in (None, *range(len(cands))):
+        best = memo[key] = recorded["best"]
+        stats["recorded"] += 1
+        log.info("gated %s: %s, as an earlier compile measured", activation, best)
+        return None if best is None else cands[best]
     builds = [compiler.build_async(c.spec, default_cache(), config.compile_workers) for c in cands]
     compiler.wait(builds)
     runs = {f"dual{i}": _dual_maker(c, shapes, dtype, device, has_bias, keep) for i, c in enumerate(cands)}
@@ -212,6 +218,7 @@ def decide(
         }
     )
     memo[key] = best if ours < other else None
+    records.write("gated", repr(key), str(device), {"best": memo[key]})
     return cands[best] if ours < other else None
 
 

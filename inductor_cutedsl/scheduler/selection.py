@@ -50,7 +50,7 @@ from ..compat.lazy import V
 from ..kernels.config import GemmConfig
 from ..lowering.candidate import GemmCandidate
 from ..lowering.template import GemmCaller
-from ..runtime import compiler
+from ..runtime import compiler, records
 from ..runtime.launch import default_cache
 from ..runtime.support import STORE_DTYPES
 from ..timing import Maker, side_by_side
@@ -81,8 +81,9 @@ decisions: list[dict] = []
 #: Wall seconds of this process's decisions (compile time): in all (``decide_s``), and of
 #: those, waiting for our fused builds (``builds_s``) and for the benchmark modules'
 #: compiles (``modules_s``); the rest captures and measures the ways. ``reused``: the
-#: decisions taken from a structurally equal one of the same graph (``decision_key``).
-stats = {"decide_s": 0.0, "builds_s": 0.0, "modules_s": 0.0, "reused": 0}
+#: decisions taken from a structurally equal one of the same graph (``decision_key``);
+#: ``recorded``: those taken from an earlier compile's record (``runtime/records.py``).
+stats = {"decide_s": 0.0, "builds_s": 0.0, "modules_s": 0.0, "reused": 0, "recorded": 0}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -388,6 +389,14 @@ def decide(
         stats["reused"] += 1
         log.info("%s: %s, as its graph's GEMMs of the same key were measured", names, way)
         return _decision(buffer, contenders, way, consumer)
+    device = str(buffer.get_device())
+    if memo is not None:
+        way = records.read("selection", repr(key), device)
+        if way in contenders:
+            memo[key] = way
+            stats["recorded"] += 1
+            log.info("%s: %s, as an earlier compile measured", names, way)
+            return _decision(buffer, contenders, way, consumer)
     t0 = time.perf_counter()
     with autotune.preserve_rng_state():
         runs = side_by_side_runs(scheduler, template, contenders, tr, chain, early)
@@ -399,6 +408,7 @@ def decide(
         return None
     if memo is not None:
         memo[key] = way
+        records.write("selection", repr(key), device, way)
     decision = _decision(buffer, contenders, way, consumer)
     configs = {w: _config(c).name() for w, c in contenders.items() if isinstance(c, GemmCaller)}
     decisions.append(
