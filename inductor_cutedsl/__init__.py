@@ -22,8 +22,10 @@ __version__ = "0.1.0"
 if os.environ.get("INDUCTOR_CUTEDSL_WORKER") != "1":
     from .install import disable, enable, is_enabled
     from .runtime import artifacts as _artifacts
+    from .runtime import records as _records
 
     _artifacts.register()
+    _records.register()
 
     __all__ = ["config", "disable", "enable", "is_enabled"]
     # A setting the environment spells wrongly is an error here, naming the variable:

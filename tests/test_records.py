@@ -83,3 +83,23 @@ def test_a_later_compile_takes_the_recorded_gated_decision(tmp_path):
         second = generated_code(mlp, *shapes, gated_ms=(0.1, 0.2))  # the record answers
     assert len(gated.decisions) == before[0] + 1 and gated.stats["recorded"] == before[1] + 1
     assert "dual=True" not in first and "dual=True" not in second
+
+
+def test_records_travel_with_the_portable_cache_artifacts(tmp_path, caplog):
+    """A record written (or read) is recorded for ``save_cache_artifacts()``; loaded into
+    an empty cache it answers there. A name that is not ``KIND/DIGEST`` is refused."""
+    from torch.compiler._cache import CacheArtifactManager
+
+    with CacheArtifactManager.with_fresh_cache():
+        with config.patch(persist_decisions=True, cache_dir=str(tmp_path / "a")):
+            records.write("gated", "a product", "cpu", {"best": 1})
+        blob, info = torch.compiler.save_cache_artifacts()
+        assert len(getattr(info, f"{records.ARTIFACT_TYPE}_artifacts")) == 1
+        with config.patch(persist_decisions=True, cache_dir=str(tmp_path / "b")):
+            assert records.read("gated", "a product", "cpu") is None
+            torch.compiler.load_cache_artifacts(blob)
+            assert records.read("gated", "a product", "cpu") == {"best": 1}
+            records.populate("../../escape", b'{"key": "k", "value": 1}')
+            records.populate("selection/" + "0" * 40, b'["not", "a record"]')
+    assert "not a record's name" in caplog.text and "not a record" in caplog.text
+    assert not list(tmp_path.glob("*.json")) and len(list((tmp_path / "b").rglob("*.json"))) == 1

@@ -18,6 +18,9 @@ Rules:
   writable directory of this user), each written whole (a temporary file renamed into
   place). Any failure here is a miss, logged at debug level.
 * ``config.persist_decisions`` turns reading and writing off.
+* Records travel with torch's portable cache artifacts (type ``inductor_cutedsl_decision``,
+  key ``KIND/DIGEST``): each one read or written is recorded for
+  ``save_cache_artifacts()``, and one loaded is kept as if written here.
 """
 
 from __future__ import annotations
@@ -27,14 +30,19 @@ import hashlib
 import json
 import logging
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from .. import config
+from ..compat import artifacts as compat_artifacts
 from .cache import default_cache
 
 log = logging.getLogger("inductor_cutedsl.cache")
+
+ARTIFACT_TYPE = "inductor_cutedsl_decision"
+_ARTIFACT_KEY = re.compile(r"(selection|gated)/[0-9a-f]{40}")
 
 
 @functools.cache
@@ -51,12 +59,31 @@ def _context(device: str) -> str:
     return f"{name}|torch {torch.__version__}|triton {triton_version}"
 
 
-def _path(kind: str, key: str, device: str) -> Path | None:
+def _name(kind: str, key: str, device: str) -> str:
+    """``KIND/DIGEST``: the record's file under ``records/`` (less ``.json``) and artifact key."""
+    digest = hashlib.sha256("\0".join((_context(device), kind, key)).encode()).hexdigest()
+    return f"{kind}/{digest[:40]}"
+
+
+def _root() -> Path | None:
     cache = default_cache()
     if not config.persist_decisions or not cache.persistent:
         return None
-    digest = hashlib.sha256(f"{_context(device)}\0{kind}\0{key}".encode()).hexdigest()[:40]
-    return cache.dir / "records" / kind / f"{digest}.json"
+    return cache.dir / "records"
+
+
+def _path(kind: str, key: str, device: str) -> Path | None:
+    root = _root()
+    return None if root is None else root / f"{_name(kind, key, device)}.json"
+
+
+def _keep(path: Path, content: bytes) -> None:
+    """Write ``content`` to ``path`` whole (a temporary file renamed into place)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".record-")
+    with os.fdopen(fd, "wb") as f:
+        f.write(content)
+    os.replace(tmp, path)
 
 
 def read(kind: str, key: str, device: str) -> Any | None:
@@ -65,8 +92,12 @@ def read(kind: str, key: str, device: str) -> Any | None:
         path = _path(kind, key, device)
         if path is None or not path.exists():
             return None
-        record = json.loads(path.read_text())
-        return record["value"] if record.get("key") == key else None
+        content = path.read_bytes()
+        record = json.loads(content)
+        if record.get("key") != key:
+            return None
+        compat_artifacts.record(ARTIFACT_TYPE, _name(kind, key, device), content)
+        return record["value"]
     except Exception as exc:  # a miss: the decision is measured
         log.debug("decision record %s unreadable: %s", kind, exc)
         return None
@@ -78,10 +109,29 @@ def write(kind: str, key: str, device: str, value: Any) -> None:
         path = _path(kind, key, device)
         if path is None:
             return
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".record-")
-        with os.fdopen(fd, "w") as f:
-            json.dump({"key": key, "value": value}, f)
-        os.replace(tmp, path)
+        content = json.dumps({"key": key, "value": value}).encode()
+        _keep(path, content)
+        compat_artifacts.record(ARTIFACT_TYPE, _name(kind, key, device), content)
     except Exception as exc:
         log.debug("decision record %s not written: %s", kind, exc)
+
+
+def populate(name: str, content: bytes) -> None:
+    """Keep a loaded artifact's record (refusing a name that is not ``KIND/DIGEST`` or
+    content that is not a record)."""
+    root = _root()
+    if root is None:
+        return
+    if not _ARTIFACT_KEY.fullmatch(name):
+        log.warning("decision artifact %r refused: not a record's name", name[:80])
+        return
+    record = json.loads(content)
+    if not isinstance(record, dict) or not isinstance(record.get("key"), str) or "value" not in record:
+        log.warning("decision artifact %s refused: not a record", name)
+        return
+    _keep(root / f"{name}.json", content)
+
+
+def register() -> bool:
+    """Register the record artifact type (at the package's import, as the kernels')."""
+    return compat_artifacts.register(ARTIFACT_TYPE, populate)
