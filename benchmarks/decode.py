@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from .harness import geomean_or_none, ratio, rel_err, run_info, write_json
-from .models import BACKENDS, CUDAGRAPHS, GpuProbe, backend, compile_block, gemm_kernels, release
+from .models import BACKENDS, CUDAGRAPHS, GpuProbe, backend, comma_choices, compile_block, gemm_kernels, release
 
 
 @dataclasses.dataclass(frozen=True)
@@ -241,20 +241,21 @@ def summarize(rows: list[dict], info: dict) -> dict:
     }
 
 
-def _list(kind, known=None):
-    def parse(text: str) -> list:
-        values = [kind(t.strip()) for t in text.split(",") if t.strip()]
-        if not values or (known is not None and any(v not in known for v in values)):
-            raise argparse.ArgumentTypeError(f"{text!r}: comma-separated, from {list(known or [])}")
-        return values
-
-    return parse
+def _batches(text: str) -> list[int]:
+    """``--batches``: comma-separated positive whole numbers."""
+    try:
+        values = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated positive whole numbers")
+    return list(dict.fromkeys(values))
 
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", type=_list(str, MODELS), default=list(MODELS), help="default: llama,qwen2")
-    ap.add_argument("--batches", type=_list(int), default=list(BATCHES), help="default: 1,4,16,64")
+    ap.add_argument("--models", type=comma_choices(MODELS, "model"), default=list(MODELS), help="default: llama,qwen2")
+    ap.add_argument("--batches", type=_batches, default=list(BATCHES), help="default: 1,4,16,64")
     ap.add_argument("--layers", type=int, default=4, help="decoder layers (default: %(default)s)")
     ap.add_argument("--json", metavar="PATH", help="result file, rewritten after every row")
     ap.add_argument("--resume", metavar="PATH", help="an earlier result file: its rows are not measured again")

@@ -1029,7 +1029,7 @@ def parse_blocks(text: str) -> list[tuple[str, str]]:
     return list(dict.fromkeys(picked))
 
 
-def _choices(known: Iterable[str], what: str) -> Callable[[str], list[str]]:
+def comma_choices(known: Iterable[str], what: str) -> Callable[[str], list[str]]:
     known = list(known)
 
     def parse(text: str) -> list[str]:
@@ -1060,14 +1060,14 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--runs",
-        type=_choices(RUNS, "run"),
+        type=comma_choices(RUNS, "run"),
         default=list(RUNS),
         help="inference (forward under no_grad) and/or train (forward + backward; only the families "
         f"{', '.join(f for f in FAMILIES if FAMILIES[f].train)}). Default: both",
     )
     ap.add_argument(
         "--modes",
-        type=_choices(MODES, "mode"),
+        type=comma_choices(MODES, "mode"),
         default=list(MODES),
         help=f"torch.compile modes to time, comma-separated. Default: {','.join(MODES)}",
     )

@@ -265,16 +265,22 @@ class KernelCache:
         private dir where there is one), else None. Writes nothing, warns nothing: a
         rejected entry is reported once, by the build that replaces it. ``dir`` is read
         only where it is trusted (``trust_reason``)."""
+        found = self._find(key)
+        return None if found is None else found[0]
+
+    def _find(self, key: str) -> tuple[Path, bytes] | None:
+        """(path, bytes) of ``key``'s intact object, as ``lookup`` finds it."""
         roots = [self.dir] if self._dir_trusted() else []
         if self.root != self.dir:
             roots.append(self.root)
         for root in roots:
-            hit = self._entry(root / f"{key}.o", root / f"{key}.json", key)
-            if hit is not None:
-                return hit
+            data = self._intact(root / f"{key}.o", root / f"{key}.json", key)
+            if data is not None:
+                return root / f"{key}.o", data
         return None
 
-    def _entry(self, obj: Path, meta: Path, key: str) -> Path | None:
+    def _intact(self, obj: Path, meta: Path, key: str) -> bytes | None:
+        """The object's bytes, read once, where its manifest and trust check pass."""
         try:
             text = meta.read_text()
         except (FileNotFoundError, NotADirectoryError):
@@ -284,7 +290,8 @@ class KernelCache:
             return None
         try:
             info = json.loads(text)
-            if obj.stat().st_size != info["size"] or _sha256(obj) != info["sha256"]:
+            data = obj.read_bytes()
+            if len(data) != info["size"] or hashlib.sha256(data).hexdigest() != info["sha256"]:
                 raise ValueError("object does not match its manifest")
             distrust = trust_reason(obj)
             if distrust is not None:
@@ -293,7 +300,7 @@ class KernelCache:
             log.debug("cache entry %s is corrupt (%s)", meta, exc)
             self._corrupt[key] = f"{meta.parent}: {exc}"
             return None
-        return obj
+        return data
 
     def _build_root(self, what: str) -> Path:
         """Where a build of ``what`` goes: ``dir``, or the private dir when ``dir``
@@ -346,9 +353,10 @@ class KernelCache:
                 return self.object_path(key), True
 
     def read(self, key: str) -> bytes | None:
-        """The object of ``key``'s intact entry (as ``lookup`` finds it), else None."""
-        hit = self.lookup(key)
-        return None if hit is None else hit.read_bytes()
+        """The object of ``key``'s intact entry (as ``lookup`` finds it), else None: the
+        bytes its check read, not read again."""
+        found = self._find(key)
+        return None if found is None else found[1]
 
     def put(self, key: str, data: bytes, what: str | None = None) -> tuple[Path, bool]:
         """Keep ``data``, an object built elsewhere, as ``key``'s entry, as a build
