@@ -152,6 +152,84 @@ def our_measurements() -> int:
     return len(selection.decisions) + len(gated.decisions) + len(fair_timing.decisions)
 
 
+#: Steps timed after a child's compile, in rounds (``step_ms`` is the median round's mean).
+STEP_ROUNDS, STEPS_PER_ROUND = 7, 20
+
+
+def step_ms(step) -> float:
+    """Milliseconds per call of a compiled ``step`` on the device, CUDA events around
+    rounds of back-to-back calls (the median round): what the compile chose, timed, so a
+    faster compile that picks slower kernels shows in ``runtime_ratio``."""
+    import torch
+
+    for _ in range(3):
+        step()
+    times = []
+    for _ in range(STEP_ROUNDS):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(STEPS_PER_ROUND):
+            step()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / STEPS_PER_ROUND)
+    return round(statistics.median(times), 4)
+
+
+class AutotuneLog:
+    """Every choice Inductor's autotuning timed in this process, per autotuned op: the
+    choice's kind (``triton``, ``aten``, ``cutedsl``, ...), its name, its time and its
+    precompile seconds. What a pruning of candidates would have kept or lost is read
+    from it offline (``autotune_summary``)."""
+
+    def __init__(self) -> None:
+        self.entries: list[dict] = []
+
+    def __call__(self, timings, name, input_nodes, choices, profiled_time=None, precompile_times=None) -> None:
+        def shape(node) -> list:
+            try:
+                return [int(s) for s in node.get_size()]
+            except Exception:  # symbolic sizes: their text
+                return [str(s) for s in node.get_size()]
+
+        self.entries.append(
+            {
+                "op": name,
+                "shapes": [shape(n) for n in input_nodes],
+                "choices": [
+                    {
+                        "kind": choice_kind(c),
+                        "name": str(getattr(c, "name", type(c).__name__)),
+                        "ms": None if t is None or t == float("inf") else round(float(t), 5),
+                        "precompile_s": round(float((precompile_times or {}).get(c, 0.0) or 0.0), 3),
+                    }
+                    for c, t in timings.items()
+                ],
+            }
+        )
+
+    def __enter__(self) -> AutotuneLog:
+        from torch._inductor import select_algorithm
+
+        select_algorithm.add_feedback_saver(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from torch._inductor import select_algorithm
+
+        select_algorithm.clear_feedback_savers()
+
+
+def choice_kind(choice) -> str:
+    """A timed choice's backend, read from its class: ``cutedsl`` (ours), ``aten``,
+    ``triton`` or the class name."""
+    name = type(choice).__name__.lower()
+    for kind in ("cutedsl", "extern", "triton"):
+        if kind in name or kind in type(choice).__module__.lower():
+            return "aten" if kind == "extern" else kind
+    return name
+
+
 def child(
     spec: str, sample: str | None = None, artifacts_in: str | None = None, artifacts_out: str | None = None
 ) -> dict:
@@ -189,11 +267,13 @@ def child(
     step = models.make_step(fn, x, run, list(block.parameters()), models.uses_cudagraphs(mode))
     sampler = WallSampler(events=compile_events()) if sample else None
     t0 = time.perf_counter()
-    with sampler or contextlib.nullcontext():
+    with sampler or contextlib.nullcontext(), AutotuneLog() as autotunes:
         step()
         torch.cuda.synchronize()
     seconds = time.perf_counter() - t0
     report = {"compile_s": round(seconds, 2), "cutedsl_builds": default_cache().builds, "phases": phase_seconds()}
+    report["step_ms"] = step_ms(step)
+    report["autotunes"] = autotunes.entries
     if is_ours(side):
         report["ours_s"] = our_seconds()
         report["our_measurements"] = our_measurements()
@@ -265,9 +345,9 @@ def pending(plan: list[tuple[BlockId, str, int]], runs: dict[str, dict[str, list
 # Figures (pure: tested on the CPU)
 
 
-def median_of(reports: list[dict], key: str) -> float | None:
+def median_of(reports: list[dict], key: str, digits: int = 2) -> float | None:
     values = [r[key] for r in reports if r.get(key) is not None]
-    return round(statistics.median(values), 2) if values else None
+    return round(statistics.median(values), digits) if values else None
 
 
 def phase_medians(reports: list[dict]) -> dict[str, float]:
@@ -289,6 +369,9 @@ def row_summary(name: str, runs: dict[str, list[dict]]) -> dict:
         "compile_ratio_warm_kernels": ratio(compile_s.get(OURS_WARM), compile_s.get(FAIR_STOCK)),
         "compile_ratio_vs_default_stock": ratio(compile_s.get(OURS), compile_s.get(DEFAULT_STOCK)),
         "process_ratio": ratio(*(median_of(runs.get(s, []), "process_s") for s in (OURS, FAIR_STOCK))),
+        # Stock's step time over ours': below 1, ours' compile chose slower kernels.
+        "runtime_ratio": ratio(*(median_of(runs.get(s, []), "step_ms", 4) for s in (FAIR_STOCK, OURS))),
+        "median_step_ms": {side: median_of(reports, "step_ms", 4) for side, reports in runs.items()},
         "compiles": {side: len(reports) for side, reports in runs.items()},
         "median_compile_s": compile_s,
         "median_process_s": {side: median_of(reports, "process_s") for side, reports in runs.items()},
@@ -312,6 +395,7 @@ def summarize(rows: list[dict], info: dict) -> dict:
         "compile_ratio_warm_kernels_geomean": geomean_or_none(of("compile_ratio_warm_kernels")),
         "compile_ratio_vs_default_stock_geomean": geomean_or_none(of("compile_ratio_vs_default_stock")),
         "process_ratio_geomean": geomean_or_none(of("process_ratio")),
+        "runtime_ratio_geomean": geomean_or_none(of("runtime_ratio")),
         "rows": rows,
     }
 

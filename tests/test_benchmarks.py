@@ -299,6 +299,56 @@ def test_compile_ratio_is_ours_over_fair_stock_of_the_medians():
     assert empty["compile_ratio_geomean"] is None and empty["compile_ratio_max"] is None
 
 
+def test_runtime_ratio_is_stocks_step_time_over_ours_of_the_medians():
+    runs = {
+        "fair_stock": [{**_report(20.0), "step_ms": ms} for ms in (0.2100, 0.2000, 0.9)],
+        "ours": [{**_report(20.0), "step_ms": ms} for ms in (0.2500, 0.1, 0.2400)],
+    }
+    row = compile_bench.row_summary("gpt2:small:inference", runs)
+    # Medians, not means: one slow round of stock (0.9) or one fast one of ours (0.1) moves nothing.
+    assert row["median_step_ms"] == {"fair_stock": 0.21, "ours": 0.24}
+    assert row["runtime_ratio"] == round(0.21 / 0.24, 4)
+    slower = compile_bench.row_summary("bert:small:inference", {"fair_stock": [_report(1.0)], "ours": [_report(1.0)]})
+    assert slower["runtime_ratio"] is None  # children that timed no step
+    assert compile_bench.summarize([row, slower], {})["runtime_ratio_geomean"] == round(0.21 / 0.24, 4)
+
+
+def test_the_autotune_log_keeps_each_choices_kind_time_and_precompile_seconds():
+    class TritonTemplateCaller:
+        name = "triton_mm_3"
+
+    class ExternKernelCaller:
+        name = "extern_mm"
+
+    class CuteDSLTemplateCaller:
+        name = "cutedsl_128x128"
+
+    class Node:
+        def __init__(self, *size):
+            self.size = size
+
+        def get_size(self):
+            return self.size
+
+    triton, aten, ours = TritonTemplateCaller(), ExternKernelCaller(), CuteDSLTemplateCaller()
+    log = compile_bench.AutotuneLog()
+    log(
+        {triton: 0.0123456, aten: float("inf"), ours: 0.011},
+        "mm",
+        [Node(256, 64), Node(64, 32)],
+        [],
+        None,
+        {triton: 1.25},
+    )
+    (entry,) = log.entries
+    assert entry["op"] == "mm" and entry["shapes"] == [[256, 64], [64, 32]]
+    assert entry["choices"] == [
+        {"kind": "triton", "name": "triton_mm_3", "ms": 0.01235, "precompile_s": 1.25},
+        {"kind": "aten", "name": "extern_mm", "ms": None, "precompile_s": 0.0},  # failed to run: no time
+        {"kind": "cutedsl", "name": "cutedsl_128x128", "ms": 0.011, "precompile_s": 0.0},
+    ]
+
+
 def test_a_compile_child_starts_from_the_environment_without_our_install(monkeypatch, tmp_path):
     """Fair stock keys on torch's ptxas as its workers do; neither ours nor default stock
     inherits the ptxas this process's install set; the backend is on for ours only."""
