@@ -13,7 +13,7 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
-from fake_hopper import fake_hopper, generated_code, launched
+from fake_hopper import fake_hopper, generated_code, generation, launched
 
 from inductor_cutedsl.install import reenabled
 
@@ -322,6 +322,32 @@ def test_separate_way_runs_the_gemm_that_measured_fastest_side_by_side(caplog):
             backends="ATEN,TRITON,CUTEDSL",
         )
     assert kernels(code) == (1, 1) and "extern_kernels.mm" not in code
+
+
+def test_the_selections_modules_skip_coordinate_descent_that_the_graphs_kernels_keep():
+    """With coordinate-descent tuning on (max-autotune's modes turn it on), a benchmark
+    module's kernel would tune itself at its first timed run, compiling configs in the
+    compiling thread for a kernel the graph never runs: the selection's modules are
+    generated without it, the graph's own Triton kernels with it."""
+    from torch._inductor import config as inductor_config
+
+    timing = by_backend(ours=0.10, aten=0.105, triton=0.12)
+    with backend(), inductor_config.patch(coordinate_descent_tuning=True):
+        out = generation(
+            lambda x, w: torch.relu(x @ w.t()) * 2,
+            (M, K),
+            (N, K),
+            candidate_ms=timing,
+            fused_ms=0.2,
+            side_ms={"ours_separate": 0.13, "other_separate": 0.12},
+            backends="ATEN,TRITON,CUTEDSL",
+        )
+    modules = [m for m in out["modules"] if "def get_args" in m]
+    assert len(modules) == 2, "the epilogue kernel's module and the fused Triton template's"
+    assert not any("coordinate_descent_tuning" in m for m in modules)
+    assert kernels(out["code"]) == (0, 1), "cuBLAS, then the epilogue in Triton"
+    assert "'coordinate_descent_tuning': True" in out["code"], "the graph's epilogue kernel keeps its tuning"
+    assert not inductor_config.coordinate_descent_tuning, "the setting is as it was"
 
 
 def test_a_failing_measurement_leaves_the_choice_to_inductor(monkeypatch, caplog, lenient):

@@ -64,9 +64,21 @@ def nodes_module(scheduler: Any, nodes: Sequence[Any], triton_choice: Any = None
     Until Inductor's compile subprocesses are up, ``Scheduler.compile_kernel`` starts no
     compile, and the module's kernels would compile at its first run, in the compiling
     thread; they are then compiled in Inductor's compile threads instead, as its
-    autotuning compiles its Triton choices while the subprocesses are not up."""
+    autotuning compiles its Triton choices while the subprocesses are not up.
+
+    The module's kernels are generated without coordinate-descent tuning: a kernel that
+    carries it tunes itself at its first run, compiling each neighbouring config in the
+    compiling thread (seconds per kernel), and a benchmark module's kernel is never the
+    graph's (it is named and keyed apart), so that tuning would be paid for nothing.
+    Stock's fusion benchmarks time a module's configs without it as well
+    (``benchmark_all_configs``)."""
+    from torch._inductor import config as inductor_config
+
     template = nodes[0].node
-    with template.swap_as_triton_caller(triton_choice) if triton_choice is not None else contextlib.nullcontext():
+    with (
+        template.swap_as_triton_caller(triton_choice) if triton_choice is not None else contextlib.nullcontext(),
+        inductor_config.patch(coordinate_descent_tuning=False),
+    ):
         future, module = scheduler.compile_kernel(list(nodes))
     if future is None:
         future = precompile_in_threads(module)
