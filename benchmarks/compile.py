@@ -359,6 +359,50 @@ def phase_medians(reports: list[dict]) -> dict[str, float]:
     return dict(sorted(medians.items(), key=lambda kv: -kv[1]))
 
 
+def autotune_summary(reports: list[dict]) -> dict | None:
+    """What one side's autotuning timed, over its compiles' ``autotunes`` logs: the
+    choices and precompile seconds per kind, each kind's wins, and the cost of dropping
+    Triton's templates from every autotune where ours was offered (``without_triton``:
+    per such autotune, the best time left over the best time, as geomean and worst; and
+    the Triton precompile seconds that would be saved). None without logs."""
+    logs = [r["autotunes"] for r in reports if r.get("autotunes")]
+    if not logs:
+        return None
+    choices: dict[str, int] = {}
+    precompile: dict[str, float] = {}
+    wins: dict[str, int] = {}
+    losses: list[float] = []
+    saved = 0.0
+    for log in logs:
+        for entry in log:
+            timed = [c for c in entry["choices"] if c["ms"] is not None]
+            for c in entry["choices"]:
+                choices[c["kind"]] = choices.get(c["kind"], 0) + 1
+                precompile[c["kind"]] = precompile.get(c["kind"], 0.0) + c["precompile_s"]
+            if not timed:
+                continue
+            best = min(timed, key=lambda c: c["ms"])
+            wins[best["kind"]] = wins.get(best["kind"], 0) + 1
+            kept = [c["ms"] for c in timed if c["kind"] != "triton"]
+            if any(c["kind"] == "cutedsl" for c in timed) and kept:
+                losses.append(min(kept) / best["ms"] if best["ms"] > 0 else 1.0)
+                saved += sum(c["precompile_s"] for c in entry["choices"] if c["kind"] == "triton")
+    per = len(logs)
+    return {
+        "compiles": per,
+        "autotunes_per_compile": round(sum(len(log) for log in logs) / per, 1),
+        "choices_per_compile": {k: round(v / per, 1) for k, v in sorted(choices.items())},
+        "precompile_s_per_compile": {k: round(v / per, 2) for k, v in sorted(precompile.items())},
+        "wins": dict(sorted(wins.items())),
+        "without_triton": {
+            "autotunes": len(losses),
+            "slowdown_geomean": geomean_or_none(losses),
+            "slowdown_max": round(max(losses), 4) if losses else None,
+            "precompile_s_saved_per_compile": round(saved / per, 2),
+        },
+    }
+
+
 def row_summary(name: str, runs: dict[str, list[dict]]) -> dict:
     """One row of the result: every report, each side's medians, and the ratios."""
     runs = {side: runs[side] for side in SIDES if runs.get(side)}
@@ -377,6 +421,7 @@ def row_summary(name: str, runs: dict[str, list[dict]]) -> dict:
         "median_process_s": {side: median_of(reports, "process_s") for side, reports in runs.items()},
         "median_cutedsl_builds": {side: median_of(reports, "cutedsl_builds") for side, reports in runs.items()},
         "phases_median_s": {side: phase_medians(reports) for side, reports in runs.items()},
+        "autotune": {side: autotune_summary(reports) for side, reports in runs.items()},
         "runs": runs,
     }
 

@@ -349,6 +349,31 @@ def test_the_autotune_log_keeps_each_choices_kind_time_and_precompile_seconds():
     ]
 
 
+def test_the_autotune_summary_counts_each_kind_and_prices_dropping_triton():
+    def choice(kind, ms, pre=0.0):
+        return {"kind": kind, "name": kind, "ms": ms, "precompile_s": pre}
+
+    # A GEMM ours was offered for, Triton winning by 10% over cuBLAS; one ours wins;
+    # one without ours (its Triton templates are not in the what-if); one where nothing ran.
+    first = [
+        {"op": "mm", "choices": [choice("triton", 0.10, 2.0), choice("aten", 0.11), choice("cutedsl", 0.12, 1.0)]},
+        {"op": "mm", "choices": [choice("triton", 0.30, 3.0), choice("cutedsl", 0.20, 1.5), choice("aten", None)]},
+        {"op": "bmm", "choices": [choice("triton", 0.05, 4.0), choice("aten", 0.06)]},
+        {"op": "mm", "choices": [choice("aten", None)]},
+    ]
+    second = first[:1]
+    summary = compile_bench.autotune_summary([{"autotunes": first}, {"autotunes": second}, {"compile_s": 1.0}])
+    assert summary["compiles"] == 2 and summary["autotunes_per_compile"] == 2.5
+    assert summary["choices_per_compile"] == {"aten": 2.5, "cutedsl": 1.5, "triton": 2.0}
+    assert summary["precompile_s_per_compile"] == {"aten": 0.0, "cutedsl": 1.75, "triton": 5.5}
+    assert summary["wins"] == {"cutedsl": 1, "triton": 3}
+    without = summary["without_triton"]
+    assert without["autotunes"] == 3 and without["slowdown_max"] == 1.1
+    assert without["slowdown_geomean"] == round((1.1 * 1.0 * 1.1) ** (1 / 3), 4)
+    assert without["precompile_s_saved_per_compile"] == round((2.0 + 3.0 + 2.0) / 2, 2)
+    assert compile_bench.autotune_summary([{"compile_s": 1.0}]) is None
+
+
 def test_a_compile_child_starts_from_the_environment_without_our_install(monkeypatch, tmp_path):
     """Fair stock keys on torch's ptxas as its workers do; neither ours nor default stock
     inherits the ptxas this process's install set; the backend is on for ours only."""
