@@ -471,6 +471,13 @@ def print_row(row: dict) -> None:
     for label, values in lines:
         cells = "".join(f"{'-' if values.get(s) is None else values[s]:>18}" for s in sides)
         print(f"{label[:47]:<48}{cells}")
+    for side, summary in row.get("autotune", {}).items():
+        if summary:
+            print(
+                f"  {side} autotuning per compile: choices {summary['choices_per_compile']}, precompile s "
+                f"{summary['precompile_s_per_compile']}, wins {summary['wins']}; without Triton beside ours "
+                f"{summary['without_triton']}"
+            )
 
 
 # ---------------------------------------------------------------------------------------
