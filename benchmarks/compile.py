@@ -230,6 +230,15 @@ def choice_kind(choice) -> str:
     return name
 
 
+def our_decisions() -> dict[str, list[dict]]:
+    """The decisions ours measured in this process, as each module records them (the
+    ways' times, and what was known before measuring)."""
+    from inductor_cutedsl.lowering import gated
+    from inductor_cutedsl.scheduler import selection
+
+    return {"selection": list(selection.decisions), "gated": list(gated.decisions)}
+
+
 def child(
     spec: str, sample: str | None = None, artifacts_in: str | None = None, artifacts_out: str | None = None
 ) -> dict:
@@ -277,6 +286,7 @@ def child(
     if is_ours(side):
         report["ours_s"] = our_seconds()
         report["our_measurements"] = our_measurements()
+        report["decisions"] = our_decisions()
     if load_s is not None:
         report["load_s"] = load_s
     if artifacts_out:

@@ -389,6 +389,13 @@ def test_the_selection_builds_each_way_from_the_chain(caplog):
     triton_fused = [m for m in out["modules"] if "tl.dot" in m and "maximum" in m]
     assert epilogue and triton_fused, "the epilogue kernel and the fused Triton template were generated"
     assert kernels(out["code"]) == (1, 0)
+    # The record keeps what autotuning said before the measurement and what the chain
+    # reads (a constant: no tensor input), for rules checked against measured decisions.
+    from inductor_cutedsl.scheduler import selection
+
+    record = selection.decisions[-1]
+    assert record["autotune_ms"] == {"ours": 0.1002, "other": 0.105} and record["way"] == "fused"
+    assert record["chain_inputs"] == [] and record["kept"] == 0
 
 
 def test_fused_builds_start_before_the_first_decision(monkeypatch):

@@ -411,12 +411,21 @@ def decide(
         records.write("selection", repr(key), device, way)
     decision = _decision(buffer, contenders, way, consumer)
     configs = {w: _config(c).name() for w, c in contenders.items() if isinstance(c, GemmCaller)}
+    other = _fastest(timings, lambda c: not isinstance(c, GemmCaller))
     decisions.append(
         {
             "gemm": buffer.get_name(),
             "way": way,
             "ms": {k: round(v, 4) for k, v in times.items()},
             "configs": configs,
+            # What autotuning said beforehand, and what the chain reads: a rule that
+            # decides without measuring is checked against these records.
+            "autotune_ms": {
+                "ours": round(timings[caller], 4),
+                "other": None if other is None else round(timings[other], 4),
+            },
+            "chain_inputs": sorted(op.kind for op in tr.epilogue.operands),
+            "kept": len(tr.kept),
         }
     )
     log.info(
