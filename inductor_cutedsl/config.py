@@ -103,6 +103,7 @@ SETTINGS: dict[str, Setting] = {
     "strict": Setting(False, parse_bool, bool, "raise on an internal failure instead of falling back"),
     "shared_cache": Setting(False, parse_bool, bool, "load kernels from a cache directory others may write"),
     "persist_decisions": Setting(True, parse_bool, bool, "reuse fusion and dual-GEMM decisions of earlier compiles"),
+    "measure_clear_calls": Setting(False, parse_bool, bool, "measure fused vs unfused even where the call is clear"),
 }
 
 
@@ -169,6 +170,11 @@ shared_cache: bool = _values["shared_cache"]
 #: Reuse the fusion and dual-GEMM decisions that earlier compiles measured, kept in the
 #: kernel cache (``INDUCTOR_CUTEDSL_PERSIST_DECISIONS``; ``runtime/records.py``).
 persist_decisions: bool = _values["persist_decisions"]
+#: Measure the fused and unfused ways of a GEMM + epilogue even where the call is clear
+#: (``INDUCTOR_CUTEDSL_MEASURE_CLEAR_CALLS``): ours autotuned clearly fastest and the
+#: epilogue reads no M x N input, so fused does strictly less work than any other way
+#: (``scheduler/selection.clear_call``). Off: such calls are decided without measuring.
+measure_clear_calls: bool = _values["measure_clear_calls"]
 del _values
 
 

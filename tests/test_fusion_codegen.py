@@ -22,10 +22,13 @@ MARK = "inductor_cutedsl.runtime.generated"
 
 
 @contextlib.contextmanager
-def backend(fusion: bool = True, max_configs: int = 2):
+def backend(fusion: bool = True, max_configs: int = 2, measure_clear_calls: bool = True):
     """Our backend re-enabled with these settings (two candidates: autotuning leaves the
-    GEMM undecided until fusion, the selection path), restored afterwards."""
-    with reenabled(epilogue_fusion=fusion, max_configs=max_configs):
+    GEMM undecided until fusion, the selection path), restored afterwards. The fake
+    timings here often make ours clearly fastest; the selection is measured anyway
+    unless a test asks for clear calls (``measure_clear_calls=False``, the default of
+    the setting)."""
+    with reenabled(epilogue_fusion=fusion, max_configs=max_configs, measure_clear_calls=measure_clear_calls):
         yield
 
 
@@ -348,6 +351,45 @@ def test_the_selections_modules_skip_coordinate_descent_that_the_graphs_kernels_
     assert kernels(out["code"]) == (0, 1), "cuBLAS, then the epilogue in Triton"
     assert "'coordinate_descent_tuning': True" in out["code"], "the graph's epilogue kernel keeps its tuning"
     assert not inductor_config.coordinate_descent_tuning, "the setting is as it was"
+
+
+@pytest.mark.parametrize(
+    ("what", "fn", "timing", "clear"),
+    [
+        ("ours clearly fastest, a bias row", lambda x, w, b: torch.relu(x @ w.t() + b), (0.100, 0.105, 0.12), True),
+        ("an M x N input", lambda x, w, r: torch.relu(x @ w.t()) + r, (0.100, 0.105, 0.12), False),
+        ("inside autotuning's misordering", lambda x, w, b: torch.relu(x @ w.t() + b), (0.100, 0.102, 0.12), False),
+        ("Triton autotuned faster", lambda x, w, b: torch.relu(x @ w.t() + b), (0.100, 0.120, 0.09), False),
+    ],
+    ids=["clear", "mxn-input", "close", "triton-faster"],
+)
+def test_a_clear_call_is_decided_fused_without_measuring(what, fn, timing, clear, caplog):
+    """Where ours autotuned clearly fastest and the chain reads no M x N input, fused
+    does strictly less work than every other way: it is taken without building the
+    other ways or measuring them. Anything closer is measured."""
+    from inductor_cutedsl.scheduler import selection
+
+    third = (N,) if "bias" in what or "misordering" in what or "Triton" in what else (M, N)
+    before = (len(selection.decisions), selection.stats["clear"])
+    with backend(measure_clear_calls=False), caplog.at_level(logging.INFO, logger="inductor_cutedsl.scheduler"):
+        out = generation(
+            fn,
+            (M, K),
+            (N, K),
+            third,
+            candidate_ms=by_backend(*timing),
+            fused_ms=0.2,
+            side_ms={"ours_separate": 0.13, "other_separate": 0.12},
+            backends="ATEN,TRITON,CUTEDSL",
+        )
+    measured = len(selection.decisions) - before[0]
+    if clear:
+        assert measured == 0 and selection.stats["clear"] == before[1] + 1, what
+        assert not [m for m in out["modules"] if "def get_args" in m], "no benchmark module was generated"
+        assert kernels(out["code"]) == (1, 0), "ours, fused"
+        assert any("a clear call" in r.getMessage() for r in caplog.records)
+    else:
+        assert measured == 1 and selection.stats["clear"] == before[1], what
 
 
 def test_a_failing_measurement_leaves_the_choice_to_inductor(monkeypatch, caplog, lenient):

@@ -60,7 +60,10 @@ def test_a_later_compile_takes_the_recorded_way_without_measuring(tmp_path):
     cublas_wins = {"ours_separate": 0.13, "other_separate": 0.12}
     ours_wins = {"ours_separate": 0.12, "other_separate": 0.13}
     before = (len(selection.decisions), selection.stats["recorded"])
-    with reenabled(epilogue_fusion=True, max_configs=2), config.patch(persist_decisions=True, cache_dir=str(tmp_path)):
+    with (
+        reenabled(epilogue_fusion=True, max_configs=2, measure_clear_calls=True),
+        config.patch(persist_decisions=True, cache_dir=str(tmp_path)),
+    ):
         first = _relu_gemm(cublas_wins)
         # Another graph, where the fake timings now favour ours: the record answers.
         second = _relu_gemm(ours_wins)

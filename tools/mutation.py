@@ -395,6 +395,21 @@ BUGS = [
         ("tests/test_fusion_codegen.py",),
         "the selection's benchmark modules tune themselves at their first run (compile time)",
     ),
+    Bug(
+        "clear-call-ignores-m-by-n-inputs",
+        "inductor_cutedsl/scheduler/selection.py",
+        "return s_m != 0 and s_n != 0",
+        "return False",
+        ("tests/test_fusion_codegen.py",),
+        "an epilogue reading an M x N input decided fused without measuring",
+    ),
+    Bug(
+        "clear-call-without-margin",
+        "inductor_cutedsl/scheduler/selection.py",
+        "timings[caller] <= CLEAR_MARGIN * min(others)",
+        "timings[caller] <= 1.05 * min(others)",
+        ("tests/test_fusion_codegen.py",),
+    ),
     # -- what only a GPU shows
     Bug(
         "fp16-round-is-bf16",

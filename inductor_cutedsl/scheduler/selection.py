@@ -63,6 +63,9 @@ log = logging.getLogger("inductor_cutedsl.scheduler")
 #: fastest candidate's: wide enough to cover how far autotuning's sequential figures
 #: misorder backends against each other.
 SCREEN = 1.15
+#: A call is clear (``clear_call``) when ours autotuned at least this much faster than
+#: every other choice: wider than autotuning's misordering of backends that run level.
+CLEAR_MARGIN = 0.97
 #: Interleaved rounds of the side-by-side timings: with five ways, two rows of the
 #: balanced order and their reverses, so each way follows its neighbours from both sides
 #: (each round costs about 5 x 65 ms of compile time).
@@ -82,8 +85,9 @@ decisions: list[dict] = []
 #: those, waiting for our fused builds (``builds_s``) and for the benchmark modules'
 #: compiles (``modules_s``); the rest captures and measures the ways. ``reused``: the
 #: decisions taken from a structurally equal one of the same graph (``decision_key``);
-#: ``recorded``: those taken from an earlier compile's record (``runtime/records.py``).
-stats = {"decide_s": 0.0, "builds_s": 0.0, "modules_s": 0.0, "reused": 0, "recorded": 0}
+#: ``recorded``: those taken from an earlier compile's record (``runtime/records.py``);
+#: ``clear``: those decided without measuring (``clear_call``).
+stats = {"decide_s": 0.0, "builds_s": 0.0, "modules_s": 0.0, "reused": 0, "recorded": 0, "clear": 0}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,6 +182,30 @@ def _contenders(caller: GemmCaller, timings: dict, tr: Translation, triton: bool
     return {way: choice for way, choice in ways.items() if choice is not None}
 
 
+def clear_call(caller: GemmCaller, timings: dict, tr: Translation) -> bool:
+    """Whether our candidate fused with ``tr`` is the fastest way without measuring:
+    ours autotuned faster than every other choice by ``CLEAR_MARGIN``, and the chain
+    reads no M x N input and keeps no intermediate. Fused, the GEMM then writes its
+    output once with a few register operations more; every separate way adds a kernel
+    that reads and writes the output again, and a Triton template fused does the same
+    epilogue behind a slower GEMM. An M x N input makes the call close (it can slow a
+    cooperative tile's epilogue more than a separate kernel costs: docs/findings.md).
+    ``config.measure_clear_calls`` measures these too."""
+    if config.measure_clear_calls or tr.kept:
+        return False
+    if any(_reads_m_by_n(op) for op in tr.operands):
+        return False
+    others = [t for c, t in timings.items() if not isinstance(c, GemmCaller)]
+    return not others or timings[caller] <= CLEAR_MARGIN * min(others)
+
+
+def _reads_m_by_n(op: Any) -> bool:
+    """Whether a chain input has an element per output element, rather than one per row
+    or per column (a bias: stride 0 along M or N) that stays in cache."""
+    s_m, s_n, _ = op.strides
+    return s_m != 0 and s_n != 0
+
+
 def _layout_key(layout: Any) -> tuple:
     """A layout as a decision depends on it: sizes and strides (as written, and their
     hints), offset and dtype."""
@@ -232,6 +260,9 @@ def start_fused_build(
     (the graph's); a GEMM with one of them will take that decision, not measure."""
     caller, timings = _candidates(template.node)
     if caller is None:
+        return
+    if clear_call(caller, timings, tr):  # decided without measuring: only its kernel is needed
+        compiler.build_async(_fused(caller, tr)[1].spec, default_cache(), config.compile_workers)
         return
     contenders = _contenders(caller, timings, tr, triton)
     if started is not None:
@@ -382,6 +413,10 @@ def decide(
     if caller is None:
         log.info("%s: left to Inductor (no CuteDSL candidate within %.2fx of the fastest)", names, SCREEN)
         return None
+    if clear_call(caller, timings, tr):
+        stats["clear"] += 1
+        log.info("%s: CuteDSL takes it, fused (a clear call: ours autotuned fastest, no M x N input)", names)
+        return Decision("cutedsl", caller, consumer)
     contenders = _contenders(caller, timings, tr, triton)
     key = decision_key(buffer, contenders, tr, triton) if memo is not None else None
     way = memo.get(key) if memo is not None else None
