@@ -704,3 +704,25 @@ def test_a_rewound_static_cache_decodes_the_same_step_again():
         assert all(torch.equal(o, outs[0]) for o in outs) and cache.get_seq_length() == 17
         drifted = model(input_ids=token, past_key_values=cache, cache_position=position).logits
     assert not torch.equal(drifted, outs[0])
+
+
+def test_the_host_profile_ranks_own_time_per_step_and_what_grew_in_ours(capsys):
+    import cProfile
+
+    from tools import host_profile
+
+    def busy():
+        return sum(i * i for i in range(2000))
+
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(4):
+        busy()
+    profile.disable()
+    times = host_profile.function_times(profile, steps=4)
+    (genexpr,) = [name for name in times if "genexpr" in name]
+    assert times[genexpr] > 0 and host_profile.top(times, 1)[0][1] == max(times.values())
+    grown = host_profile.growth({"a": 1.0, "b": 5.0}, {"a": 4.0, "b": 5.5, "c": 2.0}, 2)
+    assert grown == [("a", 1.0, 4.0), ("c", 0.0, 2.0)]  # largest increase first; new functions count from 0
+    if not torch.cuda.is_available():
+        assert host_profile.main(["--steps", "1"]) is None and "needs a CUDA GPU" in capsys.readouterr().out

@@ -1,0 +1,123 @@
+"""Where a compiled step's host time goes, stock against ours: a probe for host-time
+regressions (a training step's autograd, the generated wrapper, our launch path).
+
+    python -m tools.host_profile --block hf-qwen2:small:train
+    python -m tools.host_profile --block gpt2:prefill:train --steps 300 --json $OUT/host-profile.json
+
+A block of ``benchmarks.models`` is compiled by stock and by ours in one process (as the
+model suite does), run until warm, then each side's steps run under cProfile, the sides
+interleaved in rounds. Printed per side: host microseconds per step without the profiler
+(enqueue time, the GPU kept busy as in ``benchmarks.models``), and the functions with the
+most own time per step under the profiler; then the functions whose time per step grew
+most from stock to ours. cProfile slows every Python call alike, so the figures rank
+where the time goes; the unprofiled microseconds are the measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import pstats
+import time
+
+#: Rounds of each side, interleaved, and steps per round.
+ROUNDS = 4
+SIDES = ("stock", "ours")
+
+
+def function_times(profile: cProfile.Profile, steps: int) -> dict[str, float]:
+    """Own (not cumulative) microseconds per step of each function under ``profile``."""
+    stats = pstats.Stats(profile)
+    out = {}
+    for (path, line, name), (_, _, tottime, _, _) in stats.stats.items():  # type: ignore[attr-defined]
+        out[f"{path}:{line}({name})"] = tottime * 1e6 / steps
+    return out
+
+
+def top(times: dict[str, float], n: int) -> list[tuple[str, float]]:
+    return sorted(times.items(), key=lambda kv: -kv[1])[:n]
+
+
+def growth(stock: dict[str, float], ours: dict[str, float], n: int) -> list[tuple[str, float, float]]:
+    """The ``n`` functions whose own time per step grew most from stock to ours:
+    (function, stock us, ours us)."""
+    names = set(stock) | set(ours)
+    rows = [(name, stock.get(name, 0.0), ours.get(name, 0.0)) for name in names]
+    return sorted(rows, key=lambda r: -(r[2] - r[1]))[:n]
+
+
+def host_us(step, steps: int) -> float:
+    """Host microseconds per step, enqueued with no synchronisation inside the window."""
+    import torch
+
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    seconds = time.perf_counter() - t0
+    torch.cuda.synchronize()
+    return seconds * 1e6 / steps
+
+
+def main(argv: list[str] | None = None) -> dict | None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--block", default="hf-qwen2:small:train", help="FAMILY:SIZE:RUN (default: %(default)s)")
+    ap.add_argument("--mode", default="max-autotune-no-cudagraphs", help="torch.compile mode (default: %(default)s)")
+    ap.add_argument("--steps", type=int, default=200, help="steps per side per round (default: %(default)s)")
+    ap.add_argument("--top", type=int, default=25, help="functions listed per table (default: %(default)s)")
+    ap.add_argument("--json", metavar="PATH", help="write the tables here")
+    args = ap.parse_args(argv)
+
+    import torch
+
+    if not torch.cuda.is_available():
+        print("tools.host_profile needs a CUDA GPU: nothing measured")
+        return None
+    from benchmarks import models
+
+    bid = models.BlockId.parse(args.block)
+    block, x = models.make_block(bid.family, bid.size)
+    if bid.run == "train":
+        x.requires_grad_(True)
+    target, params = models.target_of(block, bid.run), list(block.parameters())
+    steps = {}
+    for side in SIDES:
+        with models.backend(side):
+            fn = models.compile_block(target, args.mode)
+            steps[side] = models.make_step(fn, x, bid.run, params, models.uses_cudagraphs(args.mode))
+            for _ in range(3):
+                steps[side]()
+    torch.cuda.synchronize()
+    profiles = {side: cProfile.Profile() for side in SIDES}
+    unprofiled: dict[str, list[float]] = {side: [] for side in SIDES}
+    for i in range(ROUNDS):
+        for side in SIDES if i % 2 == 0 else SIDES[::-1]:
+            unprofiled[side].append(host_us(steps[side], args.steps))
+            profiles[side].enable()
+            host_us(steps[side], args.steps)
+            profiles[side].disable()
+    times = {side: function_times(profiles[side], ROUNDS * args.steps) for side in SIDES}
+    result = {
+        "block": bid.name,
+        "mode": args.mode,
+        "host_us": {side: round(sorted(v)[len(v) // 2], 1) for side, v in unprofiled.items()},
+        "top": {side: [(name, round(us, 2)) for name, us in top(times[side], args.top)] for side in SIDES},
+        "growth": [(name, round(s, 2), round(o, 2)) for name, s, o in growth(times["stock"], times["ours"], args.top)],
+    }
+    print(f"{bid.name} {args.mode}: host us per step {result['host_us']}")
+    for side in SIDES:
+        print(f"\n{side}: own us per step (profiled)")
+        for name, us in result["top"][side]:
+            print(f"{us:10.2f}  {name}")
+    print("\ngrew most from stock to ours (stock us -> ours us)")
+    for name, s, o in result["growth"]:
+        print(f"{s:10.2f} -> {o:10.2f}  {name}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    return result
+
+
+if __name__ == "__main__":
+    main()
