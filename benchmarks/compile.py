@@ -200,6 +200,7 @@ class AutotuneLog:
                     {
                         "kind": choice_kind(c),
                         "name": str(getattr(c, "name", type(c).__name__)),
+                        "config": our_config(c),
                         "ms": None if t is None or t == float("inf") else round(float(t), 5),
                         "precompile_s": round(float((precompile_times or {}).get(c, 0.0) or 0.0), 3),
                     }
@@ -218,6 +219,16 @@ class AutotuneLog:
         from torch._inductor import select_algorithm
 
         select_algorithm.clear_feedback_savers()
+
+
+def our_config(choice) -> str | None:
+    """Our candidate's kernel config name (its place in the shortlist is its place among
+    the GEMM's choices), None for another backend's choice."""
+    candidate = getattr(choice, "candidate", None)
+    try:
+        return candidate.spec.config.name() if candidate is not None else None
+    except AttributeError:
+        return None
 
 
 def choice_kind(choice) -> str:

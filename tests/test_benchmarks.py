@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -322,6 +323,9 @@ def test_the_autotune_log_keeps_each_choices_kind_time_and_precompile_seconds():
 
     class CuteDSLTemplateCaller:
         name = "cutedsl_128x128"
+        candidate = types.SimpleNamespace(
+            spec=types.SimpleNamespace(config=types.SimpleNamespace(name=lambda: "128x128_c2x1"))
+        )
 
     class Node:
         def __init__(self, *size):
@@ -343,9 +347,9 @@ def test_the_autotune_log_keeps_each_choices_kind_time_and_precompile_seconds():
     (entry,) = log.entries
     assert entry["op"] == "mm" and entry["shapes"] == [[256, 64], [64, 32]]
     assert entry["choices"] == [
-        {"kind": "triton", "name": "triton_mm_3", "ms": 0.01235, "precompile_s": 1.25},
-        {"kind": "aten", "name": "extern_mm", "ms": None, "precompile_s": 0.0},  # failed to run: no time
-        {"kind": "cutedsl", "name": "cutedsl_128x128", "ms": 0.011, "precompile_s": 0.0},
+        {"kind": "triton", "name": "triton_mm_3", "config": None, "ms": 0.01235, "precompile_s": 1.25},
+        {"kind": "aten", "name": "extern_mm", "config": None, "ms": None, "precompile_s": 0.0},  # failed: no time
+        {"kind": "cutedsl", "name": "cutedsl_128x128", "config": "128x128_c2x1", "ms": 0.011, "precompile_s": 0.0},
     ]
 
 
