@@ -160,20 +160,11 @@ def step_ms(step) -> float:
     """Milliseconds per call of a compiled ``step`` on the device, CUDA events around
     rounds of back-to-back calls (the median round): what the compile chose, timed, so a
     faster compile that picks slower kernels shows in ``runtime_ratio``."""
-    import torch
+    from inductor_cutedsl.timing import replay_ms
 
     for _ in range(3):
         step()
-    times = []
-    for _ in range(STEP_ROUNDS):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(STEPS_PER_ROUND):
-            step()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / STEPS_PER_ROUND)
-    return round(statistics.median(times), 4)
+    return round(statistics.median(replay_ms(step, STEPS_PER_ROUND) for _ in range(STEP_ROUNDS)), 4)
 
 
 class AutotuneLog:
