@@ -1521,7 +1521,9 @@ class ModelProgram:
         if self.kind == "attention" or (self.kind == "gated" and self.form == "fused"):
             rules.add("loops")  # head views and halves read part of a projection's output
         if self.dynamic or any(size % 8 for size in [*self.tokens, self.batch * min(self.tokens)]):
-            rules.add("loops")  # padded rows (pad_mm): a consumer covers part of the GEMM output
+            # Padded rows (pad_mm): a consumer covers part of the GEMM output, or reads it
+            # through a masked index (index_expr), as in the random programs.
+            rules |= {"loops", "unsupported-op"}
         if self.backward:
             # Masks of a backward pass are bool loads; its consumers read transposed views.
             rules |= {"not-pointwise", "reduction", "indexing", "kept-outputs", "loops", "dtype"}
