@@ -194,3 +194,44 @@ def test_operand_args_refuse_what_does_not_broadcast():
     for shape in ((64, 127), (2, 1, 64, 128), (2, 64, 128)):
         with pytest.raises(ValueError, match="broadcast"):
             support.operand_args(cpu(*shape), None, 3, 64, 128)
+
+
+def test_each_dtype_name_maps_to_the_dsl_type_of_the_same_format():
+    """The one table the kernel's operand types, the epilogue's roundings and a loaded
+    entry's pointer types read: each name's DSL type is torch's dtype of that name, in
+    width and in format (bfloat16 and float16 share a width), and every dtype a kernel
+    spec may name is in it."""
+    from inductor_cutedsl.kernels import sm90_gemm
+    from inductor_cutedsl.kernels.dtypes import DSL_TYPES
+
+    for name, dsl in DSL_TYPES.items():
+        dtype = getattr(torch, name)
+        assert dsl.width == dtype.itemsize * 8, name
+        assert dsl.__name__.lower() == name.replace("_", ""), (name, dsl.__name__)
+    assert set(support.OUT_DTYPES.values()) | set(sm90_gemm.AB_DTYPES) <= set(DSL_TYPES)
+    assert sm90_gemm.DTYPES is DSL_TYPES
+
+
+def test_a_loaded_entrys_pointers_are_typed_as_the_kernel_reads_them():
+    """The generic path of a loaded entry wraps each address as a pointer of the kernel's
+    own element type (``kernels.dtypes``): A and B as the operands' dtype, D as the
+    output's, each epilogue tensor as its declaration's; scalars are passed as floats."""
+    import cutlass
+
+    from inductor_cutedsl.kernels.config import GemmConfig
+    from inductor_cutedsl.kernels.epilogue import Epilogue, EpilogueOperand
+    from inductor_cutedsl.runtime.fast_call import F32, PTR
+    from inductor_cutedsl.runtime.launch import entry_signature
+    from inductor_cutedsl.runtime.spec import KernelSpec
+
+    epi = Epilogue(
+        "bias_scale",
+        "def epilogue(acc, m, n, l, ops):\n    return acc * ops[1] + ops[0]\n",
+        (EpilogueOperand("bias", "row", "bfloat16"), EpilogueOperand("alpha", "scalar", "float32")),
+    )
+    spec = KernelSpec(GemmConfig(128, 64), "float16", "float32", "k", "k", epi)
+    kinds, ptrs = entry_signature(spec)
+    assert [ptrs[i][0] for i in (0, 1, 2)] == [cutlass.Float16, cutlass.Float16, cutlass.Float32]
+    bias = kinds.index(PTR, 3)
+    assert ptrs[bias][0] is cutlass.BFloat16 and kinds[bias + 4] == F32 and kinds[-1] == PTR
+    assert set(ptrs) == {0, 1, 2, bias}

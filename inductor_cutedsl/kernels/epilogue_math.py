@@ -13,6 +13,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32
 
+from .dtypes import DSL_TYPES
 from .epilogue import Epilogue
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -70,8 +71,7 @@ def select(cond, if_value, else_value):
 
 def round_to(x, dtype: str):
     """Round an fp32 value through a narrower float type (an explicit cast in the graph)."""
-    narrow = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16, "float8_e4m3fn": cutlass.Float8E4M3FN}[dtype]
-    return Float32(x).to(narrow).to(Float32)
+    return Float32(x).to(DSL_TYPES[dtype]).to(Float32)
 
 
 NAMESPACE = {

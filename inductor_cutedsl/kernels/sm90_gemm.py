@@ -52,15 +52,11 @@ from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 from cutlass.tensor_utils import LayoutEnum
 
 from .config import MIN_STAGED_AB_STAGES, PROMOTE_ALTERNATE, PROMOTE_HALVES, STAGED_BUFFERS, GemmConfig, promote_reason
+from .dtypes import DSL_TYPES
 from .epilogue import Epilogue
 from .epilogue_math import materialize
 
-DTYPES = {
-    "bfloat16": cutlass.BFloat16,
-    "float16": cutlass.Float16,
-    "float32": cutlass.Float32,
-    "float8_e4m3fn": cutlass.Float8E4M3FN,
-}
+DTYPES = DSL_TYPES
 AB_DTYPES = ("bfloat16", "float16", "float8_e4m3fn")
 # 8-bit operands: Hopper's fp8 wgmma reads both from shared memory K-major only.
 FP8_DTYPES = ("float8_e4m3fn",)

@@ -10,6 +10,7 @@ import contextlib
 import functools
 import threading
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -65,45 +66,49 @@ def _batch_stride(t: torch.Tensor, rows: int, ld: int) -> int:
     return t.stride(0) if t.dim() == 3 else single_batch_stride(rows, ld, t.element_size())
 
 
+def entry_signature(spec: KernelSpec) -> tuple[list[str], dict[int, tuple[Any, int]]]:
+    """The parameters of ``spec``'s exported entry (see ``Sm90Gemm.make_entry``): each
+    one's kind for the fast path, and for each pointer its DSL element type and
+    alignment in bytes for the generic one. The types come from the kernels' own table
+    (``kernels.dtypes``): a pointer typed apart from the kernel's operand would be read
+    as another format."""
+    import cutlass
+
+    from ..kernels.dtypes import DSL_TYPES as dt
+
+    kinds = [PTR, PTR, PTR, I32, I32, I32, I32, I64, I64, I64, I64, I64, I64, I32]
+    ptr_types = {
+        0: (dt[spec.ab_dtype], ALIGNMENT),
+        1: (dt[spec.ab_dtype], ALIGNMENT),
+        2: (dt[spec.out_dtype], ALIGNMENT),
+    }
+    if spec.dual:  # the up weight: pointer, leading and batch strides
+        ptr_types[len(kinds)] = (dt[spec.ab_dtype], ALIGNMENT)
+        kinds += [PTR, I64, I64]
+    if spec.config.stream_k:  # partial sums (fp32) and flags (int32)
+        ptr_types.update({len(kinds): (cutlass.Float32, 16), len(kinds) + 1: (cutlass.Int32, 4)})
+        kinds += [PTR, PTR]
+    for op in spec.epilogue.operands:
+        if op.is_tensor:
+            ptr_types[len(kinds)] = (dt[op.dtype], op.align_bytes)
+            kinds += [PTR, I64, I64, I64]
+        else:
+            kinds.append(F32)
+    kinds.append(PTR)  # stream
+    return kinds, ptr_types
+
+
 class CompiledGemm:
     """A loaded kernel: ``gemm(a, b, out, *operands)`` writes ``out``; a dual kernel's
     (``KernelSpec.dual``) ``b`` is the gate weight, and ``b_up`` the up weight."""
 
     def __init__(self, spec: KernelSpec, object_path: str) -> None:
         import cuda.bindings.driver as cuda
-        import cutlass
         import cutlass.cute as cute
 
         self.spec = spec
         self._module = cute.runtime.load_module(str(object_path))
-        dt = {
-            "bfloat16": cutlass.BFloat16,
-            "float16": cutlass.Float16,
-            "float32": cutlass.Float32,
-            "float8_e4m3fn": cutlass.Float8E4M3FN,
-        }
-        ops = spec.epilogue.operands
-        # Entry parameters (see Sm90Gemm.make_entry): kinds for the fast path and
-        # the DSL type of each pointer for the generic one.
-        kinds = [PTR, PTR, PTR, I32, I32, I32, I32, I64, I64, I64, I64, I64, I64, I32]
-        ptr_types = {
-            0: (dt[spec.ab_dtype], ALIGNMENT),
-            1: (dt[spec.ab_dtype], ALIGNMENT),
-            2: (dt[spec.out_dtype], ALIGNMENT),
-        }
-        if spec.dual:  # the up weight: pointer, leading and batch strides
-            ptr_types[len(kinds)] = (dt[spec.ab_dtype], ALIGNMENT)
-            kinds += [PTR, I64, I64]
-        if spec.config.stream_k:  # partial sums (fp32) and flags (int32)
-            ptr_types.update({len(kinds): (cutlass.Float32, 16), len(kinds) + 1: (cutlass.Int32, 4)})
-            kinds += [PTR, PTR]
-        for op in ops:
-            if op.is_tensor:
-                ptr_types[len(kinds)] = (dt[op.dtype], op.align_bytes)
-                kinds += [PTR, I64, I64, I64]
-            else:
-                kinds.append(F32)
-        kinds.append(PTR)  # stream
+        kinds, ptr_types = entry_signature(spec)
         make_ptr, gmem = cute.runtime.make_ptr, cute.AddressSpace.gmem
 
         def to_dsl_args(values):
