@@ -390,6 +390,7 @@ def test_a_clear_call_is_decided_fused_without_measuring(what, fn, timing, clear
         assert any("a clear call" in r.getMessage() for r in caplog.records)
     else:
         assert measured == 1 and selection.stats["clear"] == before[1], what
+        assert selection.decisions[-1]["m_by_n_inputs"] == (1 if "M x N" in what else 0), what
 
 
 def test_a_failing_measurement_leaves_the_choice_to_inductor(monkeypatch, caplog, lenient):
@@ -437,7 +438,7 @@ def test_the_selection_builds_each_way_from_the_chain(caplog):
 
     record = selection.decisions[-1]
     assert record["autotune_ms"] == {"ours": 0.1002, "other": 0.105} and record["way"] == "fused"
-    assert record["chain_inputs"] == [] and record["kept"] == 0
+    assert record["m_by_n_inputs"] == 0 and record["kept"] == 0
 
 
 def test_fused_builds_start_before_the_first_decision(monkeypatch):

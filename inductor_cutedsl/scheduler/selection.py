@@ -459,7 +459,7 @@ def decide(
                 "ours": round(timings[caller], 4),
                 "other": None if other is None else round(timings[other], 4),
             },
-            "chain_inputs": sorted(op.kind for op in tr.epilogue.operands),
+            "m_by_n_inputs": sum(map(_reads_m_by_n, tr.operands)),
             "kept": len(tr.kept),
         }
     )
