@@ -2,15 +2,16 @@
 regressions (a training step's autograd, the generated wrapper, our launch path).
 
     python -m tools.host_profile --block hf-qwen2:small:train
-    python -m tools.host_profile --block gpt2:prefill:train --steps 300 --json $OUT/host-profile.json
+    python -m tools.host_profile --block gpt2:prefill:train --json $OUT/host-profile.json
 
 A block of ``benchmarks.models`` is compiled by stock and by ours in one process (as the
-model suite does), run until warm, then each side's steps run under cProfile, the sides
-interleaved in rounds. Printed per side: host microseconds per step without the profiler
-(enqueue time, the GPU kept busy as in ``benchmarks.models``), and the functions with the
+model suite does) and run until warm. Its host time per step is measured as the model
+suite measures it (``GpuProbe.host_us``: steps enqueued behind a GPU sleep, as many as the
+launch queue holds), then the same enqueueing runs under cProfile, the sides interleaved
+in rounds. Printed: the host microseconds per step, and per side the functions with the
 most own time per step under the profiler; then the functions whose time per step grew
-most from stock to ours. cProfile slows every Python call alike, so the figures rank
-where the time goes; the unprofiled microseconds are the measurement.
+most from stock to ours. cProfile slows every Python call alike, so its figures rank where
+the time goes; the unprofiled microseconds are the measurement.
 """
 
 from __future__ import annotations
@@ -19,9 +20,8 @@ import argparse
 import cProfile
 import json
 import pstats
-import time
 
-#: Rounds of each side, interleaved, and steps per round.
+#: Profiled rounds of each side, interleaved.
 ROUNDS = 4
 SIDES = ("stock", "ours")
 
@@ -47,24 +47,10 @@ def growth(stock: dict[str, float], ours: dict[str, float], n: int) -> list[tupl
     return sorted(rows, key=lambda r: -(r[2] - r[1]))[:n]
 
 
-def host_us(step, steps: int) -> float:
-    """Host microseconds per step, enqueued with no synchronisation inside the window."""
-    import torch
-
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        step()
-    seconds = time.perf_counter() - t0
-    torch.cuda.synchronize()
-    return seconds * 1e6 / steps
-
-
 def main(argv: list[str] | None = None) -> dict | None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--block", default="hf-qwen2:small:train", help="FAMILY:SIZE:RUN (default: %(default)s)")
     ap.add_argument("--mode", default="max-autotune-no-cudagraphs", help="torch.compile mode (default: %(default)s)")
-    ap.add_argument("--steps", type=int, default=200, help="steps per side per round (default: %(default)s)")
     ap.add_argument("--top", type=int, default=25, help="functions listed per table (default: %(default)s)")
     ap.add_argument("--json", metavar="PATH", help="write the tables here")
     args = ap.parse_args(argv)
@@ -75,6 +61,7 @@ def main(argv: list[str] | None = None) -> dict | None:
         print("tools.host_profile needs a CUDA GPU: nothing measured")
         return None
     from benchmarks import models
+    from inductor_cutedsl.timing import enqueue_ms
 
     bid = models.BlockId.parse(args.block)
     block, x = models.make_block(bid.family, bid.size)
@@ -88,24 +75,25 @@ def main(argv: list[str] | None = None) -> dict | None:
             steps[side] = models.make_step(fn, x, bid.run, params, models.uses_cudagraphs(args.mode))
             for _ in range(3):
                 steps[side]()
-    torch.cuda.synchronize()
+    probe = models.GpuProbe()
+    launches = {side: sum(k["launches"] for k in prof["kernels"]) for side, prof in probe.profile(steps).items()}
+    host = probe.host_us(steps, launches)
     profiles = {side: cProfile.Profile() for side in SIDES}
-    unprofiled: dict[str, list[float]] = {side: [] for side in SIDES}
     for i in range(ROUNDS):
         for side in SIDES if i % 2 == 0 else SIDES[::-1]:
-            unprofiled[side].append(host_us(steps[side], args.steps))
             profiles[side].enable()
-            host_us(steps[side], args.steps)
+            enqueue_ms(steps[side], host["calls"][side])
             profiles[side].disable()
-    times = {side: function_times(profiles[side], ROUNDS * args.steps) for side in SIDES}
+    # enqueue_ms runs the step 2 * calls + 1 times: a first call, a guess, the timed calls.
+    times = {side: function_times(profiles[side], ROUNDS * (2 * host["calls"][side] + 1)) for side in SIDES}
     result = {
         "block": bid.name,
         "mode": args.mode,
-        "host_us": {side: round(sorted(v)[len(v) // 2], 1) for side, v in unprofiled.items()},
+        "host_us": host,
         "top": {side: [(name, round(us, 2)) for name, us in top(times[side], args.top)] for side in SIDES},
         "growth": [(name, round(s, 2), round(o, 2)) for name, s, o in growth(times["stock"], times["ours"], args.top)],
     }
-    print(f"{bid.name} {args.mode}: host us per step {result['host_us']}")
+    print(f"{bid.name} {args.mode}: host us per step {host}")
     for side in SIDES:
         print(f"\n{side}: own us per step (profiled)")
         for name, us in result["top"][side]:
