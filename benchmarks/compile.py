@@ -16,7 +16,10 @@ the other. The sides:
   bundled ptxas while its compile workers key on torch's, and so compiles template
   choices twice in some compiles (docs/findings.md). Ours aligns the two as it
   installs; a ratio against stock with that bug would credit ours with fixing
-  Inductor's process set-up, not with compiling faster.
+  Inductor's process set-up, not with compiling faster. Likewise fair stock keeps its
+  cached coordinate-descent results on a warm start as torch 2.13 on does
+  (``compat.autotune.carry_coordinate_descent``, which ours installs): torch 2.11 tunes
+  again what its artifacts carry.
 * ``ours``: the backend installed.
 * ``default_stock`` (``--default-stock``): stock as a user starts it.
 * ``ours_warm_kernels`` (``--warm-kernels``): ours with the kernel cache holding what
@@ -167,6 +170,51 @@ def step_ms(step) -> float:
     return round(statistics.median(replay_ms(step, STEPS_PER_ROUND) for _ in range(STEP_ROUNDS)), 4)
 
 
+class CoordescLog:
+    """Each Triton kernel that coordinate descent tuned in this process (at a graph's
+    first call): its name, kind and seconds. Where two sides' tuning time differs, this
+    says whether by more kernels or by slower ones."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[str, str, float]] = []
+
+    def __enter__(self) -> CoordescLog:
+        from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+        self._original = CachingAutotuner.__dict__["coordinate_descent_tuning"]
+        original, entries = self._original, self.entries
+
+        def coordinate_descent_tuning(autotuner, launcher, *args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return original(autotuner, launcher, *args, **kwargs)
+            finally:
+                kind = str(getattr(autotuner, "heuristic_type", "")).rsplit(".", 1)[-1].lower()
+                if kind != "template":  # templates are not tuned (Inductor returns at once)
+                    name = str(autotuner.inductor_meta.get("kernel_name", "?"))
+                    entries.append((name, kind, time.perf_counter() - t0))
+
+        CachingAutotuner.coordinate_descent_tuning = coordinate_descent_tuning
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+        CachingAutotuner.coordinate_descent_tuning = self._original
+
+    def summary(self, top: int = 8) -> dict:
+        kinds: dict[str, int] = {}
+        for _, kind, _ in self.entries:
+            kinds[kind] = kinds.get(kind, 0) + 1
+        slowest = sorted(self.entries, key=lambda e: -e[2])[:top]
+        return {
+            "kernels": len(self.entries),
+            "seconds": round(sum(e[2] for e in self.entries), 2),
+            "kinds": kinds,
+            "slowest": [[name, kind, round(s, 2)] for name, kind, s in slowest],
+        }
+
+
 class AutotuneLog:
     """Every choice Inductor's autotuning timed in this process, per autotuned op: the
     choice's kind (``triton``, ``aten``, ``cutedsl``, ...), its name, its time and its
@@ -264,6 +312,10 @@ def child(
         raise ValueError(f"bad child {spec!r}: MODE in {list(models.MODES)}, SIDE in {list(SIDES)}")
     if is_enabled() != is_ours(side):
         raise RuntimeError(f"{spec}: the backend is {'on' if is_enabled() else 'off'} (INDUCTOR_CUTEDSL_ENABLED)")
+    if side == FAIR_STOCK:
+        from inductor_cutedsl.compat.autotune import carry_coordinate_descent
+
+        carry_coordinate_descent()
     load_s = None
     if artifacts_in:
         t0 = time.perf_counter()
@@ -278,11 +330,12 @@ def child(
     step = models.make_step(fn, x, run, list(block.parameters()), models.uses_cudagraphs(mode))
     sampler = WallSampler(events=compile_events()) if sample else None
     t0 = time.perf_counter()
-    with sampler or contextlib.nullcontext(), AutotuneLog() as autotunes:
+    with sampler or contextlib.nullcontext(), AutotuneLog() as autotunes, CoordescLog() as coordesc:
         step()
         torch.cuda.synchronize()
     seconds = time.perf_counter() - t0
     report = {"compile_s": round(seconds, 2), "cutedsl_builds": default_cache().builds, "phases": phase_seconds()}
+    report["coordesc"] = coordesc.summary()
     report["step_ms"] = step_ms(step)
     report["autotunes"] = autotunes.entries
     if is_ours(side):

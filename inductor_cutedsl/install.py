@@ -51,6 +51,10 @@ def is_enabled() -> bool:
 def _start_workers() -> None:
     if config.enabled and torch.cuda.is_available():
         workers.start(config.compile_workers)
+        if config.preload_runtime:
+            from .runtime.launch import preload
+
+            preload()
 
 
 def _choices_class() -> type:
@@ -150,6 +154,9 @@ def _install_rest() -> None:
         # Before any Triton compile of this compilation: the kernels Inductor's workers
         # compile must be found by this process, not compiled again in it.
         _saved["ptxas"] = environment.align_triton_ptxas()
+        # A warm start must not tune again what its artifacts carry (a stock fix, given to
+        # fair stock in the compile benchmarks too).
+        _saved["coordesc"] = autotune.carry_coordinate_descent()
         _saved["benchmark_hook"] = autotune.install_benchmark_hook(rescale)
         if _saved["dual_gemm"]:
             from .lowering import gated
@@ -191,6 +198,7 @@ def disable() -> None:
             autotune.restore_benchmark_hook(saved["benchmark_hook"])
         if saved.get("ptxas") is not None:
             saved["ptxas"].undo()
+        autotune.restore_coordinate_descent(saved.get("coordesc"))
         if "rest" in saved and saved["dual_gemm"]:
             lowerings.unregister_lowering(torch.ops.inductor_cutedsl.gated_mm.default)
         if "scheduling" in saved:

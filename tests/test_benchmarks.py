@@ -730,3 +730,37 @@ def test_the_host_profile_ranks_own_time_per_step_and_what_grew_in_ours(capsys):
     assert grown == [("a", 1.0, 4.0), ("c", 0.0, 2.0)]  # largest increase first; new functions count from 0
     if not torch.cuda.is_available():
         assert host_profile.main([]) is None and "needs a CUDA GPU" in capsys.readouterr().out
+
+
+def test_coordesc_log_records_the_kernels_tuned_and_skips_templates():
+    pytest.importorskip("triton")
+    from torch._inductor.runtime.hints import HeuristicType
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    def autotuner(kind, name, seconds):
+        def tune(launcher, *args, **kwargs):
+            time.sleep(seconds)
+            return launcher
+
+        return types.SimpleNamespace(
+            heuristic_type=kind,
+            deterministic_mode=False,
+            inductor_meta={"kernel_name": name},
+            compile_id=None,
+            is_backward=False,
+            _coordinate_descent_tuning=tune,
+        )
+
+    before = CachingAutotuner.__dict__["coordinate_descent_tuning"]
+    with compile_bench.CoordescLog() as log:
+        for kind, name, s in (
+            (HeuristicType.POINTWISE, "triton_poi_0", 0.05),
+            (HeuristicType.TEMPLATE, "triton_tem_1", 0.0),
+            (HeuristicType.PERSISTENT_REDUCTION, "triton_per_2", 0.01),
+        ):
+            assert CachingAutotuner.coordinate_descent_tuning(autotuner(kind, name, s), "L") == "L"
+    assert CachingAutotuner.__dict__["coordinate_descent_tuning"] is before
+    summary = log.summary()
+    assert summary["kernels"] == 2 and summary["kinds"] == {"pointwise": 1, "persistent_reduction": 1}
+    assert summary["slowest"][0][:2] == ["triton_poi_0", "pointwise"] and summary["slowest"][0][2] >= 0.05
+    assert 0.06 <= summary["seconds"] < 1.0

@@ -541,3 +541,27 @@ def test_a_threads_own_setting_stands_at_its_compile_start():
             return _compile_starts()[1]
 
     assert _in_a_thread_around(lambda: None, lambda: None, own)["after"] == "ATEN"
+
+
+def test_small_problems_offer_one_config_and_the_rest_keep_their_list():
+    """Above decode size and under one wave of tiles, one 16-bit config is offered (its
+    builds never won there); decode-sized, large and fp8 GEMMs keep ``max_configs``."""
+    from inductor_cutedsl import config
+    from inductor_cutedsl.kernels import epilogue as E
+    from inductor_cutedsl.kernels.config import shortlist
+    from inductor_cutedsl.lowering.gemm_choices import candidate_specs
+
+    def offered(m, n, k, dtype="bfloat16", batch=1):
+        return candidate_specs((m, n, k, batch), dtype, "bfloat16", "k", "n", E.IDENTITY)
+
+    assert config.max_configs >= 2
+    for m, n, k in ((256, 2048, 2048), (256, 2048, 8192), (65, 4096, 4096), (200, 8192, 4096)):
+        specs = offered(m, n, k)
+        assert len(specs) == 1, (m, n, k)
+        assert specs[0].config == shortlist(m, n, k)[0]  # the likeliest winner stays
+        assert len(offered(m, n, k, "float16")) == 1
+    assert len(offered(256, 4096, 4096, batch=8)) == config.max_configs  # 256 tiles: not small
+    assert len(offered(2048, 4096, 4096)) == config.max_configs
+    assert len(offered(200, 14336, 4096)) == config.max_configs  # 224 tiles
+    assert len(offered(64, 4096, 4096)) == config.max_configs  # decode-sized
+    assert len(offered(256, 4096, 4096, "float8_e4m3fn")) > 1  # fp8: not measured there

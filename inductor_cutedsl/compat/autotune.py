@@ -97,3 +97,80 @@ def restore_benchmark_hook(original: Any) -> None:
     from torch._inductor.select_algorithm import AlgorithmSelectorCache
 
     AlgorithmSelectorCache.benchmark_choices = original
+
+
+#: torch releases whose static autotuners drop a cached coordinate-descent result: from
+#: 2.13 (read in its source) the warm path keeps it; 2.12's is unread, and the carry is a
+#: no-op where the original already kept the result.
+_DROPS_COORDESC_BEFORE = (2, 13)
+
+
+def carry_coordinate_descent() -> Any:
+    """Make a warm start keep the configs coordinate descent found, as torch 2.13 on does;
+    returns what ``restore_coordinate_descent`` needs (None where nothing was changed).
+
+    With max-autotune, Inductor tunes each Triton pointwise and reduction kernel by
+    coordinate descent at the graph's first call and saves the winner in its autotune
+    cache, which torch's portable artifacts carry. On torch 2.11, a kernel loaded from the
+    FX graph cache as a static autotuner (``recheck_autotune_cache``) takes the cached
+    config only if it compiled several, and then without its ``found_by_coordesc`` mark:
+    every such kernel is tuned again at the first call, the larger part of a warm start
+    (docs/findings.md). This is a fix of stock's, not a speed of ours: the compile
+    benchmarks give fair stock the same fix."""
+    from torch._inductor.runtime import triton_heuristics
+
+    from . import releases
+
+    release = releases.torch_release()
+    if release is None or release >= _DROPS_COORDESC_BEFORE:
+        return None
+    cls = triton_heuristics.CachingAutotuner
+    original = cls.__dict__.get("recheck_autotune_cache")
+    if original is None or getattr(original, "carries_coordesc", False):
+        return None
+
+    def recheck_autotune_cache(self: Any, reload_kernel_from_src: Callable[[], Any]) -> None:
+        # The cache is keyed on the configs compiled cold, which the original may narrow.
+        compiled = [result.config for result in self.compile_results]
+        original(self, reload_kernel_from_src)
+        keep_tuned_config(self, reload_kernel_from_src, compiled)
+
+    recheck_autotune_cache.carries_coordesc = True  # type: ignore[attr-defined]
+    cls.recheck_autotune_cache = recheck_autotune_cache
+    return original
+
+
+def restore_coordinate_descent(original: Any) -> None:
+    if original is not None:
+        from torch._inductor.runtime import triton_heuristics
+
+        triton_heuristics.CachingAutotuner.recheck_autotune_cache = original
+
+
+def keep_tuned_config(autotuner: Any, reload_kernel_from_src: Callable[[], Any], compiled: list[Any]) -> None:
+    """After a static autotuner's cache check: where the autotune cache holds a config
+    that coordinate descent found for the configs ``compiled`` cold, run with that
+    config, marked as found, so the first call does not tune again; compile it if the
+    autotuner has not (its compile results are the cold compile's, made before tuning)."""
+    from torch._inductor.runtime import triton_heuristics as th
+
+    if not autotuner.inductor_meta.get("coordinate_descent_tuning"):
+        return
+    if any(getattr(result.config, "found_by_coordesc", False) for result in autotuner.compile_results):
+        return
+    cached, _, _ = th.check_autotune_cache(list(compiled), autotuner.filename, autotuner.inductor_meta)
+    if len(cached) != 1 or not getattr(cached[0], "found_by_coordesc", False):
+        return
+    best = cached[0]
+    wanted = th.triton_config_to_hashable(best)
+    for result in autotuner.compile_results:
+        if th.triton_config_to_hashable(result.config) == wanted:
+            result.config.found_by_coordesc = True
+            autotuner.compile_results = [result]
+            return
+    from torch._dynamo.utils import dynamo_timed
+
+    with dynamo_timed("CachingAutotuner.slow_precompile_config"):
+        if autotuner.fn.fn is None:
+            autotuner.fn = reload_kernel_from_src().fn
+        autotuner.compile_results = [autotuner._precompile_config(best)]

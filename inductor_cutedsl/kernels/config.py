@@ -257,6 +257,15 @@ def promotion_mode(cfg: GemmConfig) -> int:
     return PROMOTE_ALTERNATE if cfg.promotion_reason(PROMOTE_ALTERNATE) is None else PROMOTE_TILE
 
 
+#: SMs of the H200, the device the shortlists are ranked on.
+SMS = 132
+
+
+def under_one_wave(m: int, n: int, batch: int = 1) -> bool:
+    """Whether an (m, n) output in 128x128 tiles (``batch`` times) has fewer tiles than SMs."""
+    return math.ceil(m / 128) * math.ceil(n / 128) * batch < SMS
+
+
 def shortlist(
     m: int, n: int, k: int, batch: int = 1, limit: int = 6, promote: int = PROMOTE_NONE, graphs: bool = False
 ) -> list[GemmConfig]:
@@ -273,7 +282,7 @@ def shortlist(
     the GEMM will run inside a CUDA graph (a decode step's), where a launch's host work
     is not paid per call.
     """
-    sms = 132
+    sms = SMS
     raster_m = m >= n
     # A square tile reads as much from L2 either way: its pair follows the shape.
     square = (2, 1) if raster_m else (1, 2)
@@ -289,7 +298,7 @@ def shortlist(
     # L2 hot or flushed, clearly ahead of 128x128 (docs/findings.md).
     narrow = (
         [GemmConfig(128, 64, 1, 1, False, raster_m, 1), GemmConfig(64, 128, 1, 1, True, raster_m, 1)]
-        if math.ceil(m / 128) * math.ceil(n / 128) * batch < sms
+        if under_one_wave(m, n, batch)
         else []
     )
     # Decode-sized GEMMs (M <= 64 rows: a few output tiles, and a cost that is reading

@@ -20,7 +20,7 @@ from ..compat import ir_access, settings
 from ..config import BACKEND_TOKEN
 from ..errors import Unsupported, fallback
 from ..kernels import epilogue as E
-from ..kernels.config import PROMOTE_NONE, PROMOTE_TILE, promotion_mode, shortlist
+from ..kernels.config import PROMOTE_NONE, PROMOTE_TILE, promotion_mode, shortlist, under_one_wave
 from ..runtime import compiler
 from ..runtime.launch import default_cache
 from ..runtime.spec import ALIGNMENT, KernelSpec
@@ -82,6 +82,21 @@ def _check_operands(a: Any, b: Any, out_dtype: Any, ab_dtypes: dict, out_dtypes:
         raise Unsupported(f"output dtype {out_dtype}", "dtype")
 
 
+#: Rows up to which a GEMM is decode-sized: its shortlist offers a stream-K tile in CUDA
+#: graphs (``kernels.config.shortlist``), which keeps its whole list.
+SKINNY_ROWS = 64
+#: Configs offered for a problem under one wave of 128x128 tiles above decode size (M of
+#: 65-256 at model widths). In the autotunings of the transformers rows at 256 tokens
+#: (``h200-warm-start.json``'s autotune logs, 20 GEMMs of 8 shapes) our best config lost
+#: every one, to cuBLAS or a Triton template, by 1.05-1.8x, and the shortlist's first
+#: config was within 8% of our best at each shape: further configs bought nothing and
+#: cost a build and a benchmark each. One is still offered, so that a fused epilogue
+#: can be measured against the unfused way.
+SMALL_PROBLEM_CONFIGS = 1
+#: Operand types those autotunings measured; fp8 keeps its list.
+MEASURED_SMALL = ("bfloat16", "float16")
+
+
 def candidate_specs(
     mnkl: tuple[int, int, int, int],
     ab_dtype: str,
@@ -95,6 +110,10 @@ def candidate_specs(
     ``promote``: an fp8 GEMM whose partial sums are promoted, each config in the mode it
     has registers for (``promotion_mode``)."""
     in_bytes, out_bytes = (getattr(torch, name).itemsize for name in (ab_dtype, out_dtype))
+    limit = config.max_configs
+    m, n, _, batch = mnkl
+    if ab_dtype in MEASURED_SMALL and m > SKINNY_ROWS and under_one_wave(m, n, batch):
+        limit = min(limit, SMALL_PROBLEM_CONFIGS)
     return [
         KernelSpec(
             cfg,
@@ -107,7 +126,7 @@ def candidate_specs(
         )
         for cfg in shortlist(
             *mnkl,
-            limit=config.max_configs,
+            limit=limit,
             promote=PROMOTE_TILE if promote else PROMOTE_NONE,
             graphs=settings.compile_uses_cudagraphs(),
         )

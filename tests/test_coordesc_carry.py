@@ -1,0 +1,152 @@
+"""A warm start keeps the Triton configs that coordinate descent found cold.
+
+Inductor saves each tuned kernel's winner in its autotune cache (a ``.best_config``
+file beside the kernel, carried by torch's portable artifacts); a kernel loaded warm as a
+static autotuner reads it back in ``CachingAutotuner.recheck_autotune_cache``. These
+tests write the cache through Inductor's own ``AutotuneCache`` and run the real method
+on an autotuner holding only what it reads, with the backend installed: on every torch
+the kernel must end with the tuned config, marked as found by coordinate descent (else
+its first call tunes again). On torch 2.11 that holds only through
+``compat.autotune.carry_coordinate_descent``.
+"""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+pytest.importorskip("triton")
+
+from torch._inductor.runtime import triton_heuristics as th
+from torch._inductor.runtime.autotune_cache import AutotuneCache
+from triton import Config
+
+from inductor_cutedsl.compat import autotune, releases
+
+META = {"coordinate_descent_tuning": True, "autotune_local_cache": True}
+
+
+class Autotuner:
+    """What ``recheck_autotune_cache`` reads of a static autotuner; compiles are recorded."""
+
+    _could_rblock_scale = False
+
+    def __init__(self, filename: str, configs: list, meta: dict = META) -> None:
+        self.filename = filename
+        self.inductor_meta = dict(meta)
+        self.compile_results = [types.SimpleNamespace(config=c) for c in configs]
+        self.fn = types.SimpleNamespace(fn=object())
+        self.compiled: list = []
+
+    def is_statically_launchable(self) -> bool:
+        return True
+
+    def _precompile_config(self, cfg):
+        self.compiled.append(cfg)
+        return types.SimpleNamespace(config=cfg)
+
+
+def cold(tmp_path, configs: list, best: Config, by_coordesc: bool = True) -> str:
+    """A kernel file's path whose autotune cache holds ``best`` as the cold run saved it."""
+    kernel = tmp_path / "ab" / "cabcdef0123456789.py"
+    kernel.parent.mkdir(parents=True)
+    kernel.write_text("# kernel\n")
+    cache = AutotuneCache.create(META, str(kernel), th.hash_configs(configs))
+    assert cache is not None
+    cache.save(best, 1_000_000, found_by_coordesc=by_coordesc)
+    return str(kernel)
+
+
+@pytest.fixture
+def carried():
+    saved = autotune.carry_coordinate_descent()
+    try:
+        yield saved
+    finally:
+        autotune.restore_coordinate_descent(saved)
+
+
+def recheck(autotuner: Autotuner) -> None:
+    th.CachingAutotuner.recheck_autotune_cache(autotuner, lambda: pytest.fail("no reload: fn is loaded"))
+
+
+def only_config(autotuner: Autotuner):
+    assert len(autotuner.compile_results) == 1
+    return autotuner.compile_results[0].config
+
+
+def test_a_tuned_config_apart_from_the_compiled_one_is_compiled_and_marked(tmp_path, carried):
+    start = Config({"XBLOCK": 128}, num_warps=4, num_stages=1)
+    tuned = Config({"XBLOCK": 512}, num_warps=8, num_stages=1)
+    tuner = Autotuner(cold(tmp_path, [start], tuned), [start])
+    recheck(tuner)
+    got = only_config(tuner)
+    assert got.kwargs == {"XBLOCK": 512} and got.num_warps == 8
+    assert getattr(got, "found_by_coordesc", False), "the first call would tune again"
+    assert len(tuner.compiled) == 1
+
+
+def test_a_tuned_config_among_several_compiled_is_taken_marked_without_a_compile(tmp_path, carried):
+    configs = [Config({"XBLOCK": 128}, num_warps=4, num_stages=1), Config({"XBLOCK": 256}, num_warps=4, num_stages=1)]
+    tuned = Config({"XBLOCK": 256}, num_warps=4, num_stages=1)
+    tuner = Autotuner(cold(tmp_path, configs, tuned), configs)
+    recheck(tuner)
+    got = only_config(tuner)
+    assert got.kwargs == {"XBLOCK": 256}
+    assert getattr(got, "found_by_coordesc", False)
+    assert tuner.compiled == []
+
+
+def test_a_config_not_found_by_coordinate_descent_is_not_marked(tmp_path, carried):
+    start = Config({"XBLOCK": 128}, num_warps=4, num_stages=1)
+    tuner = Autotuner(cold(tmp_path, [start], start, by_coordesc=False), [start])
+    recheck(tuner)
+    assert not getattr(only_config(tuner), "found_by_coordesc", False)
+    assert tuner.compiled == []
+
+
+def test_without_coordinate_descent_nothing_changes(tmp_path, carried):
+    start = Config({"XBLOCK": 128}, num_warps=4, num_stages=1)
+    tuned = Config({"XBLOCK": 512}, num_warps=8, num_stages=1)
+    path = cold(tmp_path, [start], tuned)
+    tuner = Autotuner(path, [start], {"autotune_local_cache": True})
+    recheck(tuner)
+    assert only_config(tuner).kwargs == {"XBLOCK": 128}
+    assert tuner.compiled == []
+
+
+def test_stock_torch_before_2_13_tunes_again_without_the_carry(tmp_path):
+    """The bug the carry fixes, on stock: a planted no-op carry leaves it."""
+    import inductor_cutedsl
+
+    if releases.torch_release() >= (2, 13):
+        pytest.skip("torch 2.13 on keeps the tuned config itself (the tests above check it)")
+    start = Config({"XBLOCK": 128}, num_warps=4, num_stages=1)
+    tuned = Config({"XBLOCK": 512}, num_warps=8, num_stages=1)
+    tuner = Autotuner(cold(tmp_path, [start], tuned), [start])
+    inductor_cutedsl.disable()
+    try:
+        recheck(tuner)
+    finally:
+        inductor_cutedsl.enable()
+    assert not getattr(only_config(tuner), "found_by_coordesc", False)
+
+
+def test_the_backend_install_carries_where_torch_drops_the_result_and_disable_restores():
+    import inductor_cutedsl
+    from inductor_cutedsl import install
+
+    inductor_cutedsl.disable()
+    try:
+        before = th.CachingAutotuner.recheck_autotune_cache
+        assert not getattr(before, "carries_coordesc", False)
+        inductor_cutedsl.enable()
+        install._install_rest()
+        on = getattr(th.CachingAutotuner.recheck_autotune_cache, "carries_coordesc", False)
+        assert on == (releases.torch_release() < (2, 13))
+        assert autotune.carry_coordinate_descent() is None  # installed once
+        inductor_cutedsl.disable()
+        assert th.CachingAutotuner.recheck_autotune_cache is before
+    finally:
+        inductor_cutedsl.enable()
