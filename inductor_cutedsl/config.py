@@ -104,7 +104,6 @@ SETTINGS: dict[str, Setting] = {
     "shared_cache": Setting(False, parse_bool, bool, "load kernels from a cache directory others may write"),
     "persist_decisions": Setting(True, parse_bool, bool, "reuse fusion and dual-GEMM decisions of earlier compiles"),
     "measure_clear_calls": Setting(False, parse_bool, bool, "measure fused vs unfused even where the call is clear"),
-    "preload_runtime": Setting(True, parse_bool, bool, "load the DSL's runtime in a thread as a compile starts"),
 }
 
 
@@ -176,11 +175,6 @@ persist_decisions: bool = _values["persist_decisions"]
 #: epilogue reads no M x N input, so fused does strictly less work than any other way
 #: (``scheduler/selection.clear_call``). Off: such calls are decided without measuring.
 measure_clear_calls: bool = _values["measure_clear_calls"]
-#: Load the DSL's runtime (its Python package and native libraries) in a background thread
-#: as the first compile starts (``INDUCTOR_CUTEDSL_PRELOAD_RUNTIME``), so that its one-time
-#: cost overlaps tracing instead of landing in the first kernel load: a warm start builds
-#: nothing and would otherwise pay it inside the compile (``runtime.launch.preload``).
-preload_runtime: bool = _values["preload_runtime"]
 del _values
 
 

@@ -51,10 +51,6 @@ def is_enabled() -> bool:
 def _start_workers() -> None:
     if config.enabled and torch.cuda.is_available():
         workers.start(config.compile_workers)
-        if config.preload_runtime:
-            from .runtime.launch import preload
-
-            preload()
 
 
 def _choices_class() -> type:

@@ -544,8 +544,8 @@ def test_a_threads_own_setting_stands_at_its_compile_start():
 
 
 def test_small_problems_offer_one_config_and_the_rest_keep_their_list():
-    """Above decode size and under one wave of tiles, one 16-bit config is offered (its
-    builds never won there); decode-sized, large and fp8 GEMMs keep ``max_configs``."""
+    """At 65-256 rows and under one wave of tiles, one 16-bit config is offered (its
+    builds never won there); decode-sized, larger and fp8 GEMMs keep ``max_configs``."""
     from inductor_cutedsl import config
     from inductor_cutedsl.kernels import epilogue as E
     from inductor_cutedsl.kernels.config import shortlist
@@ -563,5 +563,6 @@ def test_small_problems_offer_one_config_and_the_rest_keep_their_list():
     assert len(offered(256, 4096, 4096, batch=8)) == config.max_configs  # 256 tiles: not small
     assert len(offered(2048, 4096, 4096)) == config.max_configs
     assert len(offered(200, 14336, 4096)) == config.max_configs  # 224 tiles
+    assert len(offered(1000, 2048, 1024)) == config.max_configs  # 128 tiles, but 1000 rows: unmeasured
     assert len(offered(64, 4096, 4096)) == config.max_configs  # decode-sized
     assert len(offered(256, 4096, 4096, "float8_e4m3fn")) > 1  # fp8: not measured there

@@ -70,25 +70,3 @@ def test_build_many_reports_every_spec(tmp_path):
     specs = [SPEC, SPEC]  # duplicates collapse
     out = build_many(specs, KernelCache(tmp_path), workers=2)
     assert list(out) == [SPEC]
-
-
-def test_the_runtime_preload_runs_once_in_a_thread_and_opens_the_dsl_libraries(monkeypatch):
-    import sys
-
-    from inductor_cutedsl.runtime import launch
-
-    pytest.importorskip("cutlass")
-    monkeypatch.setattr(launch, "_preloaded", None)
-    opened = []
-    real = launch._load_runtime
-
-    def load():
-        real()
-        opened.append(sorted(m for m in ("cutlass.cute", "cuda.bindings.driver") if m in sys.modules))
-
-    monkeypatch.setattr(launch, "_load_runtime", load)
-    thread = launch.preload()
-    assert thread is not None and thread.daemon
-    assert launch.preload() is None  # once per process
-    thread.join(60)
-    assert opened == [["cuda.bindings.driver", "cutlass.cute"]]

@@ -85,8 +85,10 @@ def _check_operands(a: Any, b: Any, out_dtype: Any, ab_dtypes: dict, out_dtypes:
 #: Rows up to which a GEMM is decode-sized: its shortlist offers a stream-K tile in CUDA
 #: graphs (``kernels.config.shortlist``), which keeps its whole list.
 SKINNY_ROWS = 64
-#: Configs offered for a problem under one wave of 128x128 tiles above decode size (M of
-#: 65-256 at model widths). In the autotunings of the transformers rows at 256 tokens
+#: Rows up to which a GEMM under one wave of tiles is small (see SMALL_PROBLEM_CONFIGS).
+SMALL_ROWS = 256
+#: Configs offered for a problem under one wave of 128x128 tiles with M of 65-256 rows
+#: (above decode size). In the autotunings of the transformers rows at 256 tokens
 #: (``h200-warm-start.json``'s autotune logs, 20 GEMMs of 8 shapes) our best config lost
 #: every one, to cuBLAS or a Triton template, by 1.05-1.8x, and the shortlist's first
 #: config was within 8% of our best at each shape: further configs bought nothing and
@@ -112,7 +114,7 @@ def candidate_specs(
     in_bytes, out_bytes = (getattr(torch, name).itemsize for name in (ab_dtype, out_dtype))
     limit = config.max_configs
     m, n, _, batch = mnkl
-    if ab_dtype in MEASURED_SMALL and m > SKINNY_ROWS and under_one_wave(m, n, batch):
+    if ab_dtype in MEASURED_SMALL and SKINNY_ROWS < m <= SMALL_ROWS and under_one_wave(m, n, batch):
         limit = min(limit, SMALL_PROBLEM_CONFIGS)
     return [
         KernelSpec(

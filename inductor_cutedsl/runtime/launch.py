@@ -51,41 +51,6 @@ from .support import (
 
 _memo: dict[str, CompiledGemm] = {}
 _memo_lock = threading.Lock()
-_preload_lock = threading.Lock()
-_preloaded: threading.Thread | None = None
-
-
-def _load_runtime() -> None:
-    """What the first kernel load of a process pays once, whatever the kernel: the DSL's
-    modules and the native libraries its loader opens (``find_runtime_libraries``)."""
-    import ctypes
-    import os
-
-    import cuda.bindings.driver  # noqa: F401
-    import cutlass.cute  # noqa: F401
-    from cutlass import runtime as dsl_runtime
-
-    for lib in dsl_runtime.find_runtime_libraries(enable_tvm_ffi=False):
-        if os.path.exists(lib):
-            ctypes.CDLL(lib)  # the loader's own CDLL finds it open
-
-
-def preload() -> threading.Thread | None:
-    """Start loading the DSL's runtime in a daemon thread (once per process); the thread,
-    or None where it was started before. A failure there is left to the first real load,
-    which reports it as every load failure is reported."""
-    global _preloaded
-    with _preload_lock:
-        if _preloaded is not None:
-            return None
-
-        def run() -> None:
-            with contextlib.suppress(Exception):
-                _load_runtime()
-
-        _preloaded = threading.Thread(target=run, name="inductor_cutedsl-preload", daemon=True)
-        _preloaded.start()
-        return _preloaded
 
 
 @functools.cache
