@@ -415,6 +415,47 @@ def median_of(reports: list[dict], key: str, digits: int = 2) -> float | None:
     return round(statistics.median(values), digits) if values else None
 
 
+#: A compile's phases as the costs issue names them: each the sum of some of Dynamo's and
+#: Inductor's timed phases less those nested in them (read against torch 2.11's nesting:
+#: ``GraphLowering.run`` holds the GEMMs' autotuning, ``GraphLowering.codegen`` the
+#: scheduler's fusion, ``PyCodeCache.load_by_key_path`` the wait for kernel compiles, and
+#: on a warm start ``AOTAutogradCache.inductor_load`` holds the module's load). A
+#: template's precompile runs in Inductor's workers; what the compile waits for of it is
+#: inside autotuning. ``other`` is the first call's seconds less these.
+NAMED_PHASES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("Dynamo tracing", ("bytecode_tracing",), ()),
+    (
+        "graph passes",
+        ("_recursive_pre_grad_passes", "_recursive_joint_graph_passes", "_recursive_post_grad_passes"),
+        (),
+    ),
+    ("lowering, less autotuning", ("GraphLowering.run",), ("mm_template_autotuning",)),
+    ("autotuning (precompile wait, benchmarks)", ("mm_template_autotuning",), ()),
+    ("fusion decisions", ("Scheduler.fused_nodes",), ()),
+    ("scheduling and code generation", ("GraphLowering.codegen",), ("Scheduler.fused_nodes",)),
+    ("kernel compiles and module load", ("PyCodeCache.load_by_key_path",), ()),
+    ("cached graph load, less module load", ("AOTAutogradCache.inductor_load",), ("PyCodeCache.load_by_key_path",)),
+    ("coordinate descent (first call)", ("CachingAutotuner.coordinate_descent_tuning",), ()),
+)
+
+
+def named_phases(report: dict) -> dict[str, float]:
+    """One compile's seconds per ``NAMED_PHASES`` entry, and ``other``."""
+    phases = report.get("phases", {})
+    out = {}
+    for label, plus, minus in NAMED_PHASES:
+        out[label] = round(max(0.0, sum(phases.get(p, 0.0) for p in plus) - sum(phases.get(p, 0.0) for p in minus)), 2)
+    if report.get("compile_s") is not None:
+        out["other"] = round(max(0.0, report["compile_s"] - sum(out.values())), 2)
+    return out
+
+
+def named_phase_medians(reports: list[dict]) -> dict[str, float]:
+    named = [named_phases(r) for r in reports]
+    labels = dict.fromkeys(label for n in named for label in n)
+    return {label: round(statistics.median(n.get(label, 0.0) for n in named), 2) for label in labels}
+
+
 def phase_medians(reports: list[dict]) -> dict[str, float]:
     """Each phase's median over ``reports`` (a report without the phase counts 0),
     ours' counters as ``ours.NAME``; longest first."""
@@ -486,6 +527,7 @@ def row_summary(name: str, runs: dict[str, list[dict]]) -> dict:
         "median_process_s": {side: median_of(reports, "process_s") for side, reports in runs.items()},
         "median_cutedsl_builds": {side: median_of(reports, "cutedsl_builds") for side, reports in runs.items()},
         "phases_median_s": {side: phase_medians(reports) for side, reports in runs.items()},
+        "named_phases_median_s": {side: named_phase_medians(reports) for side, reports in runs.items()},
         "autotune": {side: autotune_summary(reports) for side, reports in runs.items()},
         "runs": runs,
     }
@@ -529,6 +571,8 @@ def print_row(row: dict) -> None:
         ("process (process_s)", row["median_process_s"]),
         ("CuteDSL kernels built", row["median_cutedsl_builds"]),
     ]
+    named = row.get("named_phases_median_s", {})
+    lines += [(label, {s: named.get(s, {}).get(label) for s in sides}) for label in named.get(sides[0], {})]
     phases = row["phases_median_s"]
     names = {p for side in sides for p in phases[side]}
     longest = sorted(names, key=lambda p: -max(phases[s].get(p, 0) for s in sides))

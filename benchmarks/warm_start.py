@@ -30,7 +30,7 @@ import shutil
 import tempfile
 import time
 
-from .compile import FAIR_STOCK, OURS, Caches, add_run_options, finish, median_of, run_child
+from .compile import FAIR_STOCK, OURS, Caches, add_run_options, finish, median_of, named_phase_medians, run_child
 from .harness import geomean_or_none, ratio, run_info, write_json
 from .models import BlockId
 
@@ -65,6 +65,9 @@ def row_summary(name: str, runs: dict) -> dict:
         "warm_cutedsl_builds": sum(r.get("cutedsl_builds", 0) for r in warm_ours),
         "warm_our_measurements": sum(r.get("our_measurements", 0) for r in warm_ours),
         "median_load_s": {side: median_of(runs.get(side, {}).get("warm", []), "load_s") for side in SIDES},
+        "named_phases_median_s": {
+            side: {start: named_phase_medians(runs.get(side, {}).get(start, [])) for start in STARTS} for side in SIDES
+        },
         "runs": runs,
     }
 

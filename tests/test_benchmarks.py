@@ -764,3 +764,30 @@ def test_coordesc_log_records_the_kernels_tuned_and_skips_templates():
     assert summary["kernels"] == 2 and summary["kinds"] == {"pointwise": 1, "persistent_reduction": 1}
     assert summary["slowest"][0][:2] == ["triton_poi_0", "pointwise"] and summary["slowest"][0][2] >= 0.05
     assert 0.06 <= summary["seconds"] < 1.0
+
+
+def test_named_phases_take_nested_phases_out_and_leave_the_rest_as_other():
+    report = {
+        "compile_s": 40.0,
+        "phases": {
+            "bytecode_tracing": 1.0,
+            "GraphLowering.run": 7.0,
+            "mm_template_autotuning": 2.5,
+            "GraphLowering.codegen": 5.0,
+            "Scheduler.__init__": 4.5,
+            "Scheduler.fused_nodes": 2.0,
+            "PyCodeCache.load_by_key_path": 4.0,
+            "CachingAutotuner.coordinate_descent_tuning": 19.0,
+        },
+    }
+    named = compile_bench.named_phases(report)
+    assert named["lowering, less autotuning"] == 4.5
+    assert named["autotuning (precompile wait, benchmarks)"] == 2.5
+    assert named["fusion decisions"] == 2.0 and named["scheduling and code generation"] == 3.0
+    assert named["cached graph load, less module load"] == 0.0  # a cold compile loads no cached graph
+    assert named["other"] == 40.0 - (1.0 + 4.5 + 2.5 + 2.0 + 3.0 + 4.0 + 19.0)
+    warm = {"compile_s": 12.0, "phases": {"AOTAutogradCache.inductor_load": 2.0, "PyCodeCache.load_by_key_path": 1.5}}
+    named = compile_bench.named_phases(warm)
+    assert named["cached graph load, less module load"] == 0.5 and named["kernel compiles and module load"] == 1.5
+    medians = compile_bench.named_phase_medians([report, report, warm])
+    assert medians["coordinate descent (first call)"] == 19.0

@@ -140,13 +140,46 @@ def test_the_backend_install_carries_where_torch_drops_the_result_and_disable_re
     inductor_cutedsl.disable()
     try:
         before = th.CachingAutotuner.recheck_autotune_cache
+        scale_before = th.CachingAutotuner._dynamic_scale_rblock
         assert not getattr(before, "carries_coordesc", False)
         inductor_cutedsl.enable()
         install._install_rest()
         on = getattr(th.CachingAutotuner.recheck_autotune_cache, "carries_coordesc", False)
         assert on == (releases.torch_release() < (2, 13))
         assert autotune.carry_coordinate_descent() is None  # installed once
+        assert getattr(th.CachingAutotuner._dynamic_scale_rblock, "carries_coordesc", False) == on
         inductor_cutedsl.disable()
         assert th.CachingAutotuner.recheck_autotune_cache is before
+        assert th.CachingAutotuner._dynamic_scale_rblock is scale_before
     finally:
         inductor_cutedsl.enable()
+
+
+class Reduction:
+    """What ``_dynamic_scale_rblock`` reads first, recording that it read further."""
+
+    deterministic_mode = False
+    inductor_meta: dict = {}
+    heuristic_type = None  # read by torch 2.11 after the device; no scaling follows
+
+    def __init__(self, state: str) -> None:
+        self.autotune_cache_info = {"autotune_cache_state": state}
+        self.read: list[str] = []
+
+    @property
+    def device_props(self):  # torch 2.11 reads it first
+        self.read.append("device_props")
+        return types.SimpleNamespace(type="cpu", major=None, regs_per_multiprocessor=None)
+
+    @property
+    def _could_rblock_scale(self):  # torch 2.13 on
+        self.read.append("could_rblock_scale")
+        return False
+
+
+def test_a_reduction_with_a_cached_winner_is_not_scaled_again(carried):
+    hit, miss = Reduction("hit"), Reduction("miss")
+    th.CachingAutotuner._dynamic_scale_rblock(hit)
+    th.CachingAutotuner._dynamic_scale_rblock(miss)
+    assert hit.read == [], "a cached winner is final: scaling it adds a config to autotune and tune again"
+    assert miss.read, "a cold compile still scales"

@@ -210,7 +210,18 @@ def _warm_start(d: dict) -> list[str]:
             ],
             rows,
         )
-    ]
+    ] + [_named_phases(r) for r in d["rows"] if r.get("named_phases_median_s")]
+
+
+def _named_phases(r: dict) -> str:
+    """Where a warm-start row's seconds go, per named phase (``benchmarks.compile.NAMED_PHASES``)."""
+    named = r["named_phases_median_s"]
+    columns = [(side, start) for start in ("cold", "warm") for side in ("fair_stock", "ours")]
+    labels = list(dict.fromkeys(label for side, start in columns for label in named.get(side, {}).get(start, {})))
+    rows = [[label] + [named.get(side, {}).get(start, {}).get(label) for side, start in columns] for label in labels]
+    return f"{r['row']}, median seconds per phase:\n\n" + table(
+        ["phase"] + [f"{side.replace('_', ' ')} {start}" for side, start in columns], rows
+    )
 
 
 def _compile(d: dict) -> list[str]:

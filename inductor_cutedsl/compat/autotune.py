@@ -115,8 +115,9 @@ def carry_coordinate_descent() -> Any:
     FX graph cache as a static autotuner (``recheck_autotune_cache``) takes the cached
     config only if it compiled several, and then without its ``found_by_coordesc`` mark:
     every such kernel is tuned again at the first call, the larger part of a warm start
-    (docs/findings.md). This is a fix of stock's, not a speed of ours: the compile
-    benchmarks give fair stock the same fix."""
+    (docs/findings.md). A reduction whose cached winner uses many registers is, besides,
+    scaled again (``_dynamic_scale_rblock``) and so tuned again. This is a fix of stock's,
+    not a speed of ours: the compile benchmarks give fair stock the same fix."""
     from torch._inductor.runtime import triton_heuristics
 
     from . import releases
@@ -126,7 +127,8 @@ def carry_coordinate_descent() -> Any:
         return None
     cls = triton_heuristics.CachingAutotuner
     original = cls.__dict__.get("recheck_autotune_cache")
-    if original is None or getattr(original, "carries_coordesc", False):
+    original_scale = cls.__dict__.get("_dynamic_scale_rblock")
+    if original is None or original_scale is None or getattr(original, "carries_coordesc", False):
         return None
 
     def recheck_autotune_cache(self: Any, reload_kernel_from_src: Callable[[], Any]) -> None:
@@ -135,16 +137,27 @@ def carry_coordinate_descent() -> Any:
         original(self, reload_kernel_from_src)
         keep_tuned_config(self, reload_kernel_from_src, compiled)
 
+    def _dynamic_scale_rblock(self: Any) -> None:
+        # A reduction's cached winner was chosen cold among the scaled configs: scaling it
+        # again would add a config, autotune the two and drop the winner's coordinate-
+        # descent mark, so that it is tuned again (torch 2.13 on returns here too).
+        if (getattr(self, "autotune_cache_info", None) or {}).get("autotune_cache_state") == "hit":
+            return
+        original_scale(self)
+
     recheck_autotune_cache.carries_coordesc = True  # type: ignore[attr-defined]
+    _dynamic_scale_rblock.carries_coordesc = True  # type: ignore[attr-defined]
     cls.recheck_autotune_cache = recheck_autotune_cache
-    return original
+    cls._dynamic_scale_rblock = _dynamic_scale_rblock
+    return original, original_scale
 
 
-def restore_coordinate_descent(original: Any) -> None:
-    if original is not None:
+def restore_coordinate_descent(originals: Any) -> None:
+    if originals is not None:
         from torch._inductor.runtime import triton_heuristics
 
-        triton_heuristics.CachingAutotuner.recheck_autotune_cache = original
+        cls = triton_heuristics.CachingAutotuner
+        cls.recheck_autotune_cache, cls._dynamic_scale_rblock = originals
 
 
 def keep_tuned_config(autotuner: Any, reload_kernel_from_src: Callable[[], Any], compiled: list[Any]) -> None:
