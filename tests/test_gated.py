@@ -175,6 +175,9 @@ def test_dual_measurement_is_recorded():
         generated_code(llama_mlp, (B, T, D), (F4, D), (F4, D), (D, F4))
     (row,) = gated.decisions[before:]
     assert row["way"] == "dual" and row["shape"] == [B * T, F4, D] and row["activation"] == "silu"
+    # Every candidate's time is kept (the evidence for a shorter list), the chosen one the least.
+    assert len(row["candidates_ms"]) == 2 and row["config"] in row["candidates_ms"]
+    assert min(row["candidates_ms"].values()) == row["candidates_ms"][row["config"]] == row["dual_ms"]
 
 
 def test_the_layers_of_a_model_measure_their_gated_product_once():

@@ -214,6 +214,8 @@ def decide(
             "dual_ms": ours,
             "alternative_ms": other,
             "config": cands[best].spec.config.name(),
+            # Every candidate's time, by config: what a shorter list would have lost.
+            "candidates_ms": {c.spec.config.name(): times.get(f"dual{i}", math.inf) for i, c in enumerate(cands)},
             "way": "dual" if ours < other else "alternative",
         }
     )
