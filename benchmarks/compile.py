@@ -289,6 +289,11 @@ def our_decisions() -> dict[str, list[dict]]:
     return {"selection": list(selection.decisions), "gated": list(gated.decisions)}
 
 
+#: The environment variable through which a child learns when its parent started it
+#: (``time.time()``), to split its process time (``timeline_s``).
+STARTED = "BENCHMARKS_COMPILE_STARTED"
+
+
 def child(
     spec: str, sample: str | None = None, artifacts_in: str | None = None, artifacts_out: str | None = None
 ) -> dict:
@@ -305,6 +310,9 @@ def child(
     from inductor_cutedsl.runtime.launch import default_cache
 
     from .wall_sampler import WallSampler
+
+    started = float(os.environ.get(STARTED, time.time()))
+    marks = {"start_and_imports": time.time() - started}
 
     family, size, run, mode, side = spec.split(":")
     bid = BlockId.parse(f"{family}:{size}:{run}")
@@ -323,9 +331,11 @@ def child(
             if torch.compiler.load_cache_artifacts(f.read()) is None:
                 raise RuntimeError(f"{spec}: torch loaded no artifacts from {artifacts_in}")
         load_s = round(time.perf_counter() - t0, 2)
+    t_block = time.time()
     block, x = models.make_block(bid.family, bid.size)
     if run == "train":
         x.requires_grad_(True)
+    marks["model_build"] = time.time() - t_block
     fn = torch.compile(models.target_of(block, run), options=compile_options(mode))
     step = models.make_step(fn, x, run, list(block.parameters()), models.uses_cudagraphs(mode))
     sampler = WallSampler(events=compile_events()) if sample else None
@@ -336,7 +346,10 @@ def child(
     seconds = time.perf_counter() - t0
     report = {"compile_s": round(seconds, 2), "cutedsl_builds": default_cache().builds, "phases": phase_seconds()}
     report["coordesc"] = coordesc.summary()
+    t_step = time.time()
     report["step_ms"] = step_ms(step)
+    marks["step_timing"] = time.time() - t_step
+    t_rest = time.time()
     report["autotunes"] = autotunes.entries
     if is_ours(side):
         report["ours_s"] = our_seconds()
@@ -354,6 +367,9 @@ def child(
     if sampler is not None:
         sampler.append_to(sample, f"{spec}: {seconds:.2f} s")
         report["events_s"] = sampler.seen
+    marks["logs_and_artifacts"] = time.time() - t_rest
+    report["timeline_s"] = {name: round(s, 2) for name, s in marks.items()}
+    report["timeline_s"]["reported_at"] = round(time.time() - started, 2)
     return report
 
 
@@ -378,8 +394,11 @@ def run_child(
     if artifacts_out:
         args += ["--artifacts-out", artifacts_out]
     t0 = time.perf_counter()
-    report = json_process(args, child_environment(side, dirs), timeout)
+    env = {**child_environment(side, dirs), STARTED: repr(time.time())}
+    report = json_process(args, env, timeout)
     report["process_s"] = round(time.perf_counter() - t0, 2)
+    if "timeline_s" in report:  # what the process spent after its report was made
+        report["timeline_s"]["exit"] = round(report["process_s"] - report["timeline_s"].pop("reported_at"), 2)
     if not is_ours(side) and report["cutedsl_builds"]:
         raise RuntimeError(f"{bid.name} {side}: a stock compile built {report['cutedsl_builds']} CuteDSL kernels")
     return report

@@ -791,3 +791,20 @@ def test_named_phases_take_nested_phases_out_and_leave_the_rest_as_other():
     assert named["cached graph load, less module load"] == 0.5 and named["kernel compiles and module load"] == 1.5
     medians = compile_bench.named_phase_medians([report, report, warm])
     assert medians["coordinate descent (first call)"] == 19.0
+
+
+def test_a_child_reports_its_timeline_and_the_parent_adds_its_exit(monkeypatch):
+    seen = {}
+
+    def fake_process(args, env, timeout):
+        seen["started"] = float(env[compile_bench.STARTED])
+        time.sleep(0.2)
+        return {"compile_s": 0.05, "cutedsl_builds": 0, "timeline_s": {"start_and_imports": 0.01, "reported_at": 0.05}}
+
+    monkeypatch.setattr(compile_bench, "json_process", fake_process)
+    bid = models.BlockId.parse("gpt2:small:inference")
+    report = compile_bench.run_child(bid, models.CUDAGRAPHS, compile_bench.FAIR_STOCK, {}, 60)
+    assert abs(seen["started"] - time.time()) < 5
+    assert "reported_at" not in report["timeline_s"]
+    assert report["timeline_s"]["exit"] >= 0.1  # the 0.2 s after the report was made
+    assert report["process_s"] >= 0.2
