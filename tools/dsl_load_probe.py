@@ -196,9 +196,9 @@ def main(argv: list[str] | None = None) -> dict:
             result["process_s"] = wall
             report.setdefault(mode, []).append(result)
             print(mode, json.dumps(result, indent=1), flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
+    from inductor_cutedsl.cli.report import write_json
+
+    write_json(report, args.json)
     return report
 
 

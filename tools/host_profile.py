@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import json
 import pstats
 
 #: Profiled rounds of each side, interleaved.
@@ -101,9 +100,9 @@ def main(argv: list[str] | None = None) -> dict | None:
     print("\ngrew most from stock to ours (stock us -> ours us)")
     for name, s, o in result["growth"]:
         print(f"{s:10.2f} -> {o:10.2f}  {name}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
+    from inductor_cutedsl.cli.report import write_json
+
+    write_json(result, args.json)
     return result
 
 
