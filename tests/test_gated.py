@@ -89,6 +89,50 @@ def test_fused_gate_up_halves_become_one_op(split):
         torch.testing.assert_close(a.grad, b.grad)
 
 
+def static_cache_step(x, wg, wu, cache, n):
+    """A decode step's shape: in-place writes whose results nothing reads (a static KV
+    cache and its write counter), beside a gated product."""
+    n.add_(1)
+    cache.index_copy_(0, n - 1, x[:1])
+    cache.mul_(0.5)
+    return F.silu(F.linear(x, wg)) * F.linear(x, wu) + cache.sum()
+
+
+@pytest.mark.parametrize("gated", [True, False], ids=["with_a_gated_product", "without"])
+def test_in_place_writes_that_nothing_reads_survive_the_rewrite(gated):
+    fn = static_cache_step if gated else (lambda x, wg, wu, cache, n: (n.add_(1), cache.mul_(0.5), x * 2)[-1])
+    args = [f64(4, 16), f64(8, 16), f64(8, 16), f64(6, 16), torch.zeros(1, dtype=torch.long)]
+    gm, count = rewritten(fn, *[a.clone() for a in args])
+    assert count == (1 if gated else 0)
+    methods = [n.target for n in gm.graph.nodes if n.op == "call_method"]
+    assert "add_" in methods and "mul_" in methods, methods
+    ref_args, ours_args = [a.clone() for a in args], [a.clone() for a in args]
+    for _ in range(2):  # the counter and cache advance each step, as eager's do
+        torch.testing.assert_close(gm(*ours_args), fn(*ref_args))
+    for a, b in zip(ours_args, ref_args):
+        torch.testing.assert_close(a, b)
+    if gated:  # the product's own Linears, activation and multiply are gone
+        targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+        assert F.linear not in targets and F.silu not in targets
+
+
+def test_a_failed_rewrite_leaves_no_node_of_its_own(monkeypatch, lenient):
+    fn = two_linears(F.silu)
+    args = [f64(2, 5, 16), f64(24, 16), f64(24, 16), f64(24), f64(24)]
+    gm = torch.fx.symbolic_trace(fn)
+    before = [n.name for n in gm.graph.nodes]
+
+    def fails(node, fn, *args):
+        raise RuntimeError("planted")
+
+    monkeypatch.setattr(gated_rewrite, "_fake_value", fails)
+    with inductor_config.patch(max_autotune=True):
+        assert gated_rewrite.rewrite(gm.graph) == 0
+    assert [n.name for n in gm.graph.nodes] == before
+    gm.recompile()
+    torch.testing.assert_close(gm(*args), fn(*args))
+
+
 @pytest.mark.parametrize(
     "fn,shapes",
     [
@@ -248,3 +292,24 @@ def test_gated_product_refuses_layouts_it_cannot_index():
         gated_product(both[:, :8], both[:, 8:].t().contiguous().t()[:, :8], "silu")
     with pytest.raises(ValueError, match="unit column stride"):
         gated_product(both.t(), both.t(), "silu")
+
+
+def test_a_compiled_function_keeps_its_in_place_writes_under_max_autotune():
+    """End to end on CPU, as a user compiles: the pre-grad pass must not drop ``mul_``
+    (whose result is unused) or a counter's ``add_``."""
+    import inductor_cutedsl
+
+    def step(a, b, n):
+        n.add_(1)
+        x = a + b
+        x.mul_(2)
+        return x
+
+    assert inductor_cutedsl.is_enabled()
+    torch._dynamo.reset()
+    compiled = torch.compile(step, mode="max-autotune-no-cudagraphs", fullgraph=True)
+    a, b = f64(3, 5), f64(3, 5)
+    n_ours, n_ref = torch.zeros(1, dtype=torch.long), torch.zeros(1, dtype=torch.long)
+    for _ in range(2):
+        torch.testing.assert_close(compiled(a, b, n_ours), step(a, b, n_ref))
+    assert int(n_ours) == int(n_ref) == 2

@@ -121,29 +121,76 @@ def _fake_value(node: torch.fx.Node, fn: Callable, *args: Any) -> None:
         node.meta["example_value"] = fn(*vals)
 
 
+#: What a gated product is made of (``_match``): functional ops, which may be erased once
+#: nothing reads them. Nothing else of the graph is: an in-place write that nothing reads
+#: (a static KV cache's ``index_copy_``) is what the graph is for, and FX's dead-code
+#: elimination does not know a method call such as ``add_`` to be impure.
+_PATTERN_FUNCTIONS = (
+    *_LINEAR,
+    *_MUL,
+    operator.getitem,
+    torch.chunk,
+    torch.split,
+    F.silu,
+    F.relu,
+    torch.relu,
+    F.gelu,
+    torch._C._nn.gelu,
+)
+_PATTERN_METHODS = ("mul", "relu", "chunk", "split")
+
+
+def _in_pattern(node: torch.fx.Node) -> bool:
+    if "out" in node.kwargs:  # writes a tensor it was given
+        return False
+    if node.op == "call_function":
+        return node.target in _PATTERN_FUNCTIONS
+    return node.op == "call_method" and node.target in _PATTERN_METHODS
+
+
+def _erase_unread(graph: torch.fx.Graph, roots: list[torch.fx.Node]) -> None:
+    """Erase ``roots`` and, walking back from them, every node of a gated product's kind
+    that no node reads any more (the product's Linears, activation, halves)."""
+    erased: set[torch.fx.Node] = set()
+    work = list(roots)
+    while work:
+        node = work.pop()
+        if node in erased or node.users or not _in_pattern(node):
+            continue
+        inputs = list(node.all_input_nodes)
+        graph.erase_node(node)
+        erased.add(node)
+        work.extend(inputs)
+
+
 def rewrite(graph: torch.fx.Graph) -> int:
     """Replace each gated product of the graph by ``gated_mm``; returns how many."""
     if not (config.enabled and config.dual_gemm and settings.max_autotune_on()):
         return 0
-    count = 0
+    replaced: list[torch.fx.Node] = []
     for mul in list(graph.nodes):
+        made: list[torch.fx.Node] = []
         try:
             args = _match(mul)
             if args is None:
                 continue
             with graph.inserting_before(mul):
                 op = graph.call_function(torch.ops.inductor_cutedsl.gated_mm.default, args)
+                made.append(op)
                 _fake_value(op, torch.ops.inductor_cutedsl.gated_mm.default, *args)
                 h = graph.call_function(operator.getitem, (op, 0))
+                made.append(h)
                 if "example_value" in op.meta:
                     h.meta["example_value"] = op.meta["example_value"][0]
-        except Exception as exc:  # this product stays as the graph wrote it (nodes made are dead)
+        except Exception as exc:  # this product stays as the graph wrote it
             fallback("lowering", f"gated product {mul.name}", exc, log)
+            for node in reversed(made):
+                graph.erase_node(node)
             continue
         # The one step that changes what the graph computes, taken last.
         mul.replace_all_uses_with(h)
-        count += 1
-    graph.eliminate_dead_code()
-    if count:
-        log.info("gated MLP: %d gated product(s) replaced by one dual-GEMM op each", count)
-    return count
+        replaced.append(mul)
+    _erase_unread(graph, replaced)
+    if replaced:
+        log.info("gated MLP: %d gated product(s) replaced by one dual-GEMM op each", len(replaced))
+    return len(replaced)
