@@ -17,10 +17,15 @@ its own cache filled by the same prompt, and timed interleaved:
   profiler, as a fraction of the device's measured copy bandwidth
   (``gemm_bandwidth_fraction``); with the kernels themselves (``gemm_kernels``). At
   M = batch rows, a GEMM's cost is reading its weight: this is the bound that counts.
+  At batch 1 there is no fraction: max-autotune's coordinate-descent tuning makes
+  Inductor decompose a one-row mm into a reduction, on both sides;
+* ``cudagraph_skips``: graphs that cudagraph trees refused to record, per side (0 for a
+  step timed as served).
 
 Summary: ``decode_speedup_geomean``, ``decode_speedup_min`` and
 ``gemm_bandwidth_fraction_geomean`` (ours). Rows are written as they finish; ``--resume``
-goes on from an earlier file.
+goes on from an earlier file (its failed rows are measured again) and ``--budget`` starts
+no row unlikely to end in time.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import dataclasses
 import json
 import os
 import statistics
+import time
 from typing import Any
 
 import torch
@@ -138,6 +144,17 @@ def bandwidth_fraction(nbytes: int, kernels: list[dict], copy_bps: float) -> tup
     return round(nbytes / (us / 1e6) / copy_bps, 4), round(us, 2)
 
 
+#: Seconds a row waits for our speculative builds to end before timing (``GpuProbe.quiet``).
+QUIET_S = 60
+
+
+def cudagraph_skips() -> int:
+    """Inductor's count of graphs that cudagraph trees did not record, this process."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["inductor"]["cudagraph_skips"])
+
+
 def rewind(cache, length: int) -> None:
     """Make the cache's next write land at ``length`` again: every timed step decodes the
     same token at the same context length. (transformers 5's static layers count the
@@ -183,7 +200,12 @@ def measure(
     def filled_cache():
         cache = StaticCache(config=config, max_cache_len=2 * context)
         with torch.no_grad():
-            model(input_ids=prompt, past_key_values=cache, cache_position=torch.arange(context, device=device))
+            model(
+                input_ids=prompt,
+                past_key_values=cache,
+                cache_position=torch.arange(context, device=device),
+                logits_to_keep=1,  # the prompt's logits (vocab x tokens x batch) are not wanted
+            )
         return cache
 
     steps, logits = {}, {}
@@ -195,11 +217,15 @@ def measure(
             rewind(cache, context)
             return model(input_ids=tok, past_key_values=cache, cache_position=pos, use_cache=True).logits
 
+        skips = cudagraph_skips()
         with backend(side):
             step = decode_step(compile_fn(forward, CUDAGRAPHS), tokens, position, cudagraphs)
             step()  # compiles
             logits[side] = step()[0].float().clone()
         steps[side] = step
+        # A step that cudagraph trees refused to record runs without graphs: its figures
+        # would not be decode's as served.
+        row.setdefault("cudagraph_skips", {})[side] = cudagraph_skips() - skips
     with torch.no_grad():
         cache = filled_cache()
         rewind(cache, context)
@@ -208,7 +234,7 @@ def measure(
     row["rel_err"]["ours_vs_stock"] = rel_err(logits["ours"], logits["stock"])
     if not row["rel_err"]["ours_vs_stock"] < TOLERANCE:
         raise AssertionError(f"{row['row']}: ours against stock {row['rel_err']['ours_vs_stock']:.3e}")
-    row["host_state"] = probe.quiet()
+    row["host_state"] = probe.quiet(timeout=QUIET_S)
     wall = probe.wall_ms(steps)
     row["token_ms"] = wall
     row["decode_speedup"] = ratio(wall["stock"], wall["ours"])
@@ -220,6 +246,12 @@ def measure(
         kernels = gemm_kernels(prof[side]["kernels"])
         row["gemm_kernels"][side] = kernels
         row["gemm_bandwidth_fraction"][side], row["gemm_us"][side] = bandwidth_fraction(nbytes, kernels, copy_bps)
+    if batch == 1:
+        # With coordinate-descent tuning (max-autotune), Inductor decomposes a one-row mm
+        # into a multiply and a sum (its decomposition of mm): those Linears run as
+        # reductions, not GEMM kernels, and the GEMM kernels left cover part of the bytes.
+        row["gemm_bandwidth_fraction"] = dict.fromkeys(BACKENDS)
+        row["gemm_bandwidth_note"] = "one row: Inductor decomposes mm into a reduction, no GEMM kernels to time"
     row["gpu_us"] = {side: prof[side]["us"] for side in BACKENDS}
     return row
 
@@ -259,7 +291,19 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--layers", type=int, default=4, help="decoder layers (default: %(default)s)")
     ap.add_argument("--json", metavar="PATH", help="result file, rewritten after every row")
     ap.add_argument("--resume", metavar="PATH", help="an earlier result file: its rows are not measured again")
+    ap.add_argument(
+        "--budget",
+        type=float,
+        metavar="SECONDS",
+        help="start no row likely to end later than SECONDS from the start (expected: the longest row so far, "
+        "else FIRST_ROW_S); the rows left are listed for a --resume run",
+    )
     return ap
+
+
+#: The seconds a first row is expected to take, before one has been timed (two max-autotune
+#: compiles of a decode step, the eager check, timing and profiling).
+FIRST_ROW_S = 240.0
 
 
 def main(argv: list[str] | None = None) -> dict | None:
@@ -275,21 +319,31 @@ def main(argv: list[str] | None = None) -> dict | None:
     done = {r["row"] for r in rows}
     info = {**run_info(), "copy_bandwidth_gbps": round(copy_bandwidth() / 1e9, 1)}
     probe = GpuProbe()
+    start, longest, left = time.perf_counter(), FIRST_ROW_S, []
     for name in args.models:
         for batch in args.batches:
             if f"{name}:b{batch}" in done:
                 continue
+            if args.budget is not None and time.perf_counter() - start + longest > args.budget:
+                left.append(f"{name}:b{batch}")
+                continue
             print(f"== {name} batch {batch}", flush=True)
+            t0 = time.perf_counter()
             try:
                 row = measure(name, batch, args.layers, probe, info["copy_bandwidth_gbps"] * 1e9)
             except Exception as exc:
                 row = {"row": f"{name}:b{batch}", "error": f"{type(exc).__name__}: {exc}"[:2000]}
             finally:
                 release()
+            row["row_s"] = round(time.perf_counter() - t0, 1)
+            longest = row["row_s"] if longest == FIRST_ROW_S else max(longest, row["row_s"])
             rows.append(row)
             print(json.dumps({k: row.get(k) for k in ("row", "decode_speedup", "gemm_bandwidth_fraction", "error")}))
             write_json(summarize(rows, info), args.json)
     result = summarize(rows, info)
+    if left:
+        result["left"] = left
+        print(f"left for a --resume run: {', '.join(left)}")
     print(json.dumps({k: v for k, v in result.items() if k != "rows"}))
     write_json(result, args.json)
     return result

@@ -718,14 +718,14 @@ class GpuProbe:
     def synchronize(self) -> None:
         torch.cuda.synchronize()
 
-    def quiet(self) -> dict:
+    def quiet(self, timeout: float = 600) -> dict:
         """Wait for our builds still in flight (a compile may leave speculative ones
-        running in worker processes), then say how loaded the host is: host-bound
-        timings move with whatever else takes the CPU."""
+        running in worker processes), at most ``timeout`` seconds, then say how loaded
+        the host is: host-bound timings move with whatever else takes the CPU."""
         from inductor_cutedsl.runtime import compiler
 
         t0 = time.perf_counter()
-        waited = compiler.wait_idle(timeout=600)
+        waited = compiler.wait_idle(timeout=timeout)
         return {
             "builds_waited": waited,
             "waited_s": round(time.perf_counter() - t0, 1),
