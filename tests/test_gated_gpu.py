@@ -188,3 +188,33 @@ def test_fused_form_alternative_runs_stocks_gemms_forward_and_backward(monkeypat
     finally:
         inductor_cutedsl.enable()
     assert _gemm_calls(code) == _gemm_calls("\n".join(codes)) == 6  # 2 forward, 4 backward
+
+
+def test_a_decode_step_keeps_its_cache_writes_beside_a_dual_kernel(dual_always):
+    """A decode step's shape, with CUDA graphs as decode runs: a gated MLP on the new
+    token's rows and in-place writes whose results nothing reads (a static cache's slot,
+    its write counter). Both must land, step after step, as in eager."""
+
+    def step(x, wg, wu, cache, n):
+        n.add_(1)
+        cache.index_copy_(0, n - 1, x[:1])
+        h = F.silu(F.linear(x, wg)) * F.linear(x, wu)
+        return h.float().sum(-1, keepdim=True) + cache.float().sum()
+
+    x, wg, wu = bf16(16, D), bf16(H, D, scale=D**-0.5), bf16(H, D, scale=D**-0.5)
+    cache_ours, cache_ref = bf16(8, D), None
+    cache_ref = cache_ours.clone()
+    n_ours = torch.zeros(1, dtype=torch.long, device="cuda")
+    n_ref = n_ours.clone()
+    from torch._inductor import config as ic
+
+    torch.compiler.reset()
+    with ic.patch(max_autotune_gemm_backends="CUTEDSL,ATEN", force_disable_caches=True):
+        fn = torch.compile(step, mode="max-autotune")
+        for _ in range(3):
+            torch.compiler.cudagraph_mark_step_begin()
+            out = fn(x, wg, wu, cache_ours, n_ours).clone()
+            ref = step(x, wg, wu, cache_ref, n_ref)
+            check(out, ref)
+    assert int(n_ours) == int(n_ref) == 3
+    torch.testing.assert_close(cache_ours, cache_ref)
