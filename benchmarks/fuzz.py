@@ -1247,6 +1247,10 @@ POINTWISE = (
     + tuple(op for op in OPERAND_OPS if op not in REFUSED_OPS)
     + ("scale", "cast", "float", "keep")
 )
+#: Consumers written with an in-place op whose result nothing reads (``s.mul_(...)`` on a
+#: copy, read through the copy): a pass that took such a call for dead would compute
+#: another number. Drawn from a stream of their own, so the other draws stay as they were.
+IN_PLACE_OPS = ("inplace_scale",)
 GEMMS = ("linear", "linear_3d", "matmul", "matmul_t", "bmm", "addmm", "baddbmm")
 #: The GEMM's input shapes are (batch, m, k) for these.
 BATCHED = ("linear_3d", "bmm", "baddbmm")
@@ -1397,6 +1401,10 @@ class Program:
                 y = y + t["full_t"].transpose(-1, -2)
             elif op == "scale":
                 y = y * self.scale
+            elif op == "inplace_scale":
+                copy = y.clone()
+                copy.mul_(0.5)  # nothing reads this call's result: the copy is read below
+                y = copy + y
             elif op == "cast":
                 y = y.to(other).to(y.dtype)
             elif op == "float" and not exact:
@@ -1417,6 +1425,9 @@ def make_program(index: int) -> Program:
         ops.insert(rng.randint(0, len(ops)), rng.choice(sorted(REFUSED_OPS)))
     if rng.random() < 0.04:
         ops[:0] = ["keep", "exp", "keep", "sin", "keep", "relu"]
+    in_place = random.Random(f"{SEED}-in-place-{index}")
+    if in_place.random() < 0.1:
+        ops.insert(in_place.randint(0, len(ops)), in_place.choice(IN_PLACE_OPS))
     if ops and ops[-1] == "keep":
         ops[-1] = "relu"
     odd = rng.random() < 0.08

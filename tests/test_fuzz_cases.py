@@ -460,7 +460,8 @@ def test_programs_cover_the_space():
     assert {p.gemm for p in PROGRAMS} == set(fuzz.GEMMS)
     assert {p.dtype for p in PROGRAMS} == {"bfloat16", "float16", "float32"}
     ops = collections.Counter(op for p in PROGRAMS for op in p.ops)
-    assert set(ops) == set(fuzz.POINTWISE) | set(fuzz.REFUSED_OPS), set(fuzz.POINTWISE) - set(ops)
+    drawable = set(fuzz.POINTWISE) | set(fuzz.REFUSED_OPS) | set(fuzz.IN_PLACE_OPS)
+    assert set(ops) == drawable, drawable - set(ops)
     assert any(p.second for p in PROGRAMS) and any(p.ops.count("keep") > 2 for p in PROGRAMS)
     assert {p.backends for p in PROGRAMS} == {"CUTEDSL", "CUTEDSL,ATEN"} and any(p.cudagraphs for p in PROGRAMS)
     assert any(p.m % 2 for p in PROGRAMS) and any(p.n % 8 or p.k % 8 for p in PROGRAMS)
@@ -726,3 +727,22 @@ def test_the_command_line_helps_without_a_gpu():
     assert fuzz.parse_args([]).runtime_cases == 10000 and fuzz.parse_args([]).programs == 200
     assert fuzz.parse_args([]).model_programs == 100 and fuzz.parse_args([]).jobs == 8
     assert math.isclose(fuzz.parse_args(["--budget", "540"]).budget, 540)
+
+
+def test_an_in_place_consumer_computes_eagers_number_when_compiled():
+    """The programs' in-place op, compiled on CPU under max-autotune with the backend on:
+    a pass that dropped the unread ``mul_`` would give ``2y`` for ``1.5y``."""
+    from torch._inductor import config as ic
+
+    import inductor_cutedsl
+
+    assert inductor_cutedsl.is_enabled()
+    program = next(p for p in PROGRAMS if "inplace_scale" in p.ops and p.dtype != "float32")
+    t = {k: v.float() for k, v in program.inputs("cpu").items()}
+    torch._dynamo.reset()
+    with ic.patch(max_autotune_gemm_backends="ATEN"):
+        compiled = torch.compile(program.run, mode="max-autotune-no-cudagraphs")
+        got = compiled(t)
+    want = program.run(t)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
