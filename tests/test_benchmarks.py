@@ -821,3 +821,16 @@ def test_a_child_reports_its_timeline_and_the_parent_adds_its_exit(monkeypatch):
     assert "reported_at" not in report["timeline_s"]
     assert report["timeline_s"]["exit"] >= 0.1  # the 0.2 s after the report was made
     assert report["process_s"] >= 0.2
+
+
+def test_the_ratio_less_coordinate_descent_takes_each_compiles_tuning_out():
+    def report(compile_s, coordesc):
+        return {"compile_s": compile_s, "phases": {compile_bench.COORDESC: coordesc}}
+
+    stock = [report(40.0, 18.0), report(50.0, 30.0)]  # 22 and 20 s less tuning
+    ours = [report(45.0, 20.0), report(60.0, 36.0)]  # 25 and 24 s
+    assert compile_bench.median_less_coordesc(stock) == 21.0
+    assert compile_bench.median_less_coordesc(ours) == 24.5
+    row = compile_bench.row_summary("gpt2:small:inference", {compile_bench.FAIR_STOCK: stock, compile_bench.OURS: ours})
+    assert row["compile_ratio_less_coordesc"] == round(24.5 / 21.0, 4)
+    assert compile_bench.median_less_coordesc([]) is None
