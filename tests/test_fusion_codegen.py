@@ -573,3 +573,34 @@ def test_the_layers_of_a_model_measure_each_gemm_and_epilogue_once(monkeypatch):
     assert len(measured) == 2 and selection.stats["reused"] == reused + 1, measured
     # Three fused launches; the two layers' kernels share one definition (one source).
     assert kernels(code) == (3, 0) and "relu(acc)" in code and "sigmoid" in code
+
+
+def test_a_view_pair_our_translation_refuses_is_never_handed_to_a_triton_template():
+    """Rotary embedding on a projection's heads: the consumer reads the GEMM output
+    through a transposing view and at another column (rotate_half). Inductor's own rules
+    do not pair it; our view rule admits it for our translation, which refuses it here.
+    It must then stay unfused: a Triton template's epilogue reads the consumer's loads
+    of the GEMM output as its accumulator at the same element, so fused it computes
+    ``-acc`` where rotate_half reads the other half's column (a wrong number)."""
+    timing = by_backend(ours=0.118, aten=0.10, triton=0.104)  # ours outside the screen
+    t, h, d = 256, 16, 64
+
+    def rope(x, w, cos, sin):
+        q = (x @ w.t()).view(t, h, d).transpose(0, 1)
+        rotated = torch.cat((-q.narrow(-1, d // 2, d // 2), q.narrow(-1, 0, d // 2)), -1)
+        return q * cos + rotated * sin
+
+    with backend():
+        out = generation(
+            rope,
+            (t, 1024),
+            (h * d, 1024),
+            (t, d),
+            (t, d),
+            candidate_ms=timing,
+            triton_fused_ms=0.05,  # Inductor's benchmark would take the fused template
+            epilogue_ms=0.02,
+            backends="ATEN,TRITON,CUTEDSL",
+        )
+    fused_templates = re.findall(r"def (triton_tem_fused\w*)\(", out["code"])
+    assert not any("cat" in name or "mul" in name for name in fused_templates), fused_templates

@@ -235,6 +235,13 @@ def can_fuse_vertical(scheduler: Any, node1: Any, node2: Any) -> bool | None:
             _decide(scheduler, undecided, node1, node2)
             template = gemm_template_node(node1)
     if template is None:
+        # Only our view rule (``pairs_through_view``) pairs a template with a consumer
+        # that Inductor's own rules refuse. Unless our GEMM takes it, it is no fusion at
+        # all: a Triton template's epilogue codegen reads the consumer's loads of the GEMM
+        # output as its accumulator at the same element, so a consumer that reads another
+        # one (rotary embedding's rotate_half) would compute another number.
+        if node1.is_template() and not codegen.stock_pairs(scheduler, node1, node2):
+            return False
         return None
     return translate_pair(scheduler, template, node1, node2) is not None
 
