@@ -55,3 +55,42 @@ def test_mm_plus_mm_with_cutedsl_the_only_backend_falls_back_to_aten():
             lambda a, b, c, d: a @ b + c @ d, (256, 512), (512, 256), (256, 512), (512, 256), pattern_matcher=True
         )
     assert "extern_kernels._mm_plus_mm(arg0_1, arg1_1, arg2_1, arg3_1" in code
+
+
+def test_a_template_fusion_inductor_refused_is_not_benchmarked_again(monkeypatch):
+    """Inductor's benchmark of (template, consumer) answers "no" without a callable in
+    some rounds and is asked again every fusion round; the hooked rule asks it once per
+    scheduler and pair. Accepted pairs, callables and non-template pairs still go through."""
+    import types
+
+    from torch._inductor.scheduler import FusionResult, Scheduler
+
+    from inductor_cutedsl.compat import codegen
+
+    asked = []
+    answers = {"mm+relu": FusionResult.fuse(False), "mm+exp": FusionResult(callable_fn=lambda: True)}
+
+    def stock(self, node1, node2, **kwargs):
+        asked.append((node1.get_name(), node2.get_name()))
+        return answers.get(f"{node1.get_name()}+{node2.get_name()}", FusionResult.fuse(False))
+
+    def node(name, template):
+        return types.SimpleNamespace(get_name=lambda: name, is_template=lambda: template)
+
+    class Sched:  # Inductor's Scheduler, as far as the hook keeps it (weakly)
+        pass
+
+    monkeypatch.setattr(Scheduler, "speedup_by_fusion", stock)
+    saved = codegen.install_fusion_hooks(lambda n1, n2: None, lambda s, n1, n2: False)
+    try:
+        sched, other = Sched(), Sched()
+        mm, relu, exp, add = node("mm", True), node("relu", False), node("exp", False), node("add", False)
+        for _ in range(3):  # three fusion rounds
+            assert Scheduler.speedup_by_fusion(sched, mm, relu).should_fuse is False
+            assert Scheduler.speedup_by_fusion(sched, mm, exp).callable_fn is not None
+            assert Scheduler.speedup_by_fusion(sched, relu, add).should_fuse is False
+        Scheduler.speedup_by_fusion(other, mm, relu)  # another graph's scheduler asks afresh
+    finally:
+        codegen.restore_fusion_hooks(saved)
+    assert asked.count(("mm", "relu")) == 2 and asked.count(("mm", "exp")) == 3 and asked.count(("relu", "add")) == 3
+    assert Scheduler.speedup_by_fusion is stock  # restored (monkeypatch restores ours after)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -137,12 +138,24 @@ def install_fusion_hooks(
     from torch._inductor.scheduler import FusionResult, Scheduler
 
     saved = {"speedup_by_fusion": Scheduler.speedup_by_fusion, "can_fuse_vertical": Scheduler.can_fuse_vertical}
+    # Per scheduler, the (template, consumer) pairs Inductor's benchmark refused outright.
+    # Inductor remembers the pairs it accepts (``seen_template_fusions``) but not these,
+    # and benchmarks them again in every fusion round; the nodes (named by what is fused
+    # in them) are the same, so the answer is too.
+    refused: weakref.WeakKeyDictionary[Any, set[tuple[str, str]]] = weakref.WeakKeyDictionary()
 
     def speedup_by_fusion(self, node1, node2, **kwargs):
         decided = verdict(node1, node2)
         if decided is not None:
             return FusionResult.fuse(decided)
-        return saved["speedup_by_fusion"](self, node1, node2, **kwargs)
+        pair = (node1.get_name(), node2.get_name())
+        seen = refused.setdefault(self, set())
+        if pair in seen:
+            return FusionResult.fuse(False)
+        result = saved["speedup_by_fusion"](self, node1, node2, **kwargs)
+        if node1.is_template() and result.should_fuse is False and result.callable_fn is None:
+            seen.add(pair)
+        return result
 
     # Some releases pass keyword arguments (2.14: ``index_equivalent_dep_names``): they go
     # through to Inductor's rule unchanged.
