@@ -669,32 +669,26 @@ def test_a_decode_row_runs_both_sides_against_a_filled_static_cache():
     from benchmarks import decode
 
     tiny = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "vocab_size": 256}
-    row = decode.measure(
-        "llama",
-        2,
-        2,
-        _DecodeProbe(),
-        1e9,
-        device="cpu",
-        context=16,
-        compile_fn=lambda fn, mode: fn,
-        overrides={**tiny, "num_key_value_heads": 2},
-    )
+
+    def row_at(batch):
+        return decode.measure(
+            "llama",
+            batch,
+            2,
+            _DecodeProbe(),
+            1e9,
+            device="cpu",
+            context=16,
+            compile_fn=lambda fn, mode: fn,
+            overrides={**tiny, "num_key_value_heads": 2},
+        )
+
+    row = row_at(2)
     assert row["rel_err"]["ours_vs_stock"] == 0.0 and row["rel_err"]["ours"] == 0.0
     assert row["cudagraph_skips"] == {"stock": 0, "ours": 0}
     assert row["decode_speedup"] == 1.2 and row["gemm_us"] == {"stock": 8.0, "ours": 6.0}
     assert row["gemm_bandwidth_fraction"]["ours"] == round(row["gemm_bytes"] / 6e-6 / 1e9, 4)
-    one = decode.measure(
-        "llama",
-        1,
-        2,
-        _DecodeProbe(),
-        1e9,
-        device="cpu",
-        context=16,
-        compile_fn=lambda fn, mode: fn,
-        overrides={**tiny, "num_key_value_heads": 2},
-    )
+    one = row_at(1)
     assert one["gemm_bandwidth_fraction"] == {"stock": None, "ours": None} and "decompose" in one["gemm_bandwidth_note"]
     result = decode.summarize([row, one, {"row": "qwen2:b1", "error": "x"}], {"device": "cpu"})
     assert result["decode_speedup_geomean"] == 1.2 and result["decode_speedup_min"] == 1.2
