@@ -1495,6 +1495,7 @@ class ModelProgram:
     scale_modes: tuple[str, str] = ("tensor", "tensor")
     fast_accum: bool = False
     beta: float = 1.0
+    rotary: bool = False  # attention: a rotary embedding on q and k (reads across the head dim)
 
     @property
     def seed(self) -> int:
@@ -1504,6 +1505,7 @@ class ModelProgram:
     def label(self) -> str:
         extra = [self.form] + [self.act] * (self.kind != "attention") + ["backward"] * self.backward
         extra += ["dynamic"] * self.dynamic
+        extra += ["rotary"] * self.rotary
         extra += ["cudagraphs"] * self.cudagraphs
         extra += [f"scales={'/'.join(self.scale_modes)}"] if self.kind == "scaled" else []
         return (
@@ -1522,6 +1524,8 @@ class ModelProgram:
             rules |= {"reduction", "indexing"}  # softmax; head views copied out of the projections
             if 1 in self.tokens:  # one token: probabilities expanded with zero strides, no unit-stride mode
                 rules.add("layout")
+            if self.rotary:  # rotate_half reads another column, through a masked concatenation
+                rules.add("unsupported-op")
         if self.kind == "mlp" and self.form == "post":
             rules.add("reduction")
         if self.kind == "bmm" and self.beta == 0.0:
@@ -1635,6 +1639,8 @@ class ModelProgram:
             else:
                 q, k, v = (F.linear(x, t[f"w{p}"], get(f"b{p}")) for p in "qkv")
             q, k, v = (z.view(b, n, self.heads, d).transpose(1, 2) for z in (q, k, v))
+            if self.rotary:
+                q, k = _rotary(q, exact), _rotary(k, exact)
             scores = (q @ k.transpose(-2, -1)) * d**-0.5
             if "mask" in t:
                 scores = scores + t["mask"]
@@ -1661,6 +1667,20 @@ class ModelProgram:
                 use_fast_accum=self.fast_accum,
             )
         return (ACTIVATIONS64[self.act](y) + t["residual"],)
+
+
+def _rotary(z: torch.Tensor, exact: bool) -> torch.Tensor:
+    """A rotary position embedding of (batch, heads, tokens, head dim) ``z``, as Llama's:
+    ``z * cos + rotate_half(z) * sin``, the angles computed in the graph from the token
+    positions (in float64 for the reference, else rounded to ``z``'s dtype)."""
+    n, d = z.shape[-2], z.shape[-1]
+    freq = 1.0 / (10000.0 ** (torch.arange(0, d, 2, device=z.device, dtype=torch.float64) / d))
+    angles = torch.arange(n, device=z.device, dtype=torch.float64)[:, None] * freq[None, :]
+    angles = torch.cat((angles, angles), -1)
+    cos, sin = (a if exact else a.to(z.dtype) for a in (angles.cos(), angles.sin()))
+    half = d // 2
+    rotated = torch.cat((-z.narrow(-1, half, half), z.narrow(-1, 0, half)), -1)
+    return z * cos + rotated * sin
 
 
 def make_model_program(index: int) -> ModelProgram:
@@ -1709,6 +1729,8 @@ def make_model_program(index: int) -> ModelProgram:
         scale_modes=(mode := rng.choice(["tensor", "row"]), mode),
         fast_accum=rng.random() < 0.4,
         beta=rng.choice([1.0, -0.5, 0.0 if rng.random() < 0.3 else 1.0]),
+        # Drawn from a stream of its own: the other draws stay as they were.
+        rotary=kind == "attention" and random.Random(f"{SEED}-rotary-{index}").random() < 0.5,
     )
 
 

@@ -518,9 +518,10 @@ def test_drawn_refusals_are_the_only_rules_a_program_may_meet():
         assert all(fuzz.REFUSED_OPS[op] in allowed for op in p.ops if op in fuzz.REFUSED_OPS)
         assert ("dtype" in allowed) == (p.dtype == "float32")
     assert all("reduction" in p.allowed_rules() for p in MODELS if p.kind == "attention")
-    for p in MODELS:  # only padded rows read a GEMM output through a masked index (index_expr)
+    for p in MODELS:  # only padded rows read a GEMM output through a masked index (index_expr),
+        # and rotary embeddings through a masked concatenation
         padded = p.dynamic or any(size % 8 for size in [*p.tokens, p.batch * min(p.tokens)])
-        assert ("unsupported-op" in p.allowed_rules()) == bool(padded), p.label()
+        assert ("unsupported-op" in p.allowed_rules()) == bool(padded or p.rotary), p.label
     # The H200 run's one unexplained refusal: an odd token count's backward read through index_expr.
     odd = next(p for p in MODELS if p.kind == "attention" and p.backward and min(p.tokens) % 8 and not p.dynamic)
     assert "unsupported-op" in odd.allowed_rules()
@@ -746,3 +747,20 @@ def test_an_in_place_consumer_computes_eagers_number_when_compiled():
     want = program.run(t)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+
+
+def test_the_rotary_embedding_rotates_each_pair_of_the_head_dim():
+    """Llama's rotary embedding pairs column i with i + d/2 and turns the pair by the
+    position's angle: norms of the pairs hold, position 0 is unchanged, and the angle
+    between two positions' embeddings depends only on their distance."""
+    z = torch.randn(2, 3, 5, 8, dtype=torch.float64)
+    r = fuzz._rotary(z, exact=True)
+    pair_norm = lambda t: t[..., :4] ** 2 + t[..., 4:] ** 2
+    torch.testing.assert_close(pair_norm(r), pair_norm(z))
+    torch.testing.assert_close(r[..., 0, :], z[..., 0, :])
+    same = torch.randn(8, dtype=torch.float64).expand(2, 3, 5, 8)
+    rs = fuzz._rotary(same, exact=True)
+    dots = (rs[..., 1:, :] * rs[..., :-1, :]).sum(-1)  # neighbours: one distance apart
+    torch.testing.assert_close(dots, dots[..., :1].expand_as(dots))
+    assert sum(m.rotary for m in MODELS) >= 5 and all(m.kind == "attention" for m in MODELS if m.rotary)
+    assert any("rotary" in m.label for m in MODELS)
