@@ -435,6 +435,22 @@ BUGS = [
         ("tests/test_support.py",),
         "the loaded entry's pointer types apart from the kernel's",
     ),
+    Bug(
+        "gated-pass-drops-unread-writes",
+        "inductor_cutedsl/lowering/gated_rewrite.py",
+        "    _erase_unread(graph, replaced)",
+        "    graph.eliminate_dead_code()",
+        ("tests/test_gated.py",),
+        "the gated-MLP pass cleans up with FX's dead-code elimination (in-place writes dropped)",
+    ),
+    Bug(
+        "view-pairs-reach-triton",
+        "inductor_cutedsl/scheduler/decisions.py",
+        "        if node1.is_template() and not codegen.stock_pairs(scheduler, node1, node2):",
+        "        if False:",
+        ("tests/test_fusion_codegen.py",),
+        "a pair only our view rule forms is handed to Inductor's Triton rule",
+    ),
 ]
 
 
