@@ -173,7 +173,9 @@ def step_ms(step) -> float:
 class CoordescLog:
     """Each Triton kernel that coordinate descent tuned in this process (at a graph's
     first call): its name, kind and seconds. Where two sides' tuning time differs, this
-    says whether by more kernels or by slower ones."""
+    says whether by more kernels or by slower ones. It wraps the tuning itself
+    (``_coordinate_descent_tuning``), which Inductor calls only for the kernels it
+    tunes (not templates, user-autotuned or fixed kernels)."""
 
     def __init__(self) -> None:
         self.entries: list[tuple[str, str, float]] = []
@@ -181,26 +183,25 @@ class CoordescLog:
     def __enter__(self) -> CoordescLog:
         from torch._inductor.runtime.triton_heuristics import CachingAutotuner
 
-        self._original = CachingAutotuner.__dict__["coordinate_descent_tuning"]
+        self._original = CachingAutotuner.__dict__["_coordinate_descent_tuning"]
         original, entries = self._original, self.entries
 
-        def coordinate_descent_tuning(autotuner, launcher, *args, **kwargs):
+        def _coordinate_descent_tuning(autotuner, launcher, *args, **kwargs):
             t0 = time.perf_counter()
             try:
                 return original(autotuner, launcher, *args, **kwargs)
             finally:
                 kind = str(getattr(autotuner, "heuristic_type", "")).rsplit(".", 1)[-1].lower()
-                if kind != "template":  # templates are not tuned (Inductor returns at once)
-                    name = str(autotuner.inductor_meta.get("kernel_name", "?"))
-                    entries.append((name, kind, time.perf_counter() - t0))
+                name = str(autotuner.inductor_meta.get("kernel_name", "?"))
+                entries.append((name, kind, time.perf_counter() - t0))
 
-        CachingAutotuner.coordinate_descent_tuning = coordinate_descent_tuning
+        CachingAutotuner._coordinate_descent_tuning = _coordinate_descent_tuning
         return self
 
     def __exit__(self, *exc) -> None:
         from torch._inductor.runtime.triton_heuristics import CachingAutotuner
 
-        CachingAutotuner.coordinate_descent_tuning = self._original
+        CachingAutotuner._coordinate_descent_tuning = self._original
 
     def summary(self, top: int = 8) -> dict:
         kinds: dict[str, int] = {}
@@ -466,7 +467,7 @@ NAMED_PHASES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("scheduling and code generation", ("GraphLowering.codegen",), ("Scheduler.fused_nodes",)),
     ("kernel compiles and module load", ("PyCodeCache.load_by_key_path",), ()),
     ("cached graph load, less module load", ("AOTAutogradCache.inductor_load",), ("PyCodeCache.load_by_key_path",)),
-    ("coordinate descent (first call)", ("CachingAutotuner.coordinate_descent_tuning",), ()),
+    ("coordinate descent (first call)", (COORDESC,), ()),
 )
 
 

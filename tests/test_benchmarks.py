@@ -739,35 +739,42 @@ def test_the_host_profile_ranks_own_time_per_step_and_what_grew_in_ours(capsys):
         assert host_profile.main([]) is None and "needs a CUDA GPU" in capsys.readouterr().out
 
 
-def test_coordesc_log_records_the_kernels_tuned_and_skips_templates():
+def test_coordesc_log_records_the_kernels_tuned_and_skips_templates(monkeypatch):
+    """Inductor's own entry decides which kernels it tunes (a template returns at once);
+    the log wraps the tuning that follows, which here sleeps each kernel's seconds."""
     pytest.importorskip("triton")
     from torch._inductor.runtime.hints import HeuristicType
     from torch._inductor.runtime.triton_heuristics import CachingAutotuner
 
-    def autotuner(kind, name, seconds):
-        def tune(launcher, *args, **kwargs):
-            time.sleep(seconds)
-            return launcher
+    def tune(autotuner, launcher, *args, **kwargs):
+        time.sleep(autotuner.seconds)
+        return launcher
 
-        return types.SimpleNamespace(
-            heuristic_type=kind,
-            _should_coordesc_tune=kind != HeuristicType.TEMPLATE,  # what torch 2.14 on asks first
-            deterministic_mode=False,
-            inductor_meta={"kernel_name": name},
-            compile_id=None,
-            is_backward=False,
-            _coordinate_descent_tuning=tune,
-        )
+    monkeypatch.setattr(CachingAutotuner, "_coordinate_descent_tuning", tune)
 
-    before = CachingAutotuner.__dict__["coordinate_descent_tuning"]
+    class Autotuner:
+        """What Inductor's entry reads; its tuning is the class's, as a real one's is."""
+
+        deterministic_mode = False
+        compile_id = None
+        is_backward = False
+
+        def __init__(self, kind, name, seconds):
+            self.heuristic_type, self.seconds = kind, seconds
+            self.inductor_meta = {"kernel_name": name}
+            self._should_coordesc_tune = kind != HeuristicType.TEMPLATE  # what torch 2.14 on asks first
+
+        def _coordinate_descent_tuning(self, launcher, *args, **kwargs):
+            return CachingAutotuner._coordinate_descent_tuning(self, launcher, *args, **kwargs)
+
     with compile_bench.CoordescLog() as log:
         for kind, name, s in (
             (HeuristicType.POINTWISE, "triton_poi_0", 0.05),
             (HeuristicType.TEMPLATE, "triton_tem_1", 0.0),
             (HeuristicType.PERSISTENT_REDUCTION, "triton_per_2", 0.01),
         ):
-            assert CachingAutotuner.coordinate_descent_tuning(autotuner(kind, name, s), "L") == "L"
-    assert CachingAutotuner.__dict__["coordinate_descent_tuning"] is before
+            assert CachingAutotuner.coordinate_descent_tuning(Autotuner(kind, name, s), "L") == "L"
+    assert CachingAutotuner.__dict__["_coordinate_descent_tuning"] is tune
     summary = log.summary()
     assert summary["kernels"] == 2 and summary["kinds"] == {"pointwise": 1, "persistent_reduction": 1}
     assert summary["slowest"][0][:2] == ["triton_poi_0", "pointwise"] and summary["slowest"][0][2] >= 0.05

@@ -29,18 +29,21 @@ _LINEAR = (torch._C._nn.linear, F.linear)
 
 
 _MUL = (operator.mul, torch.mul, torch.Tensor.mul)
+_SILU = (F.silu,)
+_RELU = (F.relu, torch.relu)
+_GELU = (F.gelu, torch._C._nn.gelu)
 
 
 def _activation_of(node: torch.fx.Node) -> str | None:
     """The gated activation ``node`` computes of its first argument, if it is one."""
     target, kwargs = node.target, node.kwargs
-    if node.op == "call_function" and target in (F.silu, torch.nn.functional.silu):
+    if node.op == "call_function" and target in _SILU:
         return "silu"
-    if node.op == "call_function" and target in (F.relu, torch.relu, torch.nn.functional.relu):
+    if node.op == "call_function" and target in _RELU:
         return "relu"
     if node.op == "call_method" and target == "relu":
         return "relu"
-    if node.op == "call_function" and target in (F.gelu, torch._C._nn.gelu):
+    if node.op == "call_function" and target in _GELU:
         approximate = kwargs.get("approximate", node.args[1] if len(node.args) > 1 else "none")
         return {"tanh": "gelu_tanh", "none": "gelu_erf"}.get(approximate)
     return None
@@ -125,18 +128,7 @@ def _fake_value(node: torch.fx.Node, fn: Callable, *args: Any) -> None:
 #: nothing reads them. Nothing else of the graph is: an in-place write that nothing reads
 #: (a static KV cache's ``index_copy_``) is what the graph is for, and FX's dead-code
 #: elimination does not know a method call such as ``add_`` to be impure.
-_PATTERN_FUNCTIONS = (
-    *_LINEAR,
-    *_MUL,
-    operator.getitem,
-    torch.chunk,
-    torch.split,
-    F.silu,
-    F.relu,
-    torch.relu,
-    F.gelu,
-    torch._C._nn.gelu,
-)
+_PATTERN_FUNCTIONS = (*_LINEAR, *_MUL, *_SILU, *_RELU, *_GELU, operator.getitem, torch.chunk, torch.split)
 _PATTERN_METHODS = ("mul", "relu", "chunk", "split")
 
 
