@@ -28,6 +28,9 @@ STAGES = (
     "kernel build",
     "kernel load",
     "first launch",
+    # Keeping a Triton kernel's cached coordinate-descent config on a warm start
+    # (``compat.autotune.carry_coordinate_descent``): stock then tunes it again.
+    "warm start",
 )
 
 

@@ -183,3 +183,24 @@ def test_a_reduction_with_a_cached_winner_is_not_scaled_again(carried):
     th.CachingAutotuner._dynamic_scale_rblock(miss)
     assert hit.read == [], "a cached winner is final: scaling it adds a config to autotune and tune again"
     assert miss.read, "a cold compile still scales"
+
+
+def test_a_failure_keeping_the_tuned_config_leaves_the_kernel_as_stock_left_it(tmp_path, carried, lenient, monkeypatch):
+    """Never worse than stock: the kernel is tuned again, with a warning, not a raise
+    out of the user's warm start."""
+    from inductor_cutedsl import errors
+
+    if carried is None and releases.torch_release() >= (2, 13):
+        pytest.skip("torch 2.13 on keeps the tuned config itself: nothing of ours runs")
+    start = Config({"XBLOCK": 128}, num_warps=4, num_stages=1)
+    tuned = Config({"XBLOCK": 512}, num_warps=8, num_stages=1)
+    tuner = Autotuner(cold(tmp_path, [start], tuned), [start])
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("planted")
+
+    monkeypatch.setattr(autotune, "keep_tuned_config", broken)
+    before = len(errors.fallbacks)
+    recheck(tuner)
+    assert only_config(tuner).kwargs == {"XBLOCK": 128}
+    assert errors.fallbacks[before:] and errors.fallbacks[-1]["stage"] == "warm start"

@@ -313,3 +313,17 @@ def test_a_compiled_function_keeps_its_in_place_writes_under_max_autotune():
     for _ in range(2):
         torch.testing.assert_close(compiled(a, b, n_ours), step(a, b, n_ref))
     assert int(n_ours) == int(n_ref) == 2
+
+
+def test_a_failed_clean_up_leaves_dead_nodes_and_right_values(monkeypatch, lenient):
+    def broken(graph, roots):
+        raise RuntimeError("planted")
+
+    monkeypatch.setattr(gated_rewrite, "_erase_unread", broken)
+    args = [f64(4, 16), f64(8, 16), f64(8, 16), f64(6, 16), torch.zeros(1, dtype=torch.long)]
+    gm, count = rewritten(static_cache_step, *[a.clone() for a in args])
+    assert count == 1
+    ref_args, ours_args = [a.clone() for a in args], [a.clone() for a in args]
+    torch.testing.assert_close(gm(*ours_args), static_cache_step(*ref_args))
+    for a, b in zip(ours_args, ref_args):
+        torch.testing.assert_close(a, b)

@@ -135,7 +135,12 @@ def carry_coordinate_descent() -> Any:
         # The cache is keyed on the configs compiled cold, which the original may narrow.
         compiled = [result.config for result in self.compile_results]
         original(self, reload_kernel_from_src)
-        keep_tuned_config(self, reload_kernel_from_src, compiled)
+        try:
+            keep_tuned_config(self, reload_kernel_from_src, compiled)
+        except Exception as exc:  # the kernel is left as the original left it: tuned again
+            from ..errors import fallback
+
+            fallback("warm start", str(self.inductor_meta.get("kernel_name", "a Triton kernel")), exc)
 
     def _dynamic_scale_rblock(self: Any) -> None:
         # A reduction's cached winner was chosen cold among the scaled configs: scaling it

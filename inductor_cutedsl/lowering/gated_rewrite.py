@@ -182,7 +182,10 @@ def rewrite(graph: torch.fx.Graph) -> int:
         # The one step that changes what the graph computes, taken last.
         mul.replace_all_uses_with(h)
         replaced.append(mul)
-    _erase_unread(graph, replaced)
+    try:
+        _erase_unread(graph, replaced)
+    except Exception as exc:  # what is left unerased is only dead, pure nodes
+        fallback("lowering", "erasing the replaced gated products", exc, log)
     if replaced:
         log.info("gated MLP: %d gated product(s) replaced by one dual-GEMM op each", len(replaced))
     return len(replaced)
