@@ -58,6 +58,12 @@ def cold(tmp_path, configs: list, best: Config, by_coordesc: bool = True) -> str
     return str(kernel)
 
 
+@pytest.fixture(autouse=True)
+def cache_dir_here(tmp_path, monkeypatch):
+    """Inductor's cache directory is the test's: a kernel path under it is at home."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+
+
 @pytest.fixture
 def carried():
     saved = autotune.carry_coordinate_descent()
@@ -144,10 +150,11 @@ def test_the_backend_install_carries_where_torch_drops_the_result_and_disable_re
         assert not getattr(before, "carries_coordesc", False)
         inductor_cutedsl.enable()
         install._install_rest()
-        on = getattr(th.CachingAutotuner.recheck_autotune_cache, "carries_coordesc", False)
-        assert on == (releases.torch_release() < (2, 13))
+        # Every release re-homes the kernel path; before 2.13 the scaling is carried too.
+        assert getattr(th.CachingAutotuner.recheck_autotune_cache, "carries_coordesc", False)
         assert autotune.carry_coordinate_descent() is None  # installed once
-        assert getattr(th.CachingAutotuner._dynamic_scale_rblock, "carries_coordesc", False) == on
+        scales = getattr(th.CachingAutotuner._dynamic_scale_rblock, "carries_coordesc", False)
+        assert scales == (releases.torch_release() < (2, 13))
         inductor_cutedsl.disable()
         assert th.CachingAutotuner.recheck_autotune_cache is before
         assert th.CachingAutotuner._dynamic_scale_rblock is scale_before
@@ -186,21 +193,101 @@ def test_a_reduction_with_a_cached_winner_is_not_scaled_again(carried):
 
 
 def test_a_failure_keeping_the_tuned_config_leaves_the_kernel_as_stock_left_it(tmp_path, carried, lenient, monkeypatch):
-    """Never worse than stock: the kernel is tuned again, with a warning, not a raise
-    out of the user's warm start."""
+    """Never worse than stock: the kernel ends as stock's recheck leaves it (tuned again
+    where stock tunes again), with a warning, not a raise out of the user's warm start."""
+    import inductor_cutedsl
     from inductor_cutedsl import errors
 
-    if carried is None and releases.torch_release() >= (2, 13):
-        pytest.skip("torch 2.13 on keeps the tuned config itself: nothing of ours runs")
     start = Config({"XBLOCK": 128}, num_warps=4, num_stages=1)
     tuned = Config({"XBLOCK": 512}, num_warps=8, num_stages=1)
-    tuner = Autotuner(cold(tmp_path, [start], tuned), [start])
+    path = cold(tmp_path, [start], tuned)
+    stock = Autotuner(path, [start])
+    inductor_cutedsl.disable()
+    try:
+        recheck(stock)
+    finally:
+        inductor_cutedsl.enable()
 
     def broken(*args, **kwargs):
         raise RuntimeError("planted")
 
     monkeypatch.setattr(autotune, "keep_tuned_config", broken)
+    monkeypatch.setattr(autotune, "rehome_kernel_path", broken)
+    tuner = Autotuner(path, [start])
     before = len(errors.fallbacks)
     recheck(tuner)
-    assert only_config(tuner).kwargs == {"XBLOCK": 128}
+    assert only_config(tuner).kwargs == only_config(stock).kwargs
     assert errors.fallbacks[before:] and errors.fallbacks[-1]["stage"] == "warm start"
+
+
+def artifacts_of_a_cold_machine(tmp_path, monkeypatch, configs: list, best: Config) -> tuple[str, bytes]:
+    """A kernel compiled and tuned under one cache directory: its path there, and torch's
+    portable artifacts of the tuning (``save_cache_artifacts()``), made the way Inductor
+    makes them. The directory is then gone, as on another machine."""
+    import shutil
+
+    import torch
+    from torch.compiler._cache import CacheArtifactManager
+
+    cold_dir = tmp_path / "cold-machine"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(cold_dir))
+    CacheArtifactManager.clear()
+    kernel = cold_dir / "ab" / "cabcdef0123456789.py"
+    kernel.parent.mkdir(parents=True)
+    kernel.write_text("# kernel\n")
+    cache = AutotuneCache.create(META, str(kernel), th.hash_configs(configs))
+    assert cache is not None
+    cache.save(best, 1_000_000, found_by_coordesc=True)
+    saved = torch.compiler.save_cache_artifacts()
+    assert saved is not None and saved[1].artifacts.get("autotune"), "the tuning was not recorded"
+    shutil.rmtree(cold_dir)
+    return str(kernel), saved[0]
+
+
+@pytest.mark.parametrize("compiled", ["one config", "several"])
+def test_a_warm_start_under_another_cache_directory_finds_what_the_artifacts_carry(
+    tmp_path, monkeypatch, carried, compiled
+):
+    """The autotuner, pickled where it was compiled, names its kernel under that machine's
+    cache directory; the artifacts load the tuning under this one's. The kernel must still
+    start from the tuned config, marked (else the first call tunes it again)."""
+    import torch
+    from torch.compiler._cache import CacheArtifactManager
+
+    start = Config({"XBLOCK": 128}, num_warps=4, num_stages=1)
+    tuned = Config({"XBLOCK": 256}, num_warps=8, num_stages=1)
+    configs = [start] if compiled == "one config" else [start, Config({"XBLOCK": 256}, num_warps=8, num_stages=1)]
+    path, blob = artifacts_of_a_cold_machine(tmp_path, monkeypatch, configs, tuned)
+    warm_dir = tmp_path / "warm-machine"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(warm_dir))
+    CacheArtifactManager.clear()
+    assert torch.compiler.load_cache_artifacts(blob) is not None
+    tuner = Autotuner(path, configs)
+    recheck(tuner)
+    got = only_config(tuner)
+    assert got.kwargs == {"XBLOCK": 256} and got.num_warps == 8
+    assert getattr(got, "found_by_coordesc", False), "the first call would tune again"
+    assert tuner.filename == str(warm_dir / "ab" / "cabcdef0123456789.py")
+
+
+def test_stock_misses_the_carried_tuning_under_another_cache_directory(tmp_path, monkeypatch):
+    """The bug the re-homing fixes, on stock (the backend off): the same warm start finds
+    no cached config, so its kernel is tuned again."""
+    import torch
+    from torch.compiler._cache import CacheArtifactManager
+
+    import inductor_cutedsl
+
+    start = Config({"XBLOCK": 128}, num_warps=4, num_stages=1)
+    configs = [start, Config({"XBLOCK": 256}, num_warps=8, num_stages=1)]
+    path, blob = artifacts_of_a_cold_machine(tmp_path, monkeypatch, configs, configs[1])
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "warm-machine"))
+    CacheArtifactManager.clear()
+    assert torch.compiler.load_cache_artifacts(blob) is not None
+    tuner = Autotuner(path, configs)
+    inductor_cutedsl.disable()
+    try:
+        recheck(tuner)
+    finally:
+        inductor_cutedsl.enable()
+    assert len(tuner.compile_results) == 2, "stock found the entry: the re-homing tests nothing"

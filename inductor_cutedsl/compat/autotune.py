@@ -7,6 +7,7 @@ Read against torch 2.11 to 2.15 (``AlgorithmSelectorCache.benchmark_choices`` ta
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -106,18 +107,26 @@ _DROPS_COORDESC_BEFORE = (2, 13)
 
 
 def carry_coordinate_descent() -> Any:
-    """Make a warm start keep the configs coordinate descent found, as torch 2.13 on does;
-    returns what ``restore_coordinate_descent`` needs (None where nothing was changed).
+    """Make a warm start keep the configs coordinate descent found; returns what
+    ``restore_coordinate_descent`` needs (None where nothing was changed).
 
     With max-autotune, Inductor tunes each Triton pointwise and reduction kernel by
     coordinate descent at the graph's first call and saves the winner in its autotune
-    cache, which torch's portable artifacts carry. On torch 2.11, a kernel loaded from the
-    FX graph cache as a static autotuner (``recheck_autotune_cache``) takes the cached
-    config only if it compiled several, and then without its ``found_by_coordesc`` mark:
-    every such kernel is tuned again at the first call, the larger part of a warm start
-    (docs/findings.md). A reduction whose cached winner uses many registers is, besides,
-    scaled again (``_dynamic_scale_rblock``) and so tuned again. This is a fix of stock's,
-    not a speed of ours: the compile benchmarks give fair stock the same fix."""
+    cache, which torch's portable artifacts carry. A kernel loaded from the FX graph cache
+    as a static autotuner reads that cache back in ``recheck_autotune_cache``, and two
+    stock bugs make the first call tune again, the larger part of a warm start
+    (docs/findings.md):
+
+    * on every release to 2.15 (read in its source), the autotuner was pickled with the
+      kernel's path on the machine that compiled it, so it looks for the cache entry in
+      that machine's cache directory, not in this one's, where the artifacts were loaded:
+      the path is re-homed first (``rehome_kernel_path``);
+    * before 2.13 it takes the cached config only if it compiled several, and then without
+      its ``found_by_coordesc`` mark; and a reduction whose cached winner uses many
+      registers is scaled again (``_dynamic_scale_rblock``) and so tuned again.
+
+    These are fixes of stock's, not a speed of ours: the compile benchmarks give fair stock
+    the same fix."""
     try:
         from torch._inductor.runtime import triton_heuristics
     except ImportError:  # no Triton: nothing is tuned
@@ -126,24 +135,29 @@ def carry_coordinate_descent() -> Any:
     from . import releases
 
     release = releases.torch_release()
-    if release is None or release >= _DROPS_COORDESC_BEFORE:
-        return None
     cls = triton_heuristics.CachingAutotuner
     original = cls.__dict__.get("recheck_autotune_cache")
-    original_scale = cls.__dict__.get("_dynamic_scale_rblock")
-    if original is None or original_scale is None or getattr(original, "carries_coordesc", False):
+    if release is None or original is None or getattr(original, "carries_coordesc", False):
+        return None
+    drops = release < _DROPS_COORDESC_BEFORE
+    original_scale: Any = cls.__dict__.get("_dynamic_scale_rblock") if drops else None
+    if drops and original_scale is None:
         return None
 
     def recheck_autotune_cache(self: Any, reload_kernel_from_src: Callable[[], Any]) -> None:
         # The cache is keyed on the configs compiled cold, which the original may narrow.
         compiled = [result.config for result in self.compile_results]
+        try:
+            rehome_kernel_path(self)
+        except Exception as exc:  # the entry is looked for where stock looks: tuned again
+            _fell_back(self, exc)
         original(self, reload_kernel_from_src)
+        if not drops:
+            return
         try:
             keep_tuned_config(self, reload_kernel_from_src, compiled)
         except Exception as exc:  # the kernel is left as the original left it: tuned again
-            from ..errors import fallback
-
-            fallback("warm start", str(self.inductor_meta.get("kernel_name", "a Triton kernel")), exc)
+            _fell_back(self, exc)
 
     def _dynamic_scale_rblock(self: Any) -> None:
         # A reduction's cached winner was chosen cold among the scaled configs: scaling it
@@ -154,10 +168,36 @@ def carry_coordinate_descent() -> Any:
         original_scale(self)
 
     recheck_autotune_cache.carries_coordesc = True  # type: ignore[attr-defined]
-    _dynamic_scale_rblock.carries_coordesc = True  # type: ignore[attr-defined]
     cls.recheck_autotune_cache = recheck_autotune_cache
-    cls._dynamic_scale_rblock = _dynamic_scale_rblock
+    if drops:
+        _dynamic_scale_rblock.carries_coordesc = True  # type: ignore[attr-defined]
+        cls._dynamic_scale_rblock = _dynamic_scale_rblock
     return original, original_scale
+
+
+def _fell_back(autotuner: Any, exc: Exception) -> None:
+    from ..errors import fallback
+
+    fallback("warm start", str(autotuner.inductor_meta.get("kernel_name", "a Triton kernel")), exc)
+
+
+def rehome_kernel_path(autotuner: Any) -> None:
+    """Point a static autotuner's kernel path into this process's Inductor cache directory.
+
+    Inductor keeps a kernel's source at ``CACHE_DIR/SUB/NAME.py`` (``codecache.get_path``)
+    and its autotune entry beside it; the portable artifacts name the entry by ``SUB/FILE``
+    alone and load it under this process's ``CACHE_DIR``. A path pickled elsewhere, under
+    another user's or job's cache directory, would miss it. The last two parts are the
+    source's hash, the same on every machine, so only the directory changes."""
+    filename = autotuner.filename
+    if not filename:
+        return
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    sub, name = os.path.split(filename)
+    local = os.path.join(cache_dir(), os.path.basename(sub), name)
+    if local != filename:
+        autotuner.filename = local
 
 
 def restore_coordinate_descent(originals: Any) -> None:
@@ -165,7 +205,10 @@ def restore_coordinate_descent(originals: Any) -> None:
         from torch._inductor.runtime import triton_heuristics
 
         cls = triton_heuristics.CachingAutotuner
-        cls.recheck_autotune_cache, cls._dynamic_scale_rblock = originals
+        recheck, scale = originals
+        cls.recheck_autotune_cache = recheck
+        if scale is not None:
+            cls._dynamic_scale_rblock = scale
 
 
 def keep_tuned_config(autotuner: Any, reload_kernel_from_src: Callable[[], Any], compiled: list[Any]) -> None:
