@@ -24,7 +24,7 @@ from torch._inductor.virtualized import V, ops
 
 from inductor_cutedsl import config
 from inductor_cutedsl.errors import Unsupported
-from inductor_cutedsl.kernels import GemmConfig
+from inductor_cutedsl.kernels import GemmConfig, dual_shortlist
 from inductor_cutedsl.kernels import epilogue as E
 from inductor_cutedsl.lowering import gated
 from inductor_cutedsl.lowering import gemm_choices as gc
@@ -522,3 +522,16 @@ def test_gemm_reason_refusals(make, needle):
     from inductor_cutedsl.runtime.support import gemm_reason
 
     assert needle in (gemm_reason(*make()) or "")
+
+
+@pytest.mark.parametrize("m,offered", [(64, "list"), (65, "one"), (256, "one"), (257, "list"), (2048, "list")])
+def test_dual_candidates_of_a_small_product_are_the_shortlists_first_config(graph, m, offered):
+    """65-256 rows: the first config only (it won every gate measurement there); decode
+    sizes and larger products keep the list."""
+    n, k = 8192, 2048
+    x = Node((m, k), (k, 1))
+    weights = [Node((n, k), (k, 1)) for _ in range(2)]
+    cands = gated.candidates(x, *weights, None, None, "silu", False)
+    full = dual_shortlist(m, n, k, limit=config.max_configs)
+    assert len(full) > 1, "the planted list must have more than one config to shorten"
+    assert [c.spec.config for c in cands] == (full[:1] if offered == "one" else full)

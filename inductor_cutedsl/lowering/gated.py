@@ -33,6 +33,7 @@ from ..runtime.support import AB_DTYPES, OUT_DTYPES, device_reason
 from ..timing import side_by_side
 from . import gated_op  # noqa: F401  (registers the op this lowers)
 from .candidate import GemmCandidate
+from .gemm_choices import SKINNY_ROWS, SMALL_ROWS
 from .template import gemm_template
 
 log = logging.getLogger("inductor_cutedsl.lowering")
@@ -85,10 +86,23 @@ def candidates(x2, w_gate, w_up, b_gate, b_up, activation: str, keep: bool) -> l
     operands = tuple(name for name, b in (("bias_gate", b_gate), ("bias_up", b_up)) if b is not None)
     operands += ("gate", "up") if keep else ()
     names = ("a", "b", "b_up") + operands
+    limit = config.max_configs
+    if SKINNY_ROWS < m <= SMALL_ROWS:
+        limit = min(limit, SMALL_DUAL_CONFIGS)
     return [
         GemmCandidate(KernelSpec(cfg, ab, ab, "k", "k", epi, dual=True), names, operands)
-        for cfg in dual_shortlist(m, n, k, limit=config.max_configs)
+        for cfg in dual_shortlist(m, n, k, limit=limit)
     ]
+
+
+#: Dual configs offered for a gated product of 65-256 rows (above decode size, as the
+#: plain GEMMs' ``SMALL_PROBLEM_CONFIGS``). In the gate's measurements of the four
+#: transformers LLM rows at 256 tokens (``h200-warm-start.json``, the decisions' ``config``
+#: and ``candidates_ms``; N of 8192-14336), the shortlist's first config won every time,
+#: by 8-44% over the others where they were timed: the two others cost two builds and
+#: two measurements a product and bought nothing. One is still measured against the
+#: two GEMMs and a pointwise kernel.
+SMALL_DUAL_CONFIGS = 1
 
 
 #: Wall seconds spent measuring dual kernels against their alternative, this process.
