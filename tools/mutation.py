@@ -452,6 +452,14 @@ BUGS = [
         "a static autotuner looks for its carried tuning under the compiling machine's cache directory",
     ),
     Bug(
+        "early-start-forces-autotuning",
+        "inductor_cutedsl/scheduler/selection.py",
+        "    if not ir_access.timings_ready(template.node):",
+        "    if False:",
+        ("tests/test_fusion_codegen.py",),
+        "the early start autotunes every GEMM at the first fusion check, ahead of its decision",
+    ),
+    Bug(
         "view-pairs-reach-triton",
         "inductor_cutedsl/scheduler/decisions.py",
         "        if node1.is_template() and not codegen.stock_pairs(scheduler, node1, node2):",

@@ -153,3 +153,13 @@ def fixed_layout(size: list, dtype: torch.dtype, device: torch.device) -> Any:
 def pointwise(device: torch.device, dtype: torch.dtype, inner_fn: Callable, ranges: list) -> Any:
     """A pointwise IR node computing ``inner_fn(index)`` (with ``V.ops``) per element."""
     return ir.Pointwise.create(device=device, dtype=dtype, inner_fn=inner_fn, ranges=list(ranges))
+
+
+def timings_ready(buffer: Any) -> bool:
+    """Whether a MultiTemplateBuffer has autotuned already, so that reading its choice
+    timings costs nothing; the first read runs the autotuning (it waits for the
+    choices' precompiles, then benchmarks them). Read against torch 2.11 to 2.15 (the
+    timings per size hint in ``_choice_timings``, None for the graph's own); where
+    that is not there, reading them counts as free, as it was taken to be."""
+    timings = getattr(buffer, "_choice_timings", None)
+    return not isinstance(timings, dict) or None in timings

@@ -62,8 +62,10 @@ class GraphDecisions:
     #: ``selection.decision_key`` -> the way measured for it: a GEMM of a key already
     #: measured in this graph (another layer of the model) takes that way.
     measured: dict = dataclasses.field(default_factory=dict)
-    #: The ``decision_key``s early work was started for.
+    #: The ``decision_key``s (and ``untimed_key``s) early work was started for.
     started: set = dataclasses.field(default_factory=set)
+    #: The GEMMs whose early work that needs timings was started, by buffer name.
+    timed_started: set = dataclasses.field(default_factory=set)
 
 
 _graphs: weakref.WeakKeyDictionary[Any, GraphDecisions] = weakref.WeakKeyDictionary()
@@ -273,15 +275,38 @@ def start_fused_builds(scheduler: Any) -> None:
     each pointwise consumer whose chain translates, start building the fused kernels
     and compiling the benchmark modules the selection would time (the first fusion a
     GEMM is offered is usually one of these), so that they overlap instead of
-    queueing behind each decision."""
+    queueing behind each decision. A GEMM not yet autotuned gets only what needs no
+    timings (``selection.start_fused_build``); the rest is started once its timings
+    are there (``_start_timed``)."""
     state = graph_decisions()
     if state.builds_started:
         return
     state.builds_started = True
+    _start_early(scheduler, state, timed_only=False)
+
+
+def _start_timed(scheduler: Any) -> None:
+    """After a decision: the early work that needs timings, for the undecided GEMMs
+    that have them now (autotuned meanwhile), once each. Their timings are read, not
+    made: no GEMM is autotuned here ahead of its own decision."""
+    state = graph_decisions()
+    if state.builds_started:
+        _start_early(scheduler, state, timed_only=True)
+
+
+def _start_early(scheduler: Any, state: GraphDecisions, timed_only: bool) -> None:
     for node in scheduler.nodes:
         template = undecided_multi_template(node)
         if template is None:
             continue
+        name = template.get_name()
+        ready = ir_access.timings_ready(template.node)
+        if ready and name in state.timed_started:
+            continue
+        if timed_only and not ready:
+            continue
+        if ready:
+            state.timed_started.add(name)
         for consumer in consumers(template).values():
             try:
                 chain = epilogue_chain(template, consumer)
@@ -289,7 +314,7 @@ def start_fused_builds(scheduler: Any) -> None:
                 triton = codegen.stock_pairs(scheduler, template, consumer)
                 selection.start_fused_build(scheduler, template, tr, chain, triton, state.early_modules, state.started)
             except Exception as exc:  # only a head start: the decision builds what it needs
-                log.debug("no early build for %s + %s: %s", template.get_name(), consumer.get_name(), exc)
+                log.debug("no early build for %s + %s: %s", name, consumer.get_name(), exc)
 
 
 def _decide(scheduler: Any, template: Any, node1: Any, node2: Any) -> None:
@@ -319,6 +344,7 @@ def _decide(scheduler: Any, template: Any, node1: Any, node2: Any) -> None:
         fallback("fusion decision", f"{buffer.get_name()} + {node2.get_name()}", exc, log)
         decision = None
     state.ways[buffer.get_name()] = decision
+    _start_timed(scheduler)
 
 
 def unfused_consumers(scheduler: Any, template: Any, epilogue_nodes: Sequence[Any]) -> dict[str, str]:

@@ -191,12 +191,18 @@ def clear_call(caller: GemmCaller, timings: dict, tr: Translation) -> bool:
     epilogue behind a slower GEMM. An M x N input makes the call close (it can slow a
     cooperative tile's epilogue more than a separate kernel costs: docs/findings.md).
     ``config.measure_clear_calls`` measures these too."""
-    if config.measure_clear_calls or tr.kept:
-        return False
-    if any(_reads_m_by_n(op) for op in tr.operands):
+    if not may_be_clear(tr):
         return False
     others = [t for c, t in timings.items() if not isinstance(c, GemmCaller)]
     return not others or timings[caller] <= CLEAR_MARGIN * min(others)
+
+
+def may_be_clear(tr: Translation) -> bool:
+    """Whether a chain can be a clear call (``clear_call``) for some timings: the part of
+    the rule that reads no timings."""
+    if config.measure_clear_calls or tr.kept:
+        return False
+    return not any(_reads_m_by_n(op) for op in tr.operands)
 
 
 def _reads_m_by_n(op: Any) -> bool:
@@ -258,6 +264,9 @@ def start_fused_build(
     Modules go to ``early`` (the graph's, by ``_module_key``): each is taken once, by
     the decision that needs it. ``started``: the ``decision_key``s started for already
     (the graph's); a GEMM with one of them will take that decision, not measure."""
+    if not ir_access.timings_ready(template.node):
+        _start_untimed(scheduler, template, tr, chain, early, started)
+        return
     caller, timings = _candidates(template.node)
     if caller is None:
         return
@@ -277,6 +286,52 @@ def start_fused_build(
         key = _module_key(nodes, choice)
         if key not in early:
             early[key] = codegen.nodes_module(scheduler, list(nodes), choice)
+
+
+def _start_untimed(
+    scheduler: Any, template: Any, tr: Translation, chain: Sequence[Any], early: dict, started: set | None
+) -> None:
+    """``start_fused_build`` for a GEMM not yet autotuned: only what needs no timings.
+
+    Reading its timings here would run its autotuning now, at the first fusion check:
+    a wait for every Triton precompile queued so far, then its benchmarks, one GEMM
+    after another, before any fusion, where stock autotunes them after fusion and its
+    fusion work overlaps the precompiles (docs/findings.md). So this starts our first
+    listed candidate's fused build (the shortlist's best guess, and at 65-256 rows the
+    only one) and, where the chain will be measured whatever the timings (it cannot be a
+    clear call), the epilogue's benchmark module; the decision itself reads the timings
+    and builds what else it needs. Layers that repeat one GEMM and chain start once."""
+    ours = [c for c in template.node.choices if isinstance(c, GemmCaller)]
+    if not ours:
+        return
+    candidate = _fused(ours[0], tr)[1]
+    if started is not None:
+        key = untimed_key(template.node, candidate, tr)
+        if key in started:
+            return
+        started.add(key)
+    compiler.build_async(candidate.spec, default_cache(), config.compile_workers)
+    if may_be_clear(tr):  # a clear call measures nothing: its module would be compiled for naught
+        return
+    key = _module_key(chain, None)
+    if key not in early:
+        early[key] = codegen.nodes_module(scheduler, list(chain), None)
+
+
+def untimed_key(buffer: Any, candidate: GemmCandidate, tr: Translation) -> tuple:
+    """What ``_start_untimed`` starts depends on, structurally (``decision_key`` less the
+    contenders, which need timings): a model's repeated layers share it."""
+    graph = V.graph
+    return (
+        "untimed",
+        str(buffer.get_device()),
+        tuple(_layout_key(node.get_layout()) for node in ir_access.template_inputs(buffer)),
+        _layout_key(buffer.get_layout()),
+        candidate.spec.key(),
+        tuple(_layout_key(graph.get_buffer(op.buffer).get_layout()) for op in tr.operands),
+        tuple(_layout_key(graph.get_buffer(name).get_layout()) for name in tr.outputs),
+        len(tr.kept),
+    )
 
 
 def _side_modules(template: Any, chain: Sequence[Any], contenders: dict[str, Any]) -> dict[str, tuple]:
