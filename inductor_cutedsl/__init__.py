@@ -18,8 +18,19 @@ from . import (
 
 __version__ = "0.1.0"
 
-# Compile workers (runtime/compile_worker.py) only build kernels: no Inductor, no torch.
-if os.environ.get("INDUCTOR_CUTEDSL_WORKER") != "1":
+
+def _in_a_compile_worker() -> bool:
+    """Whether this process is one of our compile workers (``runtime/compile_worker.py``:
+    no Inductor, no torch) or one of Inductor's (``torch/_inductor/compile_worker``, which
+    imports this package only to run a compile of ours, ``compat.coordesc_prefetch``):
+    neither lowers a graph, so nothing is installed there."""
+    if os.environ.get("INDUCTOR_CUTEDSL_WORKER") == "1":
+        return True
+    main = sys.argv[0] if sys.argv else ""
+    return os.path.basename(os.path.dirname(os.path.abspath(main))) == "compile_worker" and main.endswith("__main__.py")
+
+
+if not _in_a_compile_worker():
     from .install import disable, enable, is_enabled
     from .runtime import artifacts as _artifacts
     from .runtime import records as _records

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from . import config
-from .compat import autotune, codegen, environment, lazy, lowerings, releases, settings
+from .compat import autotune, codegen, coordesc_prefetch, environment, lazy, lowerings, releases, settings
 from .config import BACKEND_TOKEN
 from .runtime import workers
 
@@ -153,6 +153,9 @@ def _install_rest() -> None:
         # A warm start must not tune again what its artifacts carry (a stock fix, given to
         # fair stock in the compile benchmarks too).
         _saved["coordesc"] = autotune.carry_coordinate_descent()
+        # Coordinate descent's first compiles run ahead in Inductor's workers (ours only:
+        # a speed, not a fix).
+        _saved["coordesc_prefetch"] = coordesc_prefetch.install()
         _saved["benchmark_hook"] = autotune.install_benchmark_hook(rescale)
         if _saved["dual_gemm"]:
             from .lowering import gated
@@ -195,6 +198,7 @@ def disable() -> None:
         if saved.get("ptxas") is not None:
             saved["ptxas"].undo()
         autotune.restore_coordinate_descent(saved.get("coordesc"))
+        coordesc_prefetch.restore(saved.get("coordesc_prefetch"))
         if "rest" in saved and saved["dual_gemm"]:
             lowerings.unregister_lowering(torch.ops.inductor_cutedsl.gated_mm.default)
         if "scheduling" in saved:

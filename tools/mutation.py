@@ -460,6 +460,14 @@ BUGS = [
         "the early start autotunes every GEMM at the first fusion check, ahead of its decision",
     ),
     Bug(
+        "coordesc-prefetch-not-awaited",
+        "inductor_cutedsl/compat/coordesc_prefetch.py",
+        "        _await(self, cfg)\n",
+        "        pass\n",
+        ("tests/test_coordesc_prefetch.py",),
+        "the tuner compiles a config itself while a worker is still compiling it",
+    ),
+    Bug(
         "view-pairs-reach-triton",
         "inductor_cutedsl/scheduler/decisions.py",
         "        if node1.is_template() and not codegen.stock_pairs(scheduler, node1, node2):",

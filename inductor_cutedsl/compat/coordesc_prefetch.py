@@ -1,0 +1,195 @@
+"""Coordinate descent's first neighbours, compiled ahead in Inductor's compile workers.
+
+With max-autotune, Inductor tunes each Triton pointwise and reduction kernel at the
+graph's first call (``CachingAutotuner.coordinate_descent_tuning``): it compiles a
+neighbour of the best config so far, times it and moves on, one config after another in
+the calling thread. The compiles are most of it, and coordinate descent is the largest
+phase of a cold max-autotune compile on both sides (docs/findings.md). Read against
+torch 2.11 to 2.15: the tuner is serial in each.
+
+Which configs the tuner tries first is known as soon as a kernel has loaded with the one
+config it starts from: each tunable field one step either way (its first round). Those
+compiles go to Inductor's compile workers at once, which fill Triton's on-disk cache;
+when the tuner reaches one, its compile waits for that worker's, then is a cache hit.
+What the tuner tries, times and picks is untouched: only where and when a compile runs.
+A failure anywhere here loses the head start and nothing else.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+from concurrent.futures import Future
+from typing import Any
+
+log = logging.getLogger("inductor_cutedsl.compile")
+
+#: How long a tuner's compile waits for a worker compiling the same config, seconds
+#: (Triton compiles a config in about a second; a job may queue behind the others).
+#: Past it, or on any failure, the compile runs here as it would have, and this process
+#: prefetches and waits no more (``_stalled``): stuck workers cost one wait, not one a config.
+WAIT_S = 30.0
+_stalled = False
+
+
+def install() -> Any:
+    """Wrap ``CachingAutotuner.precompile`` (where a loaded kernel gets its launchers) and
+    ``_precompile_config`` (where the tuner compiles a config); returns what ``restore``
+    needs, or None where nothing was changed."""
+    try:
+        from torch._inductor.runtime import triton_heuristics
+    except ImportError:  # no Triton: nothing is tuned
+        return None
+    cls = triton_heuristics.CachingAutotuner
+    precompile = cls.__dict__.get("precompile")
+    precompile_config = cls.__dict__.get("_precompile_config")
+    if precompile is None or precompile_config is None or getattr(precompile, "prefetches", False):
+        return None
+
+    def wrapped_precompile(self: Any, *args: Any, **kwargs: Any) -> Any:
+        out = precompile(self, *args, **kwargs)
+        warm_cache_only = kwargs.get("warm_cache_only", args[0] if args else False)
+        if not warm_cache_only:  # a compile worker's own precompile: nothing is tuned there
+            try:
+                prefetch(self)
+            except Exception as exc:  # only a head start
+                log.debug("no coordinate-descent prefetch for %s: %s", _name(self), exc)
+        return out
+
+    def wrapped_precompile_config(self: Any, cfg: Any, *args: Any, **kwargs: Any) -> Any:
+        _await(self, cfg)
+        return precompile_config(self, cfg, *args, **kwargs)
+
+    wrapped_precompile.prefetches = True  # type: ignore[attr-defined]
+    cls.precompile = wrapped_precompile
+    cls._precompile_config = wrapped_precompile_config
+    return precompile, precompile_config
+
+
+def restore(originals: Any) -> None:
+    if originals is not None:
+        from torch._inductor.runtime import triton_heuristics
+
+        cls = triton_heuristics.CachingAutotuner
+        cls.precompile, cls._precompile_config = originals
+
+
+def _name(autotuner: Any) -> str:
+    return str(autotuner.inductor_meta.get("kernel_name", "a Triton kernel"))
+
+
+def will_tune(autotuner: Any) -> bool:
+    """Whether the kernel's first call will run coordinate descent from its one config
+    (the tuner's own conditions, ``CachingAutotuner.run`` and
+    ``coordinate_descent_tuning``)."""
+    from torch._inductor.runtime.hints import HeuristicType
+
+    meta = autotuner.inductor_meta
+    if not meta.get("coordinate_descent_tuning"):
+        return False
+    kind = autotuner.heuristic_type
+    if kind in (HeuristicType.TEMPLATE, HeuristicType.USER_AUTOTUNE, HeuristicType.FIXED):
+        return False
+    reductions = (HeuristicType.REDUCTION, HeuristicType.PERSISTENT_REDUCTION, HeuristicType.SPLIT_SCAN)
+    if getattr(autotuner, "deterministic_mode", False) and kind in reductions:
+        return False
+    launchers = getattr(autotuner, "launchers", None) or []
+    return len(launchers) == 1 and not getattr(launchers[0].config, "found_by_coordesc", False)
+
+
+def first_round(tuner: Any, start: Any) -> list[Any]:
+    """The configs coordinate descent tries first from ``start``: each tunable field moved
+    to each of its neighbour values, the others kept (``CoordescTuner.autotune``)."""
+    from torch._inductor.runtime.coordinate_descent_tuner import get_field, set_field
+
+    out = []
+    for name in tuner.tunable_fields:
+        value = get_field(start, name)
+        if value is None:
+            continue
+        for neighbour in tuner.get_neighbour_values(name, value):
+            cfg = copy.deepcopy(start)
+            set_field(cfg, name, neighbour)
+            if tuner.is_valid_config(cfg):
+                out.append(cfg)
+    return out
+
+
+def prefetch(autotuner: Any) -> None:
+    """Submit the compiles of the kernel's first coordinate-descent round to Inductor's
+    compile workers, where it will be tuned and they are up."""
+    if _stalled or not will_tune(autotuner) or getattr(autotuner, "_prefetched", None) is not None:
+        return
+    from torch._inductor.async_compile import AsyncCompile
+    from torch._inductor.runtime.triton_heuristics import triton_config_to_hashable
+
+    filename = autotuner.filename
+    if not filename or not os.path.exists(filename) or not AsyncCompile.use_process_pool():
+        return
+    with open(filename) as f:
+        source = f.read()
+    configs = first_round(autotuner.coordesc_tuner, autotuner.launchers[0].config)
+    pool = AsyncCompile.process_pool()
+    env, settings = worker_settings()
+    jobs: dict[Any, Future] = {}
+    for cfg in configs:
+        job = pool.submit(compile_configs, _name(autotuner), source, [cfg], env, settings)
+        jobs[triton_config_to_hashable(cfg)] = job
+    autotuner._prefetched = jobs
+    log.debug("%s: %d coordinate-descent configs compiling ahead", _name(autotuner), len(jobs))
+
+
+#: What Inductor passes its workers with each Triton compile (``AsyncCompile.triton``), so
+#: that they key and place the compile as this process would: present ones only (torch
+#: 2.11 sets each it is given).
+_WORKER_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TRITON_LIBDEVICE_PATH")
+
+
+def worker_settings() -> tuple[dict[str, str], dict[str, Any]]:
+    """(environment, Inductor settings) for a compile in the workers, as Inductor's own."""
+    from torch._inductor import async_compile
+    from torch._inductor import config as inductor_config
+
+    set_libdevice = getattr(async_compile, "_set_triton_libdevice_path", None)  # torch 2.15
+    if set_libdevice is not None:
+        set_libdevice()
+    env = {v: os.environ[v] for v in _WORKER_ENV if v in os.environ}
+    return env, {"use_static_triton_launcher": inductor_config.use_static_triton_launcher}
+
+
+def _await(autotuner: Any, cfg: Any) -> None:
+    jobs = getattr(autotuner, "_prefetched", None)
+    if not jobs:
+        return
+    from torch._inductor.runtime.triton_heuristics import triton_config_to_hashable
+
+    global _stalled
+    job = jobs.pop(triton_config_to_hashable(cfg), None)
+    if job is None or _stalled:
+        return
+    try:
+        job.result(timeout=WAIT_S)
+    except Exception as exc:  # compiled here, as it would have been
+        _stalled = True
+        jobs.clear()
+        log.warning("%s: a compile ahead of coordinate descent failed (%s); no more are made", _name(autotuner), exc)
+
+
+def compile_configs(
+    kernel_name: str, source: str, configs: list[Any], env: dict[str, str], settings: dict[str, Any]
+) -> None:
+    """In a compile worker: compile kernel ``kernel_name`` of module ``source`` for
+    ``configs`` as Inductor's workers compile a kernel (``_worker_compile_triton``), which
+    leaves them in Triton's on-disk cache."""
+    from torch._inductor.runtime.compile_tasks import _worker_compile_triton
+
+    def load() -> Any:
+        from torch._inductor.codecache import _load_triton_kernel_from_source
+
+        kernel = _load_triton_kernel_from_source(kernel_name, source)
+        kernel.configs = list(configs)
+        kernel.compile_results = []
+        return kernel
+
+    _worker_compile_triton(load, env, settings)

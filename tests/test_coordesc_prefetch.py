@@ -1,0 +1,219 @@
+"""Coordinate descent's first round compiles ahead in Inductor's compile workers
+(``compat.coordesc_prefetch``): the configs are the ones the real tuner tries first, the
+tuner's compile of each waits for its worker, and nothing is prefetched where the kernel
+will not be tuned."""
+
+from __future__ import annotations
+
+import re
+import sys
+import types
+from concurrent.futures import Future
+
+import pytest
+
+pytest.importorskip("triton")
+
+from torch._inductor.runtime import triton_heuristics as th
+from torch._inductor.runtime.coordinate_descent_tuner import CoordescTuner
+from torch._inductor.runtime.hints import HeuristicType
+from triton import Config
+
+import inductor_cutedsl
+from inductor_cutedsl.compat import coordesc_prefetch as cp
+
+META = {"coordinate_descent_tuning": True, "kernel_name": "triton_poi_fused_sin_0"}
+
+
+def tuner(size_hints: dict, meta: dict = META) -> CoordescTuner:
+    return CoordescTuner(name="k", size_hints=size_hints, inductor_meta=dict(meta))
+
+
+def tried_first(t: CoordescTuner, start: Config) -> list:
+    """The configs the real tuner tries from ``start`` when none improves on it (so it
+    stops after its first round)."""
+    seen = []
+
+    def bench(cfg) -> float:
+        seen.append(th.triton_config_to_hashable(cfg))
+        return 2.0
+
+    t.autotune(bench, start, 1.0)
+    return seen
+
+
+@pytest.mark.parametrize(
+    "size_hints,start",
+    [
+        ({"x": 1 << 20}, Config({"XBLOCK": 256}, num_warps=4, num_stages=1)),
+        ({"x": 4096, "r0_": 4096}, Config({"XBLOCK": 8, "R0_BLOCK": 128}, num_warps=8, num_stages=1)),
+        ({"x": 64}, Config({"XBLOCK": 64}, num_warps=1, num_stages=1)),
+    ],
+    ids=["pointwise", "reduction", "at-the-bounds"],
+)
+def test_the_first_round_is_what_the_tuner_tries_first(size_hints, start):
+    t = tuner(size_hints)
+    ours = [th.triton_config_to_hashable(c) for c in cp.first_round(t, start)]
+    assert ours and ours == tried_first(t, start)
+
+
+class Pool:
+    """Inductor's process pool, as far as the prefetch uses it: jobs are recorded."""
+
+    def __init__(self) -> None:
+        self.jobs: list[tuple] = []
+
+    def submit(self, fn, *args):
+        self.jobs.append((fn, args))
+        future: Future = Future()
+        future.set_result(None)
+        return future
+
+
+def autotuner(tmp_path, start: Config, **overrides) -> types.SimpleNamespace:
+    source = tmp_path / "cxyz.py"
+    source.write_text("# the kernel's module\n")
+    fields = {
+        "inductor_meta": dict(META),
+        "heuristic_type": HeuristicType.POINTWISE,
+        "deterministic_mode": False,
+        "launchers": [types.SimpleNamespace(config=start)],
+        "filename": str(source),
+        "coordesc_tuner": tuner({"x": 1 << 20}),
+    }
+    return types.SimpleNamespace(**(fields | overrides))
+
+
+@pytest.fixture
+def pool(monkeypatch):
+    from torch._inductor.async_compile import AsyncCompile
+
+    jobs = Pool()
+    monkeypatch.setattr(AsyncCompile, "use_process_pool", classmethod(lambda cls: True))
+    monkeypatch.setattr(AsyncCompile, "process_pool", staticmethod(lambda: jobs))
+    return jobs
+
+
+def test_a_kernel_to_be_tuned_has_its_first_round_submitted_and_its_compiles_wait_for_them(tmp_path, pool, monkeypatch):
+    monkeypatch.setattr(cp, "_stalled", False)
+    start = Config({"XBLOCK": 256}, num_warps=4, num_stages=1)
+    k = autotuner(tmp_path, start)
+    cp.prefetch(k)
+    first = cp.first_round(k.coordesc_tuner, start)
+    assert [args[2] for fn, args in pool.jobs] == [[c] for c in first]
+    module = (META["kernel_name"], "# the kernel's module\n")
+    assert all(fn is cp.compile_configs and args[:2] == module for fn, args in pool.jobs)
+    cp.prefetch(k)  # once per kernel
+    assert len(pool.jobs) == len(first)
+    # The tuner's compile of a prefetched config takes its job first, once.
+    waited = []
+    for key, job in k._prefetched.items():
+        job.result = lambda timeout=None, key=key: waited.append((key, timeout))
+    cp._await(k, first[0])
+    cp._await(k, first[0])
+    cp._await(k, start)  # not prefetched: nothing to wait for
+    assert waited == [(th.triton_config_to_hashable(first[0]), cp.WAIT_S)]
+
+
+def test_the_tuners_compile_waits_for_the_prefetch_before_compiling(tmp_path, monkeypatch):
+    """``_precompile_config`` as installed: the wait comes first, then the compile."""
+    order = []
+    monkeypatch.setattr(cp, "_await", lambda k, cfg: order.append("wait"))
+    k = autotuner(tmp_path, Config({"XBLOCK": 256}, num_warps=4, num_stages=1))
+    with pytest.raises(AttributeError):  # the real compile reads more than this stand-in has
+        th.CachingAutotuner._precompile_config(k, k.launchers[0].config)
+    assert order == ["wait"], "installed with the backend"
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["tuning off", "a template", "several configs", "tuned already", "deterministic reduction", "no pool", "no source"],
+)
+def test_nothing_is_prefetched_where_the_kernel_will_not_be_tuned(tmp_path, pool, monkeypatch, change):
+    start = Config({"XBLOCK": 256}, num_warps=4, num_stages=1)
+    k = autotuner(tmp_path, start)
+    if change == "tuning off":
+        k.inductor_meta["coordinate_descent_tuning"] = False
+    elif change == "a template":
+        k.heuristic_type = HeuristicType.TEMPLATE
+    elif change == "several configs":
+        k.launchers = k.launchers * 2
+    elif change == "tuned already":
+        start.found_by_coordesc = True
+    elif change == "deterministic reduction":
+        k.heuristic_type, k.deterministic_mode = HeuristicType.REDUCTION, True
+    elif change == "no pool":
+        from torch._inductor.async_compile import AsyncCompile
+
+        monkeypatch.setattr(AsyncCompile, "use_process_pool", classmethod(lambda cls: False))
+    else:
+        k.filename = str(tmp_path / "gone.py")
+    cp.prefetch(k)
+    assert pool.jobs == []
+
+
+def test_a_worker_compiles_the_kernel_of_its_source_for_the_configs_given(monkeypatch):
+    """``compile_configs`` on a real generated kernel module: the kernel it hands to
+    Inductor's worker compile is that module's, with exactly the configs given."""
+    import torch
+    from fake_hopper import fake_hopper, generated_code
+    from torch._inductor.runtime import compile_tasks
+
+    code = generated_code(lambda x: torch.sin(x) + 1, (1000,))
+    name, source = re.search(r"async_compile\.triton\('(\w+)', '''(.*?)''', device_str", code, re.S).groups()
+    handed = {}
+
+    def compile_triton(load, env, settings):
+        handed.update(kernel=load(), env=env, settings=settings)
+
+    monkeypatch.setattr(compile_tasks, "_worker_compile_triton", compile_triton)
+    from torch._inductor.runtime import triton_helpers
+
+    monkeypatch.setattr(triton_helpers, "set_driver_to_gpu", lambda: None)  # no driver here
+    cfg = Config({"XBLOCK": 512}, num_warps=8, num_stages=1)
+    with fake_hopper():  # the module's import asks Triton for its GPU backend
+        cp.compile_configs(name, source, [cfg], {"TRITON_CACHE_DIR": "/x"}, {"use_static_triton_launcher": True})
+    kernel = handed["kernel"]
+    assert isinstance(kernel, th.CachingAutotuner) and kernel.fn.__name__ == name
+    assert kernel.configs == [cfg] and kernel.compile_results == []
+    assert handed["env"] == {"TRITON_CACHE_DIR": "/x"} and handed["settings"] == {"use_static_triton_launcher": True}
+
+
+@pytest.mark.parametrize(
+    "argv,worker",
+    [
+        (["/site/torch/_inductor/compile_worker/__main__.py", "--kind=fork"], True),
+        (["train.py"], False),
+        (["/home/me/compile_worker/run.py"], False),
+        ([], False),
+    ],
+)
+def test_nothing_is_installed_in_inductors_compile_workers(monkeypatch, argv, worker):
+    monkeypatch.setattr(sys, "argv", argv)
+    monkeypatch.delenv("INDUCTOR_CUTEDSL_WORKER", raising=False)
+    assert inductor_cutedsl._in_a_compile_worker() is worker
+
+
+def test_a_stuck_or_failed_worker_stops_the_waiting_and_the_prefetching(tmp_path, pool, monkeypatch):
+    """Never worse than stock by more than one wait: after a prefetched compile fails or
+    times out, the tuner compiles here and nothing more is prefetched or waited for."""
+    monkeypatch.setattr(cp, "_stalled", False)
+    start = Config({"XBLOCK": 256}, num_warps=4, num_stages=1)
+    k = autotuner(tmp_path, start)
+    cp.prefetch(k)
+    first = cp.first_round(k.coordesc_tuner, start)
+    calls = []
+
+    def stuck(timeout=None):
+        calls.append(timeout)
+        raise TimeoutError
+
+    for job in k._prefetched.values():
+        job.result = stuck
+    cp._await(k, first[0])
+    cp._await(k, first[1])
+    assert calls == [cp.WAIT_S] and cp._stalled
+    other = autotuner(tmp_path, start)
+    submitted = len(pool.jobs)
+    cp.prefetch(other)
+    assert len(pool.jobs) == submitted
