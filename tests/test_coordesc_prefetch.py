@@ -217,3 +217,19 @@ def test_a_stuck_or_failed_worker_stops_the_waiting_and_the_prefetching(tmp_path
     submitted = len(pool.jobs)
     cp.prefetch(other)
     assert len(pool.jobs) == submitted
+
+
+def test_a_kernel_autotuned_at_its_first_call_prefetches_from_the_config_picked(tmp_path, pool, monkeypatch):
+    """Loaded with several configs, a kernel is not prefetched at load; at its first call,
+    when autotuning has left one, the tuner's entry submits that config's first round."""
+    monkeypatch.setattr(cp, "_stalled", False)
+    picked = Config({"XBLOCK": 1024}, num_warps=4, num_stages=1)
+    k = autotuner(tmp_path, Config({"XBLOCK": 256}, num_warps=4, num_stages=1))
+    k.launchers = k.launchers * 2
+    cp.prefetch(k)
+    assert pool.jobs == []
+    k.launchers = [types.SimpleNamespace(config=picked)]
+    with pytest.raises(AttributeError):  # the real tuning reads more than this stand-in has
+        th.CachingAutotuner.coordinate_descent_tuning(k, k.launchers[0])
+    first = cp.first_round(k.coordesc_tuner, picked)
+    assert [args[2] for _, args in pool.jobs] == [[c] for c in first]

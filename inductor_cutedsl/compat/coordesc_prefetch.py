@@ -44,7 +44,8 @@ def install() -> Any:
     cls = triton_heuristics.CachingAutotuner
     precompile = cls.__dict__.get("precompile")
     precompile_config = cls.__dict__.get("_precompile_config")
-    if precompile is None or precompile_config is None or getattr(precompile, "prefetches", False):
+    tuning = cls.__dict__.get("coordinate_descent_tuning")
+    if None in (precompile, precompile_config, tuning) or getattr(precompile, "prefetches", False):
         return None
 
     def wrapped_precompile(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -61,10 +62,20 @@ def install() -> Any:
         _await(self, cfg)
         return precompile_config(self, cfg, *args, **kwargs)
 
+    def wrapped_tuning(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
+        # A kernel that loaded with several configs starts from the one autotuning picked
+        # at this first call: its first round is known only now.
+        try:
+            prefetch(self)
+        except Exception as exc:  # only a head start
+            log.debug("no coordinate-descent prefetch for %s: %s", _name(self), exc)
+        return tuning(self, launcher, *args, **kwargs)
+
     wrapped_precompile.prefetches = True  # type: ignore[attr-defined]
     cls.precompile = wrapped_precompile
     cls._precompile_config = wrapped_precompile_config
-    return precompile, precompile_config
+    cls.coordinate_descent_tuning = wrapped_tuning
+    return precompile, precompile_config, tuning
 
 
 def restore(originals: Any) -> None:
@@ -72,7 +83,7 @@ def restore(originals: Any) -> None:
         from torch._inductor.runtime import triton_heuristics
 
         cls = triton_heuristics.CachingAutotuner
-        cls.precompile, cls._precompile_config = originals
+        cls.precompile, cls._precompile_config, cls.coordinate_descent_tuning = originals
 
 
 def _name(autotuner: Any) -> str:
