@@ -232,16 +232,11 @@ def artifacts_of_a_cold_machine(tmp_path, monkeypatch, configs: list, best: Conf
     cold_dir = tmp_path / "cold-machine"
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(cold_dir))
     CacheArtifactManager.clear()
-    kernel = cold_dir / "ab" / "cabcdef0123456789.py"
-    kernel.parent.mkdir(parents=True)
-    kernel.write_text("# kernel\n")
-    cache = AutotuneCache.create(META, str(kernel), th.hash_configs(configs))
-    assert cache is not None
-    cache.save(best, 1_000_000, found_by_coordesc=True)
+    kernel = cold(cold_dir, configs, best)
     saved = torch.compiler.save_cache_artifacts()
     assert saved is not None and saved[1].artifacts.get("autotune"), "the tuning was not recorded"
     shutil.rmtree(cold_dir)
-    return str(kernel), saved[0]
+    return kernel, saved[0]
 
 
 @pytest.mark.parametrize("compiled", ["one config", "several"])
