@@ -233,3 +233,16 @@ def test_a_kernel_autotuned_at_its_first_call_prefetches_from_the_config_picked(
         th.CachingAutotuner.coordinate_descent_tuning(k, k.launchers[0])
     first = cp.first_round(k.coordesc_tuner, picked)
     assert [args[2] for _, args in pool.jobs] == [[c] for c in first]
+
+
+def test_a_config_that_does_not_compile_is_no_failure_of_its_job(monkeypatch):
+    """Coordinate descent meets configs that need too many registers; the tuner skips
+    them. Their job ends quietly, so that prefetching goes on (only a stuck or broken
+    worker stops it)."""
+    from torch._inductor.runtime import compile_tasks
+
+    def out_of_resources(load, env, settings):
+        raise RuntimeError("No valid triton configs. OutOfResources: out of resource: shared memory")
+
+    monkeypatch.setattr(compile_tasks, "_worker_compile_triton", out_of_resources)
+    assert cp.compile_configs("k", "# module\n", [Config({"XBLOCK": 4096}, num_warps=32)], {}, {}) is None
