@@ -52,10 +52,7 @@ def install() -> Any:
         out = precompile(self, *args, **kwargs)
         warm_cache_only = kwargs.get("warm_cache_only", args[0] if args else False)
         if not warm_cache_only:  # a compile worker's own precompile: nothing is tuned there
-            try:
-                prefetch(self)
-            except Exception as exc:  # only a head start
-                log.debug("no coordinate-descent prefetch for %s: %s", _name(self), exc)
+            _try_prefetch(self)
         return out
 
     def wrapped_precompile_config(self: Any, cfg: Any, *args: Any, **kwargs: Any) -> Any:
@@ -65,10 +62,7 @@ def install() -> Any:
     def wrapped_tuning(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
         # A kernel that loaded with several configs starts from the one autotuning picked
         # at this first call: its first round is known only now.
-        try:
-            prefetch(self)
-        except Exception as exc:  # only a head start
-            log.debug("no coordinate-descent prefetch for %s: %s", _name(self), exc)
+        _try_prefetch(self)
         return tuning(self, launcher, *args, **kwargs)
 
     wrapped_precompile.prefetches = True  # type: ignore[attr-defined]
@@ -84,6 +78,13 @@ def restore(originals: Any) -> None:
 
         cls = triton_heuristics.CachingAutotuner
         cls.precompile, cls._precompile_config, cls.coordinate_descent_tuning = originals
+
+
+def _try_prefetch(autotuner: Any) -> None:
+    try:
+        prefetch(autotuner)
+    except Exception as exc:  # only a head start
+        log.debug("no coordinate-descent prefetch for %s: %s", _name(autotuner), exc)
 
 
 def _name(autotuner: Any) -> str:

@@ -64,8 +64,9 @@ class GraphDecisions:
     measured: dict = dataclasses.field(default_factory=dict)
     #: The ``decision_key``s (and ``untimed_key``s) early work was started for.
     started: set = dataclasses.field(default_factory=set)
-    #: The GEMMs whose early work that needs timings was started, by buffer name.
-    timed_started: set = dataclasses.field(default_factory=set)
+    #: Undecided GEMMs (their template nodes) not autotuned when early work started: the
+    #: part of it that needs timings waits for them (``_start_timed``).
+    awaiting_timings: list = dataclasses.field(default_factory=list)
 
 
 _graphs: weakref.WeakKeyDictionary[Any, GraphDecisions] = weakref.WeakKeyDictionary()
@@ -282,39 +283,44 @@ def start_fused_builds(scheduler: Any) -> None:
     if state.builds_started:
         return
     state.builds_started = True
-    _start_early(scheduler, state, timed_only=False)
+    for node in scheduler.nodes:
+        template = undecided_multi_template(node)
+        if template is not None:
+            if not ir_access.timings_ready(template.node):
+                state.awaiting_timings.append(template)
+            _start_for(scheduler, state, template)
 
 
 def _start_timed(scheduler: Any) -> None:
-    """After a decision: the early work that needs timings, for the undecided GEMMs
-    that have them now (autotuned meanwhile), once each. Their timings are read, not
-    made: no GEMM is autotuned here ahead of its own decision."""
+    """After a decision: the early work that needs timings, for the GEMMs that waited for
+    them and have them now (autotuned meanwhile), once each; those fused or decided
+    meanwhile need none. Their timings are read, not made: no GEMM is autotuned here
+    ahead of its own decision."""
     state = graph_decisions()
-    if state.builds_started:
-        _start_early(scheduler, state, timed_only=True)
+    waiting = []
+    for template in state.awaiting_timings:
+        if scheduler.name_to_fused_node.get(template.get_name()) is not template:
+            continue  # something was fused into it
+        if undecided_multi_template(template) is None:
+            continue
+        if ir_access.timings_ready(template.node):
+            _start_for(scheduler, state, template)
+        else:
+            waiting.append(template)
+    state.awaiting_timings = waiting
 
 
-def _start_early(scheduler: Any, state: GraphDecisions, timed_only: bool) -> None:
-    for node in scheduler.nodes:
-        template = undecided_multi_template(node)
-        if template is None:
-            continue
-        name = template.get_name()
-        ready = ir_access.timings_ready(template.node)
-        if ready and name in state.timed_started:
-            continue
-        if timed_only and not ready:
-            continue
-        if ready:
-            state.timed_started.add(name)
-        for consumer in consumers(template).values():
-            try:
-                chain = epilogue_chain(template, consumer)
-                tr = translate_chain(scheduler, template, chain)
-                triton = codegen.stock_pairs(scheduler, template, consumer)
-                selection.start_fused_build(scheduler, template, tr, chain, triton, state.early_modules, state.started)
-            except Exception as exc:  # only a head start: the decision builds what it needs
-                log.debug("no early build for %s + %s: %s", name, consumer.get_name(), exc)
+def _start_for(scheduler: Any, state: GraphDecisions, template: Any) -> None:
+    """``selection.start_fused_build`` for each consumer of ``template`` whose chain
+    translates."""
+    for consumer in consumers(template).values():
+        try:
+            chain = epilogue_chain(template, consumer)
+            tr = translate_chain(scheduler, template, chain)
+            triton = codegen.stock_pairs(scheduler, template, consumer)
+            selection.start_fused_build(scheduler, template, tr, chain, triton, state.early_modules, state.started)
+        except Exception as exc:  # only a head start: the decision builds what it needs
+            log.debug("no early build for %s + %s: %s", template.get_name(), consumer.get_name(), exc)
 
 
 def _decide(scheduler: Any, template: Any, node1: Any, node2: Any) -> None:
@@ -344,7 +350,10 @@ def _decide(scheduler: Any, template: Any, node1: Any, node2: Any) -> None:
         fallback("fusion decision", f"{buffer.get_name()} + {node2.get_name()}", exc, log)
         decision = None
     state.ways[buffer.get_name()] = decision
-    _start_timed(scheduler)
+    try:
+        _start_timed(scheduler)
+    except Exception as exc:  # only a head start: each decision builds what it needs
+        log.debug("no early work after deciding %s: %s", buffer.get_name(), exc)
 
 
 def unfused_consumers(scheduler: Any, template: Any, epilogue_nodes: Sequence[Any]) -> dict[str, str]:
