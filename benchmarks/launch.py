@@ -178,10 +178,9 @@ def breakdown(m: int, n: int, k: int, op: str, tensors: tuple, args: argparse.Na
     launch, stream = launcher(spec), torch.cuda.current_stream().cuda_stream
     launch(a, b, out, stream=stream)  # the first launch of a thread sets up the fast path
     torch.cuda.synchronize()
-    _, _, packed, capi, _ = get_gemm(spec).call._tls.state
     fns = {
         "launcher": lambda: launch(a, b, out, stream=stream),
-        "c_entry": lambda: capi(packed),
+        "c_entry": get_gemm(spec).call.repeat_last(),
         "torch_mm": lambda: torch.mm(a, b, out=out),
     }
     for fn in fns.values():

@@ -248,7 +248,7 @@ def assert_entry_takes(spec: KernelSpec, values: list, tmp_path) -> None:
     from inductor_cutedsl.runtime.launch import CompiledGemm
 
     path, _ = build(spec, KernelCache(tmp_path))
-    call = CompiledGemm(spec, str(path)).call
+    call = CompiledGemm(spec, str(path), native_load=False).call  # the DSL path: its marshalling
     dsl_args = call._to_dsl_args(values)  # exe_args point into these: keep them alive
     exe_args, _ = call._fn.generate_execution_args(*dsl_args)
     assert len(exe_args) == len(values)

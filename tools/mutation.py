@@ -452,6 +452,22 @@ BUGS = [
         "a static autotuner looks for its carried tuning under the compiling machine's cache directory",
     ),
     Bug(
+        "native-run-without-result-slot",
+        "inductor_cutedsl/runtime/native.py",
+        "self.kernel.run, self.kernel.function, self._n + 1)",
+        "self.kernel.run, self.kernel.function, self._n)",
+        ("tests/test_native.py",),
+        "the runtime is told one argument fewer than the entry's parameters and result slot",
+    ),
+    Bug(
+        "native-slots-shared-by-threads",
+        "inductor_cutedsl/runtime/native.py",
+        "        self._tls = threading.local()",
+        '        self._tls = type("Shared", (), {})()',
+        ("tests/test_native.py",),
+        "threads launching one kernel pack their arguments into the same slots",
+    ),
+    Bug(
         "early-start-forces-autotuning",
         "inductor_cutedsl/scheduler/selection.py",
         "    if not ir_access.timings_ready(template.node):",

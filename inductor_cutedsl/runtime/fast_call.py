@@ -23,8 +23,8 @@ log = logging.getLogger("inductor_cutedsl.launch")
 # Slot kinds, in the order of the entry's parameters.
 PTR, I32, I64, F32 = "ptr", "i32", "i64", "f32"
 # Each kind's bytes in its 8-byte slot (little-endian, as the host ABI reads them).
-_FORMATS = {PTR: "Q", I32: "i4x", I64: "q", F32: "f4x"}
-_SLOT = 8
+FORMATS = {PTR: "Q", I32: "i4x", I64: "q", F32: "f4x"}
+SLOT = 8
 
 
 class FastCaller:
@@ -33,7 +33,7 @@ class FastCaller:
     def __init__(self, fn: Any, kinds: Sequence[str], to_dsl_args) -> None:
         self._fn = fn
         self._kinds = list(kinds)
-        self._layout = struct.Struct("<" + "".join(_FORMATS[k] for k in self._kinds))
+        self._layout = struct.Struct("<" + "".join(FORMATS[k] for k in self._kinds))
         self._to_dsl_args = to_dsl_args  # plain values -> DSL objects, for the generic path
         self._tls = threading.local()
         self._generic_only = False
@@ -48,6 +48,11 @@ class FastCaller:
         capi(packed)
         if result is not None and result.value != 0:
             raise RuntimeError(f"CuTe DSL kernel launch failed with CUDA error {result.value}")
+
+    def repeat_last(self) -> Any:
+        """The C call alone, on this thread's last arguments (a launch benchmark's floor)."""
+        _, _, packed, capi, _ = self._tls.state
+        return lambda: capi(packed)
 
     def _generic_call(self, values) -> None:
         # exe_args holds raw addresses into these objects: keep them alive until the call returns.
@@ -66,14 +71,14 @@ class FastCaller:
         if executor is None or len(exe_args) != len(self._kinds):
             log.warning("fast launch path unavailable (DSL argument layout changed)")
             return None
-        buffer = ctypes.create_string_buffer(_SLOT * len(self._kinds))
+        buffer = ctypes.create_string_buffer(SLOT * len(self._kinds))
         self._layout.pack_into(buffer, 0, *values)
         base = ctypes.addressof(buffer)
         for i, arg in enumerate(exe_args):
             addr = (arg.value or 0) if isinstance(arg, ctypes.c_void_p) else int(arg)
             size = 4 if self._kinds[i] in (I32, F32) else 8
             theirs = ctypes.string_at(addr, size)
-            if theirs != ctypes.string_at(base + _SLOT * i, size):
+            if theirs != ctypes.string_at(base + SLOT * i, size):
                 log.warning(
                     "fast launch path unavailable: argument %d (%s) marshals as %s, not %r",
                     i,
@@ -86,7 +91,7 @@ class FastCaller:
         n = len(self._kinds) + executor._num_extra_args
         packed = (ctypes.c_void_p * n)()
         for i in range(len(self._kinds)):
-            packed[i] = base + _SLOT * i
+            packed[i] = base + SLOT * i
         for i in range(len(self._kinds), n):
             packed[i] = dsl_packed[i]
         return buffer, packed, executor.capi_func, executor.cuda_result

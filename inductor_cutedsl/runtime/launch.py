@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import threading
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from ..kernels.config import (
     shortlist,
 )
 from ..kernels.epilogue import GATED_ACTIVATIONS, IDENTITY, Epilogue, gated, scaled
+from . import native
 from .cache import KernelCache, default_cache
 from .compiler import build
 from .fast_call import F32, I32, I64, PTR, FastCaller
@@ -49,16 +51,24 @@ from .support import (
     type_reason,
 )
 
+log = logging.getLogger("inductor_cutedsl.launch")
+
 _memo: dict[str, CompiledGemm] = {}
 _memo_lock = threading.Lock()
 
 
 @functools.cache
 def max_active_clusters(cluster_size: int, device_index: int) -> int:
-    """Clusters resident at once on the device (queried once per process)."""
-    import cutlass.utils
-
+    """Clusters resident at once on the device (queried once per process and size),
+    asked of the driver directly (``native.resident_clusters``); through the DSL only
+    where that fails."""
     with torch.cuda.device(device_index):
+        try:
+            return native.resident_clusters(cluster_size)
+        except Exception as exc:
+            log.debug("resident clusters through the DSL: %s", exc)
+        import cutlass.utils
+
         return cutlass.utils.HardwareInfo().get_max_active_clusters(cluster_size)
 
 
@@ -66,35 +76,48 @@ def _batch_stride(t: torch.Tensor, rows: int, ld: int) -> int:
     return t.stride(0) if t.dim() == 3 else single_batch_stride(rows, ld, t.element_size())
 
 
+def entry_kinds(spec: KernelSpec) -> list[str]:
+    """The kind (``fast_call``'s) of each parameter of ``spec``'s exported entry (see
+    ``Sm90Gemm.make_entry``), in order."""
+    kinds = [PTR, PTR, PTR, I32, I32, I32, I32, I64, I64, I64, I64, I64, I64, I32]
+    if spec.dual:  # the up weight: pointer, leading and batch strides
+        kinds += [PTR, I64, I64]
+    if spec.config.stream_k:  # partial sums (fp32) and flags (int32)
+        kinds += [PTR, PTR]
+    for op in spec.epilogue.operands:
+        kinds += [PTR, I64, I64, I64] if op.is_tensor else [F32]
+    kinds.append(PTR)  # stream
+    return kinds
+
+
 def entry_signature(spec: KernelSpec) -> tuple[list[str], dict[int, tuple[Any, int]]]:
-    """The parameters of ``spec``'s exported entry (see ``Sm90Gemm.make_entry``): each
-    one's kind for the fast path, and for each pointer its DSL element type and
-    alignment in bytes for the generic one. The types come from the kernels' own table
+    """``entry_kinds``, and for each pointer its DSL element type and alignment in bytes,
+    for the DSL's generic call. The types come from the kernels' own table
     (``kernels.dtypes``): a pointer typed apart from the kernel's operand would be read
     as another format."""
     import cutlass
 
     from ..kernels.dtypes import DSL_TYPES as dt
 
-    kinds = [PTR, PTR, PTR, I32, I32, I32, I32, I64, I64, I64, I64, I64, I64, I32]
+    kinds = entry_kinds(spec)
     ptr_types = {
         0: (dt[spec.ab_dtype], ALIGNMENT),
         1: (dt[spec.ab_dtype], ALIGNMENT),
         2: (dt[spec.out_dtype], ALIGNMENT),
     }
-    if spec.dual:  # the up weight: pointer, leading and batch strides
-        ptr_types[len(kinds)] = (dt[spec.ab_dtype], ALIGNMENT)
-        kinds += [PTR, I64, I64]
-    if spec.config.stream_k:  # partial sums (fp32) and flags (int32)
-        ptr_types.update({len(kinds): (cutlass.Float32, 16), len(kinds) + 1: (cutlass.Int32, 4)})
-        kinds += [PTR, PTR]
+    i = 14
+    if spec.dual:
+        ptr_types[i] = (dt[spec.ab_dtype], ALIGNMENT)
+        i += 3
+    if spec.config.stream_k:
+        ptr_types.update({i: (cutlass.Float32, 16), i + 1: (cutlass.Int32, 4)})
+        i += 2
     for op in spec.epilogue.operands:
         if op.is_tensor:
-            ptr_types[len(kinds)] = (dt[op.dtype], op.align_bytes)
-            kinds += [PTR, I64, I64, I64]
+            ptr_types[i] = (dt[op.dtype], op.align_bytes)
+            i += 4
         else:
-            kinds.append(F32)
-    kinds.append(PTR)  # stream
+            i += 1
     return kinds, ptr_types
 
 
@@ -102,11 +125,23 @@ class CompiledGemm:
     """A loaded kernel: ``gemm(a, b, out, *operands)`` writes ``out``; a dual kernel's
     (``KernelSpec.dual``) ``b`` is the gate weight, and ``b_up`` the up weight."""
 
-    def __init__(self, spec: KernelSpec, object_path: str) -> None:
+    def __init__(self, spec: KernelSpec, object_path: str, native_load: bool = True) -> None:
+        """Load ``object_path`` through the DSL's runtime library (``native``), else,
+        where that fails or ``native_load`` is off, through the DSL itself."""
+        self.spec = spec
+        self.native = False
+        if native_load and torch.cuda.is_available():  # the runtime needs a device to load on
+            try:
+                kernel = native.NativeKernel(Path(object_path).read_bytes(), spec.symbol())
+            except (native.NativeLoadError, OSError) as exc:
+                log.info("loading %s through the DSL: %s", spec.describe(), exc)
+            else:
+                self.call: Any = native.NativeCaller(kernel, entry_kinds(spec))
+                self.native = True
+                return
         import cuda.bindings.driver as cuda
         import cutlass.cute as cute
 
-        self.spec = spec
         self._module = cute.runtime.load_module(str(object_path))
         kinds, ptr_types = entry_signature(spec)
         make_ptr, gmem = cute.runtime.make_ptr, cute.AddressSpace.gmem
