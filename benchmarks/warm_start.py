@@ -12,6 +12,13 @@ ours) and per pair, twice in fresh processes:
   (``load_cache_artifacts()``), as on another machine; the load's seconds are reported
   beside the compile's (``load_s``), not in it.
 
+With ``--artifacts-dir DIR`` each cold compile's artifacts and report are kept in DIR,
+stamped with the code they came from (our sources' digest, torch's version); a later run
+given the same DIR takes a cold compile from there instead of running it again, where
+the stamp matches, and runs only the warm one: more warm pairs for the device time
+(``--pairs 3 --resume`` over the same DIR adds warm starts to the cold compiles kept).
+A reused cold report says so (``reused``).
+
 The sides alternate order between pairs. Figures, medians per row:
 ``warm_start_ratio_vs_stock`` = ours warm / fair stock warm; ``warm_start_ratio_vs_cold``
 = ours warm / ours cold; ``warm_start_cutedsl_builds`` = the CuteDSL kernels ours' warm
@@ -58,6 +65,35 @@ def pending(entries: list[tuple[BlockId, str, int]], runs: dict) -> list[tuple[B
     """``entries`` less those an earlier result (``runs``: {row: {side: {start: [report]}}})
     holds a warm report for."""
     return [(b, s, i) for b, s, i in entries if len(runs.get(b.name, {}).get(s, {}).get("warm", [])) <= i]
+
+
+def code_stamp() -> dict:
+    """What a kept cold compile's artifacts depend on: our sources (as Inductor's cache
+    keys see them) and torch."""
+    import torch
+
+    from inductor_cutedsl.config import cache_key
+
+    return {"ours": cache_key()[1], "torch": torch.__version__}
+
+
+def kept_cold(store: str, bid: BlockId, side: str, i: int, stamp: dict) -> tuple[str, dict | None]:
+    """(the artifacts path of this cold compile in ``store``, its kept report or None:
+    none kept, or kept from other code)."""
+    base = os.path.join(store, f"{bid.name.replace(':', '_')}-{side}-{i}")
+    try:
+        with open(base + ".json") as f:
+            kept = json.load(f)
+    except (OSError, ValueError):
+        return base + ".artifacts", None
+    if kept.get("stamp") != stamp or not os.path.exists(base + ".artifacts"):
+        return base + ".artifacts", None
+    return base + ".artifacts", {**kept["report"], "reused": True}
+
+
+def keep_cold(blob: str, report: dict, stamp: dict) -> None:
+    with open(blob[: -len(".artifacts")] + ".json", "w") as f:
+        json.dump({"stamp": stamp, "report": report}, f)
 
 
 def row_summary(name: str, runs: dict) -> dict:
@@ -117,6 +153,10 @@ def run(args: argparse.Namespace, info: dict) -> dict:
         return summarize(rows, {**info, "mode": args.mode, "pairs": args.pairs})
 
     start, longest, left = time.perf_counter(), 0.0, []
+    store = args.artifacts_dir
+    stamp = code_stamp() if store else {}
+    if store:
+        os.makedirs(store, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="warm-start-", ignore_cleanup_errors=True) as root:
         caches = Caches(root)
         for bid, side, i in todo:
@@ -124,9 +164,17 @@ def run(args: argparse.Namespace, info: dict) -> dict:
                 left.append(f"{bid.name} {side} #{i + 1}")
                 continue
             t0 = time.perf_counter()
-            blob = os.path.join(root, f"{bid.name}-{side}-{i}.artifacts")
-            reports = {}
+            reports: dict = {}
+            if store:
+                blob, kept = kept_cold(store, bid, side, i, stamp)
+                if kept is not None:
+                    reports["cold"] = kept
+                    print(f"== {bid.name} {side} cold #{i + 1}: kept from an earlier run", flush=True)
+            else:
+                blob = os.path.join(root, f"{bid.name}-{side}-{i}.artifacts")
             for kind in STARTS:
+                if kind in reports:
+                    continue
                 dirs = caches.fresh()
                 print(f"== {bid.name} {side} {kind} #{i + 1}", flush=True)
                 reports[kind] = run_child(
@@ -146,7 +194,11 @@ def run(args: argparse.Namespace, info: dict) -> dict:
                     + (f", artifacts loaded in {r['load_s']} s" if "load_s" in r else ""),
                     flush=True,
                 )
-            os.unlink(blob)
+            if store:
+                if not reports["cold"].get("reused"):
+                    keep_cold(blob, reports["cold"], stamp)
+            else:
+                os.unlink(blob)
             longest = max(longest, time.perf_counter() - t0)
             for kind, report in reports.items():
                 runs.setdefault(bid.name, {}).setdefault(side, {}).setdefault(kind, []).append(report)
@@ -157,6 +209,11 @@ def run(args: argparse.Namespace, info: dict) -> dict:
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_options(ap, 1, "cold and warm compiles of each side per row")
+    ap.add_argument(
+        "--artifacts-dir",
+        metavar="DIR",
+        help="keep each cold compile's artifacts and report in DIR, and take them from there when the code is the same",
+    )
     return ap
 
 

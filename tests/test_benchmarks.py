@@ -633,6 +633,72 @@ def test_a_warm_start_loads_what_the_cold_compile_of_its_side_saved(monkeypatch,
     assert seen == [] and again["rows"] == result["rows"]
 
 
+def test_kept_cold_compiles_feed_later_warm_starts_only_from_the_same_code(monkeypatch, tmp_path):
+    """With --artifacts-dir, a first run keeps each cold compile's artifacts and report;
+    a second run with more pairs runs only the new pairs' cold compiles, feeds every warm
+    start from the artifacts of its own side and pair (kept or new), and marks the kept
+    reports; once our sources' digest changes, nothing kept is used."""
+    from benchmarks import warm_start
+
+    calls: list[tuple[str, str, str]] = []
+
+    def json_process(args, env, timeout):
+        spec = args[args.index("--child") + 1]
+        side = spec.rsplit(":", 1)[1]
+        if "--artifacts-out" in args:
+            out = args[args.index("--artifacts-out") + 1]
+            Path(out).write_text(f"{spec} cold {len(calls)}")
+            calls.append((spec, "cold", out))
+            return _report(30.0 if side == "ours" else 20.0, 4 if side == "ours" else 0)
+        blob = args[args.index("--artifacts-in") + 1]
+        calls.append((spec, "warm", Path(blob).read_text()))
+        return {**_report(6.0 if side == "ours" else 5.0, 0), "load_s": 0.5}
+
+    monkeypatch.setattr(compile_bench, "json_process", json_process)
+    stamp = {"ours": "digest-1", "torch": "t"}
+    monkeypatch.setattr(warm_start, "code_stamp", lambda: stamp)
+    store, out = tmp_path / "kept", tmp_path / "warm.json"
+    argv = ["--rows", "gpt2:small", "--json", str(out), "--artifacts-dir", str(store)]
+    warm_start.run(warm_start.parser().parse_args([*argv, "--pairs", "1"]), {"device": "fake"})
+    first = list(calls)
+    assert [kind for _, kind, _ in first] == ["cold", "warm"] * 2
+    made = {spec: text for spec, kind, text in [(s, k, Path(b).read_text()) for s, k, b in first if k == "cold"]}
+    calls.clear()
+    result = warm_start.run(
+        warm_start.parser().parse_args([*argv, "--pairs", "2", "--resume", str(out)]), {"device": "fake"}
+    )
+    # Pair 2 only: its cold compiles run (ours first in the second pair); its warm starts
+    # load what those just saved, not pair 1's kept artifacts.
+    assert [(s.rsplit(":", 1)[1], k) for s, k, _ in calls] == [
+        ("ours", "cold"),
+        ("ours", "warm"),
+        ("fair_stock", "cold"),
+        ("fair_stock", "warm"),
+    ]
+    assert all(text.split()[0] == spec and " cold " in text for spec, k, text in calls if k == "warm")
+    assert all(text not in made.values() for _, k, text in calls if k == "warm")
+    runs = result["rows"][0]["runs"]
+    assert all(len(runs[side]["warm"]) == 2 for side in ("ours", "fair_stock"))
+    # A third run over a fresh result: pair 1's cold compiles come from the store.
+    calls.clear()
+    again = warm_start.run(
+        warm_start.parser().parse_args([*argv, "--pairs", "1", "--json", str(tmp_path / "w2.json")]),
+        {"device": "fake"},
+    )
+    assert [k for _, k, _ in calls] == ["warm", "warm"]
+    assert sorted(text for _, _, text in calls) == sorted(made.values())
+    assert all(r.get("reused") for side in ("ours", "fair_stock") for r in again["rows"][0]["runs"][side]["cold"])
+    assert again["rows"][0]["median_compile_s"]["ours"]["cold"] == 30.0
+    # Other code: the kept compiles are not used.
+    stamp = {"ours": "digest-2", "torch": "t"}
+    calls.clear()
+    warm_start.run(
+        warm_start.parser().parse_args([*argv, "--pairs", "1", "--json", str(tmp_path / "w3.json")]),
+        {"device": "fake"},
+    )
+    assert [k for _, k, _ in calls] == ["cold", "warm"] * 2
+
+
 # --- benchmarks/decode.py ---------------------------------------------------------------
 
 
