@@ -183,6 +183,7 @@ def run(args: argparse.Namespace, info: dict) -> dict:
                     side,
                     dirs,
                     args.timeout,
+                    sample=args.sample if kind == "warm" else None,
                     artifacts_out=blob if kind == "cold" else None,
                     artifacts_in=blob if kind == "warm" else None,
                 )
@@ -213,6 +214,12 @@ def parser() -> argparse.ArgumentParser:
         "--artifacts-dir",
         metavar="DIR",
         help="keep each cold compile's artifacts and report in DIR, and take them from there when the code is the same",
+    )
+    ap.add_argument(
+        "--sample",
+        metavar="PATH",
+        help="sample each warm child's compiling thread (wall_sampler): reports appended to PATH, folded "
+        "stacks to PATH.folded.gz",
     )
     return ap
 

@@ -699,6 +699,24 @@ def test_kept_cold_compiles_feed_later_warm_starts_only_from_the_same_code(monke
     assert [k for _, k, _ in calls] == ["cold", "warm"] * 2
 
 
+def test_a_sampled_warm_start_samples_the_warm_children_only(monkeypatch, tmp_path):
+    from benchmarks import warm_start
+
+    sampled = []
+
+    def json_process(args, env, timeout):
+        warm = "--artifacts-in" in args
+        if not warm:
+            Path(args[args.index("--artifacts-out") + 1]).write_text("blob")
+        sampled.append((warm, args[args.index("--sample") + 1] if "--sample" in args else None))
+        return {**_report(5.0, 0), **({"load_s": 0.1} if warm else {})}
+
+    monkeypatch.setattr(compile_bench, "json_process", json_process)
+    path = str(tmp_path / "samples.txt")
+    warm_start.run(warm_start.parser().parse_args(["--rows", "gpt2:small", "--sample", path]), {"device": "fake"})
+    assert sampled == [(False, None), (True, path)] * 2
+
+
 # --- benchmarks/decode.py ---------------------------------------------------------------
 
 
