@@ -211,3 +211,24 @@ def test_a_lazy_stand_in_imports_its_module_at_first_use_only(tmp_path, monkeypa
     assert stand_in.VALUE == 7 and "icd_lazy_probe" in sys.modules
     stand_in.VALUE = 8  # writes go to the module
     assert sys.modules["icd_lazy_probe"].VALUE == 8 and attr.real == 8  # an attribute's stand-in: the int itself
+
+
+def test_compiling_a_graph_with_our_gemm_imports_no_dsl_in_the_compiling_process():
+    """The DSL runs in our compile workers; the compiling process lowers, decides and
+    generates code without it, and loads kernels through the DSL's runtime library
+    (``runtime.native``): its import (0.4-0.6 s) is no part of a compile. A fake-Hopper
+    compile (``fake_hopper``: our candidates built for sm_90a in the workers, fused
+    epilogue included) in a fresh interpreter."""
+    done = _run("""
+        import json, sys
+        sys.path.insert(0, "tests")
+        import torch
+        import inductor_cutedsl
+        from fake_hopper import generated_code
+        code = generated_code(lambda x, w: torch.relu(x @ w.t()), (256, 512), (1024, 512))
+        print(json.dumps({"ours": "inductor_cutedsl" in code,
+                          "dsl": sorted(m for m in sys.modules if m.split(".")[0] == "cutlass")}))
+    """)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen == {"ours": True, "dsl": []}

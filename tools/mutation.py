@@ -468,6 +468,14 @@ BUGS = [
         "threads launching one kernel pack their arguments into the same slots",
     ),
     Bug(
+        "compiling-process-imports-the-dsl",
+        "inductor_cutedsl/runtime/launch.py",
+        "from . import native\n",
+        "from . import native\nimport cutlass.cute  # noqa: F401\n",
+        ("tests/test_import_time.py",),
+        "the compiling process imports the DSL with our launch module",
+    ),
+    Bug(
         "early-start-forces-autotuning",
         "inductor_cutedsl/scheduler/selection.py",
         "    if not ir_access.timings_ready(template.node):",
