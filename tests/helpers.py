@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
+import subprocess
+import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -197,3 +201,18 @@ class RaceLog:
         asked = {pid for pid, event, k in events[:end] if event == "wait" and k == key and pid != builder}
         held_after = {pid for pid, event, k in events[end:] if event == "got" and k == key}
         return builder, asked & held_after
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def fresh_json(code: str, timeout: float = 300, **env: str) -> dict:
+    """``code`` (dedented) run in a fresh interpreter from the repository root, with the
+    repository on its path and ``env`` added: the JSON its last line prints. For what a
+    test process cannot show itself (which modules a process imports, a first load)."""
+    full_env = {**os.environ, **env}
+    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    cmd = [sys.executable, "-c", textwrap.dedent(code)]
+    done = subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])

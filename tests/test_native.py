@@ -9,17 +9,14 @@ slot, then the CUDA result). Launching needs the GPU (``test_native_gpu.py``).
 from __future__ import annotations
 
 import ctypes
-import json
 import os
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import fresh_json
 
 from inductor_cutedsl.kernels import GemmConfig
 from inductor_cutedsl.kernels import epilogue as E
@@ -28,32 +25,14 @@ from inductor_cutedsl.runtime.compiler import build
 from inductor_cutedsl.runtime.fast_call import F32, I32, I64, PTR
 from inductor_cutedsl.runtime.launch import entry_kinds, entry_signature
 
-ROOT = Path(__file__).resolve().parents[1]
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="shows the runtime's answer without a device")
-
-
-def _fresh(code: str, **env: str) -> dict:
-    """``code`` run in a fresh interpreter (this one may have imported the DSL); the JSON
-    its last line prints."""
-    full_env = {**os.environ, **env}
-    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        cwd=ROOT,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def test_the_runtime_library_is_the_dsls_own_choice_found_without_importing_it():
     """Found in a fresh interpreter without the DSL, then again once the DSL is imported
     (its own ``find_runtime_libraries``): the same file, and the first search imported
     nothing of the DSL."""
-    out = _fresh(
+    out = fresh_json(
         """
         import json, sys
         from inductor_cutedsl.runtime import native
@@ -73,7 +52,7 @@ def test_the_runtime_library_is_the_dsls_own_choice_found_without_importing_it()
 def test_cute_dsl_libs_names_the_runtime_library(tmp_path):
     fake = tmp_path / native.RUNTIME_LIB
     fake.write_bytes(b"")
-    out = _fresh(
+    out = fresh_json(
         """
         import json
         from inductor_cutedsl.runtime import native
@@ -124,7 +103,7 @@ def test_loading_through_the_runtime_imports_nothing_of_the_dsl(built, tmp_path)
     spec, data = built
     obj = tmp_path / "k.o"
     obj.write_bytes(data)
-    out = _fresh(
+    out = fresh_json(
         f"""
         import json, sys
         from inductor_cutedsl.runtime import native
