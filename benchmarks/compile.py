@@ -263,13 +263,18 @@ class AutotuneLog:
 
 
 def our_config(choice) -> str | None:
-    """Our candidate's kernel config name (its place in the shortlist is its place among
-    the GEMM's choices), None for another backend's choice."""
+    """A timed choice's config: our candidate's kernel config name (its place in the
+    shortlist is its place among the GEMM's choices), a Triton template's description
+    (its block sizes, stages and warps: what a pruning of Triton's choices would key
+    on), None for another backend's choice."""
     candidate = getattr(choice, "candidate", None)
     try:
-        return candidate.spec.config.name() if candidate is not None else None
+        if candidate is not None:
+            return candidate.spec.config.name()
     except AttributeError:
         return None
+    description = getattr(choice, "description", None)
+    return str(description) if description and choice_kind(choice) == "triton" else None
 
 
 def choice_kind(choice) -> str:

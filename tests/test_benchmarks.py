@@ -924,3 +924,23 @@ def test_the_ratio_less_coordinate_descent_takes_each_compiles_tuning_out():
     row = compile_bench.row_summary("gpt2:small:inference", {compile_bench.FAIR_STOCK: stock, compile_bench.OURS: ours})
     assert row["compile_ratio_less_coordesc"] == round(24.5 / 21.0, 4)
     assert compile_bench.median_less_coordesc([]) is None
+
+
+def test_the_autotune_log_names_each_choices_config():
+    """Ours by config name, a Triton template by its description (block sizes, stages,
+    warps: what a pruning of Triton's choices keys on), an ATen choice by none."""
+    from inductor_cutedsl.kernels import GemmConfig
+
+    class TritonTemplateCaller:
+        description = "BLOCK_M=128, BLOCK_N=64, BLOCK_K=64, num_stages=4, num_warps=4"
+
+    class ExternKernelCaller:
+        description = "mm"
+
+    class CuteDSLGemmCaller:
+        candidate = types.SimpleNamespace(spec=types.SimpleNamespace(config=GemmConfig(128, 64, 1, 1)))
+
+    assert compile_bench.our_config(TritonTemplateCaller()) == TritonTemplateCaller.description
+    assert compile_bench.our_config(ExternKernelCaller()) is None
+    assert compile_bench.our_config(CuteDSLGemmCaller()) == GemmConfig(128, 64, 1, 1).name()
+    assert [compile_bench.choice_kind(c()) for c in (TritonTemplateCaller, ExternKernelCaller)] == ["triton", "aten"]
