@@ -104,6 +104,7 @@ SETTINGS: dict[str, Setting] = {
     "shared_cache": Setting(False, parse_bool, bool, "load kernels from a cache directory others may write"),
     "persist_decisions": Setting(True, parse_bool, bool, "reuse fusion and dual-GEMM decisions of earlier compiles"),
     "measure_clear_calls": Setting(False, parse_bool, bool, "measure fused vs unfused even where the call is clear"),
+    "prune_triton": Setting(True, parse_bool, bool, "beside our candidates, only Triton's deepest-K mm configs"),
 }
 
 
@@ -175,6 +176,12 @@ persist_decisions: bool = _values["persist_decisions"]
 #: epilogue reads no M x N input, so fused does strictly less work than any other way
 #: (``scheduler/selection.clear_call``). Off: such calls are decided without measuring.
 measure_clear_calls: bool = _values["measure_clear_calls"]
+#: Where a GEMM gets our candidates, Triton's ``mm`` template is offered only its
+#: configs of the deepest K block in its list (``INDUCTOR_CUTEDSL_PRUNE_TRITON``;
+#: ``lowering/choices.py``): each Triton choice is a compile in Inductor's workers, the
+#: largest part of a max-autotune compile's CPU time, and beside ours every Triton win
+#: in the measured autotunings was one of those configs (docs/findings.md).
+prune_triton: bool = _values["prune_triton"]
 del _values
 
 

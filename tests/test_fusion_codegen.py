@@ -437,7 +437,9 @@ def test_the_selection_builds_each_way_from_the_chain(caplog):
     from inductor_cutedsl.scheduler import selection
 
     record = selection.decisions[-1]
-    assert record["autotune_ms"] == {"ours": 0.1002, "other": 0.105} and record["way"] == "fused"
+    # Ours' 0.10 ms plus the harness's 1e-5 ms per choice ahead of it in the list.
+    assert record["autotune_ms"]["ours"] == pytest.approx(0.10, abs=5e-4) and record["way"] == "fused"
+    assert record["autotune_ms"]["other"] == 0.105
     assert record["m_by_n_inputs"] == 0 and record["kept"] == 0
 
 

@@ -93,3 +93,57 @@ def test_a_decode_sized_gemm_gets_its_stream_k_candidate_only_under_cuda_graphs(
     ((name, choices),) = out["autotuned"]
     assert name == "mm" and choices.count("GemmCaller") == 3, choices
     assert launched(out["code"], 0)["spec"].config.stream_k == graphs
+
+
+def _triton_blocks(fn, *shapes, dtype=torch.bfloat16) -> list[tuple[int, int, int]]:
+    """(BLOCK_M, BLOCK_N, BLOCK_K) of each Triton choice the autotuning of ``fn`` timed."""
+    import re
+
+    seen = []
+
+    def timing(choice):
+        if type(choice).__name__ == "TritonTemplateCaller":
+            blocks = dict(re.findall(r"(BLOCK_[MNK])=(\d+)", choice.description))
+            seen.append((int(blocks["BLOCK_M"]), int(blocks["BLOCK_N"]), int(blocks["BLOCK_K"])))
+        return 1.0
+
+    generated_code(fn, *shapes, dtype=dtype, candidate_ms=timing, backends="ATEN,TRITON,CUTEDSL")
+    return seen
+
+
+@pytest.mark.parametrize("op", ["mm", "addmm"])
+def test_beside_our_candidates_triton_keeps_only_its_deepest_k_configs(op, monkeypatch):
+    """With our candidates offered, Triton's mm template (mm and addmm) is timed with its
+    deepest-K configs only, all of them; with ``prune_triton`` off, with its whole list."""
+    from inductor_cutedsl import config
+
+    fn = (lambda x, w: x @ w) if op == "mm" else (lambda x, w, b: torch.addmm(b, x, w))
+    shapes = [(256, 2048), (2048, 8192)] + ([(8192,)] if op == "addmm" else [])
+    monkeypatch.setattr(config, "prune_triton", False)
+    whole = _triton_blocks(fn, *shapes)
+    monkeypatch.setattr(config, "prune_triton", True)
+    pruned = _triton_blocks(fn, *shapes)
+    deepest = max(k for _, _, k in whole)
+    assert len(whole) > len(pruned) > 0
+    assert sorted(pruned) == sorted(b for b in whole if b[2] == deepest)
+
+
+def test_without_our_candidates_triton_keeps_its_whole_list():
+    """fp32 operands: we offer nothing, so nothing of Triton's is pruned."""
+    whole = _triton_blocks(lambda x, w: x @ w, (256, 2048), (2048, 8192), dtype=torch.float32)
+    assert len({k for _, _, k in whole}) > 1
+
+
+def test_pruning_touches_only_the_triton_mm_templates_configs():
+    import types
+
+    from inductor_cutedsl.lowering.choices import deepest_k_only
+
+    def ktc(uid, block_k=None):
+        params = types.SimpleNamespace(to_kwargs=lambda: {} if block_k is None else {"BLOCK_K": block_k})
+        return types.SimpleNamespace(template=types.SimpleNamespace(uid=uid), params=params)
+
+    aten, tma = ktc("aten::mm"), ktc("triton::mm_persistent_tma", 32)
+    mm = [ktc("triton::mm", k) for k in (16, 128, 64, 128)]
+    assert deepest_k_only([aten, *mm, tma]) == [aten, mm[1], mm[3], tma]
+    assert deepest_k_only([aten, tma]) == [aten, tma]

@@ -476,6 +476,14 @@ BUGS = [
         "the compiling process imports the DSL with our launch module",
     ),
     Bug(
+        "triton-pruned-without-our-candidates",
+        "inductor_cutedsl/lowering/choices.py",
+        "_asking.prune = bool(offered) and config.prune_triton",
+        "_asking.prune = config.prune_triton",
+        ("tests/test_lowering_codegen.py",),
+        "Triton's configs are pruned for a GEMM we offer nothing for",
+    ),
+    Bug(
         "early-start-forces-autotuning",
         "inductor_cutedsl/scheduler/selection.py",
         "    if not ir_access.timings_ready(template.node):",

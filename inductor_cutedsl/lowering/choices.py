@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -31,12 +32,16 @@ class CuteDSLChoices(InductorChoices):
         handler = settings.sync_thread_settings()
         if handler is not None and handler is not self:
             return handler.get_template_configs(kernel_inputs, templates, op_name, kwarg_overrides)
-        choices = super().get_template_configs(kernel_inputs, templates, op_name, kwarg_overrides)
         try:
             ours, offered = _ours_once(kernel_inputs, op_name)
         except Exception as exc:  # a bug of ours: this GEMM gets stock's choices only
             fallback("candidates", op_name, exc, log)
             ours, offered = [], 0
+        _asking.prune = bool(offered) and config.prune_triton
+        try:
+            choices = super().get_template_configs(kernel_inputs, templates, op_name, kwarg_overrides)
+        finally:
+            _asking.prune = False
         if not choices and not offered and op_name in (*GEMM_OPS, "mm_plus_mm") and _only_backend_is_ours():
             # CUTEDSL is the only backend and this GEMM was refused: compile it with ATen
             # rather than leave Inductor with no choice at all. With another backend on,
@@ -45,6 +50,42 @@ class CuteDSLChoices(InductorChoices):
             aten, overrides = _aten_fallback(kernel_inputs, op_name)
             choices = super().get_template_configs(kernel_inputs, [aten], op_name, kwarg_overrides=overrides)
         return [*choices, *ours]
+
+    def _finalize_template_configs(self, template_choices, kernel_inputs, templates, op_name, kwarg_overrides=None):
+        choices = super()._finalize_template_configs(
+            template_choices, kernel_inputs, templates, op_name, kwarg_overrides
+        )
+        if not getattr(_asking, "prune", False):
+            return choices
+        try:
+            return deepest_k_only(choices)
+        except Exception as exc:  # a bug of ours: Triton keeps all its configs
+            fallback("Triton pruning", op_name, exc, log)
+            return choices
+
+
+#: Per thread: whether the GEMM being asked for has our candidates (``prune_triton``).
+_asking = threading.local()
+#: The Triton template whose configs are pruned beside ours (mm and addmm use it).
+PRUNED_TEMPLATE = "triton::mm"
+
+
+def deepest_k_only(choices: list) -> list:
+    """``choices`` (Inductor's KernelTemplateChoice objects, before they are made into
+    callers) less the configs of Triton's mm template whose K block is not the deepest
+    among them; every other template's choices as they are. Beside our candidates, every
+    Triton win in the measured autotunings was such a config (docs/findings.md), and each
+    choice dropped is a Triton compile and a benchmark saved."""
+
+    def block_k(ktc) -> int | None:
+        if getattr(ktc.template, "uid", None) != PRUNED_TEMPLATE:
+            return None
+        value = ktc.params.to_kwargs().get("BLOCK_K")
+        return int(value) if value is not None else None
+
+    depths = [block_k(c) for c in choices]
+    deepest = max((d for d in depths if d is not None), default=None)
+    return [c for c, d in zip(choices, depths) if d is None or d == deepest]
 
 
 #: Per graph being lowered: GEMM -> how many CuteDSL choices it was offered. Newer
