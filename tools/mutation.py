@@ -454,8 +454,8 @@ BUGS = [
     Bug(
         "native-run-without-result-slot",
         "inductor_cutedsl/runtime/native.py",
-        "self.kernel.run, self.kernel.function, self._n + 1)",
-        "self.kernel.run, self.kernel.function, self._n)",
+        "packed, ctypes.c_size_t(self._n + 1))",
+        "packed, ctypes.c_size_t(self._n))",
         ("tests/test_native.py",),
         "the runtime is told one argument fewer than the entry's parameters and result slot",
     ),
