@@ -600,13 +600,14 @@ def test_a_warm_start_loads_what_the_cold_compile_of_its_side_saved(monkeypatch,
             out = args[args.index("--artifacts-out") + 1]
             Path(out).write_text(f"{spec} {len(seen)}")
             seen.append((spec, "cold", out, dirs))
-            return _report(30.0 if side == "ours" else 20.0, 4 if side == "ours" else 0)
+            return {**_report(30.0 if side == "ours" else 20.0, 4 if side == "ours" else 0), "step_ms": 0.5}
         blob = args[args.index("--artifacts-in") + 1]
         assert seen[-1][1] == "cold" and seen[-1][0] == spec and seen[-1][2] == blob
         assert Path(blob).read_text() == f"{spec} {len(seen) - 1}"  # the one its cold compile saved
         seen.append((spec, "warm", blob, dirs))
         report = _report(6.0 if side == "ours" else 5.0, 1 if side == "ours" else 0)
-        return {**report, "load_s": 0.5, **({"our_measurements": 2} if side == "ours" else {})}
+        step = {"step_ms": 0.4 if side == "ours" else 0.5}
+        return {**report, **step, "load_s": 0.5, **({"our_measurements": 2} if side == "ours" else {})}
 
     monkeypatch.setattr(compile_bench, "json_process", json_process)
     out = tmp_path / "warm.json"
@@ -628,6 +629,10 @@ def test_a_warm_start_loads_what_the_cold_compile_of_its_side_saved(monkeypatch,
     assert row["warm_cutedsl_builds"] == 2 and row["median_load_s"] == {"fair_stock": 0.5, "ours": 0.5}
     assert result["warm_start_cutedsl_builds"] == 4 and result["warm_start_our_measurements"] == 8
     assert result["warm_start_ratio_vs_cold_geomean"] == round(6 / 30, 4)
+    # Step times: the medians of each side's cold and warm processes (0.5 twice and 0.4
+    # twice for ours: 0.45), stock's over ours'.
+    assert row["median_step_ms"] == {"fair_stock": 0.5, "ours": 0.45}
+    assert row["step_speedup_vs_stock"] == round(0.5 / 0.45, 4) == result["step_speedup_vs_stock_geomean"]
     seen.clear()
     again = warm_start.run(warm_start.parser().parse_args(argv + ["--resume", str(out)]), {"device": "fake"})
     assert seen == [] and again["rows"] == result["rows"]
