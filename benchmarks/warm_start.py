@@ -81,14 +81,15 @@ def kept_cold(store: str, bid: BlockId, side: str, i: int, stamp: dict) -> tuple
     """(the artifacts path of this cold compile in ``store``, its kept report or None:
     none kept, or kept from other code)."""
     base = os.path.join(store, f"{bid.name.replace(':', '_')}-{side}-{i}")
+    blob = base + ".artifacts"
     try:
         with open(base + ".json") as f:
             kept = json.load(f)
     except (OSError, ValueError):
-        return base + ".artifacts", None
-    if kept.get("stamp") != stamp or not os.path.exists(base + ".artifacts"):
-        return base + ".artifacts", None
-    return base + ".artifacts", {**kept["report"], "reused": True}
+        return blob, None
+    if kept.get("stamp") != stamp or not os.path.exists(blob):
+        return blob, None
+    return blob, {**kept["report"], "reused": True}
 
 
 def keep_cold(blob: str, report: dict, stamp: dict) -> None:

@@ -27,6 +27,18 @@ FORMATS = {PTR: "Q", I32: "i4x", I64: "q", F32: "f4x"}
 SLOT = 8
 
 
+def slot_arguments(count: int, extra: int) -> tuple[ctypes.Array, ctypes.Array]:
+    """(a buffer of ``count`` 8-byte slots, a packed argument array pointing at each slot
+    in order, with ``extra`` entries after them for the caller to fill): what an exported
+    entry is called with, whichever path calls it."""
+    buffer = ctypes.create_string_buffer(SLOT * count)
+    packed = (ctypes.c_void_p * (count + extra))()
+    base = ctypes.addressof(buffer)
+    for i in range(count):
+        packed[i] = base + SLOT * i
+    return buffer, packed
+
+
 class FastCaller:
     """Call ``fn`` (a loaded JitCompiledFunction) with plain ints/floats."""
 
@@ -71,14 +83,14 @@ class FastCaller:
         if executor is None or len(exe_args) != len(self._kinds):
             log.warning("fast launch path unavailable (DSL argument layout changed)")
             return None
-        buffer = ctypes.create_string_buffer(SLOT * len(self._kinds))
+        n = len(self._kinds) + executor._num_extra_args
+        buffer, packed = slot_arguments(len(self._kinds), executor._num_extra_args)
         self._layout.pack_into(buffer, 0, *values)
-        base = ctypes.addressof(buffer)
         for i, arg in enumerate(exe_args):
             addr = (arg.value or 0) if isinstance(arg, ctypes.c_void_p) else int(arg)
             size = 4 if self._kinds[i] in (I32, F32) else 8
             theirs = ctypes.string_at(addr, size)
-            if theirs != ctypes.string_at(base + SLOT * i, size):
+            if theirs != ctypes.string_at(packed[i], size):
                 log.warning(
                     "fast launch path unavailable: argument %d (%s) marshals as %s, not %r",
                     i,
@@ -88,10 +100,6 @@ class FastCaller:
                 )
                 return None
         dsl_packed = executor._get_invoke_packed_args(exe_args)
-        n = len(self._kinds) + executor._num_extra_args
-        packed = (ctypes.c_void_p * n)()
-        for i in range(len(self._kinds)):
-            packed[i] = base + SLOT * i
         for i in range(len(self._kinds), n):
             packed[i] = dsl_packed[i]
         return buffer, packed, executor.capi_func, executor.cuda_result

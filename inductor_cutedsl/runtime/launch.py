@@ -100,24 +100,17 @@ def entry_signature(spec: KernelSpec) -> tuple[list[str], dict[int, tuple[Any, i
     from ..kernels.dtypes import DSL_TYPES as dt
 
     kinds = entry_kinds(spec)
-    ptr_types = {
-        0: (dt[spec.ab_dtype], ALIGNMENT),
-        1: (dt[spec.ab_dtype], ALIGNMENT),
-        2: (dt[spec.out_dtype], ALIGNMENT),
-    }
-    i = 14
+    # The pointers' types in the order ``entry_kinds`` places them (the stream, last, is
+    # no typed pointer): their positions are read from the kinds, not worked out again.
+    types = [(dt[spec.ab_dtype], ALIGNMENT)] * 2 + [(dt[spec.out_dtype], ALIGNMENT)]
     if spec.dual:
-        ptr_types[i] = (dt[spec.ab_dtype], ALIGNMENT)
-        i += 3
+        types.append((dt[spec.ab_dtype], ALIGNMENT))
     if spec.config.stream_k:
-        ptr_types.update({i: (cutlass.Float32, 16), i + 1: (cutlass.Int32, 4)})
-        i += 2
-    for op in spec.epilogue.operands:
-        if op.is_tensor:
-            ptr_types[i] = (dt[op.dtype], op.align_bytes)
-            i += 4
-        else:
-            i += 1
+        types += [(cutlass.Float32, 16), (cutlass.Int32, 4)]
+    types += [(dt[op.dtype], op.align_bytes) for op in spec.epilogue.operands if op.is_tensor]
+    pointers = [i for i, kind in enumerate(kinds[:-1]) if kind == PTR]
+    assert len(pointers) == len(types), (pointers, types)
+    ptr_types = dict(zip(pointers, types))
     return kinds, ptr_types
 
 

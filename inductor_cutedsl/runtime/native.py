@@ -42,7 +42,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .fast_call import FORMATS, SLOT
+from .fast_call import FORMATS, slot_arguments
 
 RUNTIME_LIB = "libcute_dsl_runtime.so"
 _FLAVOUR = re.compile(r"^_cutlass_ir\.cu(\d+)\..*\.so$")
@@ -167,12 +167,8 @@ class NativeCaller:
         self._tls = threading.local()
 
     def _state(self) -> tuple:
-        buffer = ctypes.create_string_buffer(SLOT * self._n)
+        buffer, packed = slot_arguments(self._n, 1)
         result = ctypes.c_int32(0)
-        packed = (ctypes.c_void_p * (self._n + 1))()
-        base = ctypes.addressof(buffer)
-        for i in range(self._n):
-            packed[i] = base + SLOT * i
         packed[self._n] = ctypes.addressof(result)
         # The whole C call bound once: a launch then converts no argument (0.3 us here,
         # against 0.56 us converting three per call).
