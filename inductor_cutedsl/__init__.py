@@ -31,12 +31,14 @@ def _in_a_compile_worker() -> bool:
 
 
 if not _in_a_compile_worker():
+    from .compat import tuned_binaries as _tuned_binaries
     from .install import disable, enable, is_enabled
     from .runtime import artifacts as _artifacts
     from .runtime import records as _records
 
     _artifacts.register()
     _records.register()
+    _tuned_binaries.register()
 
     __all__ = ["config", "disable", "enable", "is_enabled"]
     # A setting the environment spells wrongly is an error here, naming the variable:

@@ -34,7 +34,17 @@ from typing import Any
 import torch
 
 from . import config
-from .compat import autotune, codegen, coordesc_prefetch, environment, lazy, lowerings, releases, settings
+from .compat import (
+    autotune,
+    codegen,
+    coordesc_prefetch,
+    environment,
+    lazy,
+    lowerings,
+    releases,
+    settings,
+    tuned_binaries,
+)
 from .config import BACKEND_TOKEN
 from .runtime import workers
 
@@ -156,6 +166,9 @@ def _install_rest() -> None:
         # Coordinate descent's first compiles run ahead in Inductor's workers (ours only:
         # a speed, not a fix).
         _saved["coordesc_prefetch"] = coordesc_prefetch.install()
+        # The winners' binaries travel with the artifacts (ours only: no release carries
+        # them). Wraps the tuner after the prefetch: restored before it.
+        _saved["tuned_binaries"] = tuned_binaries.install()
         _saved["benchmark_hook"] = autotune.install_benchmark_hook(rescale)
         if _saved["dual_gemm"]:
             from .lowering import gated
@@ -198,6 +211,7 @@ def disable() -> None:
         if saved.get("ptxas") is not None:
             saved["ptxas"].undo()
         autotune.restore_coordinate_descent(saved.get("coordesc"))
+        tuned_binaries.restore(saved.get("tuned_binaries"))
         coordesc_prefetch.restore(saved.get("coordesc_prefetch"))
         if "rest" in saved and saved["dual_gemm"]:
             lowerings.unregister_lowering(torch.ops.inductor_cutedsl.gated_mm.default)

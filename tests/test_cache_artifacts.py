@@ -166,10 +166,24 @@ def test_a_generated_modules_launcher_records_its_kernel(tmp_path, monkeypatch):
 _WARM_START = r"""
 import json, sys, torch
 import torch.nn.functional as F
+from triton.backends.nvidia.compiler import CUDABackend
 import inductor_cutedsl
 from inductor_cutedsl import config
+from inductor_cutedsl.compat import tuned_binaries
 from inductor_cutedsl.runtime.launch import default_cache
 from inductor_cutedsl.scheduler import selection
+
+# Triton compile stages run in this process (0: every kernel found in Triton's cache).
+stages = [0]
+add_stages = CUDABackend.add_stages
+def counted_stages(self, table, *args, **kwargs):
+    add_stages(self, table, *args, **kwargs)
+    for name, stage in list(table.items()):
+        def counted(*a, _stage=stage, **k):
+            stages[0] += 1
+            return _stage(*a, **k)
+        table[name] = counted
+CUDABackend.add_stages = counted_stages
 
 phase, blob_path = sys.argv[1], sys.argv[2]
 if phase == "load":
@@ -178,21 +192,31 @@ torch.manual_seed(0)
 x = torch.randn(256, 512, device="cuda", dtype=torch.bfloat16)
 w = torch.randn(1024, 512, device="cuda", dtype=torch.bfloat16) / 512**0.5
 bias = torch.randn(1024, device="cuda", dtype=torch.bfloat16)
-fn = torch.compile(lambda x: F.gelu(F.linear(x, w, bias), approximate="tanh"), mode="max-autotune-no-cudagraphs")
+# The norm is a Triton reduction that coordinate descent tunes at the first call.
+fn = torch.compile(
+    lambda x: F.layer_norm(F.gelu(F.linear(x, w, bias), approximate="tanh"), (1024,)),
+    mode="max-autotune-no-cudagraphs",
+)
+stages[0] = 0
 out = fn(x)
-ref = F.gelu(F.linear(x.double(), w.double(), bias.double()), approximate="tanh")
+ref = F.layer_norm(F.gelu(F.linear(x.double(), w.double(), bias.double()), approximate="tanh"), (1024,))
 err = ((out.double() - ref).norm() / ref.norm()).item()
+tuned = 0
 if phase == "save":
-    open(blob_path, "wb").write(torch.compiler.save_cache_artifacts()[0])
-print(json.dumps({"builds": default_cache().builds, "decisions": len(selection.decisions), "err": err}))
+    blob, info = torch.compiler.save_cache_artifacts()
+    open(blob_path, "wb").write(blob)
+    tuned = len(getattr(info, f"{tuned_binaries.ARTIFACT_TYPE}_artifacts"))
+print(json.dumps({"builds": default_cache().builds, "decisions": len(selection.decisions), "err": err,
+                  "tuned_binaries": tuned, "triton_stages": stages[0]}))
 """
 
 
 @pytest.mark.gpu
 def test_artifacts_carry_a_compile_to_a_fresh_machine_without_builds_or_measurements(tmp_path):
     """A fresh process with every cache empty but the saved artifacts loaded (a
-    machine fed by another) compiles the same program with no CuteDSL build and none
-    of our measurements."""
+    machine fed by another) compiles the same program with no CuteDSL build, none of
+    our measurements, and no Triton compile in the compiling thread: the binary that
+    coordinate descent picked for the norm travelled too (``compat.tuned_binaries``)."""
     blob = tmp_path / "artifacts.bin"
     reports = {}
     for phase in ("save", "load"):
@@ -212,5 +236,7 @@ def test_artifacts_carry_a_compile_to_a_fresh_machine_without_builds_or_measurem
         assert done.returncode == 0, done.stderr[-3000:]
         reports[phase] = json.loads(done.stdout.strip().splitlines()[-1])
     assert reports["save"]["builds"] > 0, reports  # a cold compile of ours
+    assert reports["save"]["tuned_binaries"] > 0, reports  # the norm was tuned
     assert reports["load"]["builds"] == 0 and reports["load"]["decisions"] == 0, reports
+    assert reports["load"]["triton_stages"] == 0, reports
     assert reports["load"]["err"] < 1e-2 and reports["save"]["err"] < 1e-2, reports
