@@ -46,7 +46,6 @@ from .compat import (
     tuned_binaries,
 )
 from .config import BACKEND_TOKEN
-from .runtime import workers
 
 log = logging.getLogger("inductor_cutedsl")
 
@@ -56,11 +55,6 @@ _lock = threading.RLock()
 
 def is_enabled() -> bool:
     return _saved is not None
-
-
-def _start_workers() -> None:
-    if config.enabled and torch.cuda.is_available():
-        workers.start(config.compile_workers)
 
 
 def _choices_class() -> type:
@@ -102,9 +96,11 @@ def _compile_starts() -> None:
     # per-thread settings, torch 2.14 on) never seen our settings: autograd's device
     # thread, where a training step's backward compiles.
     settings.sync_thread_settings()
-    # Compile workers start with the first compilation (not at import): their DSL
-    # import then overlaps tracing and lowering, before the first GEMM needs them.
-    _start_workers()
+    # Compile workers are not started here but by the first build that misses the kernel
+    # cache (``runtime.compiler``): a compile that builds nothing (a warm start from the
+    # FX graph or AOT caches, a warm kernel cache) starts none, and one that builds loses
+    # little, as its first build is asked for at lowering. Started here, they spent their
+    # DSL imports beside Dynamo's tracing in every compile (docs/findings.md).
 
 
 def enable() -> None:

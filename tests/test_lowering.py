@@ -320,26 +320,40 @@ def test_candidate_hash_key_is_stable_per_kernel():
     assert caller(256, "x").hash_key() != caller(128, "x").hash_key()
 
 
-def test_compile_workers_start_with_the_first_compilation(monkeypatch):
-    """Not at import: a start callback of torch.compile starts them (GPU visible only)."""
+def test_compile_workers_start_with_the_first_build_not_with_the_compilation(monkeypatch, tmp_path):
+    """A compilation's start starts no worker (a warm start builds nothing, and the DSL
+    imports must not run beside Dynamo's tracing); a build that hits the kernel cache
+    starts none either; the first build that misses it starts the pool."""
     from torch._dynamo.callback import CallbackArgs, CallbackTrigger, callback_handler
 
-    from inductor_cutedsl import install
+    from inductor_cutedsl.kernels import GemmConfig
+    from inductor_cutedsl.kernels import epilogue as E
+    from inductor_cutedsl.runtime import KernelCache, KernelSpec, compiler, workers
 
     started = []
-    monkeypatch.setattr(install.workers, "start", started.append)
+
+    class Pool:
+        def build(self, spec_json, root):
+            return tmp_path / "built.o", True, 0.0
+
+    monkeypatch.setattr(workers, "pool", lambda size: started.append(size) or Pool())
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     inductor_cutedsl.disable()
     before = list(callback_handler.start_callbacks)
     inductor_cutedsl.enable()
     added = [cb for cb in callback_handler.start_callbacks if cb not in before]
     assert len(added) == 1
-    args = CallbackArgs(CallbackTrigger.DYNAMO, "0/0")
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    added[0](args)
+    added[0](CallbackArgs(CallbackTrigger.DYNAMO, "0/0"))
     assert started == []
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    added[0](args)
-    assert started == [config.compile_workers]
+
+    cache = KernelCache(tmp_path / "cache")
+    held = KernelSpec(GemmConfig(128, 64, 1, 1), "bfloat16", "bfloat16", "k", "k", E.IDENTITY)
+    missing = KernelSpec(GemmConfig(128, 128, 1, 1), "bfloat16", "bfloat16", "k", "k", E.IDENTITY)
+    cache.put(held.key(), b"an object built earlier")
+    assert compiler.build_async(held, cache, 4).result()[1] is False
+    assert started == []
+    assert compiler.build_async(missing, cache, 4).result()[1] is True
+    assert started == [4]
     inductor_cutedsl.disable()
     assert callback_handler.start_callbacks == before
     inductor_cutedsl.enable()

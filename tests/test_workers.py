@@ -35,6 +35,35 @@ def test_a_failed_build_is_reported_and_the_pool_keeps_working(tmp_path):
     assert build_async(SPEC, cache, 2).result()[1] is False, "a cache hit builds nothing"
 
 
+def test_a_build_done_before_its_bookkeeping_neither_hangs_nor_stays_in_flight(tmp_path, monkeypatch):
+    """A worker's build can be done by the time ``build_async`` files it (another
+    process built it a moment ago): that must not deadlock on the in-flight lock."""
+    import concurrent.futures
+    import threading
+
+    from inductor_cutedsl.runtime import compiler, workers
+
+    class Pool:
+        def build(self, spec_json, root):
+            return tmp_path / "built.o", True, 0.0
+
+    class AtOnce:
+        def submit(self, fn, *args):
+            fut = concurrent.futures.Future()
+            fut.set_result(fn(*args))
+            return fut
+
+    monkeypatch.setattr(workers, "pool", lambda size: Pool())
+    monkeypatch.setattr(compiler, "_dispatch", lambda size: AtOnce())
+    got = []
+    filing = threading.Thread(target=lambda: got.append(build_async(SPEC, KernelCache(tmp_path), 2)), daemon=True)
+    filing.start()
+    filing.join(timeout=30)
+    assert not filing.is_alive(), "build_async deadlocked"
+    assert got[0].result()[1] is True
+    assert compiler.wait_idle(timeout=0) == 0  # forgotten once done
+
+
 def test_one_spec_in_flight_is_shared(tmp_path):
     cache = KernelCache(tmp_path)
     first, second = build_async(SPEC, cache, 2), build_async(SPEC, cache, 2)

@@ -484,6 +484,17 @@ BUGS = [
         "Triton's configs are pruned for a GEMM we offer nothing for",
     ),
     Bug(
+        "build-callback-under-the-inflight-lock",
+        "inductor_cutedsl/runtime/compiler.py",
+        """        _inflight[slot] = fut
+    # Outside the lock: a build that is already done runs the callback here, at once.
+    fut.add_done_callback(lambda done: _forget(slot, done))""",
+        """        _inflight[slot] = fut
+        fut.add_done_callback(lambda done: _forget(slot, done))""",
+        ("tests/test_workers.py",),
+        "a build that is done before its bookkeeping deadlocks on the in-flight lock",
+    ),
+    Bug(
         "triton-binary-digest-unchecked",
         "inductor_cutedsl/compat/tuned_binaries.py",
         "        if hashlib.sha256(data).hexdigest() != digest:",

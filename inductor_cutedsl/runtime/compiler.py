@@ -151,16 +151,19 @@ def build_async(spec: KernelSpec, cache: KernelCache, workers: int) -> concurren
     slot = (str(cache.root), key)
     with _inflight_lock:
         fut = _inflight.get(slot)
-        if fut is None:
-            fut = _dispatch(workers).submit(_build_in_worker, spec, cache, workers)
-            _inflight[slot] = fut
-            fut.add_done_callback(lambda _: _forget(slot))
-        return fut
+        if fut is not None:
+            return fut
+        fut = _dispatch(workers).submit(_build_in_worker, spec, cache, workers)
+        _inflight[slot] = fut
+    # Outside the lock: a build that is already done runs the callback here, at once.
+    fut.add_done_callback(lambda done: _forget(slot, done))
+    return fut
 
 
-def _forget(slot: tuple[str, str]) -> None:
+def _forget(slot: tuple[str, str], done: concurrent.futures.Future) -> None:
     with _inflight_lock:
-        _inflight.pop(slot, None)
+        if _inflight.get(slot) is done:  # not a later build of the same key
+            del _inflight[slot]
 
 
 def wait_idle(timeout: float | None = None) -> int:

@@ -3,8 +3,8 @@
 Workers are plain subprocesses with their own entry point, as Inductor's compile
 workers are: ``multiprocessing``'s spawn would re-import the user's main script
 in every worker and so re-run an unguarded script. They import only the DSL and
-our kernels (no torch), and can be started ahead of time (``start``) so that the
-imports overlap whatever the program does before its first compile.
+our kernels (no torch). The pool starts with the first build asked of it, so a
+process that builds nothing starts no worker.
 """
 
 from __future__ import annotations
@@ -158,12 +158,6 @@ def pool(size: int) -> WorkerPool:
         elif _pool.size < size:
             _pool.grow(size)
         return _pool
-
-
-def start(size: int) -> None:
-    """Start the workers now (they import in the background); no-op if running."""
-    if size > 1:
-        pool(size)
 
 
 @atexit.register
