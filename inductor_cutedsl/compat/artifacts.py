@@ -18,6 +18,7 @@ content). Rules this module keeps:
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 
@@ -65,3 +66,24 @@ def record(artifact_type: str, key: str, content: bytes) -> None:
     from torch.compiler._cache import CacheArtifactManager
 
     CacheArtifactManager.record_artifact(artifact_type, key, content)
+
+
+def framed(magic: bytes, header: dict, payload: bytes) -> bytes:
+    """An artifact's content as ours are laid out: ``magic`` (a line naming the type and
+    its format), a one-line JSON header, then the payload."""
+    return magic + json.dumps(header).encode() + b"\n" + payload
+
+
+def unframed(magic: bytes, content: bytes) -> tuple[dict, bytes]:
+    """(header, payload) of ``framed`` content; ValueError where it is not of this format
+    or its header does not read as a JSON object."""
+    if not content.startswith(magic):
+        raise ValueError("not an artifact of this format")
+    header, sep, payload = content[len(magic) :].partition(b"\n")
+    try:
+        info = json.loads(header if sep else b"")
+    except ValueError as exc:
+        raise ValueError(f"unreadable header ({exc})") from None
+    if not isinstance(info, dict):
+        raise ValueError("unreadable header (not an object)")
+    return info, payload

@@ -35,7 +35,6 @@ Rules:
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import re
@@ -88,23 +87,19 @@ def pack(directory: str, device: int) -> bytes:
         payloads.append(data)
     if not files:
         raise BinaryArtifactError(f"{directory} holds no files")
-    header = json.dumps({"device": device, "files": files}).encode()
-    return _MAGIC + header + b"\n" + b"".join(payloads)
+    return compat_artifacts.framed(_MAGIC, {"device": device, "files": files}, b"".join(payloads))
 
 
 def unpack(key: str, content: bytes) -> tuple[int, dict[str, bytes]]:
     """(device, {file name: bytes with the placeholder}) of an artifact, checked."""
     if not _plain(key):
         raise BinaryArtifactError(f"{key!r} is not a Triton cache key")
-    if not content.startswith(_MAGIC):
-        raise BinaryArtifactError("not a Triton binary artifact of this format")
-    header, sep, rest = content[len(_MAGIC) :].partition(b"\n")
     try:
-        info = json.loads(header if sep else b"")
+        info, rest = compat_artifacts.unframed(_MAGIC, content)
         device = int(info["device"])
         listed = [(str(f["name"]), int(f["size"]), str(f["sha256"])) for f in info["files"]]
     except (ValueError, TypeError, KeyError) as exc:
-        raise BinaryArtifactError(f"unreadable header ({exc})") from None
+        raise BinaryArtifactError(f"Triton binary artifact: {exc}") from None
     if device < 0 or not listed:
         raise BinaryArtifactError("no device or no files recorded")
     if sum(size for _, size, _ in listed) != len(rest):

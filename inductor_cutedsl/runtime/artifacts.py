@@ -25,7 +25,6 @@ Rules:
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import re
 
@@ -45,22 +44,18 @@ class ArtifactError(ValueError):
 
 def pack(data: bytes) -> bytes:
     """An object's artifact content: the header line (its size and SHA-256), then it."""
-    header = json.dumps({"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}).encode()
-    return _MAGIC + header + b"\n" + data
+    return compat_artifacts.framed(_MAGIC, {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}, data)
 
 
 def unpack(key: str, content: bytes) -> bytes:
     """The object in ``content``, checked against ``key`` and its header."""
     if not _KEY.fullmatch(key):
         raise ArtifactError(f"{key!r} is not a kernel cache key")
-    if not content.startswith(_MAGIC):
-        raise ArtifactError("not a kernel artifact of this format")
-    header, sep, data = content[len(_MAGIC) :].partition(b"\n")
     try:
-        info = json.loads(header if sep else b"")
+        info, data = compat_artifacts.unframed(_MAGIC, content)
         size, digest = info["size"], info["sha256"]
-    except (ValueError, TypeError, KeyError) as exc:
-        raise ArtifactError(f"unreadable header ({exc})") from None
+    except (ValueError, KeyError) as exc:
+        raise ArtifactError(f"kernel artifact: {exc}") from None
     if len(data) != size:
         raise ArtifactError(f"object of {len(data)} bytes, {size} recorded (truncated)")
     if hashlib.sha256(data).hexdigest() != digest:
