@@ -33,7 +33,9 @@ Every child starts from this process's environment as it would be without our in
 with ``=1``. A child reports the first call's seconds, the seconds of each of Dynamo's
 and Inductor's timed phases (``compilation_time_metrics``, nested phases overlap), ours'
 own counters and the CuteDSL kernels it built; the parent adds the child's whole wall
-time (``process_s``: imports and exit included). ``compile_ratio`` is ours' median
+time (``process_s``: imports and exit included). The children are forked from one
+process that has imported torch and transformers (``zygote``, where it can start):
+both sides alike, and nothing they differ in is read by those imports. ``compile_ratio`` is ours' median
 over fair stock's, per row; the summary holds their geomean and maximum. One pair moves
 by tens of percent between runs (compile workers and ptxas subprocesses share the
 host's CPUs): read medians of several pairs only.
@@ -54,10 +56,10 @@ import tempfile
 import time
 from collections.abc import Iterable
 
-from inductor_cutedsl.cli.run import compile_options, json_process
+from inductor_cutedsl.cli.run import compile_options, print_report_and_exit
 from inductor_cutedsl.install import launch_environment
 
-from . import models
+from . import models, zygote
 from .harness import geomean_or_none, ratio, run_info, write_json
 from .models import DEFAULT_FAMILIES, FAMILIES, BlockId
 
@@ -402,7 +404,7 @@ def run_child(
         args += ["--artifacts-out", artifacts_out]
     t0 = time.perf_counter()
     env = {**child_environment(side, dirs), STARTED: repr(time.time())}
-    report = json_process(args, env, timeout)
+    report = zygote.process(args, env, timeout)
     report["process_s"] = round(time.perf_counter() - t0, 2)
     if "timeline_s" in report:  # what the process spent after its report was made
         report["timeline_s"]["exit"] = round(report["process_s"] - report["timeline_s"].pop("reported_at"), 2)
@@ -684,7 +686,10 @@ def run(args: argparse.Namespace, info: dict) -> dict:
         return summarize(rows, {**info, "mode": args.mode, "pairs": args.pairs})
 
     start, longest, left = time.perf_counter(), 0.0, []
-    with tempfile.TemporaryDirectory(prefix="compile-bench-", ignore_cleanup_errors=True) as root:
+    with (
+        tempfile.TemporaryDirectory(prefix="compile-bench-", ignore_cleanup_errors=True) as root,
+        zygote.serving(args.zygote),
+    ):
         caches = Caches(root)
         for bid, side, i in plan + warm:
             if args.budget is not None and time.perf_counter() - start + longest > args.budget:
@@ -778,6 +783,12 @@ def add_run_options(ap: argparse.ArgumentParser, pairs: int, pairs_help: str) ->
         "the longest child so far); the ones left are listed for a --resume run",
     )
     ap.add_argument("--timeout", type=float, default=900, help="seconds per child process (default: %(default)s)")
+    ap.add_argument(
+        "--no-zygote",
+        dest="zygote",
+        action="store_false",
+        help="start every child as a new process, not forked from one that has imported torch and transformers",
+    )
 
 
 def finish(final: dict, left: list[str], path: str | None) -> dict:
@@ -817,8 +828,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> dict | None:
     args = parser().parse_args(argv)
     if args.child:
-        print(json.dumps(child(args.child, args.sample, args.artifacts_in, args.artifacts_out)))
-        return None
+        print_report_and_exit(child(args.child, args.sample, args.artifacts_in, args.artifacts_out))
     import torch
 
     if not torch.cuda.is_available():

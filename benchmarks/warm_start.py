@@ -37,6 +37,7 @@ import shutil
 import tempfile
 import time
 
+from . import zygote
 from .compile import (
     FAIR_STOCK,
     OURS,
@@ -167,7 +168,10 @@ def run(args: argparse.Namespace, info: dict) -> dict:
     stamp = code_stamp() if store else {}
     if store:
         os.makedirs(store, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="warm-start-", ignore_cleanup_errors=True) as root:
+    with (
+        tempfile.TemporaryDirectory(prefix="warm-start-", ignore_cleanup_errors=True) as root,
+        zygote.serving(args.zygote),
+    ):
         caches = Caches(root)
         for bid, side, i in todo:
             if args.budget is not None and time.perf_counter() - start + longest > args.budget:

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from benchmarks import compile as compile_bench
-from benchmarks import distributed, fp8, models, wall_sampler
+from benchmarks import distributed, fp8, models, wall_sampler, zygote
 from benchmarks.gemm import SHAPES, plan_specs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -261,6 +261,14 @@ def test_compile_plan_alternates_the_order_and_skips_what_was_measured():
     ]
 
 
+def _fake_children(monkeypatch, process):
+    """The benchmarks' children are ``process(args, env, timeout)``, no zygote started."""
+    import contextlib
+
+    monkeypatch.setattr(zygote, "process", process)
+    monkeypatch.setattr(zygote, "serving", lambda wanted: contextlib.nullcontext())
+
+
 def _report(seconds, builds=0, **phases):
     return {"compile_s": seconds, "process_s": seconds + 5.0, "cutedsl_builds": builds, "phases": phases}
 
@@ -443,7 +451,7 @@ def test_a_compile_run_gives_every_child_empty_caches_and_warm_ones_the_other_ro
         seconds = {"fair_stock": 20.0, "ours": 25.0, "default_stock": 30.0, "ours_warm_kernels": 22.0}[side]
         return _report(seconds + len(seen) % 2, 3 if side == "ours" else 0)
 
-    monkeypatch.setattr(compile_bench, "json_process", json_process)
+    _fake_children(monkeypatch, json_process)
     out = tmp_path / "compile.json"
     argv = [
         "--rows",
@@ -472,7 +480,7 @@ def test_a_compile_run_gives_every_child_empty_caches_and_warm_ones_the_other_ro
 
 
 def test_a_compile_run_refuses_a_stock_child_that_built_our_kernels(monkeypatch):
-    monkeypatch.setattr(compile_bench, "json_process", lambda args, env, timeout: _report(20.0, 2))
+    _fake_children(monkeypatch, lambda args, env, timeout: _report(20.0, 2))
     bid = models.BlockId.parse("gpt2:small:inference")
     assert compile_bench.run_child(bid, models.CUDAGRAPHS, "ours", {}, 60)["cutedsl_builds"] == 2
     with pytest.raises(RuntimeError, match="stock compile built 2 CuteDSL kernels"):
@@ -480,7 +488,7 @@ def test_a_compile_run_refuses_a_stock_child_that_built_our_kernels(monkeypatch)
 
 
 def test_a_compile_run_within_a_budget_starts_nothing_it_cannot_finish(monkeypatch, capsys):
-    monkeypatch.setattr(compile_bench, "json_process", lambda args, env, timeout: pytest.fail("a child started"))
+    _fake_children(monkeypatch, lambda args, env, timeout: pytest.fail("a child started"))
     args = compile_bench.parser().parse_args(["--rows", "gpt2:small", "--budget", "0"])
     assert compile_bench.run(args, {})["rows"] == []
     assert "not started (run again with --resume): gpt2:small:inference fair_stock #1" in capsys.readouterr().out
@@ -609,7 +617,7 @@ def test_a_warm_start_loads_what_the_cold_compile_of_its_side_saved(monkeypatch,
         step = {"step_ms": 0.4 if side == "ours" else 0.5}
         return {**report, **step, "load_s": 0.5, **({"our_measurements": 2} if side == "ours" else {})}
 
-    monkeypatch.setattr(compile_bench, "json_process", json_process)
+    _fake_children(monkeypatch, json_process)
     out = tmp_path / "warm.json"
     argv = ["--rows", "gpt2:small,bert:small", "--pairs", "2", "--json", str(out)]
     result = warm_start.run(warm_start.parser().parse_args(argv), {"device": "fake"})
@@ -659,7 +667,7 @@ def test_kept_cold_compiles_feed_later_warm_starts_only_from_the_same_code(monke
         calls.append((spec, "warm", Path(blob).read_text()))
         return {**_report(6.0 if side == "ours" else 5.0, 0), "load_s": 0.5}
 
-    monkeypatch.setattr(compile_bench, "json_process", json_process)
+    _fake_children(monkeypatch, json_process)
     stamp = {"ours": "digest-1", "torch": "t"}
     monkeypatch.setattr(warm_start, "code_stamp", lambda: stamp)
     store, out = tmp_path / "kept", tmp_path / "warm.json"
@@ -716,7 +724,7 @@ def test_a_sampled_warm_start_samples_the_warm_children_only(monkeypatch, tmp_pa
         sampled.append((warm, args[args.index("--sample") + 1] if "--sample" in args else None))
         return {**_report(5.0, 0), **({"load_s": 0.1} if warm else {})}
 
-    monkeypatch.setattr(compile_bench, "json_process", json_process)
+    _fake_children(monkeypatch, json_process)
     path = str(tmp_path / "samples.txt")
     warm_start.run(warm_start.parser().parse_args(["--rows", "gpt2:small", "--sample", path]), {"device": "fake"})
     assert sampled == [(False, None), (True, path)] * 2
@@ -909,7 +917,7 @@ def test_a_child_reports_its_timeline_and_the_parent_adds_its_exit(monkeypatch):
         time.sleep(0.2)
         return {"compile_s": 0.05, "cutedsl_builds": 0, "timeline_s": {"start_and_imports": 0.01, "reported_at": 0.05}}
 
-    monkeypatch.setattr(compile_bench, "json_process", fake_process)
+    _fake_children(monkeypatch, fake_process)
     bid = models.BlockId.parse("gpt2:small:inference")
     report = compile_bench.run_child(bid, models.CUDAGRAPHS, compile_bench.FAIR_STOCK, {}, 60)
     assert abs(seen["started"] - time.time()) < 5

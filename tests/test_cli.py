@@ -10,6 +10,7 @@ import statistics
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -161,3 +162,61 @@ def test_kernel_builds_report_each_kernel_compiled_as_i_of_n(monkeypatch):
     with pytest.raises(RuntimeError, match="ptxas"):
         precompile.build_with_progress([_Spec("bad")], cache=None, workers=1, out=lines.append)
     assert lines == ["  [1/1] bad: failed (RuntimeError)"]
+
+
+def _gone(pid: int, within_s: float = 10.0) -> bool:
+    """Whether process ``pid`` has ended (a zombie counts: it runs nothing) within ``within_s``."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_child_report_comes_back_without_waiting_for_the_workers_it_leaves(monkeypatch):
+    """A measured child's compile workers inherit its output and outlive it: the parent
+    reads the report once the child has exited, not once the last worker lets go of the
+    output, and ends what the child left (a pipe held the parent until a worker's exit,
+    seconds per benchmark child)."""
+    from inductor_cutedsl.cli.run import json_process
+
+    child = textwrap.dedent(
+        """
+        import subprocess, sys
+        from inductor_cutedsl.cli.run import print_report_and_exit
+        worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        print("not the report")
+        print_report_and_exit({"worker": worker.pid})
+        """
+    )
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    t0 = time.monotonic()
+    report = json_process(["-c", child], {}, timeout=100)
+    assert time.monotonic() - t0 < 60
+    assert _gone(report["worker"])
+
+
+def test_a_failed_or_overdue_child_raises_and_leaves_nothing_running(monkeypatch, tmp_path):
+    from inductor_cutedsl.cli.run import json_process
+
+    pid_file = tmp_path / "worker.pid"
+    child = textwrap.dedent(
+        f"""
+        import subprocess, sys, time
+        worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        open({str(pid_file)!r}, "w").write(str(worker.pid))
+        print("the reason", file=sys.stderr, flush=True)
+        sys.exit(3) if sys.argv[1] == "fail" else time.sleep(120)
+        """
+    )
+    with pytest.raises(RuntimeError, match="the reason"):
+        json_process(["-c", child, "fail"], {})
+    assert _gone(int(pid_file.read_text()))
+    with pytest.raises(subprocess.TimeoutExpired):
+        json_process(["-c", child, "hang"], {}, timeout=5)
+    assert _gone(int(pid_file.read_text()))

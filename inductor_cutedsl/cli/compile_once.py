@@ -17,7 +17,7 @@ from ..lowering import template
 from ..runtime import compiler
 from ..runtime.launch import default_cache
 from .block import BlockSize, make_block
-from .run import compile_cold
+from .run import compile_cold, print_report_and_exit
 
 
 def main() -> None:
@@ -26,16 +26,14 @@ def main() -> None:
         disable()  # also before any compile starts our workers: none run beside stock
     block, x = make_block(BlockSize(**job["size"]))
     _, _, seconds, _ = compile_cold(block, x)
-    print(
-        json.dumps(
-            {
-                "compile_s": seconds,
-                "cutedsl_compiles": default_cache().builds,
-                "cutedsl_built": default_cache().built,
-                "waiting_for_builds_s": compiler.stats["wait_s"],
-                "benchmarking_cutedsl_s": template.stats["benchmark_s"],
-            }
-        )
+    print_report_and_exit(
+        {
+            "compile_s": seconds,
+            "cutedsl_compiles": default_cache().builds,
+            "cutedsl_built": default_cache().built,
+            "waiting_for_builds_s": compiler.stats["wait_s"],
+            "benchmarking_cutedsl_s": template.stats["benchmark_s"],
+        }
     )
 
 

@@ -9,18 +9,21 @@ the block's speed come from both compiled in this process, timed on the same ten
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import functools
 import itertools
 import json
 import math
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -68,17 +71,53 @@ def json_process(args: list[str], env: dict, timeout: float = 3600) -> dict:
     """Run ``python ARGS`` in a new process with ``env`` added to this one's
     environment as it would be without our install (``launch_environment``: a stock
     process must not start with what ours set); its report is the last line it prints,
-    one JSON object."""
-    done = subprocess.run(
-        [sys.executable, *args],
-        env={**launch_environment(), **env},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)} failed:\n{done.stderr[-4000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    one JSON object (``print_report_and_exit``).
+
+    The child runs in a session of its own, its output in files, not pipes: its compile
+    workers (Inductor's, ours) inherit that output and outlive it by seconds, and a pipe
+    would hold this process until the last of them closed it. Once the child has
+    exited, whatever it left in its session is ended."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(
+            [sys.executable, *args],
+            env={**launch_environment(), **env},
+            stdout=out,
+            stderr=err,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            returncode = proc.wait(timeout)
+        finally:
+            end_session(proc.pid)
+            proc.wait()
+        out.seek(0)
+        err.seek(0)
+        return report_of(args, returncode, out.read(), err.read())
+
+
+def report_of(args: list[str], returncode: int, stdout: str, stderr: str) -> dict:
+    """The report of a ``json_process`` child that ran ``args``, given how it ended."""
+    if returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed (status {returncode}):\n{stderr[-4000:]}")
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def end_session(sid: int) -> None:
+    """Kill every process left in session ``sid`` (a child started with
+    ``start_new_session``, whose id is its pid)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(sid, signal.SIGKILL)
+
+
+def print_report_and_exit(report: dict) -> NoReturn:
+    """A ``json_process`` child's end: the report as its last line, then an exit without
+    the interpreter's teardown. The report is all the parent reads; the teardown would
+    only shut down worker pools and the CUDA context, seconds of the parent's wall time
+    per child, and the parent ends what the child leaves running."""
+    print(json.dumps(report), flush=True)
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def gemm_table(stock: list[GemmTuning], ours: list[GemmTuning]) -> list[dict]:
