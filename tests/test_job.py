@@ -141,3 +141,27 @@ def test_our_kernels_are_recognised_in_a_profile():
         [{"kernel": "nvjet_sm90_tst_256x128"}, {"kernel": "kernel_cutlass_kernel_inductor_cutedslkernel_0"}]
     )
     assert not ran_cutedsl([{"kernel": "nvjet_sm90_tst_256x128"}, {"kernel": "triton_poi_fused_add_0"}])
+
+
+def test_result_files_hold_the_same_json_a_line_per_summary_key_and_per_row(tmp_path):
+    """The results are compact (they travel to the GPU machine with the tree) and still
+    read and diff by line: one per top-level key, one per row."""
+    from inductor_cutedsl.cli.report import write_json
+
+    result = {
+        "device": "NVIDIA H200",
+        "geomean": 1.0512,
+        "nested": {"a": [1, 2.5, None], "b": {"c": "d"}},
+        "rows": [{"row": "gpt2", "ms": [0.1, 0.2]}, {"row": "bert", "ms": []}],
+        "empty": [],
+        "names": ["x", "y"],
+    }
+    path = tmp_path / "out" / "r.json"
+    write_json(result, str(path))
+    text = path.read_text()
+    assert json.loads(text) == result
+    lines = text.splitlines()
+    assert lines[0] == "{" and lines[-1] == "}" and len(lines) == 2 + 6 + 3
+    assert lines[1] == '"device": "NVIDIA H200",' and lines[2] == '"geomean": 1.0512,'
+    assert '{"row":"bert","ms":[]}' in lines and '"names": ["x","y"]' in lines
+    assert len(text) < len(json.dumps(result, indent=2))
