@@ -22,7 +22,7 @@ import sys
 
 import fake_hopper
 import torch
-from ptxas_scenario import STAGES_RUN, count_stages
+from triton_stages import STAGES_RUN, count_stages
 
 
 def template_choices() -> list[tuple[str, str]]:

@@ -9,7 +9,7 @@ on ``OTHER`` (``TRITON_PTXAS_PATH``, as Inductor's workers set it), then compile
 kernel_b itself, after ``environment.align_triton_ptxas`` with ``align`` (then undoes the
 alignment and aligns again, and compiles kernel_b once more); it prints JSON lines: how
 many compile stages ran each time (0: found in the on-disk cache). ``pool_scenario.py``
-counts its stages with ``count_stages`` too."""
+counts its stages the same way (``triton_stages``)."""
 
 from __future__ import annotations
 
@@ -22,30 +22,7 @@ import sys
 import triton
 import triton.language as tl
 from triton.backends.compiler import GPUTarget
-
-#: Compile stages (make_ttir ... make_cubin) this process has run: a miss runs every
-#: stage, a hit in Triton's on-disk cache none.
-STAGES_RUN = [0]
-
-
-def count_stages() -> None:
-    """Count every compile stage Triton's CUDA backend runs in this process, through the
-    stage table it hands each compile (``CUDABackend.add_stages``)."""
-    from triton.backends.nvidia.compiler import CUDABackend
-
-    add_stages = CUDABackend.add_stages
-
-    def counted_stages(self, stages, *args, **kwargs):
-        add_stages(self, stages, *args, **kwargs)
-        for name, stage in list(stages.items()):
-
-            def counted(*a, _stage=stage, **k):
-                STAGES_RUN[0] += 1
-                return _stage(*a, **k)
-
-            stages[name] = counted
-
-    CUDABackend.add_stages = counted_stages
+from triton_stages import STAGES_RUN, count_stages
 
 
 @triton.jit

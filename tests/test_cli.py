@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import gone
 
 from inductor_cutedsl.cli import main as cli
 
@@ -164,20 +165,6 @@ def test_kernel_builds_report_each_kernel_compiled_as_i_of_n(monkeypatch):
     assert lines == ["  [1/1] bad: failed (RuntimeError)"]
 
 
-def _gone(pid: int, within_s: float = 10.0) -> bool:
-    """Whether process ``pid`` has ended (a zombie counts: it runs nothing) within ``within_s``."""
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    return True
-        except FileNotFoundError:
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_a_child_report_comes_back_without_waiting_for_the_workers_it_leaves(monkeypatch):
     """A measured child's compile workers inherit its output and outlive it: the parent
     reads the report once the child has exited, not once the last worker lets go of the
@@ -198,7 +185,7 @@ def test_a_child_report_comes_back_without_waiting_for_the_workers_it_leaves(mon
     t0 = time.monotonic()
     report = json_process(["-c", child], {}, timeout=100)
     assert time.monotonic() - t0 < 60
-    assert _gone(report["worker"])
+    assert gone(report["worker"])
 
 
 def test_a_failed_or_overdue_child_raises_and_leaves_nothing_running(monkeypatch, tmp_path):
@@ -216,7 +203,7 @@ def test_a_failed_or_overdue_child_raises_and_leaves_nothing_running(monkeypatch
     )
     with pytest.raises(RuntimeError, match="the reason"):
         json_process(["-c", child, "fail"], {})
-    assert _gone(int(pid_file.read_text()))
+    assert gone(int(pid_file.read_text()))
     with pytest.raises(subprocess.TimeoutExpired):
         json_process(["-c", child, "hang"], {}, timeout=5)
-    assert _gone(int(pid_file.read_text()))
+    assert gone(int(pid_file.read_text()))

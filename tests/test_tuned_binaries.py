@@ -22,6 +22,7 @@ import triton.language as tl
 from torch._inductor.runtime.runtime_utils import triton_hash_to_path_key
 from torch.compiler._cache import CacheArtifactManager
 from triton.backends.compiler import GPUTarget
+from triton_stages import STAGES_RUN, count_stages
 
 from inductor_cutedsl.compat import artifacts as compat_artifacts
 from inductor_cutedsl.compat import tuned_binaries as tb
@@ -40,25 +41,12 @@ def fresh_artifacts():
 
 
 @pytest.fixture
-def stages(monkeypatch):
+def stages():
     """How many compile stages Triton's CUDA backend runs (0: found in its on-disk cache)."""
-    from triton.backends.nvidia.compiler import CUDABackend
-
-    ran = [0]
-    add_stages = CUDABackend.add_stages
-
-    def counted_stages(self, table, *args, **kwargs):
-        add_stages(self, table, *args, **kwargs)
-        for name, stage in list(table.items()):
-
-            def counted(*a, _stage=stage, **k):
-                ran[0] += 1
-                return _stage(*a, **k)
-
-            table[name] = counted
-
-    monkeypatch.setattr(CUDABackend, "add_stages", counted_stages)
-    return ran
+    STAGES_RUN[0] = 0
+    undo = count_stages()
+    yield STAGES_RUN
+    undo()
 
 
 def compile_winner(cache_dir, monkeypatch) -> str:

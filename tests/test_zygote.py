@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import gone
 
 from benchmarks import zygote
 
@@ -45,19 +46,6 @@ print_report_and_exit(
 """
 
 
-def _gone(pid: int, within_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    return True
-        except FileNotFoundError:
-            return True
-        time.sleep(0.05)
-    return False
-
-
 @pytest.fixture
 def child_module(tmp_path, monkeypatch):
     (tmp_path / "zygote_test_child.py").write_text(textwrap.dedent(CHILD))
@@ -76,7 +64,7 @@ def test_a_forked_child_runs_with_its_own_environment_arguments_session_and_outp
         assert report["preloaded"] and report["argv"] == ["run", "--flag"]
         assert report["given"] == "yes" and report["servers_own"] is None
         assert report["own_session"] and not report["cuda_initialized"]
-        assert _gone(report["worker"])
+        assert gone(report["worker"])
         # The next child is another fork, with its own environment.
         again = zygote.process(["-m", child_module, "again"], {"ZYGOTE_TEST_SERVERS_OWN": "2"}, 100)
         assert again["argv"] == ["again"] and again["given"] is None and again["servers_own"] == "2"
@@ -90,7 +78,7 @@ def test_a_forked_child_that_fails_or_overruns_is_reported_and_the_server_serves
             zygote.process(["-m", child_module, "fail"], {}, 100)
         with pytest.raises(subprocess.TimeoutExpired):
             zygote.process(["-m", child_module, "hang", str(pid_file)], {}, 10)
-        assert _gone(int(pid_file.read_text()))
+        assert gone(int(pid_file.read_text()))
         assert zygote.process(["-m", child_module, "run"], {}, 100)["preloaded"]
 
 
