@@ -74,6 +74,9 @@ def _hopper_gpu() -> str | None:
 
 
 def pytest_collection_modifyitems(config, items):
+    # Long tests first: xdist hands tests out in this order, so a minute-long test that
+    # started last would run alone at the end of the GPU suite (device time).
+    items.sort(key=lambda item: "long" not in item.keywords)
     reason = _hopper_gpu()
     if reason is None:
         return

@@ -212,6 +212,7 @@ print(json.dumps({"builds": default_cache().builds, "decisions": len(selection.d
 
 
 @pytest.mark.gpu
+@pytest.mark.long
 def test_artifacts_carry_a_compile_to_a_fresh_machine_without_builds_or_measurements(tmp_path):
     """A fresh process with every cache empty but the saved artifacts loaded (a
     machine fed by another) compiles the same program with no CuteDSL build, none of

@@ -207,6 +207,7 @@ def test_staged_operand_shares_the_store_buffers_or_takes_a_mainloop_stage():
 
 
 @pytest.mark.gpu
+@pytest.mark.long
 def test_whole_config_space_compiles(tmp_path):
     """Every config of the space, both schedules, compiles (on the device's 16 cores)."""
     specs = [KernelSpec(c, "bfloat16", "bfloat16", "k", "k", E.IDENTITY) for c in config_space()]

@@ -123,6 +123,7 @@ def _check_rank(r: int, result: dict) -> str:
 
 
 @pytest.mark.parametrize("wrap", ["ddp", "fsdp2"])
+@pytest.mark.long
 def test_two_ranks_train_as_stock_does_and_build_each_kernel_once(wrap, tmp_path, monkeypatch):
     import torch.multiprocessing as mp
 

@@ -97,6 +97,7 @@ def test_training_step_forward_and_backward():
     assert cutedsl_launches("\n".join(codes)) >= 4
 
 
+@pytest.mark.long
 def test_backward_after_a_stock_compile_gets_our_candidates(monkeypatch):
     """A training step's backward compiles in autograd's device thread, whose choices
     handler a stock compile made first (as the model suite compiles): our candidates
@@ -183,6 +184,7 @@ SECOND_PROCESS = textwrap.dedent(
 )
 
 
+@pytest.mark.long
 def test_second_process_runs_zero_cutedsl_compiles(tmp_path):
     env = {**os.environ, "INDUCTOR_CUTEDSL_CACHE_DIR": str(tmp_path)}
 

@@ -11,6 +11,7 @@ from inductor_cutedsl.cli.block import BlockSize
 pytestmark = pytest.mark.gpu
 
 
+@pytest.mark.long
 def test_main_job_small_block_with_epilogue_fusion(tmp_path, monkeypatch):
     """The whole job on a small block, with fusion on (the default-off path is what
     the real job run covers): the MLP epilogues (SiLU * gate, residual adds) may join
