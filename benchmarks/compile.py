@@ -748,7 +748,7 @@ def parse_rows(text: str) -> list[BlockId]:
     return list(dict.fromkeys(rows))
 
 
-def _positive(text: str) -> int:
+def positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} is not a positive whole number")
@@ -765,7 +765,7 @@ def add_run_options(ap: argparse.ArgumentParser, pairs: int, pairs_help: str) ->
         help="comma-separated FAMILY:SIZE (inference) or FAMILY:SIZE:RUN (default: "
         f"{','.join(b.name for b in DEFAULT_ROWS)})",
     )
-    ap.add_argument("--pairs", type=_positive, default=pairs, help=f"{pairs_help} (default: %(default)s)")
+    ap.add_argument("--pairs", type=positive_int, default=pairs, help=f"{pairs_help} (default: %(default)s)")
     ap.add_argument(
         "--mode", choices=models.MODES, default=models.CUDAGRAPHS, help="torch.compile mode (default: %(default)s)"
     )

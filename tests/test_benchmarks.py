@@ -646,6 +646,53 @@ def test_a_warm_start_loads_what_the_cold_compile_of_its_side_saved(monkeypatch,
     assert seen == [] and again["rows"] == result["rows"]
 
 
+def test_each_cold_compile_feeds_the_warm_repeats_and_a_row_takes_their_median(monkeypatch, tmp_path):
+    """--warm-repeats 3: each cold compile's artifacts feed three warm starts, each in new
+    and empty caches; the row's warm figure is their median; a resumed run with the same
+    pairs runs nothing, one with more pairs only the new pair's cold and warm starts."""
+    from benchmarks import warm_start
+
+    calls: list[tuple[str, str, str, tuple]] = []
+    warm_s = {"fair_stock": iter([5.0, 9.0, 4.0, 5.5, 5.5, 5.5]), "ours": iter([3.0, 8.0, 4.0, 3.5, 3.5, 3.5])}
+
+    def json_process(args, env, timeout):
+        spec = args[args.index("--child") + 1]
+        side = spec.rsplit(":", 1)[1]
+        dirs = tuple(env[key] for key in compile_bench.CACHE_DIRS)
+        assert all(not any(Path(d).iterdir()) for d in dirs)
+        if "--artifacts-out" in args:
+            out = args[args.index("--artifacts-out") + 1]
+            Path(out).write_text(f"{spec} {len(calls)}")
+            calls.append((side, "cold", Path(out).read_text(), dirs))
+            return _report(30.0 if side == "ours" else 20.0, 4 if side == "ours" else 0)
+        blob = args[args.index("--artifacts-in") + 1]
+        calls.append((side, "warm", Path(blob).read_text(), dirs))
+        return {**_report(next(warm_s[side]), 0), "load_s": 0.2}
+
+    _fake_children(monkeypatch, json_process)
+    out = tmp_path / "warm.json"
+    argv = ["--rows", "gpt2:small", "--warm-repeats", "3", "--json", str(out)]
+    result = warm_start.run(warm_start.parser().parse_args([*argv, "--pairs", "1"]), {"device": "fake"})
+    assert [(side, kind) for side, kind, *_ in calls] == [("fair_stock", "cold")] + [("fair_stock", "warm")] * 3 + [
+        ("ours", "cold")
+    ] + [("ours", "warm")] * 3
+    cold_blobs = {side: text for side, kind, text, _ in calls if kind == "cold"}
+    assert all(text == cold_blobs[side] for side, kind, text, _ in calls if kind == "warm")
+    every_dir = [d for *_, dirs in calls for d in dirs]
+    assert len(set(every_dir)) == len(every_dir)
+    row = result["rows"][0]
+    assert row["median_compile_s"]["fair_stock"]["warm"] == 5.0 and row["median_compile_s"]["ours"]["warm"] == 4.0
+    assert row["warm_start_ratio_vs_stock"] == round(4.0 / 5.0, 4)
+    assert [len(row["runs"][side][kind]) for side in ("fair_stock", "ours") for kind in ("cold", "warm")] == [1, 3] * 2
+    calls.clear()
+    warm_start.run(warm_start.parser().parse_args([*argv, "--pairs", "1", "--resume", str(out)]), {"device": "fake"})
+    assert calls == []
+    warm_start.run(warm_start.parser().parse_args([*argv, "--pairs", "2", "--resume", str(out)]), {"device": "fake"})
+    assert [(side, kind) for side, kind, *_ in calls] == [("ours", "cold")] + [("ours", "warm")] * 3 + [
+        ("fair_stock", "cold")
+    ] + [("fair_stock", "warm")] * 3
+
+
 def test_kept_cold_compiles_feed_later_warm_starts_only_from_the_same_code(monkeypatch, tmp_path):
     """With --artifacts-dir, a first run keeps each cold compile's artifacts and report;
     a second run with more pairs runs only the new pairs' cold compiles, feeds every warm
