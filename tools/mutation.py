@@ -1,12 +1,12 @@
 """Targeted mutation run: plant known bugs in the package, one at a time, and check that the
 CPU tests meant to catch each one fail.
 
-Each bug is a small textual patch of one package file (``old`` -> ``new``, ``old`` found
-exactly once). It is applied to a temporary copy of the repository (the checkout's tracked
-and unignored files, as they are now), the bug's test files run there with ``-x -q`` and a
-timeout, and the file is restored before the next bug: nothing is ever written to the
-checkout. A bug is *killed* when its tests fail (a timeout counts, marked as such), and
-*survives* when they pass.
+Each bug is a small textual patch of one file of the package or of the benchmarks' harness
+(``old`` -> ``new``, ``old`` found exactly once). It is applied to a temporary copy of the
+repository (the checkout's tracked and unignored files, as they are now), the bug's test
+files run there with ``-x -q`` and a timeout, and the file is restored before the next bug:
+nothing is ever written to the checkout. A bug is *killed* when its tests fail (a timeout
+counts, marked as such), and *survives* when they pass.
 
 Before any bug, the tests of the selection run once on the unpatched copy: a kill only
 means something if they pass there.
@@ -45,7 +45,7 @@ CACHE_DIR = Path(tempfile.gettempdir()) / f"inductor_cutedsl_mutation_cache_{os.
 @dataclasses.dataclass(frozen=True)
 class Bug:
     name: str
-    path: str  # package file, from the repository root
+    path: str  # the patched file, from the repository root
     old: str
     new: str
     tests: tuple[str, ...]  # test files (or node ids) meant to catch it
@@ -542,6 +542,38 @@ BUGS = [
         ("tests/test_fusion_codegen.py",),
         "a pair only our view rule forms is handed to Inductor's Triton rule",
     ),
+    Bug(
+        "child-workers-outlive-it",
+        "inductor_cutedsl/cli/run.py",
+        "            end_session(proc.pid)",
+        "            pass",
+        ("tests/test_cli.py",),
+        "a measured child's compile workers are left running after its report",
+    ),
+    Bug(
+        "results-indented",
+        "inductor_cutedsl/cli/report.py",
+        "            f.write(results_text(result))",
+        "            json.dump(result, f, indent=2)",
+        ("tests/test_job.py",),
+        "result files are written indented, three times their compact size",
+    ),
+    Bug(
+        "zygote-child-keeps-servers-environment",
+        "benchmarks/zygote.py",
+        "    os.environ.clear()",
+        "    pass",
+        ("tests/test_zygote.py",),
+        "a forked benchmark child keeps what the server's environment held beside its own",
+    ),
+    Bug(
+        "warm-start-resumes-by-warm-count",
+        "benchmarks/warm_start.py",
+        '.get(s, {}).get("cold", [])) <= i]',
+        '.get(s, {}).get("warm", [])) <= i]',
+        ("tests/test_benchmarks.py",),
+        "with several warm starts per cold compile, a resumed run skips pairs it never ran",
+    ),
 ]
 
 
@@ -725,11 +757,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{'bug':{width}}  {'file':34}  {'result':17}  {'seconds':>7}  first failing test")
     for bug in selected:
         if bug in skipped:
-            print(f"{bug.name:{width}}  {bug.path[len('inductor_cutedsl/') :]:34}  {'gpu only, not run':17}")
+            print(f"{bug.name:{width}}  {bug.path.removeprefix('inductor_cutedsl/'):34}  {'gpu only, not run':17}")
             continue
         result, secs, out = results[bug.name]
         print(
-            f"{bug.name:{width}}  {bug.path[len('inductor_cutedsl/') :]:34}  {result:17}  {secs:7.1f}  "
+            f"{bug.name:{width}}  {bug.path.removeprefix('inductor_cutedsl/'):34}  {result:17}  {secs:7.1f}  "
             f"{caught_by(out) if result.startswith('killed') else ''}"
         )
     killed = [b for b in to_run if results[b.name][0].startswith("killed")]
