@@ -246,3 +246,43 @@ def test_a_config_that_does_not_compile_is_no_failure_of_its_job(monkeypatch):
 
     monkeypatch.setattr(compile_tasks, "_worker_compile_triton", out_of_resources)
     assert cp.compile_configs("k", "# module\n", [Config({"XBLOCK": 4096}, num_warps=32)], {}, {}) is None
+
+
+def test_every_config_the_tuner_tries_was_submitted_before_it_got_there(tmp_path, pool, monkeypatch):
+    """After an improvement the tuner steps from the new best: following its
+    improvements, the prefetch has submitted each config before the real tuner tries it,
+    each once, and the tuner itself is left as it was."""
+    monkeypatch.setattr(cp, "_stalled", False)
+    start = Config({"XBLOCK": 64}, num_warps=4, num_stages=1)
+    k = autotuner(tmp_path, start)
+    cp.prefetch(k)
+    cp.follow_improvements(k)
+    submitted = lambda: [th.triton_config_to_hashable(args[2][0]) for _, args in pool.jobs]
+    tried, early = [], []
+
+    def bench(cfg) -> float:  # larger blocks and fewer warps run faster, to a point
+        key = th.triton_config_to_hashable(cfg)
+        tried.append(key)
+        early.append(key in submitted())
+        return abs(cfg.kwargs["XBLOCK"] - 1024) + 10 * abs(cfg.num_warps - 2) + 1.0
+
+    best = k.coordesc_tuner.autotune(bench, start, bench(start))
+    assert best.kwargs["XBLOCK"] == 1024 and best.num_warps == 2
+    assert len(tried) > 1 + len(cp.first_round(k.coordesc_tuner, start)), "it went past its first round"
+    assert all(early[1:]), [t for t, e in zip(tried, early) if not e]
+    assert len(submitted()) == len(set(submitted()))
+    cp.stop_following(k)
+    assert "compare_config" not in vars(k.coordesc_tuner)
+
+
+@pytest.mark.parametrize("why", ["stalled", "not to be tuned"])
+def test_a_kernel_not_prefetched_is_tuned_as_stock_tunes_it(tmp_path, pool, monkeypatch, why):
+    """No prefetch at load (a stuck worker earlier, or a kernel the tuner leaves alone), no
+    following either: the tuner is not wrapped and nothing is submitted."""
+    monkeypatch.setattr(cp, "_stalled", why == "stalled")
+    k = autotuner(tmp_path, Config({"XBLOCK": 64}, num_warps=4, num_stages=1))
+    if why == "not to be tuned":
+        k.inductor_meta["coordinate_descent_tuning"] = False
+    cp.prefetch(k)
+    cp.follow_improvements(k)
+    assert "compare_config" not in vars(k.coordesc_tuner) and pool.jobs == []

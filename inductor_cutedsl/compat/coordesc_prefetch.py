@@ -11,6 +11,10 @@ Which configs the tuner tries first is known as soon as a kernel has loaded with
 config it starts from: each tunable field one step either way (its first round). Those
 compiles go to Inductor's compile workers at once, which fill Triton's on-disk cache;
 when the tuner reaches one, its compile waits for that worker's, then is a cache hit.
+Each config the tuner tries is one step from its best so far (``CoordescTuner.autotune``:
+after an improvement the remaining fields, then whole rounds, step from the new best), so
+when a config improves on the best, the untried neighbours of the new best are submitted
+too (``follow_improvements``): every later compile of the tuning was then started ahead.
 What the tuner tries, times and picks is untouched: only where and when a compile runs.
 A failure anywhere here loses the head start and nothing else.
 """
@@ -20,7 +24,6 @@ from __future__ import annotations
 import copy
 import logging
 import os
-from concurrent.futures import Future
 from typing import Any
 
 log = logging.getLogger("inductor_cutedsl.compile")
@@ -63,7 +66,11 @@ def install() -> Any:
         # A kernel that loaded with several configs starts from the one autotuning picked
         # at this first call: its first round is known only now.
         _try_prefetch(self)
-        return tuning(self, launcher, *args, **kwargs)
+        _try(follow_improvements, self)
+        try:
+            return tuning(self, launcher, *args, **kwargs)
+        finally:
+            stop_following(self)
 
     wrapped_precompile.prefetches = True  # type: ignore[attr-defined]
     cls.precompile = wrapped_precompile
@@ -81,8 +88,12 @@ def restore(originals: Any) -> None:
 
 
 def _try_prefetch(autotuner: Any) -> None:
+    _try(prefetch, autotuner)
+
+
+def _try(fn: Any, autotuner: Any, *args: Any) -> None:
     try:
-        prefetch(autotuner)
+        fn(autotuner, *args)
     except Exception as exc:  # only a head start
         log.debug("no coordinate-descent prefetch for %s: %s", _name(autotuner), exc)
 
@@ -141,15 +152,56 @@ def prefetch(autotuner: Any) -> None:
         return
     with open(filename) as f:
         source = f.read()
-    configs = first_round(autotuner.coordesc_tuner, autotuner.launchers[0].config)
+    start = autotuner.launchers[0].config
+    autotuner._prefetched = {}
+    autotuner._prefetch_source = source
+    autotuner._prefetch_seen = {triton_config_to_hashable(start)}  # compiled already
+    _submit(autotuner, first_round(autotuner.coordesc_tuner, start))
+
+
+def _submit(autotuner: Any, configs: list[Any]) -> None:
+    """Submit the compiles of ``configs`` not submitted or compiled for this kernel yet."""
+    from torch._inductor.async_compile import AsyncCompile
+    from torch._inductor.runtime.triton_heuristics import triton_config_to_hashable
+
     pool = AsyncCompile.process_pool()
     env, settings = worker_settings()
-    jobs: dict[Any, Future] = {}
+    seen, jobs = autotuner._prefetch_seen, autotuner._prefetched
+    submitted = 0
     for cfg in configs:
-        job = pool.submit(compile_configs, _name(autotuner), source, [cfg], env, settings)
-        jobs[triton_config_to_hashable(cfg)] = job
-    autotuner._prefetched = jobs
-    log.debug("%s: %d coordinate-descent configs compiling ahead", _name(autotuner), len(jobs))
+        key = triton_config_to_hashable(cfg)
+        if key in seen:
+            continue
+        seen.add(key)
+        jobs[key] = pool.submit(compile_configs, _name(autotuner), autotuner._prefetch_source, [cfg], env, settings)
+        submitted += 1
+    log.debug("%s: %d coordinate-descent configs compiling ahead", _name(autotuner), submitted)
+
+
+def follow_improvements(autotuner: Any) -> None:
+    """Make the kernel's tuner submit the untried neighbours of each config that improves
+    on its best (a prefetched kernel's only: one the prefetch skipped is tuned as stock
+    tunes it). The tuner's ``compare_config`` is wrapped on this tuner alone."""
+    tuner = getattr(autotuner, "coordesc_tuner", None)
+    if tuner is None or getattr(autotuner, "_prefetched", None) is None or "compare_config" in vars(tuner):
+        return
+    compare = tuner.compare_config
+
+    def compare_config(func: Any, candidate: Any, best: Any, best_timing: float) -> Any:
+        better, timing = compare(func, candidate, best, best_timing)
+        if better and not _stalled:
+            _try(_submit, autotuner, first_round(tuner, candidate))
+        return better, timing
+
+    tuner.compare_config = compare_config
+
+
+def stop_following(autotuner: Any) -> None:
+    """Undo ``follow_improvements`` once the tuning has ended (a kernel may be pickled
+    later, and a closure would not pickle)."""
+    tuner = getattr(autotuner, "coordesc_tuner", None)
+    if tuner is not None:
+        vars(tuner).pop("compare_config", None)
 
 
 #: What Inductor passes its workers with each Triton compile (``AsyncCompile.triton``), so
