@@ -173,12 +173,21 @@ def step_ms(step) -> float:
     return round(statistics.median(replay_ms(step, STEPS_PER_ROUND) for _ in range(STEP_ROUNDS)), 4)
 
 
+#: What a benchmark module's kernel is named: Inductor generates it (``benchmark_kernel``)
+#: with its name placeholder left in (``Placeholder.DESCRIPTIVE_NAME``); a graph's own
+#: kernels get their real names. Stock's epilogue benchmarks (``speedup_by_fusion``) run
+#: such kernels, which coordinate descent tunes like any other.
+BENCHMARK_KERNEL = "DESCRIPTIVE_NAME"
+
+
 class CoordescLog:
     """Each Triton kernel that coordinate descent tuned in this process (at a graph's
     first call): its name, kind and seconds. Where two sides' tuning time differs, this
     says whether by more kernels or by slower ones. It wraps the tuning itself
     (``_coordinate_descent_tuning``), which Inductor calls only for the kernels it
-    tunes (not templates, user-autotuned or fixed kernels)."""
+    tunes (not templates, user-autotuned or fixed kernels). The summary counts apart the
+    kernels of benchmark modules (``BENCHMARK_KERNEL``): those tune during the fusion
+    decisions, while the workers are busy, and their tuning serves no kernel the graph runs."""
 
     def __init__(self) -> None:
         self.entries: list[tuple[str, str, float]] = []
@@ -211,11 +220,14 @@ class CoordescLog:
         for _, kind, _ in self.entries:
             kinds[kind] = kinds.get(kind, 0) + 1
         slowest = sorted(self.entries, key=lambda e: -e[2])[:top]
+        benchmarks = [s for name, _, s in self.entries if BENCHMARK_KERNEL in name]
         return {
             "kernels": len(self.entries),
             "seconds": round(sum(e[2] for e in self.entries), 2),
             "kinds": kinds,
             "slowest": [[name, kind, round(s, 2)] for name, kind, s in slowest],
+            # Tuned inside the compile, in the fusion decisions, for a comparison alone.
+            "benchmark_modules": {"kernels": len(benchmarks), "seconds": round(sum(benchmarks), 2)},
         }
 
 

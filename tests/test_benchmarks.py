@@ -920,13 +920,15 @@ def test_coordesc_log_records_the_kernels_tuned_and_skips_templates(monkeypatch)
             (HeuristicType.POINTWISE, "triton_poi_0", 0.05),
             (HeuristicType.TEMPLATE, "triton_tem_1", 0.0),
             (HeuristicType.PERSISTENT_REDUCTION, "triton_per_2", 0.01),
+            (HeuristicType.POINTWISE, "Placeholder.DESCRIPTIVE_NAME", 0.02),
         ):
             assert CachingAutotuner.coordinate_descent_tuning(Autotuner(kind, name, s), "L") == "L"
     assert CachingAutotuner.__dict__["_coordinate_descent_tuning"] is tune
     summary = log.summary()
-    assert summary["kernels"] == 2 and summary["kinds"] == {"pointwise": 1, "persistent_reduction": 1}
+    assert summary["kernels"] == 3 and summary["kinds"] == {"pointwise": 2, "persistent_reduction": 1}
     assert summary["slowest"][0][:2] == ["triton_poi_0", "pointwise"] and summary["slowest"][0][2] >= 0.05
-    assert 0.06 <= summary["seconds"] < 1.0
+    assert 0.08 <= summary["seconds"] < 1.0
+    assert summary["benchmark_modules"]["kernels"] == 1 and 0.02 <= summary["benchmark_modules"]["seconds"] < 0.05
 
 
 def test_named_phases_take_nested_phases_out_and_leave_the_rest_as_other():

@@ -3,7 +3,8 @@
 # the CuTe DSL bundle of .device/ (set up as ../shared/device/README.md says). Logs and
 # result files go to $OUT, the folder that comes back.
 #
-#   bash tools/gpu_run.sh tests [PYTEST ARGS]     the GPU tests (-m gpu -n 8), log $OUT/gpu-tests.log
+#   bash tools/gpu_run.sh tests [PYTEST ARGS]     the GPU tests (-m gpu -n 8), log $OUT/gpu-tests.log;
+#                                                 TESTS="tests/test_a.py ..." runs those files only
 #   bash tools/gpu_run.sh bench NAME [ARGS]       python -m benchmarks.NAME ARGS --json $OUT/h200-NAME.json,
 #                                                 log $OUT/NAME.log
 #   bash tools/gpu_run.sh job [ARGS]              the main job (python -m inductor_cutedsl), JSON and PNG in $OUT
@@ -49,7 +50,8 @@ step=${1:?"a step: tests, bench NAME, job or inductor-tests"}
 shift
 case "$step" in
 tests)
-    logged gpu-tests python3 -m pytest tests -m gpu -n 8 -q -rfE -p no:cacheprovider "$@" ;;
+    # shellcheck disable=SC2086  # TESTS is a list of paths
+    logged gpu-tests python3 -m pytest ${TESTS:-tests} -m gpu -n 8 -q -rfE -p no:cacheprovider "$@" ;;
 bench)
     name=${1:?"bench NAME: one of benchmarks/*.py"}
     shift
