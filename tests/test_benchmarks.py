@@ -566,10 +566,12 @@ def test_the_performance_page_shows_each_files_figures_and_refuses_a_file_it_has
     shutil.copytree(ROOT / "benchmarks" / "results", results)
     gemm = json.loads((results / "h200-gemm.json").read_text())
     gemm["geomean_vs_cublas"], gemm["rows"][0]["config"] = 1.2345, "a_config_of_its_own"
+    gemm["source"] = "two runs merged by hand"
     (results / "h200-gemm.json").write_text(json.dumps(gemm))
     (results / "h200-compile.json").unlink(missing_ok=True)
     page = perf_doc.render(results)
     assert "| cuBLAS / ours, geomean | 1.2345 | `geomean_vs_cublas` |" in page and "`a_config_of_its_own`" in page
+    assert "How this file was made (`source`): two runs merged by hand." in page
     assert "## Cold compile time (`h200-compile.json`)\n\nNot measured yet: `python -m benchmarks.compile" in page
     (results / "h200-probe.json").write_text("{}")
     with pytest.raises(SystemExit, match="without a section in tools/perf_doc.py: h200-probe.json"):

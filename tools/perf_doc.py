@@ -741,6 +741,8 @@ def render(results: Path = RESULTS) -> str:
         data = json.loads(path.read_text())
         where = f" Measured on an {data['device']} with torch {data['torch']}." if data.get("device") else ""
         parts.append(f"{s.about}{where}\n\n`{s.command}`")
+        if data.get("source"):  # a result put together by hand says how
+            parts.append(f"How this file was made (`source`): {data['source']}.")
         parts.append(headline(_counted(data, s), s.figures))
         parts += s.tables(data)
     return "\n\n".join(parts) + "\n"
