@@ -233,6 +233,7 @@ def test_a_kernel_autotuned_at_its_first_call_prefetches_from_the_config_picked(
         th.CachingAutotuner.coordinate_descent_tuning(k, k.launchers[0])
     first = cp.first_round(k.coordesc_tuner, picked)
     assert [args[2] for _, args in pool.jobs] == [[c] for c in first]
+    assert "compare_config" not in vars(k.coordesc_tuner), "the tuner is unwrapped however its tuning ends"
 
 
 def test_a_config_that_does_not_compile_is_no_failure_of_its_job(monkeypatch):

@@ -574,6 +574,35 @@ BUGS = [
         ("tests/test_benchmarks.py",),
         "with several warm starts per cold compile, a resumed run skips pairs it never ran",
     ),
+    Bug(
+        "coordesc-prefetch-ignores-improvements",
+        "inductor_cutedsl/compat/coordesc_prefetch.py",
+        "        if better and not _stalled:",
+        "        if False:",
+        ("tests/test_coordesc_prefetch.py",),
+        "the tuner's steps past its first round compile in the calling thread again",
+    ),
+    Bug(
+        "coordesc-prefetch-tuner-left-wrapped",
+        "inductor_cutedsl/compat/coordesc_prefetch.py",
+        '        vars(tuner).pop("compare_config", None)',
+        "        pass",
+        ("tests/test_coordesc_prefetch.py",),
+        "a tuned kernel keeps a closure on its tuner and no longer pickles",
+    ),
+    Bug(
+        "coordesc-prefetch-unwraps-only-on-success",
+        "inductor_cutedsl/compat/coordesc_prefetch.py",
+        """        try:
+            return tuning(self, launcher, *args, **kwargs)
+        finally:
+            stop_following(self)""",
+        """        out = tuning(self, launcher, *args, **kwargs)
+        stop_following(self)
+        return out""",
+        ("tests/test_coordesc_prefetch.py",),
+        "a tuning that raises leaves its tuner wrapped",
+    ),
 ]
 
 
