@@ -287,3 +287,22 @@ def test_a_kernel_not_prefetched_is_tuned_as_stock_tunes_it(tmp_path, pool, monk
     cp.prefetch(k)
     cp.follow_improvements(k)
     assert "compare_config" not in vars(k.coordesc_tuner) and pool.jobs == []
+
+
+def test_a_failure_while_following_leaves_the_tuning_as_stock_runs_it(tmp_path, pool, monkeypatch):
+    """Working out or submitting an improvement's neighbours may fail: the tuner goes on
+    and returns the same best, nothing of the failure reaches the compile."""
+    monkeypatch.setattr(cp, "_stalled", False)
+    start = Config({"XBLOCK": 64}, num_warps=4, num_stages=1)
+    k = autotuner(tmp_path, start)
+    cp.prefetch(k)
+    cp.follow_improvements(k)
+    submitted = len(pool.jobs)
+
+    def broken(tuner, best):
+        raise RuntimeError("a tuner of another shape")
+
+    monkeypatch.setattr(cp, "first_round", broken)
+    bench = lambda cfg: abs(cfg.kwargs["XBLOCK"] - 1024) + 10 * abs(cfg.num_warps - 2) + 1.0
+    best = k.coordesc_tuner.autotune(bench, start, bench(start))
+    assert best.kwargs["XBLOCK"] == 1024 and best.num_warps == 2 and len(pool.jobs) == submitted

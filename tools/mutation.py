@@ -596,12 +596,20 @@ BUGS = [
         """        try:
             return tuning(self, launcher, *args, **kwargs)
         finally:
-            stop_following(self)""",
+            _try(stop_following, self)""",
         """        out = tuning(self, launcher, *args, **kwargs)
-        stop_following(self)
+        _try(stop_following, self)
         return out""",
         ("tests/test_coordesc_prefetch.py",),
         "a tuning that raises leaves its tuner wrapped",
+    ),
+    Bug(
+        "coordesc-prefetch-following-raises",
+        "inductor_cutedsl/compat/coordesc_prefetch.py",
+        "            _try(_submit_neighbours, autotuner, candidate)",
+        "            _submit_neighbours(autotuner, candidate)",
+        ("tests/test_coordesc_prefetch.py",),
+        "a failure while submitting an improvement's neighbours fails the user's compile",
     ),
 ]
 

@@ -55,7 +55,7 @@ def install() -> Any:
         out = precompile(self, *args, **kwargs)
         warm_cache_only = kwargs.get("warm_cache_only", args[0] if args else False)
         if not warm_cache_only:  # a compile worker's own precompile: nothing is tuned there
-            _try_prefetch(self)
+            _try(prefetch, self)
         return out
 
     def wrapped_precompile_config(self: Any, cfg: Any, *args: Any, **kwargs: Any) -> Any:
@@ -65,12 +65,12 @@ def install() -> Any:
     def wrapped_tuning(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
         # A kernel that loaded with several configs starts from the one autotuning picked
         # at this first call: its first round is known only now.
-        _try_prefetch(self)
+        _try(prefetch, self)
         _try(follow_improvements, self)
         try:
             return tuning(self, launcher, *args, **kwargs)
         finally:
-            stop_following(self)
+            _try(stop_following, self)
 
     wrapped_precompile.prefetches = True  # type: ignore[attr-defined]
     cls.precompile = wrapped_precompile
@@ -85,10 +85,6 @@ def restore(originals: Any) -> None:
 
         cls = triton_heuristics.CachingAutotuner
         cls.precompile, cls._precompile_config, cls.coordinate_descent_tuning = originals
-
-
-def _try_prefetch(autotuner: Any) -> None:
-    _try(prefetch, autotuner)
 
 
 def _try(fn: Any, autotuner: Any, *args: Any) -> None:
@@ -156,11 +152,12 @@ def prefetch(autotuner: Any) -> None:
     autotuner._prefetched = {}
     autotuner._prefetch_source = source
     autotuner._prefetch_seen = {triton_config_to_hashable(start)}  # compiled already
-    _submit(autotuner, first_round(autotuner.coordesc_tuner, start))
+    _submit_neighbours(autotuner, start)
 
 
-def _submit(autotuner: Any, configs: list[Any]) -> None:
-    """Submit the compiles of ``configs`` not submitted or compiled for this kernel yet."""
+def _submit_neighbours(autotuner: Any, best: Any) -> None:
+    """Submit the compiles of ``best``'s neighbours (``first_round``) not submitted or
+    compiled for this kernel yet."""
     from torch._inductor.async_compile import AsyncCompile
     from torch._inductor.runtime.triton_heuristics import triton_config_to_hashable
 
@@ -168,7 +165,7 @@ def _submit(autotuner: Any, configs: list[Any]) -> None:
     env, settings = worker_settings()
     seen, jobs = autotuner._prefetch_seen, autotuner._prefetched
     submitted = 0
-    for cfg in configs:
+    for cfg in first_round(autotuner.coordesc_tuner, best):
         key = triton_config_to_hashable(cfg)
         if key in seen:
             continue
@@ -190,7 +187,7 @@ def follow_improvements(autotuner: Any) -> None:
     def compare_config(func: Any, candidate: Any, best: Any, best_timing: float) -> Any:
         better, timing = compare(func, candidate, best, best_timing)
         if better and not _stalled:
-            _try(_submit, autotuner, first_round(tuner, candidate))
+            _try(_submit_neighbours, autotuner, candidate)
         return better, timing
 
     tuner.compare_config = compare_config
