@@ -105,6 +105,9 @@ SETTINGS: dict[str, Setting] = {
     "persist_decisions": Setting(True, parse_bool, bool, "reuse fusion and dual-GEMM decisions of earlier compiles"),
     "measure_clear_calls": Setting(False, parse_bool, bool, "measure fused vs unfused even where the call is clear"),
     "prune_triton": Setting(True, parse_bool, bool, "beside our candidates, only Triton's deepest-K mm configs"),
+    "tune_fusion_benchmarks": Setting(
+        False, parse_bool, bool, "coordinate-descent-tune the kernels of Inductor's own fusion benchmarks"
+    ),
 }
 
 
@@ -182,6 +185,12 @@ measure_clear_calls: bool = _values["measure_clear_calls"]
 #: largest part of a max-autotune compile's CPU time, and beside ours every Triton win
 #: in the measured autotunings was one of those configs (docs/findings.md).
 prune_triton: bool = _values["prune_triton"]
+#: Where Inductor's own rule measures a fusion (a pair our backend did not decide), the
+#: consumer's kernel timed alone is tuned by coordinate descent first, as stock does
+#: (``INDUCTOR_CUTEDSL_TUNE_FUSION_BENCHMARKS``). Off: it is timed as generated, as our
+#: own selection's benchmark modules are; the tuning compiled a config at a time in the
+#: compiling thread for a kernel the graph never runs (``compat.codegen.stock_fusion_rule``).
+tune_fusion_benchmarks: bool = _values["tune_fusion_benchmarks"]
 del _values
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import types
 
+import pytest
 import torch
 from fake_hopper import generated_code
 from test_fusion_codegen import backend
@@ -94,3 +95,48 @@ def test_a_template_fusion_inductor_refused_is_not_benchmarked_again(monkeypatch
         codegen.restore_fusion_hooks(saved)
     assert asked.count(("mm", "relu")) == 2 and asked.count(("mm", "exp")) == 3 and asked.count(("relu", "add")) == 3
     assert Scheduler.speedup_by_fusion is stock  # restored (monkeypatch restores ours after)
+
+
+@pytest.mark.parametrize("tune", [False, True], ids=["untuned", "tune_fusion_benchmarks"])
+def test_inductors_own_fusion_benchmark_times_the_consumer_untuned(tune):
+    """Where Inductor's rule measures a fusion (a Triton template and its consumer), the
+    consumer's kernel timed alone is generated without coordinate-descent tuning, which
+    would compile config after config in the compiling thread for a kernel the graph
+    never runs; ``config.tune_fusion_benchmarks`` keeps stock's tuning. The graph's own
+    kernels keep it either way."""
+    from unittest import mock
+
+    from fake_hopper import _Generated, fake_hopper
+    from torch._inductor import config as inductor_config
+    from torch._inductor.compile_fx import compile_fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from inductor_cutedsl import config
+
+    timed = []
+
+    def benchmark_fused_nodes(self, nodes):
+        source = self.generate_kernel_code_from_nodes(nodes, benchmark_kernel=True)
+        timed.append(TUNED in source)
+        return 0.05, ""
+
+    def f(x, w):
+        return torch.relu(x @ w.t()) * 2, x.sin()
+
+    with (
+        fake_hopper(backends="TRITON") as out,
+        mock.patch("torch._inductor.scheduler.Scheduler.benchmark_fused_nodes", benchmark_fused_nodes),
+        inductor_config.patch(coordinate_descent_tuning=True),
+        config.patch(tune_fusion_benchmarks=tune),
+    ):
+        with FakeTensorMode():
+            args = [torch.empty(s, device="cuda", dtype=torch.bfloat16) for s in ((512, 768), (1024, 768))]
+        with pytest.raises(Exception) as raised:
+            compile_fx(torch.fx.symbolic_trace(f), args)
+        assert isinstance(raised.value, _Generated) or "_Generated" in repr(raised.value)
+    assert timed == [tune], "Inductor timed the GEMM's consumer once, tuned only when asked"
+    assert TUNED in out["code"], "the graph's own kernels (x.sin()) are tuned as stock tunes them"
+
+
+#: What a Triton kernel that coordinate descent will tune carries in its metadata.
+TUNED = "'coordinate_descent_tuning': True"

@@ -611,6 +611,22 @@ BUGS = [
         ("tests/test_coordesc_prefetch.py",),
         "a failure while submitting an improvement's neighbours fails the user's compile",
     ),
+    Bug(
+        "fusion-benchmarks-tuned",
+        "inductor_cutedsl/compat/codegen.py",
+        "    if config.tune_fusion_benchmarks:\n        return contextlib.nullcontext()",
+        "    if True:\n        return contextlib.nullcontext()",
+        ("tests/test_scheduling.py",),
+        "Inductor's own fusion benchmarks tune their consumer kernel by coordinate descent",
+    ),
+    Bug(
+        "fusion-benchmarks-never-tuned",
+        "inductor_cutedsl/compat/codegen.py",
+        "    if config.tune_fusion_benchmarks:\n        return contextlib.nullcontext()",
+        "    if False:\n        return contextlib.nullcontext()",
+        ("tests/test_scheduling.py",),
+        "tune_fusion_benchmarks cannot restore stock's tuning",
+    ),
 ]
 
 

@@ -129,7 +129,10 @@ def install_fusion_hooks(
     needs.
 
     ``Scheduler.speedup_by_fusion`` answers ``verdict(node1, node2)`` at once where it is
-    not None: there our backend has already measured the ways to run the pair.
+    not None: there our backend has already measured the ways to run the pair. Where it
+    is None, Inductor's own rule measures, with its benchmark kernels generated without
+    coordinate-descent tuning unless ``config.tune_fusion_benchmarks`` (see
+    ``stock_fusion_rule``).
     ``Scheduler.can_fuse_vertical`` also passes a pair that it refuses only because
     ``node2`` reads ``node1``'s output with other loops than ``node1`` writes it (a
     (B, T, N) view of a (B*T, N) GEMM) where ``pairs_through_view(scheduler, node1,
@@ -152,7 +155,8 @@ def install_fusion_hooks(
         seen = refused.setdefault(self, set())
         if pair in seen:
             return FusionResult.fuse(False)
-        result = saved["speedup_by_fusion"](self, node1, node2, **kwargs)
+        with stock_fusion_rule():
+            result = saved["speedup_by_fusion"](self, node1, node2, **kwargs)
         if node1.is_template() and result.should_fuse is False and result.callable_fn is None:
             seen.add(pair)
         return result
@@ -168,6 +172,27 @@ def install_fusion_hooks(
     Scheduler.speedup_by_fusion = speedup_by_fusion
     Scheduler.can_fuse_vertical = can_fuse_vertical
     return saved
+
+
+def stock_fusion_rule() -> contextlib.AbstractContextManager:
+    """The settings Inductor's own fusion benchmarks (``Scheduler.speedup_by_fusion``) run
+    under where our hook hands a pair to them.
+
+    Inductor generates the kernel of a consumer timed alone (``benchmark_fused_nodes``)
+    with coordinate-descent tuning, so its first run tunes it: a compile in the compiling
+    thread per config tried, seconds per kernel, while our builds and Triton's template
+    compiles hold the CPUs; the most of ours' fusion-decision time beyond stock's
+    (docs/findings.md, Compile time). That kernel is never the graph's (it is named and
+    keyed apart), so the tuning only moves the benchmark's figure, by what coordinate
+    descent gains on a pointwise kernel, as our own selection's benchmark modules are
+    timed (``nodes_module``). ``config.tune_fusion_benchmarks`` keeps stock's tuning."""
+    from torch._inductor import config as inductor_config
+
+    from .. import config
+
+    if config.tune_fusion_benchmarks:
+        return contextlib.nullcontext()
+    return inductor_config.patch(coordinate_descent_tuning=False)
 
 
 def restore_fusion_hooks(saved: dict) -> None:
