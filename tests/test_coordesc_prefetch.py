@@ -152,6 +152,24 @@ def test_nothing_is_prefetched_where_the_kernel_will_not_be_tuned(tmp_path, pool
     assert pool.jobs == []
 
 
+def test_a_strict_sum_reduction_is_prefetched_only_where_the_tuner_tunes_it(tmp_path, pool, monkeypatch):
+    """torch 2.14 on leaves a reduction with ``strict_sum_rblock`` untuned
+    (``CachingAutotuner._should_coordesc_tune``): its neighbours are not compiled for
+    nothing. 2.11 tunes it, so there they are. The rule's answer is not stored on the
+    kernel, which is pickled later."""
+    monkeypatch.setattr(cp, "_stalled", False)
+    k = autotuner(tmp_path, Config({"XBLOCK": 1, "R0_BLOCK": 256}, num_warps=4, num_stages=1))
+    k.heuristic_type = HeuristicType.REDUCTION
+    k.inductor_meta["strict_sum_rblock"] = True
+    k.coordesc_tuner = tuner({"x": 1 << 12, "r0_": 1 << 12})
+    tuner_has_the_rule = "_should_coordesc_tune" in vars(th.CachingAutotuner)
+    cp.prefetch(k)
+    assert (pool.jobs == []) == tuner_has_the_rule
+    assert "_should_coordesc_tune" not in vars(k)
+    k.inductor_meta.pop("strict_sum_rblock")
+    assert cp.will_tune(k)
+
+
 def test_a_worker_compiles_the_kernel_of_its_source_for_the_configs_given(monkeypatch):
     """``compile_configs`` on a real generated kernel module: the kernel it hands to
     Inductor's worker compile is that module's, with exactly the configs given."""

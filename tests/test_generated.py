@@ -216,3 +216,23 @@ def test_launcher_keeps_a_bounded_number_of_entries(ran, monkeypatch):
         launch(*_tensors(m, 128, 32), stream=0)
     assert [values[3] for _, values in ran] == [16, 32, 48, 16]
     assert len(launch.__globals__["table"]) <= 2
+
+
+def test_a_module_imported_in_a_compile_worker_builds_and_loads_nothing(monkeypatch):
+    """torch 2.14 on imports each CuteDSL module of a compiled graph in its compile
+    workers, only to check its entry points: the module's launcher must not build or
+    load the kernel there (a load starts a CUDA context in the worker), and is never
+    launched there."""
+    import inductor_cutedsl
+
+    def must_not(*args, **kwargs):
+        raise AssertionError("built or loaded in a compile worker")
+
+    monkeypatch.setattr(generated, "build", must_not)
+    monkeypatch.setattr(generated, "get_gemm", must_not)
+    monkeypatch.setattr(generated.artifacts, "record", must_not)
+    monkeypatch.setattr(inductor_cutedsl, "_in_a_compile_worker", lambda: True)
+    launch = generated.launcher(SPEC, (), (None,), scope={})
+    with pytest.raises(RuntimeError, match="compile worker"):
+        launch(None, None, None, None, stream=0)
+    assert generated.precompile(a=[128, 64], b=[64, 256], output=[128, 256]) is None

@@ -167,9 +167,12 @@ def test_template_renders_valid_python_calling_our_launcher(has_c):
     spec = KernelSpec(GemmConfig(), "bfloat16", "bfloat16", "k", "k", epilogue)
     names, operands = (("c", "a", "b"), ("c",)) if has_c else (("a", "b"), ())
     candidate = GemmCandidate(spec, names, operands, scalars=(0.5, 2.0) if has_c else ())
-    code = env.from_string(SOURCE).render(candidate=candidate, def_kernel=def_kernel, get_output=lambda: "out_ptr0")
+    code = env.from_string(SOURCE).render(
+        candidate=candidate, kernel_name="k", def_kernel=def_kernel, get_output=lambda: "out_ptr0"
+    )
     compile(code, "<rendered>", "exec")
     assert "from inductor_cutedsl.runtime.generated import launcher" in code
+    assert "\nk_precompile = precompile\n" in code, "the entry torch 2.14 on calls in its compile workers"
     assert ("_launch(a, b, out_ptr0, c, stream=stream)" in code) == has_c
     # The launcher's arguments rebuild the very candidate, typed (no JSON, no literals parsed).
     call = next(line for line in code.splitlines() if line.startswith("_launch = launcher("))
@@ -231,6 +234,33 @@ def test_epilogue_fusion_setting_installs_and_restores_the_scheduling():
         assert Scheduler.speedup_by_fusion is prior_speedup
         assert Scheduler.can_fuse_vertical is prior_vertical
     finally:
+        inductor_cutedsl.enable()
+
+
+def test_installing_keeps_a_custom_cuda_pass_and_codegen_config_registered():
+    """Registering our CUDA scheduling goes through ``register_backend_for_device``,
+    which also sets the device's custom graph pass and codegen config (to None unless
+    given): a user's or vendor's must be passed on, and still be there after disable()."""
+    import torch._dynamo.config as other_config
+    from torch._inductor.codegen import common
+
+    def custom_pass(graph):
+        return graph
+
+    inductor_cutedsl.disable()
+    prior = common.custom_backend_passes.get("cuda"), common.custom_backend_codegen_configs.get("cuda")
+    common.custom_backend_passes["cuda"] = custom_pass
+    common.custom_backend_codegen_configs["cuda"] = other_config
+    try:
+        inductor_cutedsl.enable()
+        assert common.device_codegens["cuda"].scheduling.__module__.startswith("inductor_cutedsl")
+        assert common.custom_backend_passes["cuda"] is custom_pass
+        assert common.custom_backend_codegen_configs["cuda"] is other_config
+        inductor_cutedsl.disable()
+        assert common.custom_backend_passes["cuda"] is custom_pass
+        assert common.custom_backend_codegen_configs["cuda"] is other_config
+    finally:
+        common.custom_backend_passes["cuda"], common.custom_backend_codegen_configs["cuda"] = prior
         inductor_cutedsl.enable()
 
 

@@ -147,3 +147,47 @@ def test_pruning_touches_only_the_triton_mm_templates_configs():
     mm = [ktc("triton::mm", k) for k in (16, 128, 64, 128)]
     assert deepest_k_only([aten, *mm, tma]) == [aten, mm[1], mm[3], tma]
     assert deepest_k_only([aten, tma]) == [aten, tma]
+
+
+def cutedsl_modules(code: str) -> list[tuple[str, str, dict | None]]:
+    """(kernel name, module source, precompile metadata or None) of each CuteDSL module
+    defined in wrapper ``code``."""
+    import ast
+    import re
+
+    out = []
+    pattern = r"async_compile\.cutedsl\('(\w+)', r'''(.*?)'''(, precompile_metadata=(.*?))?\)\n"
+    for match in re.finditer(pattern, code, re.S):
+        name, source, _, metadata = match.groups()
+        out.append((name, source, None if metadata is None else ast.literal_eval(metadata)))
+    return out
+
+
+def test_inductors_compile_worker_imports_our_module_without_building_loading_or_warning(monkeypatch, caplog):
+    """torch 2.14 on sends each CuteDSL module of a compiled graph to its compile workers
+    (``_worker_compile_pycodecache_kernel``), which import it, check its ``_main`` and
+    call its ``_precompile`` with the kernel's shapes, warning where there is none. Run
+    here, as the worker runs it, on our real generated module: no build, no load, no
+    warning, and the parent then imports the module as before."""
+    compile_tasks = pytest.importorskip("torch._inductor.runtime.compile_tasks")
+    worker = getattr(compile_tasks, "_worker_compile_pycodecache_kernel", None)
+    if worker is None:
+        pytest.skip("this torch loads CuteDSL modules in the compiling process only (before 2.14)")
+    import logging
+
+    import inductor_cutedsl
+    from inductor_cutedsl.runtime import generated
+
+    def must_not(*args, **kwargs):
+        raise AssertionError("built or loaded in a compile worker")
+
+    modules = cutedsl_modules(generated_code(lambda x, w: torch.relu(x @ w.t()), (M, K), (N, K)))
+    assert modules, "the graph runs our kernel"
+    monkeypatch.setattr(generated, "build", must_not)
+    monkeypatch.setattr(generated, "get_gemm", must_not)
+    monkeypatch.setattr(inductor_cutedsl, "_in_a_compile_worker", lambda: True)
+    caplog.clear()  # the fake compile's own warnings
+    with caplog.at_level(logging.WARNING):
+        for name, source, metadata in modules:
+            worker(name, source, "main", {}, metadata or {"shapes": {}})
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []

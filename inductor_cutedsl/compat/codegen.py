@@ -18,7 +18,9 @@ import torch
 def install_cuda_scheduling(scheduling_cls: Any) -> Any:
     """Make ``scheduling_cls`` Inductor's "cuda" scheduling (from the next graph on).
 
-    Returns the previous registration, for ``restore_cuda_scheduling``.
+    Returns the previous registration, for ``restore_cuda_scheduling``. Registering a
+    device also sets its custom graph pass and codegen config, to None unless given: the
+    ones already registered for "cuda" (a user's or a vendor's) are passed on unchanged.
     """
     from torch._inductor.codegen import common
 
@@ -30,6 +32,8 @@ def install_cuda_scheduling(scheduling_cls: Any) -> Any:
         prior.wrapper_codegen,
         prior.cpp_wrapper_codegen,
         prior.fx_wrapper_codegen,
+        common.custom_backend_passes.get("cuda"),
+        common.custom_backend_codegen_configs.get("cuda"),
     )
     return prior
 

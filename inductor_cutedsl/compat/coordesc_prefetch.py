@@ -22,6 +22,7 @@ A failure anywhere here loses the head start and nothing else.
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import os
 from typing import Any
@@ -102,19 +103,30 @@ def will_tune(autotuner: Any) -> bool:
     """Whether the kernel's first call will run coordinate descent from its one config
     (the tuner's own conditions, ``CachingAutotuner.run`` and
     ``coordinate_descent_tuning``)."""
-    from torch._inductor.runtime.hints import HeuristicType
-
     meta = autotuner.inductor_meta
-    if not meta.get("coordinate_descent_tuning"):
+    if not meta.get("coordinate_descent_tuning") or not _eligible(autotuner):
         return False
+    launchers = getattr(autotuner, "launchers", None) or []
+    return len(launchers) == 1 and not getattr(launchers[0].config, "found_by_coordesc", False)
+
+
+def _eligible(autotuner: Any) -> bool:
+    """Whether the tuner would tune this kind of kernel: its own rule where the release
+    has one (``CachingAutotuner._should_coordesc_tune``, 2.14 on, which also leaves
+    reductions under ``strict_sum_rblock`` alone), else 2.11's checks. The rule's function
+    is called, not the cached property read: reading it would store the answer on the
+    kernel, which is pickled later."""
+    from torch._inductor.runtime.hints import HeuristicType
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    rule = CachingAutotuner.__dict__.get("_should_coordesc_tune")
+    if isinstance(rule, functools.cached_property):
+        return bool(rule.func(autotuner))
     kind = autotuner.heuristic_type
     if kind in (HeuristicType.TEMPLATE, HeuristicType.USER_AUTOTUNE, HeuristicType.FIXED):
         return False
     reductions = (HeuristicType.REDUCTION, HeuristicType.PERSISTENT_REDUCTION, HeuristicType.SPLIT_SCAN)
-    if getattr(autotuner, "deterministic_mode", False) and kind in reductions:
-        return False
-    launchers = getattr(autotuner, "launchers", None) or []
-    return len(launchers) == 1 and not getattr(launchers[0].config, "found_by_coordesc", False)
+    return not (getattr(autotuner, "deterministic_mode", False) and kind in reductions)
 
 
 def first_round(tuner: Any, start: Any) -> list[Any]:

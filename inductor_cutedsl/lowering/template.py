@@ -27,10 +27,13 @@ stats = {"benchmark_s": 0.0}
 
 # The kernel key (sources, DSL version, ...) is in the text so that Inductor's own
 # caches of this module and of its autotuning timings change when our kernel does.
+# ``<kernel>_precompile`` is the entry point torch 2.14 on calls in its compile workers
+# (``runtime.generated.precompile``): without it, each kernel logs a warning there.
 SOURCE = r"""
 # inductor_cutedsl kernel {{candidate.spec.key()}}
-from inductor_cutedsl.runtime.generated import launcher, KernelSpec, GemmConfig, Epilogue, EpilogueOperand
+from inductor_cutedsl.runtime.generated import launcher, precompile, KernelSpec, GemmConfig, Epilogue, EpilogueOperand
 _launch = launcher({{candidate.launcher_source()}}, scope=globals())
+{{kernel_name}}_precompile = precompile
 {{def_kernel(*candidate.input_names)}}
     _launch(a, b, {{get_output()}}{% for op in candidate.operand_args %}, {{op}}{% endfor %}{% if candidate.spec.dual %}, b_up=b_up{% endif %}, stream=stream)
 """

@@ -43,7 +43,7 @@ from .launch import default_cache, get_gemm, is_loaded
 from .spec import ALIGNMENT, KernelSpec
 from .support import OUT_DTYPES, declaration_reason, declared_args
 
-__all__ = ["launcher", "KernelSpec", "GemmConfig", "Epilogue", "EpilogueOperand"]
+__all__ = ["launcher", "precompile", "KernelSpec", "GemmConfig", "Epilogue", "EpilogueOperand"]
 
 log = logging.getLogger("inductor_cutedsl.launch")
 
@@ -65,9 +65,18 @@ def launcher(
 
     ``scope``: the globals of the generated module that binds the launcher to ``name``.
     Given, every failure falls back to ``reference.run`` (see the module's docstring);
-    without it (timing a candidate), failures raise."""
+    without it (timing a candidate), failures raise.
+
+    In one of Inductor's compile workers nothing is built or loaded: from torch 2.14 on
+    they import each CuteDSL module of a compiled graph only to check its entry points
+    (``_worker_compile_pycodecache_kernel``), and the parent imports it again to run it.
+    A load there would start a CUDA context in every such worker."""
     if scope is None:
         return _launcher(spec, scalars, views, out_view, get_gemm(spec))
+    from .. import _in_a_compile_worker
+
+    if _in_a_compile_worker():
+        return _unlaunchable(spec)
     stage = "kernel build"
     try:
         path = None if is_loaded(spec) else build(spec, default_cache())[0]
@@ -92,6 +101,22 @@ def launcher(
             scope[name] = fast
 
     return first_launch
+
+
+def _unlaunchable(spec: KernelSpec) -> Callable[..., None]:
+    """The launch function of a module imported in a compile worker: it never runs there."""
+
+    def launch(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError(f"{spec.describe()} was imported in a compile worker, which launches no kernel")
+
+    return launch
+
+
+def precompile(**shapes: Any) -> None:
+    """A generated module's ``<kernel>_precompile``: Inductor's compile workers (torch
+    2.14 on) call it with the kernel's shapes to compile it ahead of the parent. Nothing
+    is left to do: the kernel was built when it was a candidate (or a fused way of one),
+    and the parent builds any that is missing where it loads the module."""
 
 
 def _reference_launcher(spec: KernelSpec, scalars: Sequence[float], views: Sequence, out_view) -> Callable[..., None]:
