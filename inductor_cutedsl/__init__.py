@@ -15,22 +15,13 @@ from . import (
     arch,  # noqa: F401
     config,
 )
+from .compat import environment as _environment
 
 __version__ = "0.1.0"
 
 
-def _in_a_compile_worker() -> bool:
-    """Whether this process is one of our compile workers (``runtime/compile_worker.py``:
-    no Inductor, no torch) or one of Inductor's (``torch/_inductor/compile_worker``, which
-    imports this package only to run a compile of ours, ``compat.coordesc_prefetch``):
-    neither lowers a graph, so nothing is installed there."""
-    if os.environ.get("INDUCTOR_CUTEDSL_WORKER") == "1":
-        return True
-    main = sys.argv[0] if sys.argv else ""
-    return os.path.basename(os.path.dirname(os.path.abspath(main))) == "compile_worker" and main.endswith("__main__.py")
-
-
-if not _in_a_compile_worker():
+# Nothing is installed in a compile worker, ours or Inductor's: neither lowers a graph.
+if not _environment.in_a_compile_worker():
     from .compat import tuned_binaries as _tuned_binaries
     from .install import disable, enable, is_enabled
     from .runtime import artifacts as _artifacts

@@ -19,8 +19,9 @@ from torch._inductor.runtime.coordinate_descent_tuner import CoordescTuner
 from torch._inductor.runtime.hints import HeuristicType
 from triton import Config
 
-import inductor_cutedsl
+import inductor_cutedsl  # noqa: F401  (installs the backend the tests read)
 from inductor_cutedsl.compat import coordesc_prefetch as cp
+from inductor_cutedsl.compat import environment
 
 META = {"coordinate_descent_tuning": True, "kernel_name": "triton_poi_fused_sin_0"}
 
@@ -153,20 +154,23 @@ def test_nothing_is_prefetched_where_the_kernel_will_not_be_tuned(tmp_path, pool
 
 
 def test_a_strict_sum_reduction_is_prefetched_only_where_the_tuner_tunes_it(tmp_path, pool, monkeypatch):
-    """torch 2.14 on leaves a reduction with ``strict_sum_rblock`` untuned
-    (``CachingAutotuner._should_coordesc_tune``): its neighbours are not compiled for
+    """torch 2.14 on leaves a reduction under strict numerics untuned
+    (``CachingAutotuner._should_coordesc_tune``; its metadata key is ``strict_sum_rblock``
+    in 2.14, ``strict_reduction_rblock`` in 2.15): its neighbours are not compiled for
     nothing. 2.11 tunes it, so there they are. The rule's answer is not stored on the
     kernel, which is pickled later."""
     monkeypatch.setattr(cp, "_stalled", False)
     k = autotuner(tmp_path, Config({"XBLOCK": 1, "R0_BLOCK": 256}, num_warps=4, num_stages=1))
     k.heuristic_type = HeuristicType.REDUCTION
-    k.inductor_meta["strict_sum_rblock"] = True
+    strict = {"strict_sum_rblock": True, "strict_reduction_rblock": True}
+    k.inductor_meta.update(strict)
     k.coordesc_tuner = tuner({"x": 1 << 12, "r0_": 1 << 12})
     tuner_has_the_rule = "_should_coordesc_tune" in vars(th.CachingAutotuner)
     cp.prefetch(k)
     assert (pool.jobs == []) == tuner_has_the_rule
     assert "_should_coordesc_tune" not in vars(k)
-    k.inductor_meta.pop("strict_sum_rblock")
+    for key in strict:
+        k.inductor_meta.pop(key)
     assert cp.will_tune(k)
 
 
@@ -209,7 +213,7 @@ def test_a_worker_compiles_the_kernel_of_its_source_for_the_configs_given(monkey
 def test_nothing_is_installed_in_inductors_compile_workers(monkeypatch, argv, worker):
     monkeypatch.setattr(sys, "argv", argv)
     monkeypatch.delenv("INDUCTOR_CUTEDSL_WORKER", raising=False)
-    assert inductor_cutedsl._in_a_compile_worker() is worker
+    assert environment.in_a_compile_worker() is worker
 
 
 def test_a_stuck_or_failed_worker_stops_the_waiting_and_the_prefetching(tmp_path, pool, monkeypatch):

@@ -223,7 +223,7 @@ def test_a_module_imported_in_a_compile_worker_builds_and_loads_nothing(monkeypa
     workers, only to check its entry points: the module's launcher must not build or
     load the kernel there (a load starts a CUDA context in the worker), and is never
     launched there."""
-    import inductor_cutedsl
+    from inductor_cutedsl.compat import environment
 
     def must_not(*args, **kwargs):
         raise AssertionError("built or loaded in a compile worker")
@@ -231,7 +231,7 @@ def test_a_module_imported_in_a_compile_worker_builds_and_loads_nothing(monkeypa
     monkeypatch.setattr(generated, "build", must_not)
     monkeypatch.setattr(generated, "get_gemm", must_not)
     monkeypatch.setattr(generated.artifacts, "record", must_not)
-    monkeypatch.setattr(inductor_cutedsl, "_in_a_compile_worker", lambda: True)
+    monkeypatch.setattr(environment, "in_a_compile_worker", lambda: True)
     launch = generated.launcher(SPEC, (), (None,), scope={})
     with pytest.raises(RuntimeError, match="compile worker"):
         launch(None, None, None, None, stream=0)

@@ -175,7 +175,7 @@ def test_inductors_compile_worker_imports_our_module_without_building_loading_or
         pytest.skip("this torch loads CuteDSL modules in the compiling process only (before 2.14)")
     import logging
 
-    import inductor_cutedsl
+    from inductor_cutedsl.compat import environment
     from inductor_cutedsl.runtime import generated
 
     def must_not(*args, **kwargs):
@@ -185,7 +185,7 @@ def test_inductors_compile_worker_imports_our_module_without_building_loading_or
     assert modules, "the graph runs our kernel"
     monkeypatch.setattr(generated, "build", must_not)
     monkeypatch.setattr(generated, "get_gemm", must_not)
-    monkeypatch.setattr(inductor_cutedsl, "_in_a_compile_worker", lambda: True)
+    monkeypatch.setattr(environment, "in_a_compile_worker", lambda: True)
     caplog.clear()  # the fake compile's own warnings
     with caplog.at_level(logging.WARNING):
         for name, source, metadata in modules:

@@ -113,7 +113,7 @@ def will_tune(autotuner: Any) -> bool:
 def _eligible(autotuner: Any) -> bool:
     """Whether the tuner would tune this kind of kernel: its own rule where the release
     has one (``CachingAutotuner._should_coordesc_tune``, 2.14 on, which also leaves
-    reductions under ``strict_sum_rblock`` alone), else 2.11's checks. The rule's function
+    reductions under strict numerics alone), else 2.11's checks. The rule's function
     is called, not the cached property read: reading it would store the answer on the
     kernel, which is pickled later."""
     from torch._inductor.runtime.hints import HeuristicType
@@ -224,7 +224,7 @@ def worker_settings() -> tuple[dict[str, str], dict[str, Any]]:
     from torch._inductor import async_compile
     from torch._inductor import config as inductor_config
 
-    set_libdevice = getattr(async_compile, "_set_triton_libdevice_path", None)  # torch 2.15
+    set_libdevice = getattr(async_compile, "_set_triton_libdevice_path", None)  # torch 2.14 on
     if set_libdevice is not None:
         set_libdevice()
     env = {v: os.environ[v] for v in _WORKER_ENV if v in os.environ}

@@ -1,4 +1,5 @@
-"""What the install changes in this process's environment, and how to undo it.
+"""What the install changes in this process's environment, and how to undo it; and
+which kind of process this is.
 
 Read against torch 2.11 to 2.15 and the Triton each pins (3.6 with 2.11, 3.9 with 2.15):
 torch ships its own ptxas in 2.11-2.13 only (2.14 and 2.15 ship none, and the alignment
@@ -10,7 +11,20 @@ then changes nothing for sm_90, and there is nothing to align.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
+
+
+def in_a_compile_worker() -> bool:
+    """Whether this process is one of our compile workers (``runtime/compile_worker.py``:
+    no Inductor, no torch) or one of Inductor's (``torch/_inductor/compile_worker``, which
+    imports this package to run a compile of ours, ``compat.coordesc_prefetch``, and from
+    torch 2.14 on to check a generated module, ``runtime.generated``): neither lowers a
+    graph nor launches a kernel."""
+    if os.environ.get("INDUCTOR_CUTEDSL_WORKER") == "1":
+        return True
+    main = sys.argv[0] if sys.argv else ""
+    return os.path.basename(os.path.dirname(os.path.abspath(main))) == "compile_worker" and main.endswith("__main__.py")
 
 
 class EnvChange:

@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from ..compat import environment
 from ..errors import fallback
 from ..kernels.config import GemmConfig
 from ..kernels.epilogue import Epilogue, EpilogueOperand
@@ -73,9 +74,7 @@ def launcher(
     A load there would start a CUDA context in every such worker."""
     if scope is None:
         return _launcher(spec, scalars, views, out_view, get_gemm(spec))
-    from .. import _in_a_compile_worker
-
-    if _in_a_compile_worker():
+    if environment.in_a_compile_worker():
         return _unlaunchable(spec)
     stage = "kernel build"
     try:
