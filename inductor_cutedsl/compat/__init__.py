@@ -1,8 +1,8 @@
 """Every use of torch-private (``torch._inductor``, ``torch._dynamo``) API, split by the
 Inductor area it adapts, and every difference between the torch releases we support.
 
-Read against torch 2.11, 2.12, 2.13 and 2.14 (installed) and 2.15 (its source, tag
-v2.15.0); ``releases.SUPPORTED_TORCH`` states the range. A torch upgrade is a review of
+Read against torch 2.11 to 2.15, each installed (CI runs the CPU suite on 2.11, 2.14 and
+2.15); ``releases.SUPPORTED_TORCH`` states the range. A torch upgrade is a review of
 this package: widen the range (and ``dependencies`` in pyproject.toml, which states
 the same range) only after the CPU suite passes on the new release.
 
