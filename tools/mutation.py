@@ -627,6 +627,23 @@ BUGS = [
         ("tests/test_scheduling.py",),
         "tune_fusion_benchmarks cannot restore stock's tuning",
     ),
+    Bug(
+        "generated-loads-in-compile-workers",
+        "inductor_cutedsl/runtime/generated.py",
+        "    if environment.in_a_compile_worker():\n        return _unlaunchable(spec)",
+        "    if False:\n        return _unlaunchable(spec)",
+        ("tests/test_generated.py",),
+        "a generated module imported in Inductor's compile workers builds and loads its kernel there",
+    ),
+    Bug(
+        "cuda-scheduling-clears-custom-pass",
+        "inductor_cutedsl/compat/codegen.py",
+        '        common.custom_backend_passes.get("cuda"),\n'
+        '        common.custom_backend_codegen_configs.get("cuda"),\n',
+        "",
+        ("tests/test_lowering.py",),
+        "installing our CUDA scheduling clears a custom CUDA graph pass and codegen config",
+    ),
 ]
 
 
