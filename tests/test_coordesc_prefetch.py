@@ -5,6 +5,7 @@ will not be tuned."""
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import types
@@ -172,6 +173,30 @@ def test_a_strict_sum_reduction_is_prefetched_only_where_the_tuner_tunes_it(tmp_
     for key in strict:
         k.inductor_meta.pop(key)
     assert cp.will_tune(k)
+
+
+def test_a_workers_caches_are_not_cleared_between_inductors_jobs_and_ours(monkeypatch):
+    """torch 2.14 on: a compile worker compares each job's cache variables with the job
+    before it and clears its caches where they differ, and Inductor sends every variable,
+    None where unset. Ours are sent the same way; torch 2.11's worker sets each variable
+    it is given, so there only those set are sent."""
+    from torch._inductor.runtime import compile_tasks
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/tmp/triton-cache")
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    ours, _ = cp.worker_settings()
+    apply = getattr(compile_tasks, "_apply_subprocess_env_and_clear_caches", None)
+    if apply is None:
+        assert None not in ours.values() and ours["TRITON_CACHE_DIR"] == "/tmp/triton-cache"
+        return
+    inductors = {v: os.environ.get(v) for v in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TRITON_LIBDEVICE_PATH")}
+    cleared = []
+    monkeypatch.setattr(compile_tasks, "clear_caches", lambda: cleared.append(1))
+    monkeypatch.setattr(compile_tasks, "apply_subprocess_env", lambda env: None)
+    monkeypatch.setattr(compile_tasks, "_last_applied_cache_env", None)
+    for env in (inductors, ours, inductors, ours):
+        apply(env)
+    assert cleared == [1], "cleared once, by the first job"
 
 
 def test_a_worker_compiles_the_kernel_of_its_source_for_the_configs_given(monkeypatch):

@@ -576,6 +576,43 @@ def test_a_thread_that_made_ours_offers_nothing_after_disable(monkeypatch):
     assert out["after"][0] == [] and asked == [] and not issubclass(out["after"][1], CuteDSLChoices)
 
 
+def test_choices_registered_beside_ours_are_kept_in_every_thread():
+    """torch 2.15 composes the choices handler of ``inductor_choices_class``'s and every
+    handler registered with ``register_inductor_choices``: bringing a thread's handler in
+    line with ours keeps the registered ones (composed after ours), makes no new handler
+    while it is current, and after disable() keeps them beside Inductor's."""
+    from torch._inductor import choices
+
+    register = getattr(choices, "register_inductor_choices", None)
+    if register is None:
+        pytest.skip("this torch has no registered choices handlers (before 2.15)")
+
+    class Registered(choices.InductorChoices):
+        def uuid(self):
+            return "test.registered"
+
+    def parts(handler):
+        return [type(h) for h in getattr(handler, "_choices", (handler,))]
+
+    register("test.registered", Registered)
+    try:
+        V.set_choices_handler(CuteDSLChoices())  # a thread's handler made before the registration
+        handler = settings.sync_choices_handler()
+        assert parts(handler) == [inductor_config.inductor_choices_class, Registered]
+        assert settings.sync_choices_handler() is handler, "current: not made again"
+        inductor_cutedsl.disable()
+        try:
+            assert Registered in parts(settings.sync_choices_handler())
+            assert not any(issubclass(t, CuteDSLChoices) for t in parts(V.choices))
+        finally:
+            inductor_cutedsl.enable()
+        assert parts(settings.sync_choices_handler()) == [inductor_config.inductor_choices_class, Registered]
+    finally:
+        choices.unregister_inductor_choices("test.registered")
+        V.set_choices_handler(settings._made_by(inductor_config.inductor_choices_class))
+    assert isinstance(V.choices, CuteDSLChoices)
+
+
 def test_a_threads_own_setting_stands_at_its_compile_start():
     """Only what a thread has not set itself is brought in line: a value it patched
     (as torch.compile's options are) stands."""

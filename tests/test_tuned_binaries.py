@@ -57,11 +57,12 @@ def compile_winner(cache_dir, monkeypatch) -> str:
     return triton_hash_to_path_key(binary.hash)
 
 
-def tuned(cache_hash: str, found: bool = True):
-    """(autotuner, launcher) as the tuner hands them back."""
+def tuned(cache_hash: str, found: bool = True, device: int | None = 0):
+    """(autotuner, launcher) as the tuner hands them back (``device`` None: one rank
+    compiling for all, ``compile_on_one_rank``)."""
     config = triton.Config({"XBLOCK": 32}, num_warps=1, num_stages=1)
     config.found_by_coordesc = found
-    autotuner = types.SimpleNamespace(triton_meta={"device": 0}, inductor_meta={"kernel_name": "triton_poi_k"})
+    autotuner = types.SimpleNamespace(triton_meta={"device": device}, inductor_meta={"kernel_name": "triton_poi_k"})
     return autotuner, types.SimpleNamespace(config=config, cache_hash=cache_hash)
 
 
@@ -87,6 +88,20 @@ def test_a_tuned_winner_compiles_from_the_artifacts_without_a_stage(tmp_path, mo
     before = stages[0]
     assert compile_winner(tmp_path / "warm", monkeypatch) == key
     assert stages[0] == before  # a cache hit: nothing compiled
+
+
+def test_a_winner_compiled_on_one_rank_for_all_is_carried_too(tmp_path, monkeypatch, stages):
+    """With ``compile_on_one_rank`` a kernel's Triton device is None; torch keys Triton's
+    cache directory by it as it is, and the artifact carries it the same way."""
+    key = compile_winner(tmp_path / "cold", monkeypatch)
+    assert tb.record(*tuned(key, device=None))
+    blob = saved()
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "warm"))
+    info = torch.compiler.load_cache_artifacts(blob)
+    assert info is not None and getattr(info, f"{tb.ARTIFACT_TYPE}_artifacts") == [key]
+    before = stages[0]
+    assert compile_winner(tmp_path / "warm", monkeypatch) == key
+    assert stages[0] == before
 
 
 def test_without_the_artifact_the_warm_cache_compiles_the_winner_again(tmp_path, monkeypatch, stages):

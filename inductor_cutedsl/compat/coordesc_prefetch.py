@@ -214,20 +214,30 @@ def stop_following(autotuner: Any) -> None:
 
 
 #: What Inductor passes its workers with each Triton compile (``AsyncCompile.triton``), so
-#: that they key and place the compile as this process would: present ones only (torch
-#: 2.11 sets each it is given).
+#: that they key and place the compile as this process would.
 _WORKER_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TRITON_LIBDEVICE_PATH")
 
 
-def worker_settings() -> tuple[dict[str, str], dict[str, Any]]:
-    """(environment, Inductor settings) for a compile in the workers, as Inductor's own."""
+def worker_settings() -> tuple[dict[str, str | None], dict[str, Any]]:
+    """(environment, Inductor settings) for a compile in the workers, as Inductor's own.
+
+    torch 2.11's worker sets each variable it is given, so only those set here are sent.
+    From 2.14 on the worker removes one sent as None, and compares each job's cache
+    variables with the job before it, clearing its caches where they differ: every
+    variable is sent, None where unset, as Inductor sends them, or each switch between
+    Inductor's jobs and ours would clear the worker's caches."""
     from torch._inductor import async_compile
     from torch._inductor import config as inductor_config
+    from torch._inductor.runtime import compile_tasks
 
     set_libdevice = getattr(async_compile, "_set_triton_libdevice_path", None)  # torch 2.14 on
     if set_libdevice is not None:
         set_libdevice()
-    env = {v: os.environ[v] for v in _WORKER_ENV if v in os.environ}
+    env: dict[str, str | None]
+    if hasattr(compile_tasks, "_apply_subprocess_env_and_clear_caches"):
+        env = {v: os.environ.get(v) for v in _WORKER_ENV}
+    else:
+        env = {v: os.environ[v] for v in _WORKER_ENV if v in os.environ}
     return env, {"use_static_triton_launcher": inductor_config.use_static_triton_launcher}
 
 
@@ -250,7 +260,7 @@ def _await(autotuner: Any, cfg: Any) -> None:
 
 
 def compile_configs(
-    kernel_name: str, source: str, configs: list[Any], env: dict[str, str], settings: dict[str, Any]
+    kernel_name: str, source: str, configs: list[Any], env: dict[str, str | None], settings: dict[str, Any]
 ) -> None:
     """In a compile worker: compile kernel ``kernel_name`` of module ``source`` for
     ``configs`` as Inductor's workers compile a kernel (``_worker_compile_triton``), which

@@ -141,13 +141,24 @@ def stock_choices() -> Any:
 
 def handler_is_current(handler: Any) -> bool:
     """Whether ``handler``, a thread's live choices handler, is what
-    ``inductor_choices_class`` makes now (a factory that is not a class is trusted)."""
-    cls = inductor_config.inductor_choices_class
-    if cls is None:
-        from torch._inductor.choices import InductorChoices
+    ``inductor_choices_class`` makes now (a factory that is not a class is trusted).
 
-        return type(handler) is InductorChoices
-    return not isinstance(cls, type) or type(handler) is cls
+    torch 2.15 composes the handler of the class's and every handler registered with
+    ``register_inductor_choices``, the class's first: a composed handler is current
+    where it holds the class's and one per registration."""
+    from torch._inductor import choices
+
+    cls = inductor_config.inductor_choices_class
+    if cls is not None and not isinstance(cls, type):
+        return True
+    composed = getattr(choices, "_ComposedInductorChoices", None)
+    parts = list(handler._choices) if composed is not None and isinstance(handler, composed) else [handler]
+    registered = len(getattr(choices, "registered_inductor_choices", tuple)())
+    if len(parts) != max(registered + (cls is not None), 1):
+        return False
+    if cls is None:
+        return registered > 0 or type(handler) is choices.InductorChoices
+    return type(parts[0]) is cls
 
 
 def sync_choices_handler() -> Any:
@@ -166,10 +177,14 @@ def sync_choices_handler() -> Any:
 
 
 def _made_by(cls: Any) -> Any:
-    """The choices handler ``inductor_choices_class`` = ``cls`` stands for."""
-    from torch._inductor.choices import InductorChoices
+    """The choices handler ``inductor_choices_class`` = ``cls`` stands for: as Inductor
+    makes it, with the handlers registered beside it where the release has them (2.15)."""
+    from torch._inductor import choices
 
-    return cls() if cls is not None else InductorChoices()
+    create = getattr(choices, "create_inductor_choices", None)
+    if create is not None:
+        return create(cls)
+    return cls() if cls is not None else choices.InductorChoices()
 
 
 def set_choices_class(cls: Any, live: bool = True, hold: bool = True) -> None:

@@ -62,13 +62,13 @@ def _plain(name: str) -> bool:
     return bool(_PLAIN.fullmatch(name)) and name not in (".", "..")
 
 
-def kernel_directory(device: int, cache_hash: str) -> str:
+def kernel_directory(device: int | None, cache_hash: str) -> str:
     from torch._inductor.runtime.cache_dir_utils import triton_cache_dir
 
     return os.path.join(triton_cache_dir(device), cache_hash)
 
 
-def pack(directory: str, device: int) -> bytes:
+def pack(directory: str, device: int | None) -> bytes:
     """The artifact content of one Triton cache directory."""
     files = []
     payloads = []
@@ -90,17 +90,18 @@ def pack(directory: str, device: int) -> bytes:
     return compat_artifacts.framed(_MAGIC, {"device": device, "files": files}, b"".join(payloads))
 
 
-def unpack(key: str, content: bytes) -> tuple[int, dict[str, bytes]]:
-    """(device, {file name: bytes with the placeholder}) of an artifact, checked."""
+def unpack(key: str, content: bytes) -> tuple[int | None, dict[str, bytes]]:
+    """(device, {file name: bytes with the placeholder}) of an artifact, checked; the
+    device is None where one rank compiled for all."""
     if not _plain(key):
         raise BinaryArtifactError(f"{key!r} is not a Triton cache key")
     try:
         info, rest = compat_artifacts.unframed(_MAGIC, content)
-        device = int(info["device"])
+        device = None if info["device"] is None else int(info["device"])
         listed = [(str(f["name"]), int(f["size"]), str(f["sha256"])) for f in info["files"]]
     except (ValueError, TypeError, KeyError) as exc:
         raise BinaryArtifactError(f"Triton binary artifact: {exc}") from None
-    if device < 0 or not listed:
+    if (device is not None and device < 0) or not listed:
         raise BinaryArtifactError("no device or no files recorded")
     if sum(size for _, size, _ in listed) != len(rest):
         raise BinaryArtifactError(f"{len(rest)} bytes of files, {sum(s for _, s, _ in listed)} recorded (truncated)")
@@ -154,7 +155,10 @@ def record(autotuner: Any, launcher: Any) -> bool:
     cache_hash = getattr(launcher, "cache_hash", None)
     if not getattr(config, "found_by_coordesc", False) or not cache_hash or not _plain(cache_hash):
         return False
-    device = int(autotuner.triton_meta.get("device", 0))
+    # None where one rank compiles for all (``compile_on_one_rank``): torch keys Triton's
+    # cache directory by it as it is, and so does the artifact.
+    device = autotuner.triton_meta.get("device", 0)
+    device = None if device is None else int(device)
     directory = kernel_directory(device, cache_hash)
     if not os.path.isdir(directory):
         return False
