@@ -644,6 +644,14 @@ BUGS = [
         ("tests/test_lowering.py",),
         "installing our CUDA scheduling clears a custom CUDA graph pass and codegen config",
     ),
+    Bug(
+        "tuned-binary-device-always-int",
+        "inductor_cutedsl/compat/tuned_binaries.py",
+        "    device = None if device is None else int(device)",
+        "    device = int(device)",
+        ("tests/test_tuned_binaries.py",),
+        "a kernel compiled on one rank for all (no Triton device) fails to record its binary",
+    ),
 ]
 
 
