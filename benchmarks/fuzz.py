@@ -117,6 +117,7 @@ RULES: tuple[tuple[str, str], ...] = (
     ),
     ("dual-config", r"no dual config fits|^a dual kernel's|^a dual kernel has no"),
     ("fp8-layout", r"fp8 operands must both be K-major"),
+    ("scaled-mm-v2", r"^torch\._scaled_mm_v2"),
     ("scale-result", r"scale_result"),
     ("scale-mode", r"CuteDSL takes fp32 scales|^scales .* want fp32"),
     ("beta-zero", r"^beta == 0"),

@@ -49,6 +49,7 @@ RULES = (
     "fp8-layout",
     "scale-mode",
     "scale-result",
+    "scaled-mm-v2",
     "kept-outputs",
     "reduction",
     "not-pointwise",

@@ -176,3 +176,25 @@ def test_an_fp8_cast_of_rows_not_whole_16_byte_units_stays_outside():
     assert "empty_strided_cuda((1000, 1048), (1152, 1), torch.float8_e4m3fn)" in code
     spec = launched(code, 0)["spec"]
     assert spec.out_dtype == "bfloat16" and kernels(code) == (1, 1)
+
+
+def test_torch_215_scaled_mm_v2_is_refused_by_name_and_runs_as_stock(caplog):
+    """torch 2.15's ``F.scaled_mm`` lowers ``aten._scaled_mm_v2``, which asks for choices
+    under ``_scaled_mm``'s name with scale lists and recipes in its arguments: it is
+    refused as what it is, and compiles as stock compiles it."""
+    from torch._inductor.kernel import mm
+
+    if not hasattr(mm, "tuned_scaled_mm_v2"):
+        pytest.skip("this Inductor asks no GEMM backend for _scaled_mm_v2 choices (before 2.15)")
+    from torch.nn.functional import ScalingType
+
+    def v2(a, w, sa, sb):
+        return F.scaled_mm(
+            a.to(E4M3), w.to(E4M3).t(), sa.float(), ScalingType.TensorWise, sb.float(), ScalingType.TensorWise
+        )
+
+    with caplog.at_level(logging.INFO, logger="inductor_cutedsl.lowering"), backend():
+        code = generated_code(v2, (M, K), (N, K), (), (), backends="CUTEDSL,ATEN")
+    assert kernels(code)[0] == 0 and "_scaled_mm_v2" in code
+    refusals = [r.getMessage() for r in caplog.records if "scaled_mm" in r.getMessage()]
+    assert any("torch._scaled_mm_v2 (F.scaled_mm) gets no CuteDSL candidates" in m for m in refusals), refusals

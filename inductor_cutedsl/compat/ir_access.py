@@ -118,6 +118,11 @@ def lowering_site() -> tuple[Any, Any] | None:
     return (graph, node) if isinstance(node, torch.fx.Node) else None
 
 
+def current_node_target() -> Any:
+    """The target (an op overload) of the FX node being lowered."""
+    return V.graph.current_node.target
+
+
 def current_node_arg(name: str, index: int, default: Any) -> Any:
     """Argument ``name`` (positional ``index``) of the op being lowered, else ``default``."""
     node = V.graph.current_node

@@ -242,6 +242,10 @@ def scaled_candidates(kernel_inputs: Any) -> tuple[list[GemmCandidate], Any]:
     ``gemm_candidates`` once the graph-wide refusals are checked."""
     if not config.fp8:
         raise Unsupported("fp8 candidates are off (INDUCTOR_CUTEDSL_FP8=1 offers them)", "fp8-off")
+    if "_scaled_mm_v2" in str(ir_access.current_node_target()):
+        # torch 2.15's ``F.scaled_mm`` asks for choices under the same name, with scale
+        # lists and recipes where ``_scaled_mm`` has tensors: its arguments read otherwise.
+        raise Unsupported("torch._scaled_mm_v2 (F.scaled_mm) gets no CuteDSL candidates", "scaled-mm-v2")
     a, b, scale_a, scale_b, *rest = kernel_inputs.nodes()
     bias = rest[0] if rest else None
     ab_dtype, out_dtype = a.get_dtype(), kernel_inputs.out_dtype()
