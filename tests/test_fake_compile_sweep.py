@@ -1,0 +1,36 @@
+"""The CPU compile sweep of the fuzz's programs (tools/fake_compile_sweep.py)."""
+
+from __future__ import annotations
+
+import torch
+
+from benchmarks import fuzz
+from tools import fake_compile_sweep as sweep
+
+
+def test_the_traced_function_passes_each_input_by_its_name():
+    """A program called through its positional wrapper computes what it computes on the
+    dict of its inputs (a swapped pair of inputs would not)."""
+    program = fuzz.make_program(0)
+    inputs = program.inputs("cpu")
+    names = sorted(inputs)
+    run = sweep.traced_function(program, names)
+    expected = program.forward(inputs)
+    got = run(*(inputs[n] for n in names))
+    assert len(got) == len(expected)
+    assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
+    traced = torch.fx.symbolic_trace(run)
+    assert all(torch.equal(a, b) for a, b in zip(traced(*(inputs[n] for n in names)), expected, strict=True))
+
+
+def test_a_cuda_refusal_outside_our_code_is_no_crash_and_inside_it_is():
+    err = RuntimeError("CUDA error: CUDA driver version is insufficient for CUDA runtime version")
+    assert sweep.needs_a_gpu(err, 'File "/site/torch/_functorch/aot_autograd.py", line 1')
+    assert not sweep.needs_a_gpu(err, 'File "/repo/inductor_cutedsl/runtime/launch.py", line 1')
+    assert not sweep.needs_a_gpu(ValueError("bad"), "")
+
+
+def test_programs_with_inputs_of_several_dtypes_are_skipped():
+    fp8 = next(p for p in (fuzz.make_model_program(i) for i in range(100)) if p.kind == "scaled")
+    assert len({t.dtype for t in fp8.inputs("cpu").values()}) > 1
+    assert sweep.compile_one(fp8).startswith("skipped")
