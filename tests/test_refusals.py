@@ -51,6 +51,11 @@ class Node(FakeNode):
         return self.device
 
 
+def op_node(target, **kwargs) -> types.SimpleNamespace:
+    """The FX node of the op being lowered, as far as the rules read it."""
+    return types.SimpleNamespace(target=target, args=(), kwargs=kwargs, users=())
+
+
 class Graph:
     """What the rules read of Inductor's graph being lowered: sizes, the wrapper kind,
     the op being lowered (``current_node``) and the buffers by name."""
@@ -58,7 +63,7 @@ class Graph:
     def __init__(self):
         self.sizevars = SizeVarAllocator()
         self.cpp_wrapper = False
-        self.current_node = types.SimpleNamespace(args=(), kwargs={}, users=())
+        self.current_node = op_node(torch.ops.aten.mm.default)
         self.buffers: dict = {}
 
     def get_buffer(self, name):
@@ -165,6 +170,7 @@ def test_addmm_candidates_compute_torch_addmm(graph, alpha, beta):
 
 @pytest.fixture
 def fp8(graph):
+    graph.current_node = op_node(torch.ops.aten._scaled_mm.default)
     with config.patch(fp8=True):
         yield graph
 
@@ -199,9 +205,12 @@ def test_scaled_mm_refusals(fp8, make, needle):
 
 
 def test_scaled_mm_refusals_of_the_op(fp8):
-    fp8.current_node = types.SimpleNamespace(args=(), kwargs={"scale_result": object()}, users=())
+    fp8.current_node = op_node(torch.ops.aten._scaled_mm.default, scale_result=object())
     assert "scale_result" in refusal(gc.gemm_candidates, scaled_inputs(), gc.SCALED_OP).reason
-    fp8.current_node = types.SimpleNamespace(args=(), kwargs={}, users=())
+    # F.scaled_mm's op asks under the same name (torch 2.14 on), with other arguments.
+    fp8.current_node = op_node(torch.ops.aten._scaled_mm_v2.default)
+    assert "_scaled_mm_v2" in refusal(gc.gemm_candidates, scaled_inputs(), gc.SCALED_OP).reason
+    fp8.current_node = op_node(torch.ops.aten._scaled_mm.default)
     with config.patch(fp8=False):
         assert "INDUCTOR_CUTEDSL_FP8=1" in refusal(gc.gemm_candidates, scaled_inputs(), gc.SCALED_OP).reason
     cands, _ = gc.gemm_candidates(scaled_inputs(bias=Node((N,), (1,), BF16)), gc.SCALED_OP)
