@@ -173,6 +173,34 @@ def step_ms(step) -> float:
     return round(statistics.median(replay_ms(step, STEPS_PER_ROUND) for _ in range(STEP_ROUNDS)), 4)
 
 
+#: Seconds a child waits, before timing its steps, for the builds its compile left in
+#: flight (ours starts some speculatively): the step time is the chosen kernels', not the
+#: host's while it builds.
+STEP_QUIET_S = 60
+#: Kernels of a step listed in a report (the longest).
+STEP_KERNELS = 8
+
+
+def step_report(step) -> dict:
+    """What a compiled step costs and why: ``step_ms`` (the time a caller sees), the
+    host's state as it was timed (``step_host``: builds waited for, load), the GPU time
+    of its kernels under the profiler (``step_gpu_ms``, with the longest kernels), and
+    ``cudagraph_skips``: graphs cudagraph trees refused to record in this process. A
+    step time well above its kernel time is the host's (or a skipped graph's), not the
+    selection's."""
+    from torch._dynamo.utils import counters
+
+    from inductor_cutedsl.cli.report import kernel_times
+
+    host = models.GpuProbe().quiet(timeout=STEP_QUIET_S)
+    out: dict = {"step_ms": step_ms(step), "step_host": host}
+    kernels = kernel_times(step, calls=STEPS_PER_ROUND, top=None, name_chars=80)
+    out["step_gpu_ms"] = round(sum(k["ms"] for k in kernels), 4)
+    out["step_kernels"] = kernels[:STEP_KERNELS]
+    out["cudagraph_skips"] = int(counters["inductor"]["cudagraph_skips"])
+    return out
+
+
 #: What a benchmark module's kernel is named: Inductor generates it (``benchmark_kernel``)
 #: with its name placeholder left in (``Placeholder.DESCRIPTIVE_NAME``); a graph's own
 #: kernels get their real names. Stock's epilogue benchmarks (``speedup_by_fusion``) run
@@ -368,7 +396,7 @@ def child(
     report = {"compile_s": round(seconds, 2), "cutedsl_builds": default_cache().builds, "phases": phase_seconds()}
     report["coordesc"] = coordesc.summary()
     t_step = time.time()
-    report["step_ms"] = step_ms(step)
+    report.update(step_report(step))
     marks["step_timing"] = time.time() - t_step
     t_rest = time.time()
     report["autotunes"] = autotunes.entries
@@ -577,6 +605,9 @@ def row_summary(name: str, runs: dict[str, list[dict]]) -> dict:
         # Stock's step time over ours': below 1, ours' compile chose slower kernels.
         "runtime_ratio": ratio(*(median_of(runs.get(s, []), "step_ms", 4) for s in (FAIR_STOCK, OURS))),
         "median_step_ms": {side: median_of(reports, "step_ms", 4) for side, reports in runs.items()},
+        # The same over the steps' kernel time alone: what the selection chose, without the host.
+        "runtime_gpu_ratio": ratio(*(median_of(runs.get(s, []), "step_gpu_ms", 4) for s in (FAIR_STOCK, OURS))),
+        "median_step_gpu_ms": {side: median_of(reports, "step_gpu_ms", 4) for side, reports in runs.items()},
         "compiles": {side: len(reports) for side, reports in runs.items()},
         "median_compile_s": compile_s,
         "median_process_s": {side: median_of(reports, "process_s") for side, reports in runs.items()},
@@ -604,6 +635,7 @@ def summarize(rows: list[dict], info: dict) -> dict:
         "compile_ratio_vs_default_stock_geomean": geomean_or_none(of("compile_ratio_vs_default_stock")),
         "process_ratio_geomean": geomean_or_none(of("process_ratio")),
         "runtime_ratio_geomean": geomean_or_none(of("runtime_ratio")),
+        "runtime_gpu_ratio_geomean": geomean_or_none(of("runtime_gpu_ratio")),
         "rows": rows,
     }
 

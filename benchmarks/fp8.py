@@ -14,6 +14,10 @@ ours promotes the fp8 partial sums every k-tile) unless ``--fast-accum``.
 gate, scaled GEMM whose result is cast to fp8 with a static scale for the next layer),
 each eager, with stock max-autotune and with ours, timed as CUDA graphs side by side
 with the bound a free epilogue would reach (``benchmarks.epilogue.measure_case``).
+``--accuracy`` adds the error beside the speed: at K from 1024 to 32768 (M = N = 1024,
+row-wise scales), the relative norm error against float64 of the dequantized operands,
+of ``_scaled_mm`` and of our kernel, promoting and with fast accumulation
+(``accuracy_rows``).
 ``--block`` adds a model-suite block (LLaMA prefill by default) with every Linear
 quantized row-wise (``Fp8Linear``: weights once, activations per call), compiled with
 stock max-autotune and with ours, checked against its eager run and timed side by side
@@ -143,6 +147,55 @@ def measure(m: int, n: int, k: int, mode: str, specs: list[KernelSpec], fast: bo
         "scaled_mm_tflops": round(flops / final["theirs"] / 1e9, 1),
         "candidates": sorted(tried, key=lambda t: -t["vs_scaled_mm"]),
     }
+
+
+#: K of the accuracy rows (``--accuracy``): fp8 partial sums lose more the longer K runs.
+ACCURACY_KS = (1024, 4096, 16384, 32768)
+ACCURACY_MN = 1024
+
+
+def dequantized_reference(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor) -> torch.Tensor:
+    """``(a * sa) @ (b * sb)`` in float64: what a scaled fp8 GEMM approximates, its operands
+    taken as the fp8 values they hold (the quantization is the recipe's, not the GEMM's)."""
+    return (a.double() * sa.double()) @ (b.double() * sb.double())
+
+
+def accuracy_row(k: int, a, b, sa, sb, ways: dict) -> dict:
+    """One K's relative norm errors against ``dequantized_reference``: ``ways`` maps a name
+    to a callable of (a, b, sa, sb) returning the GEMM's output. An output left with NaN
+    (never written) reads as an error of inf (``rel_err``)."""
+    ref = dequantized_reference(a, b, sa, sb)
+    row: dict = {"k": k}
+    for name, way in ways.items():
+        out = way(a, b, sa, sb)
+        row[name] = float(f"{rel_err(out, ref):.3e}")
+    return row
+
+
+def accuracy_rows(ks=ACCURACY_KS, mn: int = ACCURACY_MN) -> list[dict]:
+    """``accuracy_row`` for each K: ``_scaled_mm`` promoting and with fast accumulation, and
+    our first shortlisted config each way (row-wise scales, bf16 output, fresh operands)."""
+    rows = []
+    for k in ks:
+        a, b, sa, sb = operands(mn, mn, k, "row")
+        ways = {
+            "scaled_mm": lambda a, b, sa, sb: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16),
+            "scaled_mm_fast": lambda a, b, sa, sb: torch._scaled_mm(
+                a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=True
+            ),
+        }
+        for name, promote in (("ours", True), ("ours_fast", False)):
+            kern = get_gemm(candidate_specs(mn, mn, k, "row", promote, limit=1)[0])
+
+            def ours(a, b, sa, sb, kern=kern):
+                out = torch.full((mn, mn), float("nan"), device=a.device, dtype=torch.bfloat16)
+                kern(a, b, out, sa, sb)
+                return out
+
+            ways[name] = ours
+        rows.append(accuracy_row(k, a, b, sa, sb, ways))
+        print(f"accuracy K={k}: {rows[-1]}", flush=True)
+    return rows
 
 
 def _silu_gate(a, b, sa, sb, g):
@@ -280,6 +333,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--fused", action="store_true", help="also the fused patterns (compiled three ways)")
     ap.add_argument("--fused-only", action="store_true", help="only the fused patterns (and --block)")
     ap.add_argument(
+        "--accuracy",
+        action="store_true",
+        help=f"also the error against float64 at K in {ACCURACY_KS}, promoting and fast, both sides",
+    )
+    ap.add_argument("--accuracy-only", action="store_true", help="only the accuracy rows")
+    ap.add_argument(
         "--block-only",
         action="store_true",
         help="only the block (--block's, default llama:prefill): stock's fp8 autotuning of 105 Triton "
@@ -303,10 +362,11 @@ def main(argv: list[str] | None = None) -> dict:
     promote = not args.fast_accum
     if args.block_only:
         args.block = args.block or "llama:prefill"
+    args.accuracy |= args.accuracy_only
     torch.manual_seed(0)
     plan = (
         {}
-        if args.fused_only or args.block_only
+        if args.fused_only or args.block_only or args.accuracy_only
         else {(shape, mode): candidate_specs(*shape, mode, promote, args.configs) for shape in shapes for mode in MODES}
     )
     t0 = time.perf_counter()
@@ -333,7 +393,7 @@ def main(argv: list[str] | None = None) -> dict:
         "min_vs_scaled_mm": min(ratios) if ratios else None,
         "rows": rows,
     }
-    if (args.fused or args.fused_only) and not args.block_only:
+    if (args.fused or args.fused_only) and not (args.block_only or args.accuracy_only):
         fused = fused_rows(FUSED_SHAPES)
         result.update(
             {
@@ -345,6 +405,12 @@ def main(argv: list[str] | None = None) -> dict:
         )
         print({k: v for k, v in result.items() if k.startswith("fused_") and k != "fused_rows"}, flush=True)
         write_json(result, args.json)  # now: the block's compiles can run into a call's time limit
+    if args.accuracy:
+        acc = accuracy_rows()
+        result["accuracy_rows"] = acc
+        for name in ("scaled_mm", "scaled_mm_fast", "ours", "ours_fast"):
+            result[f"accuracy_max_rel_err_{name}"] = max(r[name] for r in acc)
+        write_json(result, args.json)
     if args.block:
         row = block_row(*args.block.split(":"))
         print(

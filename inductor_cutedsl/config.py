@@ -106,7 +106,7 @@ SETTINGS: dict[str, Setting] = {
     "measure_clear_calls": Setting(False, parse_bool, bool, "measure fused vs unfused even where the call is clear"),
     "prune_triton": Setting(True, parse_bool, bool, "beside our candidates, only Triton's deepest-K mm configs"),
     "tune_fusion_benchmarks": Setting(
-        False, parse_bool, bool, "coordinate-descent-tune the kernels of Inductor's own fusion benchmarks"
+        True, parse_bool, bool, "coordinate-descent-tune the kernels of Inductor's own fusion benchmarks"
     ),
 }
 
@@ -186,10 +186,13 @@ measure_clear_calls: bool = _values["measure_clear_calls"]
 #: in the measured autotunings was one of those configs (docs/findings.md).
 prune_triton: bool = _values["prune_triton"]
 #: Where Inductor's own rule measures a fusion (a pair our backend did not decide), the
-#: consumer's kernel timed alone is tuned by coordinate descent first, as stock does
-#: (``INDUCTOR_CUTEDSL_TUNE_FUSION_BENCHMARKS``). Off: it is timed as generated, as our
-#: own selection's benchmark modules are; the tuning compiled a config at a time in the
-#: compiling thread for a kernel the graph never runs (``compat.codegen.stock_fusion_rule``).
+#: kernel it times alone is tuned by coordinate descent first, as stock does
+#: (``INDUCTOR_CUTEDSL_TUNE_FUSION_BENCHMARKS``). Off: it is timed as generated, which
+#: saves seconds of compile (a config at a time compiled in the compiling thread for a
+#: kernel the graph never runs) but overstates the unfused way, since the graph's own
+#: kernel is tuned: Inductor then fused RMSNorm prologues into slower Triton templates
+#: (docs/findings.md, Compile time). On until the rule can compare tuned to tuned
+#: (``compat.codegen.stock_fusion_rule``).
 tune_fusion_benchmarks: bool = _values["tune_fusion_benchmarks"]
 del _values
 

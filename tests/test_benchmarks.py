@@ -61,6 +61,46 @@ def test_fp8_block_quantizes_every_linear_row_wise():
         assert err < 0.05, err  # e4m3: 3 mantissa bits
 
 
+def test_fp8_accuracy_row_measures_against_the_dequantized_float64_product():
+    """The accuracy rows' arithmetic on CPU: the reference is the float64 product of the
+    dequantized operands (row-wise scales), an exact way reads ~0, a way in bf16 reads its
+    rounding, one that drops a scale or the last k-block reads far off, and an output
+    never written (NaN) reads inf, never a small number."""
+    torch.manual_seed(0)
+    m, n, k = 48, 40, 512
+    a = (torch.randn(m, k) * 4).to(torch.float8_e4m3fn)
+    b = (torch.randn(n, k) * 4).to(torch.float8_e4m3fn).t()
+    sa, sb = torch.rand(m, 1) + 0.5, torch.rand(1, n) + 0.5
+    ref = fp8.dequantized_reference(a, b, sa, sb)
+    assert ref.dtype == torch.float64 and ref.shape == (m, n)
+    # Scales apply per row of A and per column of B: check one entry by hand.
+    by_hand = sum(float(a[3, i]) * float(b[i, 5]) for i in range(k)) * float(sa[3, 0]) * float(sb[0, 5])
+    assert abs(float(ref[3, 5]) - by_hand) <= 1e-9 * max(1.0, abs(by_hand))
+
+    def exact(a, b, sa, sb):
+        return (a.double() * sa.double()) @ (b.double() * sb.double())
+
+    row = fp8.accuracy_row(
+        k,
+        a,
+        b,
+        sa,
+        sb,
+        {
+            "exact": exact,
+            "bf16": lambda *args: exact(*args).to(torch.bfloat16),
+            "no_row_scale": lambda a, b, sa, sb: exact(a, b, torch.ones_like(sa), sb),
+            "short_k": lambda a, b, sa, sb: exact(a[:, : k - 64], b[: k - 64], sa, sb),
+            "unwritten": lambda *args: torch.full((m, n), float("nan")),
+        },
+    )
+    assert row["k"] == k
+    assert row["exact"] < 1e-12
+    assert 1e-4 < row["bf16"] < 4e-3  # bf16 keeps 8 bits of mantissa
+    assert row["no_row_scale"] > 0.1 and row["short_k"] > 0.1
+    assert row["unwritten"] == float("inf")
+
+
 def test_distributed_benchmark_rows_take_each_rounds_slowest_rank():
     args = distributed.parse_args(["--wrap", "fsdp2", "--block", "llama:small", "--rounds", "2"])
     assert (args.wrap, args.family, args.size, args.rounds, args.cold) == (["fsdp2"], "llama", "small", 2, True)

@@ -240,3 +240,18 @@ def test_fp8_gemm_with_a_full_operand_epilogue(promote):
     out = poisoned((m, n), torch.float32)
     gemm(a, b, residual, out=out, epilogue=E.bias("full"), promote=promote, config=GemmConfig(128, 128, 2, 1))
     assert rel_err(out, a.double() @ b.double() + residual.double()) < tol(torch.float32, promote)
+
+
+def test_fp8_accuracy_rows_promoted_hold_at_long_k():
+    """The fp8 benchmark's accuracy rows (``--accuracy``) on the device, at K up to
+    32768: promoted, ours is as accurate as ``_scaled_mm``'s promoting default (fp32
+    accumulation, bf16 output); with fast accumulation, within what ``_scaled_mm``'s own
+    fast mode loses. Every way's output was written (no NaN reads as inf)."""
+    from benchmarks import fp8
+
+    torch.manual_seed(0)
+    rows = fp8.accuracy_rows(ks=(4096, 32768), mn=256)
+    for row in rows:
+        assert row["scaled_mm"] < TOL[torch.bfloat16], row
+        assert row["ours"] <= max(2 * row["scaled_mm"], 5e-3), row
+        assert row["ours_fast"] <= max(2 * row["scaled_mm_fast"], FAST_TOL), row

@@ -3,7 +3,7 @@
 # the CuTe DSL bundle of .device/ (set up as ../shared/device/README.md says). Logs and
 # result files go to $OUT, the folder that comes back.
 #
-#   bash tools/gpu_run.sh tests [PYTEST ARGS]     the GPU tests (-m gpu -n 8), log $OUT/gpu-tests.log;
+#   bash tools/gpu_run.sh tests [PYTEST ARGS]     the GPU tests (-m gpu -n 8 -v), log $OUT/gpu-tests.log, failures last;
 #                                                 TESTS="tests/test_a.py ..." runs those files only
 #   bash tools/gpu_run.sh bench NAME [ARGS]       python -m benchmarks.NAME ARGS --json $OUT/h200-NAME.json,
 #                                                 log $OUT/NAME.log
@@ -40,7 +40,9 @@ LIMIT=${LIMIT:-570}
 logged() {  # logged NAME COMMAND...: run within LIMIT, output to the screen and $OUT/NAME.log
     local name=$1 t0=$SECONDS
     shift
-    timeout "$LIMIT" "$@" 2>&1 | tee "$OUT/$name.log"
+    # SIGINT first: pytest (and a benchmark's KeyboardInterrupt) still report what they
+    # have; whatever ignores it is killed 30 s later.
+    timeout -s INT -k 30 "$LIMIT" "$@" 2>&1 | tee "$OUT/$name.log"
     local rc=${PIPESTATUS[0]}
     echo "== $name: rc=$rc in $((SECONDS - t0)) s (log: \$OUT/$name.log)"
     return "$rc"
@@ -50,8 +52,14 @@ step=${1:?"a step: tests, bench NAME, job or inductor-tests"}
 shift
 case "$step" in
 tests)
+    # -v: each test's outcome is logged as it ends, so a run cut short by LIMIT still names
+    # its failures; they are listed again, with the tests that had not ended, at the end.
     # shellcheck disable=SC2086  # TESTS is a list of paths
-    logged gpu-tests python3 -m pytest ${TESTS:-tests} -m gpu -n 8 -q -rfE -p no:cacheprovider "$@" ;;
+    logged gpu-tests python3 -m pytest ${TESTS:-tests} -m gpu -n 8 -v -rfE -p no:cacheprovider "$@"
+    rc=$?
+    echo "== failed or errored:"
+    grep -E "^\[gw[0-9]+\].* (FAILED|ERROR) " "$OUT/gpu-tests.log" | sed 's/.* \(FAILED\|ERROR\) /\1 /'
+    exit "$rc" ;;
 bench)
     name=${1:?"bench NAME: one of benchmarks/*.py"}
     shift

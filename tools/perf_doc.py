@@ -240,6 +240,7 @@ def _compile(d: dict) -> list[str]:
             r["median_cutedsl_builds"].get("ours"),
             r["process_ratio"],
             r.get("runtime_ratio"),
+            r.get("runtime_gpu_ratio"),
         ]
         for r in d["rows"]
     ]
@@ -257,6 +258,7 @@ def _compile(d: dict) -> list[str]:
                 "kernels ours built",
                 "process ratio (`process_ratio`)",
                 "step time stock / ours (`runtime_ratio`)",
+                "step kernel time stock / ours (`runtime_gpu_ratio`)",
             ],
             rows,
         )
@@ -370,6 +372,16 @@ def _fp8(d: dict) -> list[str]:
         out += [
             "Fused patterns, row-wise scales, CUDA graphs (`fused_rows`):",
             table(["pattern", "M×N×K", "eager ms", "stock ms", "ours ms", "stock / ours", "bound"], rows),
+        ]
+    if d.get("accuracy_rows"):
+        ways = ("scaled_mm", "ours", "scaled_mm_fast", "ours_fast")
+        out += [
+            "Relative error against float64 of the dequantized operands, M = N = 1024, row-wise "
+            "scales, bf16 output (`accuracy_rows`):",
+            table(
+                ["K", "`_scaled_mm`", "ours", "`_scaled_mm`, fast accumulation", "ours, fast accumulation"],
+                [[r["k"], *(r[w] for w in ways)] for r in d["accuracy_rows"]],
+            ),
         ]
     if d.get("block"):
         b = d["block"]
@@ -540,6 +552,7 @@ SECTIONS = [
             ("ours / default stock, geomean", "compile_ratio_vs_default_stock_geomean"),
             ("whole processes, geomean", "process_ratio_geomean"),
             ("compiled step time, fair stock / ours, geomean", "runtime_ratio_geomean"),
+            ("compiled step's kernel time, fair stock / ours, geomean", "runtime_gpu_ratio_geomean"),
             ("compiles per side and row", "pairs"),
             ("mode", "mode"),
         ],
@@ -612,7 +625,7 @@ SECTIONS = [
     Section(
         "h200-fp8.json",
         "fp8 GEMMs against `torch._scaled_mm`",
-        "python -m benchmarks.fp8 --fused --block --json benchmarks/results/h200-fp8.json",
+        "python -m benchmarks.fp8 --fused --block --accuracy --json benchmarks/results/h200-fp8.json",
         "e4m3 A and B, bf16 output, tensor-wise and row-wise scales; ours' shortlisted configs in every "
         "promotion mode they have registers for, the winner timed interleaved with `_scaled_mm` (cuBLASLt).",
         [
@@ -624,6 +637,8 @@ SECTIONS = [
             ("fused patterns, lowest", "fused_min_vs_max_autotune"),
             ("fused patterns' bound, geomean", "fused_geomean_free_epilogue_bound"),
             ("quantized block, stock / ours", "block_speedup_vs_max_autotune"),
+            ("relative error, ours promoting, highest", "accuracy_max_rel_err_ours"),
+            ("relative error, `_scaled_mm` promoting, highest", "accuracy_max_rel_err_scaled_mm"),
         ],
         _fp8,
     ),

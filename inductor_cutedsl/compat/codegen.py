@@ -182,14 +182,14 @@ def stock_fusion_rule() -> contextlib.AbstractContextManager:
     """The settings Inductor's own fusion benchmarks (``Scheduler.speedup_by_fusion``) run
     under where our hook hands a pair to them.
 
-    Inductor generates the kernel of a consumer timed alone (``benchmark_fused_nodes``)
-    with coordinate-descent tuning, so its first run tunes it: a compile in the compiling
+    Inductor generates a kernel it times alone (``benchmark_fused_nodes``) with
+    coordinate-descent tuning, so its first run tunes it: a compile in the compiling
     thread per config tried, seconds per kernel, while our builds and Triton's template
     compiles hold the CPUs; the most of ours' fusion-decision time beyond stock's
-    (docs/findings.md, Compile time). That kernel is never the graph's (it is named and
-    keyed apart), so the tuning only moves the benchmark's figure, by what coordinate
-    descent gains on a pointwise kernel, as our own selection's benchmark modules are
-    timed (``nodes_module``). ``config.tune_fusion_benchmarks`` keeps stock's tuning."""
+    (docs/findings.md, Compile time). With ``config.tune_fusion_benchmarks`` (the
+    default) that tuning stays: the kernel stands for the graph's own, which is tuned
+    after fusion, and timed untuned it overstates the unfused way, so the rule fuses
+    where the fused template is slower (measured). Off, it is timed as generated."""
     from torch._inductor import config as inductor_config
 
     from .. import config
