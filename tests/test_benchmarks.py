@@ -101,6 +101,20 @@ def test_fp8_accuracy_row_measures_against_the_dequantized_float64_product():
     assert row["unwritten"] == float("inf")
 
 
+def test_fp8_model_rows_summary():
+    """The fp8 model rows' summary: geomeans over every block of stock / ours and of
+    stock's bf16 / ours, the first block kept under its earlier keys."""
+    blocks = [
+        {"block": "llama:prefill", "speedup": 1.21, "speedup_vs_bf16": 1.44},
+        {"block": "hf-llama:prefill", "speedup": 0.9, "speedup_vs_bf16": 1.0},
+    ]
+    s = fp8.block_summary(blocks)
+    assert s["model_speedup_vs_max_autotune"] == pytest.approx((1.21 * 0.9) ** 0.5, abs=1e-4)
+    assert s["model_speedup_vs_bf16"] == pytest.approx(1.2, abs=1e-4)
+    assert s["block"] is blocks[0] and s["block_speedup_vs_max_autotune"] == 1.21
+    assert s["blocks"] == blocks
+
+
 def test_distributed_benchmark_rows_take_each_rounds_slowest_rank():
     args = distributed.parse_args(["--wrap", "fsdp2", "--block", "llama:small", "--rounds", "2"])
     assert (args.wrap, args.family, args.size, args.rounds, args.cold) == (["fsdp2"], "llama", "small", 2, True)
