@@ -3,7 +3,9 @@
 # the CuTe DSL bundle of .device/ (set up as ../shared/device/README.md says). Logs and
 # result files go to $OUT, the folder that comes back.
 #
-#   bash tools/gpu_run.sh tests [PYTEST ARGS]     the GPU tests (-m gpu -n 8 -v), log $OUT/gpu-tests.log, failures last;
+#   bash tools/gpu_run.sh tests [PYTEST ARGS]     the GPU tests (-m gpu -n 8 -v), log $OUT/gpu-tests.log, failures last,
+#                                                 the kernels they built in $OUT/test-kernels.tar.xz (carry it back
+#                                                 in .device/ and the next call loads them instead of building);
 #                                                 TESTS="tests/test_a.py ..." runs those files only
 #   bash tools/gpu_run.sh bench NAME [ARGS]       python -m benchmarks.NAME ARGS --json $OUT/h200-NAME.json,
 #                                                 log $OUT/NAME.log
@@ -48,17 +50,47 @@ logged() {  # logged NAME COMMAND...: run within LIMIT, output to the screen and
     return "$rc"
 }
 
+#: The test kernel cache that travels between calls (tests step), and its cap in bytes.
+TEST_KERNELS=test-kernels.tar.xz
+TEST_KERNELS_CAP=$((10 * 1024 * 1024))
+
+pack_kernels() {  # pack_kernels CACHE_DIR ARCHIVE: the cache's kernels, within the cap
+    local dir=$1 archive=$2
+    (cd "$dir" && find . -maxdepth 1 \( -name '*.o' -o -name '*.json' \) -print0 |
+        tar cJf "$archive" --null -T -) || return 0
+    if [ "$(stat -c %s "$archive")" -gt "$TEST_KERNELS_CAP" ]; then
+        (cd "$dir" && find . -maxdepth 1 \( -name '*.o' -o -name '*.json' \) -newer .started -print0 |
+            tar cJf "$archive" --null -T -) || return 0
+    fi
+    echo "== test kernels packed: $(tar tJf "$archive" | grep -c '\.o$') in $(stat -c %s "$archive") bytes (\$OUT/$(basename "$archive"))"
+}
+
 step=${1:?"a step: tests, bench NAME, job or inductor-tests"}
 shift
 case "$step" in
 tests)
+    # The kernel cache the suite shares (tests/conftest.py). An earlier call's, carried in
+    # .device/: its kernels load instead of building. Safe across calls and machines: a
+    # kernel's key holds our kernel sources' digest, the DSL version and the architecture,
+    # so a kernel built from other code is never found. Tests of building itself use
+    # caches of their own.
+    cache=/tmp/inductor_cutedsl_test_cache_$(id -u)
+    mkdir -p "$cache" && chmod 700 "$cache"
+    carried=.device/$TEST_KERNELS
+    if [ -f "$carried" ] && tar xJf "$carried" -C "$cache"; then
+        echo "== test kernels carried in: $(find "$cache" -name '*.o' | wc -l)"
+    fi
+    touch "$cache/.started"
     # -v: each test's outcome is logged as it ends, so a run cut short by LIMIT still names
-    # its failures; they are listed again, with the tests that had not ended, at the end.
+    # its failures; they are listed again at the end.
     # shellcheck disable=SC2086  # TESTS is a list of paths
     logged gpu-tests python3 -m pytest ${TESTS:-tests} -m gpu -n 8 -v -rfE -p no:cacheprovider "$@"
     rc=$?
     echo "== failed or errored:"
     grep -E "^\[gw[0-9]+\].* (FAILED|ERROR) " "$OUT/gpu-tests.log" | sed 's/.* \(FAILED\|ERROR\) /\1 /'
+    # Back for the next call (copy it into .device/). Past its cap, only this run's builds
+    # go back: kernels of code since changed are never loaded again.
+    pack_kernels "$cache" "$OUT/$TEST_KERNELS"
     exit "$rc" ;;
 bench)
     name=${1:?"bench NAME: one of benchmarks/*.py"}
