@@ -67,16 +67,22 @@ def main(argv: list[str] | None = None) -> dict | None:
     if bid.run == "train":
         x.requires_grad_(True)
     target, params = models.target_of(block, bid.run), list(block.parameters())
+    import time
+
     steps = {}
     for side in SIDES:
+        t0 = time.perf_counter()
         with models.backend(side):
             fn = models.compile_block(target, args.mode)
             steps[side] = models.make_step(fn, x, bid.run, params, models.uses_cudagraphs(args.mode))
             for _ in range(3):
                 steps[side]()
+        # Printed as each result comes: a call's time limit may stop the probe before its end.
+        print(f"{side}: compiled and warm in {time.perf_counter() - t0:.1f} s", flush=True)
     probe = models.GpuProbe()
     launches = {side: sum(k["launches"] for k in prof["kernels"]) for side, prof in probe.profile(steps).items()}
     host = probe.host_us(steps, launches)
+    print(f"launches per step {launches}; host us per step {host}", flush=True)
     profiles = {side: cProfile.Profile() for side in SIDES}
     for i in range(ROUNDS):
         for side in SIDES if i % 2 == 0 else SIDES[::-1]:
