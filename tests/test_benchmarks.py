@@ -380,6 +380,21 @@ def test_runtime_ratio_is_stocks_step_time_over_ours_of_the_medians():
     assert compile_bench.summarize([row, slower], {})["runtime_ratio_geomean"] == round(0.21 / 0.24, 4)
 
 
+def test_runtime_gpu_ratio_is_stocks_step_kernel_time_over_ours():
+    """The same ratio over the steps' kernel time alone (``step_gpu_ms``): a step slowed by
+    the host reads in ``runtime_ratio`` but not here."""
+    runs = {
+        "fair_stock": [{**_report(20.0), "step_ms": 0.33, "step_gpu_ms": g} for g in (0.26, 0.27)],
+        "ours": [{**_report(20.0), "step_ms": ms, "step_gpu_ms": 0.24} for ms in (0.54, 0.56)],
+    }
+    row = compile_bench.row_summary("qwen2:small:inference", runs)
+    assert row["median_step_gpu_ms"] == {"fair_stock": 0.265, "ours": 0.24}
+    assert row["runtime_gpu_ratio"] == round(0.265 / 0.24, 4) and row["runtime_ratio"] == round(0.33 / 0.55, 4)
+    old = compile_bench.row_summary("bert:small:inference", {"fair_stock": [_report(1.0)], "ours": [_report(1.0)]})
+    assert old["runtime_gpu_ratio"] is None  # reports from before the kernel time was kept
+    assert compile_bench.summarize([row, old], {})["runtime_gpu_ratio_geomean"] == round(0.265 / 0.24, 4)
+
+
 def test_the_autotune_log_keeps_each_choices_kind_time_and_precompile_seconds():
     class TritonTemplateCaller:
         name = "triton_mm_3"
