@@ -190,8 +190,8 @@ prune_triton: bool = _values["prune_triton"]
 #: (``INDUCTOR_CUTEDSL_TUNE_FUSION_BENCHMARKS``). Off: it is timed as generated, which
 #: saves seconds of compile (a config at a time compiled in the compiling thread for a
 #: kernel the graph never runs) but overstates the unfused way, since the graph's own
-#: kernel is tuned: Inductor then fused RMSNorm prologues into slower Triton templates
-#: (docs/findings.md, Compile time). On until the rule can compare tuned to tuned
+#: kernel is tuned; measured that way, the compiled models ran slower (docs/findings.md,
+#: Compile time). On until the rule can compare tuned to tuned
 #: (``compat.codegen.stock_fusion_rule``).
 tune_fusion_benchmarks: bool = _values["tune_fusion_benchmarks"]
 del _values

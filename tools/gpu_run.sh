@@ -56,11 +56,13 @@ TEST_KERNELS_CAP=$((10 * 1024 * 1024))
 
 pack_kernels() {  # pack_kernels CACHE_DIR ARCHIVE: the cache's kernels, within the cap
     local dir=$1 archive=$2
-    (cd "$dir" && find . -maxdepth 1 \( -name '*.o' -o -name '*.json' \) -print0 |
-        tar cJf "$archive" --null -T -) || return 0
+    pack() {  # pack [FIND TESTS]: the kernels (objects and their records) that pass them
+        (cd "$dir" && find . -maxdepth 1 \( -name '*.o' -o -name '*.json' \) "$@" -print0 |
+            tar cJf "$archive" --null -T -)
+    }
+    pack || return 0
     if [ "$(stat -c %s "$archive")" -gt "$TEST_KERNELS_CAP" ]; then
-        (cd "$dir" && find . -maxdepth 1 \( -name '*.o' -o -name '*.json' \) -newer .started -print0 |
-            tar cJf "$archive" --null -T -) || return 0
+        pack -newer .started || return 0
     fi
     echo "== test kernels packed: $(tar tJf "$archive" | grep -c '\.o$') in $(stat -c %s "$archive") bytes (\$OUT/$(basename "$archive"))"
 }
@@ -69,12 +71,13 @@ step=${1:?"a step: tests, bench NAME, job or inductor-tests"}
 shift
 case "$step" in
 tests)
-    # The kernel cache the suite shares (tests/conftest.py). An earlier call's, carried in
-    # .device/: its kernels load instead of building. Safe across calls and machines: a
-    # kernel's key holds our kernel sources' digest, the DSL version and the architecture,
-    # so a kernel built from other code is never found. Tests of building itself use
-    # caches of their own.
+    # The kernel cache the suite shares (tests/conftest.py keeps one it is given). An
+    # earlier call's, carried in .device/: its kernels load instead of building. Safe
+    # across calls and machines: a kernel's key holds our kernel sources' digest, the DSL
+    # version and the architecture, so a kernel built from other code is never found.
+    # Tests of building itself use caches of their own.
     cache=/tmp/inductor_cutedsl_test_cache_$(id -u)
+    export INDUCTOR_CUTEDSL_CACHE_DIR=$cache
     mkdir -p "$cache" && chmod 700 "$cache"
     carried=.device/$TEST_KERNELS
     if [ -f "$carried" ] && tar xJf "$carried" -C "$cache"; then

@@ -134,9 +134,8 @@ def install_fusion_hooks(
 
     ``Scheduler.speedup_by_fusion`` answers ``verdict(node1, node2)`` at once where it is
     not None: there our backend has already measured the ways to run the pair. Where it
-    is None, Inductor's own rule measures, with its benchmark kernels generated without
-    coordinate-descent tuning unless ``config.tune_fusion_benchmarks`` (see
-    ``stock_fusion_rule``).
+    is None, Inductor's own rule measures, its benchmark kernels tuned as stock tunes
+    them unless ``config.tune_fusion_benchmarks`` is off (see ``stock_fusion_rule``).
     ``Scheduler.can_fuse_vertical`` also passes a pair that it refuses only because
     ``node2`` reads ``node1``'s output with other loops than ``node1`` writes it (a
     (B, T, N) view of a (B*T, N) GEMM) where ``pairs_through_view(scheduler, node1,
@@ -188,8 +187,8 @@ def stock_fusion_rule() -> contextlib.AbstractContextManager:
     compiles hold the CPUs; the most of ours' fusion-decision time beyond stock's
     (docs/findings.md, Compile time). With ``config.tune_fusion_benchmarks`` (the
     default) that tuning stays: the kernel stands for the graph's own, which is tuned
-    after fusion, and timed untuned it overstates the unfused way, so the rule fuses
-    where the fused template is slower (measured). Off, it is timed as generated."""
+    after fusion, and timed untuned it overstates the unfused way, so the rule can fuse
+    where the fused template is slower (docs/findings.md). Off, it is timed as generated."""
     from torch._inductor import config as inductor_config
 
     from .. import config
