@@ -154,6 +154,30 @@ def test_nothing_is_prefetched_where_the_kernel_will_not_be_tuned(tmp_path, pool
     assert pool.jobs == []
 
 
+@pytest.mark.parametrize("kind", ["TEMPLATE", "USER_AUTOTUNE", "FIXED"])
+def test_a_kernel_the_tuner_never_tunes_goes_straight_to_the_tuner(tmp_path, monkeypatch, kind):
+    """``run`` asks a template kernel's tuner at every launch, and the tuner returns at
+    once: the installed wrapper neither prefetches nor follows there, so a Triton GEMM's
+    launch costs what it costs in stock."""
+    calls = []
+    monkeypatch.setattr(th.CachingAutotuner, "coordinate_descent_tuning", lambda self, launcher, *a: launcher)
+    monkeypatch.setattr(th.CachingAutotuner, "precompile", lambda self, *a, **k: None)
+    monkeypatch.setattr(th.CachingAutotuner, "_precompile_config", lambda self, cfg: None)
+    monkeypatch.setattr(cp, "_try", lambda fn, autotuner, *args: calls.append(fn.__name__))
+    originals = cp.install()
+    try:
+        k = autotuner(tmp_path, Config({"XBLOCK": 256}, num_warps=4, num_stages=1))
+        k.heuristic_type = getattr(HeuristicType, kind)
+        launcher = k.launchers[0]
+        assert th.CachingAutotuner.coordinate_descent_tuning(k, launcher, 1, 2) is launcher
+        assert calls == []
+        k.heuristic_type = HeuristicType.POINTWISE
+        assert th.CachingAutotuner.coordinate_descent_tuning(k, launcher, 1, 2) is launcher
+        assert calls == ["prefetch", "follow_improvements", "stop_following"], "a tuned kernel still prefetches"
+    finally:
+        cp.restore(originals)
+
+
 def test_a_strict_sum_reduction_is_prefetched_only_where_the_tuner_tunes_it(tmp_path, pool, monkeypatch):
     """torch 2.14 on leaves a reduction under strict numerics untuned
     (``CachingAutotuner._should_coordesc_tune``; its metadata key is ``strict_sum_rblock``

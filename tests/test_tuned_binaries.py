@@ -19,6 +19,7 @@ pytest.importorskip("triton.backends.nvidia.compiler")
 import torch
 import triton
 import triton.language as tl
+from torch._inductor.runtime.hints import HeuristicType
 from torch._inductor.runtime.runtime_utils import triton_hash_to_path_key
 from torch.compiler._cache import CacheArtifactManager
 from triton.backends.compiler import GPUTarget
@@ -62,7 +63,11 @@ def tuned(cache_hash: str, found: bool = True, device: int | None = 0):
     compiling for all, ``compile_on_one_rank``)."""
     config = triton.Config({"XBLOCK": 32}, num_warps=1, num_stages=1)
     config.found_by_coordesc = found
-    autotuner = types.SimpleNamespace(triton_meta={"device": device}, inductor_meta={"kernel_name": "triton_poi_k"})
+    autotuner = types.SimpleNamespace(
+        triton_meta={"device": device},
+        inductor_meta={"kernel_name": "triton_poi_k"},
+        heuristic_type=HeuristicType.POINTWISE,
+    )
     return autotuner, types.SimpleNamespace(config=config, cache_hash=cache_hash)
 
 
@@ -202,6 +207,28 @@ def test_the_tuner_records_what_it_returns_and_returns_it_unchanged(tmp_path, mo
     assert th.CachingAutotuner.coordinate_descent_tuning is tuning
     out = torch.compiler.save_cache_artifacts()
     assert out is not None and getattr(out[1], f"{tb.ARTIFACT_TYPE}_artifacts") == [key]
+
+
+@pytest.mark.parametrize("kind", ["TEMPLATE", "USER_AUTOTUNE", "FIXED"])
+def test_a_kernel_the_tuner_never_tunes_passes_through_without_a_record(monkeypatch, kind):
+    """``run`` asks a template kernel's tuner at every launch: the wrapper must add no
+    work there (each launch of a Triton GEMM would pay for it)."""
+    from torch._inductor.runtime import triton_heuristics as th
+
+    autotuner, launcher = tuned("0" * 52, found=False)
+    autotuner.heuristic_type = getattr(HeuristicType, kind)
+    asked = []
+    monkeypatch.setattr(th.CachingAutotuner, "coordinate_descent_tuning", lambda self, launcher: launcher)
+    monkeypatch.setattr(tb, "record", lambda *args: asked.append(args))
+    original = tb.install()
+    try:
+        assert th.CachingAutotuner.coordinate_descent_tuning(autotuner, launcher) is launcher
+        assert asked == []
+        autotuner.heuristic_type = HeuristicType.POINTWISE
+        assert th.CachingAutotuner.coordinate_descent_tuning(autotuner, launcher) is launcher
+        assert asked == [(autotuner, launcher)], "a kernel the tuner tunes is still recorded"
+    finally:
+        tb.restore(original)
 
 
 def test_a_failure_to_record_is_a_fallback_and_the_winner_is_returned(tmp_path, monkeypatch, lenient):

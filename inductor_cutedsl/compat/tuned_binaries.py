@@ -43,6 +43,7 @@ import tempfile
 from typing import Any
 
 from . import artifacts as compat_artifacts
+from .coordesc_prefetch import never_tuned
 
 log = logging.getLogger("inductor_cutedsl.artifacts")
 
@@ -183,7 +184,11 @@ def install() -> Any:
     if tuning is None or getattr(tuning, "records_binaries", False):
         return None
 
+    untuned = never_tuned()
+
     def coordinate_descent_tuning(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
+        if self.heuristic_type in untuned:  # asked at each launch of a template: nothing to record
+            return tuning(self, launcher, *args, **kwargs)
         best = tuning(self, launcher, *args, **kwargs)
         try:
             record(self, best)
