@@ -36,6 +36,13 @@ PATTERNS = {
         lambda x, w, g: F.silu(x @ w.t()) * g,
         lambda m, n, k: (_bf16(m, k), _bf16(n, k, scale=k**-0.5), _bf16(m, n)),
     ),
+    # Inductor's max-autotune pattern gives this to mm_plus_mm; ours splits it into two
+    # GEMMs and an add (lowering/mm_plus_mm.py). Training shapes: a gradient through
+    # gate and up (K = the MLP width) or through k and v (K = their width).
+    "mm_plus_mm": (
+        lambda x, w, y, v: x @ w.t() + y @ v.t(),
+        lambda m, n, k: (_bf16(m, k), _bf16(n, k, scale=k**-0.5), _bf16(m, k), _bf16(n, k, scale=k**-0.5)),
+    ),
 }
 TOLERANCE = 2e-2
 
@@ -59,6 +66,9 @@ def run_case(name: str, m: int, n: int, k: int) -> dict:
     args = make(m, n, k)
     x, w = args[:2]
     gemm_out = torch.empty(m, n, device=x.device, dtype=x.dtype)
+    if len(args) == 4:  # two GEMMs (mm_plus_mm): the bound is cuBLAS's pair, the second accumulating
+        y, v = args[2:]
+        return measure_case(name, (m, n, k), fn, args, lambda: torch.mm(x, w.t(), out=gemm_out).addmm_(y, v.t()))
     return measure_case(name, (m, n, k), fn, args, lambda: torch.mm(x, w.t(), out=gemm_out))
 
 
@@ -115,9 +125,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--json", metavar="PATH", default=None, help="where the results are written (default: nowhere)")
     ap.add_argument("--shapes", default=None, help="indices into the shape list, e.g. 0,3 (default: all)")
+    ap.add_argument("--sizes", default=None, help="MxNxK,... instead of the shape list")
     ap.add_argument("--patterns", default=",".join(PATTERNS), help="comma-separated (default %(default)s)")
     args = ap.parse_args(argv)
     shapes = SHAPES if args.shapes is None else [SHAPES[int(i)] for i in args.shapes.split(",")]
+    if args.sizes:
+        shapes = [tuple(int(x) for x in s.split("x")) for s in args.sizes.split(",")]
     rows: list[dict] = []
     for name in args.patterns.split(","):
         for m, n, k in shapes:

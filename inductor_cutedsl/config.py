@@ -105,6 +105,7 @@ SETTINGS: dict[str, Setting] = {
     "persist_decisions": Setting(True, parse_bool, bool, "reuse fusion and dual-GEMM decisions of earlier compiles"),
     "measure_clear_calls": Setting(False, parse_bool, bool, "measure fused vs unfused even where the call is clear"),
     "prune_triton": Setting(True, parse_bool, bool, "beside our candidates, only Triton's deepest-K mm configs"),
+    "split_mm_plus_mm": Setting(True, parse_bool, bool, "lower a @ b + c @ d as two GEMMs and an add"),
     "tune_fusion_benchmarks": Setting(
         True, parse_bool, bool, "coordinate-descent-tune the kernels of Inductor's own fusion benchmarks"
     ),
@@ -185,6 +186,11 @@ measure_clear_calls: bool = _values["measure_clear_calls"]
 #: largest part of a max-autotune compile's CPU time, and beside ours every Triton win
 #: in the measured autotunings was one of those configs (docs/findings.md).
 prune_triton: bool = _values["prune_triton"]
+#: Lower the sum of two same-shaped matmuls, which Inductor's max-autotune patterns give
+#: to ``mm_plus_mm`` (ATen's two cuBLAS calls or one Triton template, none of ours), as
+#: two GEMMs and an add (``INDUCTOR_CUTEDSL_SPLIT_MM_PLUS_MM``; ``lowering/mm_plus_mm.py``):
+#: each GEMM then gets our candidates, and the add fuses into the second's epilogue.
+split_mm_plus_mm: bool = _values["split_mm_plus_mm"]
 #: Where Inductor's own rule measures a fusion (a pair our backend did not decide), the
 #: kernel it times alone is tuned by coordinate descent first, as stock does
 #: (``INDUCTOR_CUTEDSL_TUNE_FUSION_BENCHMARKS``). Off: it is timed as generated, which

@@ -166,6 +166,9 @@ def _install_rest() -> None:
         # them). Wraps the tuner after the prefetch: restored before it.
         _saved["tuned_binaries"] = tuned_binaries.install()
         _saved["benchmark_hook"] = autotune.install_benchmark_hook(rescale)
+        from .lowering import mm_plus_mm
+
+        _saved["mm_plus_mm"] = mm_plus_mm.install()
         if _saved["dual_gemm"]:
             from .lowering import gated
 
@@ -209,6 +212,10 @@ def disable() -> None:
         autotune.restore_coordinate_descent(saved.get("coordesc"))
         tuned_binaries.restore(saved.get("tuned_binaries"))
         coordesc_prefetch.restore(saved.get("coordesc_prefetch"))
+        if saved.get("mm_plus_mm") is not None:
+            from .lowering import mm_plus_mm
+
+            mm_plus_mm.restore(saved["mm_plus_mm"])
         if "rest" in saved and saved["dual_gemm"]:
             lowerings.unregister_lowering(torch.ops.inductor_cutedsl.gated_mm.default)
         if "scheduling" in saved:

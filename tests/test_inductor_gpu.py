@@ -221,3 +221,35 @@ def test_side_by_side_retiming_runs_the_other_choice_as_a_cuda_graph(other, capl
     assert any("side by side" in m for m in messages), messages
     assert not any("side-by-side timing" in m and "failed" in m for m in messages), messages
     assert rel_err(out, a.double() @ w.double().t()) < 2e-2
+
+
+def test_a_sum_of_two_matmuls_is_split_into_our_gemms_forward_and_in_a_backward():
+    """Inductor's max-autotune pattern gives ``x @ w.t() + y @ v.t()``, and a training
+    step's input gradient through two projections of one input, to ``mm_plus_mm``; ours
+    lowers them as two GEMMs and an add (``lowering/mm_plus_mm.py``), each one ours here."""
+    from inductor_cutedsl.lowering import mm_plus_mm
+
+    torch.manual_seed(0)
+    x, y = bf16(1000, 1024), bf16(1000, 1024)
+    w, v = bf16(2048, 1024) * 0.03, bf16(2048, 1024) * 0.03
+    before = len(mm_plus_mm.splits)
+    out, codes = compile_cutedsl_only(lambda x, w, y, v: x @ w.t() + y @ v.t())(x, w, y, v)
+    assert len(mm_plus_mm.splits) == before + 1
+    assert cutedsl_launches("\n".join(codes)) == 2
+    assert rel_err(out, x.double() @ w.double().t() + y.double() @ v.double().t()) < 2e-2
+
+    def two_projections(x, w1, w2):
+        return torch.relu(x @ w1.t()) + torch.tanh(x @ w2.t())
+
+    x = bf16(512, 1024).requires_grad_()
+    w1, w2 = ((bf16(1536, 1024) * 0.03).requires_grad_() for _ in range(2))
+    grad = bf16(512, 1536)
+    before = len(mm_plus_mm.splits)
+    with torch._inductor.config.patch(max_autotune_gemm_backends="CUTEDSL"):
+        compiled = torch.compile(two_projections, mode="max-autotune-no-cudagraphs")
+        compiled(x, w1, w2).backward(grad)
+    assert len(mm_plus_mm.splits) == before + 1, "the input's gradient is one split sum"
+    x64, w164, w264 = (t.detach().double().requires_grad_() for t in (x, w1, w2))
+    two_projections(x64, w164, w264).backward(grad.double())
+    assert rel_err(x.grad, x64.grad) < 2e-2
+    assert rel_err(w1.grad, w164.grad) < 2e-2 and rel_err(w2.grad, w264.grad) < 2e-2

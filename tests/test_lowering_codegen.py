@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from fake_hopper import generated_code
+from fake_hopper import generated_code, generation
 
 M, N, K = 1000, 2048, 1024
 
@@ -191,3 +191,87 @@ def test_inductors_compile_worker_imports_our_module_without_building_loading_or
         for name, source, metadata in modules:
             worker(name, source, "main", {}, metadata or {"shapes": {}})
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def _sum_of_two_matmuls(x, w, y, v):
+    return x @ w.t() + y @ v.t()
+
+
+def _lowered_sums(**fake) -> tuple[dict, list]:
+    from inductor_cutedsl.lowering import mm_plus_mm
+
+    before = len(mm_plus_mm.splits)
+    out = generation(_sum_of_two_matmuls, (M, K), (N, K), (M, K), (N, K), pattern_matcher=True, **fake)
+    return out, mm_plus_mm.splits[before:]
+
+
+def test_a_sum_of_two_matmuls_is_two_of_our_gemms_with_the_add_in_the_second():
+    """Inductor's max-autotune pattern would give ``x @ w.t() + y @ v.t()`` to
+    ``mm_plus_mm`` (ATen's two cuBLAS calls or a Triton template). Split, each GEMM is
+    autotuned with our candidates, and the second one's epilogue adds the first's output:
+    evaluated here in float64 (``reference.run``) against the sum itself."""
+    from fake_hopper import launched
+
+    from inductor_cutedsl.runtime import reference
+
+    out, splits = _lowered_sums(backends="CUTEDSL,ATEN,TRITON")
+    assert splits == [{"sizes": [[M, K], [K, N], [M, K], [K, N]]}]
+    # The second GEMM's timings are the first's (Inductor keys them by layouts): one autotuning.
+    assert {name for name, _ in out["autotuned"]} == {"mm"}
+    assert all("GemmCaller" in choices for _, choices in out["autotuned"])
+    code = out["code"]
+    calls = [line.strip() for line in code.splitlines() if ".run(" in line or "_mm_plus_mm" in line]
+    assert len(calls) == 2 and all(c.startswith("cutedsl_") for c in calls), calls
+    first, second = launched(code, 0), launched(code, 1)
+    assert first["spec"].epilogue.is_identity
+    (operand,) = second["spec"].epilogue.operands
+    assert operand.is_tensor
+    g = torch.Generator().manual_seed(0)
+    x, w, y, v = (torch.randn(*s, generator=g, dtype=torch.float64) for s in ((M, K), (N, K), (M, K), (N, K)))
+
+    def run(launch: dict, a, b, operands) -> torch.Tensor:
+        out = torch.full((M, N), float("nan"), dtype=torch.float64)  # poisoned: every element must be written
+        views = (launch["scalars"], launch["views"], launch["out_view"])
+        reference.run(launch["spec"], a, b, out, operands, *views, dtype=torch.float64)
+        return out
+
+    result = run(second, y, v.t(), (run(first, x, w.t(), ()),))
+    expected = x @ w.t() + y @ v.t()
+    # Each GEMM rounds its output to bf16, as the kernels do: within bf16's step of the sum.
+    assert ((result - expected).norm() / expected.norm()).item() < 2**-8
+
+
+@pytest.mark.parametrize("change", ["setting off", "backend off", "float32"])
+def test_a_sum_of_two_matmuls_keeps_inductors_mm_plus_mm_where_we_take_no_part(change):
+    from inductor_cutedsl import config
+
+    fake: dict = {"backends": "CUTEDSL,ATEN,TRITON"}
+    if change == "backend off":
+        fake["backends"] = "ATEN,TRITON"
+    if change == "float32":
+        fake["dtype"] = torch.float32
+    with config.patch(split_mm_plus_mm=change != "setting off"):
+        out, splits = _lowered_sums(**fake)
+    assert splits == []
+    assert [name for name, _ in out["autotuned"]] == ["mm_plus_mm"]
+    assert "GemmCaller" not in out["autotuned"][0][1]
+
+
+def test_disable_restores_inductors_mm_plus_mm():
+    from torch._inductor.kernel import mm_plus_mm as stock
+
+    import inductor_cutedsl
+    from inductor_cutedsl import install
+
+    was_enabled = inductor_cutedsl.is_enabled()
+    install._install_rest()
+    assert getattr(stock.tuned_mm_plus_mm, "splits_for_cutedsl", False) == was_enabled
+    inductor_cutedsl.disable()
+    try:
+        assert not getattr(stock.tuned_mm_plus_mm, "splits_for_cutedsl", False)
+        inductor_cutedsl.enable()
+        install._install_rest()
+        assert getattr(stock.tuned_mm_plus_mm, "splits_for_cutedsl", False)
+    finally:
+        if not was_enabled:
+            inductor_cutedsl.disable()

@@ -1,0 +1,93 @@
+"""``a @ b + c @ d`` as two GEMMs and an add where our kernel can take them.
+
+With max-autotune, Inductor's post-grad patterns lower the sum of two matmuls of the
+same shapes (in a training step, the input's gradient through two projections of one
+input: k and v, gate and up) to ``tuned_mm_plus_mm``, whose choices are ATen's
+``_mm_plus_mm`` (two cuBLAS calls, each with cuBLAS's host cost) and Triton's
+``mm_plus_mm`` template; our candidates are not among them. Lowered as Inductor
+lowers the pair where the shapes differ (``add(mm, mm)``), each GEMM is autotuned with
+every backend's choices, ours included, and the add is a pointwise consumer that our
+epilogue fusion (or Triton's) takes into the second GEMM.
+
+The decision is made per pattern, on the IR: both products must have operands our
+kernel takes (dtype and device; layouts are checked per GEMM afterwards, and a GEMM we
+refuse keeps Inductor's other choices). Anything else, or a failure here, keeps
+Inductor's own lowering (``errors.fallback``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from .. import config
+from ..compat import ir_access, settings
+from ..config import BACKEND_TOKEN
+from ..errors import fallback
+from ..runtime.support import AB_DTYPES, device_reason
+
+log = logging.getLogger("inductor_cutedsl.lowering")
+
+#: One record per pattern split in this process: the four operands' sizes (for reports and tests).
+splits: list[dict] = []
+
+
+def split_reason(mats: tuple[Any, ...]) -> str | None:
+    """Why ``a @ b + c @ d`` (IR nodes ``mats``) keeps Inductor's ``mm_plus_mm``; None
+    where it is lowered as two GEMMs and an add."""
+    if not config.enabled or not config.split_mm_plus_mm:
+        return "split_mm_plus_mm is off"
+    if not settings.backend_enabled(BACKEND_TOKEN):
+        return f"{BACKEND_TOKEN} is not in max_autotune_gemm_backends"
+    dtypes = {m.get_dtype() for m in mats}
+    if len(dtypes) != 1 or not dtypes <= set(AB_DTYPES):
+        return f"operand dtypes {sorted(map(str, dtypes))}"
+    device = ir_access.device_of(mats[0])
+    reason = "no device" if device is None else device_reason(device)
+    if reason:
+        return reason
+    if any(len(m.get_size()) != 2 for m in mats):
+        return "not 2-D"
+    return None
+
+
+def wrap(original: Any) -> Any:
+    """``tuned_mm_plus_mm`` that splits the patterns ``split_reason`` allows."""
+
+    def tuned_mm_plus_mm(mat1: Any, mat2: Any, mat3: Any, mat4: Any, *, layout: Any = None) -> Any:
+        try:
+            reason = "a layout was given" if layout is not None else split_reason((mat1, mat2, mat3, mat4))
+        except Exception as exc:  # a bug of ours: Inductor's own lowering
+            fallback("candidates", "mm_plus_mm", exc, log)
+            reason = "failed"
+        if reason is not None:
+            log.debug("mm_plus_mm kept: %s", reason)
+            return original(mat1, mat2, mat3, mat4, layout=layout)
+        import torch
+        from torch._inductor.lowering import lowerings
+
+        aten = torch.ops.aten
+        splits.append({"sizes": [[ir_access.size_hint(s) for s in m.get_size()] for m in (mat1, mat2, mat3, mat4)]})
+        return lowerings[aten.add](lowerings[aten.mm](mat1, mat2), lowerings[aten.mm](mat3, mat4))
+
+    tuned_mm_plus_mm.splits_for_cutedsl = True  # type: ignore[attr-defined]
+    return tuned_mm_plus_mm
+
+
+def install() -> Any:
+    """Wrap Inductor's ``tuned_mm_plus_mm`` (the post-grad pattern looks it up at each
+    match); returns what ``restore`` needs, or None where nothing was changed."""
+    from torch._inductor.kernel import mm_plus_mm
+
+    original = getattr(mm_plus_mm, "tuned_mm_plus_mm", None)
+    if original is None or getattr(original, "splits_for_cutedsl", False):
+        return None
+    mm_plus_mm.tuned_mm_plus_mm = wrap(original)
+    return original
+
+
+def restore(original: Any) -> None:
+    if original is not None:
+        from torch._inductor.kernel import mm_plus_mm
+
+        mm_plus_mm.tuned_mm_plus_mm = original
