@@ -253,8 +253,9 @@ def test_check_runtime_counts_refusals_by_rule(monkeypatch):
 REASON_FUNCTIONS = {"codegen_blocked", "device_reason", "_device_reason", "_operand_reason"}
 #: Reasons only ever used inside another one (``declaration_reason`` words them).
 FRAGMENT_FUNCTIONS = {"pairs_reason", "staged_reason"}
-#: Functions named like reasons that are no GEMM refusal (the kernel cache's trust, the CLI's GPU).
-NOT_REFUSALS = {"trust_reason", "gpu_reason"}
+#: Functions named like reasons that are no GEMM refusal (the kernel cache's trust, the CLI's
+#: GPU, why a sum of two matmuls is not split: its GEMMs' refusals are check_plain_gemm's).
+NOT_REFUSALS = {"trust_reason", "gpu_reason", "split_reason"}
 #: The config's rules, which the runtime reports as "config NAME: ...".
 CONFIG_FUNCTIONS = {"invalid_reason", "dual_reason", "promotion_reason"}
 

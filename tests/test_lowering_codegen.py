@@ -197,11 +197,18 @@ def _sum_of_two_matmuls(x, w, y, v):
     return x @ w.t() + y @ v.t()
 
 
-def _lowered_sums(**fake) -> tuple[dict, list]:
+def _sum_with_a_strided_second_pair(x, w, y_wide, v):
+    return x @ w.t() + torch.ops.aten.slice.Tensor(y_wide, 1, 0, K) @ v.t()
+
+
+def _lowered_sums(wide: int = 0, **fake) -> tuple[dict, list]:
+    """``wide``: the second product's A is a view of the first ``K`` columns of a
+    tensor ``wide`` columns wider."""
     from inductor_cutedsl.lowering import mm_plus_mm
 
     before = len(mm_plus_mm.splits)
-    out = generation(_sum_of_two_matmuls, (M, K), (N, K), (M, K), (N, K), pattern_matcher=True, **fake)
+    fn = _sum_with_a_strided_second_pair if wide else _sum_of_two_matmuls
+    out = generation(fn, (M, K), (N, K), (M, K + wide), (N, K), pattern_matcher=True, **fake)
     return out, mm_plus_mm.splits[before:]
 
 
@@ -241,11 +248,14 @@ def test_a_sum_of_two_matmuls_is_two_of_our_gemms_with_the_add_in_the_second():
     assert ((result - expected).norm() / expected.norm()).item() < 2**-8
 
 
-@pytest.mark.parametrize("change", ["setting off", "backend off", "float32"])
+@pytest.mark.parametrize("change", ["setting off", "backend off", "float32", "unaligned second"])
 def test_a_sum_of_two_matmuls_keeps_inductors_mm_plus_mm_where_we_take_no_part(change):
+    """Split, a sum our kernel cannot take would only lose Triton's template."""
     from inductor_cutedsl import config
 
     fake: dict = {"backends": "CUTEDSL,ATEN,TRITON"}
+    if change == "unaligned second":  # the second A's rows 2056 bytes apart
+        fake["wide"] = 4
     if change == "backend off":
         fake["backends"] = "ATEN,TRITON"
     if change == "float32":

@@ -177,6 +177,19 @@ def _output_layout(kernel_inputs: Any, out_dtype: Any) -> Any:
     return layout
 
 
+def check_plain_gemm(a: Any, b: Any) -> None:
+    """Unsupported unless this graph may run our kernel and it takes ``a @ b`` (IR nodes)
+    as the operands are laid out now, with a row-major output of their dtype: the checks
+    ``gemm_candidates`` makes of an ``mm``, for a GEMM not lowered yet."""
+    _graph_refusal()
+    _check_operands(a, b, a.get_dtype(), AB_DTYPES, OUT_DTYPES, "bf16 or fp16")
+    _contiguous_mode("A", a)
+    _contiguous_mode("B", b)
+    width = b.get_size()[-1]
+    if not ir_access.multiple_of(width, ALIGNMENT // a.get_dtype().itemsize):
+        raise Unsupported(f"output width {width} is not provably whole 16-byte units", "tma-alignment")
+
+
 def gemm_candidates(kernel_inputs: Any, op_name: str) -> tuple[list[GemmCandidate], Any]:
     """The candidates for this GEMM, and the output layout they share.
 

@@ -9,10 +9,9 @@ lowers the pair where the shapes differ (``add(mm, mm)``), each GEMM is autotune
 every backend's choices, ours included, and the add is a pointwise consumer that our
 epilogue fusion (or Triton's) takes into the second GEMM.
 
-The decision is made per pattern, on the IR: both products must have operands our
-kernel takes (dtype and device; layouts are checked per GEMM afterwards, and a GEMM we
-refuse keeps Inductor's other choices). Anything else, or a failure here, keeps
-Inductor's own lowering (``errors.fallback``).
+The decision is made per pattern, on the IR: both products must be GEMMs our kernel
+takes (dtype, device, layouts). Anything else, or a failure here, keeps Inductor's own
+lowering (``errors.fallback``).
 """
 
 from __future__ import annotations
@@ -21,10 +20,9 @@ import logging
 from typing import Any
 
 from .. import config
-from ..compat import ir_access, settings
-from ..config import BACKEND_TOKEN
-from ..errors import fallback
-from ..runtime.support import AB_DTYPES, device_reason
+from ..compat import ir_access
+from ..errors import Unsupported, fallback
+from .gemm_choices import check_plain_gemm
 
 log = logging.getLogger("inductor_cutedsl.lowering")
 
@@ -34,20 +32,18 @@ splits: list[dict] = []
 
 def split_reason(mats: tuple[Any, ...]) -> str | None:
     """Why ``a @ b + c @ d`` (IR nodes ``mats``) keeps Inductor's ``mm_plus_mm``; None
-    where it is lowered as two GEMMs and an add."""
+    where it is lowered as two GEMMs and an add: both GEMMs must be ones our kernel takes
+    as their operands are laid out (``gemm_choices.check_plain_gemm``), or the split would
+    only take Triton's template away."""
     if not config.enabled or not config.split_mm_plus_mm:
         return "split_mm_plus_mm is off"
-    if not settings.backend_enabled(BACKEND_TOKEN):
-        return f"{BACKEND_TOKEN} is not in max_autotune_gemm_backends"
-    dtypes = {m.get_dtype() for m in mats}
-    if len(dtypes) != 1 or not dtypes <= set(AB_DTYPES):
-        return f"operand dtypes {sorted(map(str, dtypes))}"
-    device = ir_access.device_of(mats[0])
-    reason = "no device" if device is None else device_reason(device)
-    if reason:
-        return reason
     if any(len(m.get_size()) != 2 for m in mats):
         return "not 2-D"
+    try:
+        check_plain_gemm(mats[0], mats[1])
+        check_plain_gemm(mats[2], mats[3])
+    except Unsupported as exc:
+        return str(exc)
     return None
 
 
@@ -56,12 +52,12 @@ def wrap(original: Any) -> Any:
 
     def tuned_mm_plus_mm(mat1: Any, mat2: Any, mat3: Any, mat4: Any, *, layout: Any = None) -> Any:
         try:
-            reason = "a layout was given" if layout is not None else split_reason((mat1, mat2, mat3, mat4))
+            kept = "a layout was given" if layout is not None else split_reason((mat1, mat2, mat3, mat4))
         except Exception as exc:  # a bug of ours: Inductor's own lowering
             fallback("candidates", "mm_plus_mm", exc, log)
-            reason = "failed"
-        if reason is not None:
-            log.debug("mm_plus_mm kept: %s", reason)
+            kept = "failed"
+        if kept is not None:
+            log.debug("mm_plus_mm kept: %s", kept)
             return original(mat1, mat2, mat3, mat4, layout=layout)
         import torch
         from torch._inductor.lowering import lowerings
