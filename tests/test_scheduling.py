@@ -49,14 +49,20 @@ def test_the_scheduling_is_installed_with_or_without_epilogue_fusion():
             assert common.device_codegens["cuda"].scheduling is cls
 
 
-def test_mm_plus_mm_with_cutedsl_the_only_backend_falls_back_to_aten():
+@pytest.mark.parametrize("split", [True, False])
+def test_mm_plus_mm_with_cutedsl_the_only_backend(split):
     """``a @ b + c @ d`` is one mm_plus_mm GEMM for Inductor, which our kernel does not
-    take: with CUTEDSL the only backend it gets ATen's, as a refused mm does."""
-    with backend(max_configs=1):
+    take: split (``config.split_mm_plus_mm``), it runs as two of our GEMMs; kept whole,
+    with CUTEDSL the only backend, it gets ATen's, as a refused mm does."""
+    from inductor_cutedsl import config
+
+    with backend(max_configs=1), config.patch(split_mm_plus_mm=split):
         code = generated_code(
             lambda a, b, c, d: a @ b + c @ d, (256, 512), (512, 256), (256, 512), (512, 256), pattern_matcher=True
         )
-    assert "extern_kernels._mm_plus_mm(arg0_1, arg1_1, arg2_1, arg3_1" in code
+    whole = "extern_kernels._mm_plus_mm(arg0_1, arg1_1, arg2_1, arg3_1" in code
+    launches = [line for line in code.splitlines() if line.strip().startswith("cutedsl_") and ".run(" in line]
+    assert (whole, len(launches)) == ((False, 2) if split else (True, 0))
 
 
 def test_a_template_fusion_inductor_refused_is_not_benchmarked_again(monkeypatch):
