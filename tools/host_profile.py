@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
+import time
 
 #: Profiled rounds of each side, interleaved.
 ROUNDS = 4
@@ -67,8 +68,6 @@ def main(argv: list[str] | None = None) -> dict | None:
     if bid.run == "train":
         x.requires_grad_(True)
     target, params = models.target_of(block, bid.run), list(block.parameters())
-    import time
-
     steps = {}
     for side in SIDES:
         t0 = time.perf_counter()

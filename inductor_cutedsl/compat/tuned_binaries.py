@@ -187,9 +187,9 @@ def install() -> Any:
     untuned = never_tuned()
 
     def coordinate_descent_tuning(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
-        if self.heuristic_type in untuned:  # asked at each launch of a template: nothing to record
-            return tuning(self, launcher, *args, **kwargs)
         best = tuning(self, launcher, *args, **kwargs)
+        if self.heuristic_type in untuned:  # asked at each launch of a template: nothing to record
+            return best
         try:
             record(self, best)
         except Exception as exc:  # only a warm start elsewhere loses: it compiles the winner
