@@ -267,6 +267,30 @@ def test_a_sum_of_two_matmuls_keeps_inductors_mm_plus_mm_where_we_take_no_part(c
     assert "GemmCaller" not in out["autotuned"][0][1]
 
 
+def test_a_failure_in_the_split_lowers_inductors_mm_plus_mm(monkeypatch, lenient, caplog):
+    """A failure in the split's own lowering (planted in the add, after both GEMMs were
+    lowered) falls back to Inductor's ``mm_plus_mm`` and is logged; the GEMMs lowered
+    before it are dead and leave no kernel in the code."""
+    import logging
+
+    from torch._inductor.lowering import lowerings
+
+    from inductor_cutedsl import errors
+
+    def planted(*args, **kwargs):
+        raise RuntimeError("planted failure")
+
+    caplog.set_level(logging.WARNING, logger="inductor_cutedsl")
+    before = len(errors.fallbacks)
+    monkeypatch.setitem(lowerings, torch.ops.aten.add, planted)
+    out, splits = _lowered_sums(backends="CUTEDSL,ATEN,TRITON")
+    assert splits == []
+    assert [r["stage"] for r in errors.fallbacks[before:]] == ["lowering"]
+    assert any("planted failure" in r.getMessage() for r in caplog.records)
+    assert [name for name, _ in out["autotuned"]][-1] == "mm_plus_mm"
+    assert "cutedsl_" not in out["code"], "the GEMMs lowered before the failure were dropped"
+
+
 def test_disable_restores_inductors_mm_plus_mm():
     from torch._inductor.kernel import mm_plus_mm as stock
 

@@ -559,6 +559,14 @@ BUGS = [
         "a sum is split though our kernel cannot take its second GEMM",
     ),
     Bug(
+        "mm-plus-mm-split-unguarded",
+        "inductor_cutedsl/lowering/mm_plus_mm.py",
+        "            summed = _split(mat1, mat2, mat3, mat4)\n        except Exception as exc:",
+        "            summed = _split(mat1, mat2, mat3, mat4)\n        except Unsupported as exc:",
+        ("tests/test_lowering_codegen.py",),
+        "a failure in the split's own lowering reaches the user's compile",
+    ),
+    Bug(
         "early-start-forces-autotuning",
         "inductor_cutedsl/scheduler/selection.py",
         "    if not ir_access.timings_ready(template.node):",

@@ -45,6 +45,15 @@ def split_reason(mats: tuple[Any, ...]) -> str | None:
     return None
 
 
+def _split(mat1: Any, mat2: Any, mat3: Any, mat4: Any) -> Any:
+    """Inductor's lowering of a sum of two matmuls of unequal shapes: ``add(mm, mm)``."""
+    import torch
+    from torch._inductor.lowering import lowerings
+
+    aten = torch.ops.aten
+    return lowerings[aten.add](lowerings[aten.mm](mat1, mat2), lowerings[aten.mm](mat3, mat4))
+
+
 def wrap(original: Any) -> Any:
     """``tuned_mm_plus_mm`` that splits the patterns ``split_reason`` allows."""
 
@@ -57,12 +66,15 @@ def wrap(original: Any) -> Any:
         if kept is not None:
             log.debug("mm_plus_mm kept: %s", kept)
             return original(mat1, mat2, mat3, mat4, layout=layout)
-        import torch
-        from torch._inductor.lowering import lowerings
-
-        aten = torch.ops.aten
+        try:
+            summed = _split(mat1, mat2, mat3, mat4)
+        except Exception as exc:  # a bug of ours: Inductor's own lowering
+            # GEMMs lowered before the failure have no reader and are dropped with the
+            # graph's other dead buffers.
+            fallback("lowering", "mm_plus_mm", exc, log)
+            return original(mat1, mat2, mat3, mat4, layout=layout)
         splits.append({"sizes": [[ir_access.size_hint(s) for s in m.get_size()] for m in (mat1, mat2, mat3, mat4)]})
-        return lowerings[aten.add](lowerings[aten.mm](mat1, mat2), lowerings[aten.mm](mat3, mat4))
+        return summed
 
     tuned_mm_plus_mm.splits_for_cutedsl = True  # type: ignore[attr-defined]
     return tuned_mm_plus_mm
