@@ -60,7 +60,7 @@ from inductor_cutedsl.cli.run import compile_options, print_report_and_exit
 from inductor_cutedsl.install import launch_environment
 
 from . import models, zygote
-from .harness import geomean_or_none, ratio, run_info, write_json
+from .harness import geomean_or_none, ratio, run_info, torch_ptxas, write_json
 from .models import DEFAULT_FAMILIES, FAMILIES, BlockId
 
 FAIR_STOCK, OURS, DEFAULT_STOCK, OURS_WARM = "fair_stock", "ours", "default_stock", "ours_warm_kernels"
@@ -79,14 +79,6 @@ def is_ours(side: str) -> bool:
 
 # ---------------------------------------------------------------------------------------
 # The children
-
-
-def torch_ptxas() -> str | None:
-    """The ptxas torch ships (the one Inductor's compile workers point Triton at), or None."""
-    import torch
-
-    path = os.path.join(os.path.dirname(torch.__file__), "bin", "ptxas")
-    return path if os.path.exists(path) else None
 
 
 def child_environment(side: str, dirs: dict[str, str]) -> dict[str, str]:

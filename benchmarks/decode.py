@@ -41,7 +41,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .harness import geomean_or_none, ratio, rel_err, run_info, write_json
+from .harness import geomean_or_none, ratio, rel_err, run_info, stock_on_torch_ptxas, write_json
 from .models import BACKENDS, CUDAGRAPHS, GpuProbe, backend, comma_choices, compile_block, gemm_kernels, release
 
 
@@ -313,6 +313,7 @@ def main(argv: list[str] | None = None) -> dict | None:
         print("benchmarks.decode needs a CUDA GPU: nothing measured")
         return None
     torch._dynamo.config.automatic_dynamic_shapes = False
+    stock_on_torch_ptxas()
     rows: list[dict] = []
     if args.resume and os.path.exists(args.resume):
         with open(args.resume) as f:

@@ -21,7 +21,7 @@ from inductor_cutedsl.install import reenabled
 from inductor_cutedsl.scheduler import scheduling, selection
 
 from .gemm import SHAPES
-from .harness import geomean, graphed, rel_err, run_info, side_by_side, write_json
+from .harness import geomean, graphed, rel_err, run_info, side_by_side, stock_on_torch_ptxas, write_json
 
 PATTERNS = {
     "addmm_gelu_tanh": (
@@ -135,6 +135,7 @@ def main(argv: list[str] | None = None) -> dict:
     shapes = SHAPES if args.shapes is None else [SHAPES[int(i)] for i in args.shapes.split(",")]
     if args.sizes:
         shapes = [tuple(int(x) for x in s.split("x")) for s in args.sizes.split(",")]
+    stock_on_torch_ptxas()
     rows: list[dict] = []
     for name in args.patterns.split(","):
         for m, n, k in shapes:

@@ -51,7 +51,7 @@ from inductor_cutedsl.runtime.compiler import build_many
 from inductor_cutedsl.runtime.launch import default_cache
 from inductor_cutedsl.timing import bench
 
-from .harness import geomean, graphed, rel_err, run_info, side_by_side, write_json
+from .harness import geomean, graphed, rel_err, run_info, side_by_side, stock_on_torch_ptxas, write_json
 
 # (M, N, K): LLM Linear layers (LLaMA-3 8B / 70B widths) at prefill token counts.
 SHAPES = [
@@ -382,6 +382,7 @@ def main(argv: list[str] | None = None) -> dict:
     if not torch.cuda.is_available():
         print("no CUDA GPU: nothing to measure")
         return {}
+    stock_on_torch_ptxas()
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
     promote = not args.fast_accum
     if args.block_only:

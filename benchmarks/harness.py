@@ -8,6 +8,7 @@ accuracy and result files are the main job's (``inductor_cutedsl.cli.report``).
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Iterable
 
 from inductor_cutedsl import timing
@@ -23,8 +24,47 @@ __all__ = [
     "run_info",
     "side_by_side",
     "side_by_side_rounds",
+    "stock_on_torch_ptxas",
+    "torch_ptxas",
     "write_json",
 ]
+
+
+def torch_ptxas() -> str | None:
+    """The ptxas torch ships (the one Inductor's compile workers point Triton at), or None."""
+    import torch
+
+    path = os.path.join(os.path.dirname(torch.__file__), "bin", "ptxas")
+    return path if os.path.exists(path) else None
+
+
+def stock_on_torch_ptxas() -> str | None:
+    """Let stock compile in this process as fair stock does (``benchmarks.compile``):
+    with ``TRITON_PTXAS_PATH`` at torch's ptxas, set so that ``disable()`` leaves it.
+    Returns the path, or None where torch ships no ptxas (nothing to align).
+
+    Benchmarks that time kernels compile both sides in one process; stock, under
+    ``disable()``, would otherwise compile its template choices twice (the ptxas
+    mismatch ``compat.environment.align_triton_ptxas`` fixes for ours). That costs
+    device time and no figure: these benchmarks time the compiled code, and compile time
+    is measured by ``benchmarks.compile`` against fair stock and default stock."""
+    from inductor_cutedsl import disable, enable, is_enabled
+
+    path = torch_ptxas()
+    if path is None:
+        return None
+    was_enabled = is_enabled()
+    disable()  # undoes our own alignment, which a later disable() would undo again
+    os.environ["TRITON_PTXAS_PATH"] = path
+    try:
+        from triton.backends.nvidia import compiler as nvidia
+    except ImportError:
+        pass
+    else:  # Triton reads the version once per process: read it again, from this path
+        getattr(nvidia.get_ptxas_version, "cache_clear", lambda: None)()
+    if was_enabled:
+        enable()  # finds the path set: nothing of ours to undo
+    return path
 
 
 def graphed(fn: Callable[[], object]) -> Callable[[], None]:

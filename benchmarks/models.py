@@ -24,7 +24,10 @@ mode, and measured on the same tensors, interleaved: wall time per call, GPU tim
 sum of the kernel times under the profiler), host time per call, which GEMMs ran our
 kernel, what fused, the fusion bound, and the error against stock and eager. Compile
 time is ``benchmarks.compile``'s (fresh processes, empty caches): the compiles here
-share one process and its caches. Results are rewritten after every block, so a run cut
+share one process and its caches, and stock compiles on torch's ptxas as fair stock
+does (``harness.stock_on_torch_ptxas``): it spares the device stock's doubled template
+compiles, and stock's choices are benchmarked as a user of a torch without the
+mismatch would have them. Results are rewritten after every block, so a run cut
 short keeps its rows; ``--combine`` merges partial runs.
 """
 
@@ -54,7 +57,15 @@ from inductor_cutedsl.cli.run import TOLERANCE, compile_options
 from inductor_cutedsl.timing import enqueue_ms, rotations
 
 from . import hf_blocks
-from .harness import geomean_or_none, ratio, rel_err, run_info, side_by_side_rounds, write_json
+from .harness import (
+    geomean_or_none,
+    ratio,
+    rel_err,
+    run_info,
+    side_by_side_rounds,
+    stock_on_torch_ptxas,
+    write_json,
+)
 
 # ---------------------------------------------------------------------------------------
 # The blocks
@@ -1125,6 +1136,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     logging.getLogger("inductor_cutedsl").setLevel(logging.INFO)
     torch._dynamo.config.automatic_dynamic_shapes = False
     torch._dynamo.config.fail_on_recompile_limit_hit = True
+    stock_on_torch_ptxas()
     blocks = select(args.blocks, args.runs)
     if not blocks:
         print("no block to measure: training runs only for " + ", ".join(f for f in FAMILIES if FAMILIES[f].train))

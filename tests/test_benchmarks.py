@@ -501,6 +501,53 @@ def test_a_compile_child_starts_from_the_environment_without_our_install(monkeyp
         inductor_cutedsl.enable()
 
 
+def test_stock_in_a_kernel_timing_benchmark_keeps_torchs_ptxas_through_disable(monkeypatch, tmp_path):
+    """Benchmarks that time compiled code compile stock in their own process: under
+    ``disable()`` it must keep torch's ptxas (fair stock), or it compiles its template
+    choices twice; our install must still align itself; a torch that ships no ptxas is
+    left as it is."""
+    import os
+
+    import inductor_cutedsl
+    from benchmarks import harness
+    from inductor_cutedsl.compat import environment
+
+    name = "TRITON_PTXAS_PATH"
+    monkeypatch.delenv(name, raising=False)
+    shipped = str(tmp_path / "bin" / "ptxas")
+
+    def align():  # as our install aligns where torch ships a ptxas: torch's setter keeps a set path
+        before = os.environ.get(name)
+        os.environ.setdefault(name, shipped)
+        return None if before is not None else environment.EnvChange(name, shipped)
+
+    monkeypatch.setattr(environment, "align_triton_ptxas", align)
+    monkeypatch.setattr(harness, "torch_ptxas", lambda: shipped)
+    inductor_cutedsl.disable()
+    try:
+        inductor_cutedsl.enable()
+        assert os.environ[name] == shipped
+        inductor_cutedsl.disable()
+        assert name not in os.environ, "as a stock side runs without the fix"
+        inductor_cutedsl.enable()
+        assert harness.stock_on_torch_ptxas() == shipped
+        assert inductor_cutedsl.is_enabled()
+        for _ in range(2):
+            inductor_cutedsl.disable()
+            assert os.environ.get(name) == shipped, "stock compiles on torch's ptxas"
+            inductor_cutedsl.enable()
+            assert os.environ.get(name) == shipped
+        monkeypatch.delenv(name)
+        monkeypatch.setattr(harness, "torch_ptxas", lambda: None)  # a torch that ships none
+        inductor_cutedsl.disable()
+        assert harness.stock_on_torch_ptxas() is None
+        assert name not in os.environ and not inductor_cutedsl.is_enabled()
+    finally:
+        inductor_cutedsl.disable()
+        monkeypatch.undo()
+        inductor_cutedsl.enable()
+
+
 def test_a_compile_run_gives_every_child_empty_caches_and_warm_ones_the_other_rows_kernels(monkeypatch, tmp_path):
     """The whole run with fake children: each child's caches are new and empty, except a
     warm-kernel child's kernel cache, which holds what ours built for the other rows

@@ -61,7 +61,10 @@ def main(argv: list[str] | None = None) -> dict | None:
         print("tools.host_profile needs a CUDA GPU: nothing measured")
         return None
     from benchmarks import models
+    from benchmarks.harness import stock_on_torch_ptxas
     from inductor_cutedsl.timing import enqueue_ms
+
+    stock_on_torch_ptxas()
 
     bid = models.BlockId.parse(args.block)
     block, x = models.make_block(bid.family, bid.size)
