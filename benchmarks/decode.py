@@ -20,10 +20,15 @@ its own cache filled by the same prompt, and timed interleaved:
   At batch 1 there is no fraction: max-autotune's coordinate-descent tuning makes
   Inductor decompose a one-row mm into a reduction, on both sides;
 * ``cudagraph_skips``: graphs that cudagraph trees refused to record, per side (0 for a
-  step timed as served).
+  step timed as served);
+* with ``--sites``, every GEMM's bandwidth (``gemm_sites``): each Linear shape of the
+  model alone, stock against ours (``measure_site``), at the row's batch. The step's
+  own figure above is the GEMMs' total; this one says which of them leaves the
+  bandwidth unused.
 
 Summary: ``decode_speedup_geomean``, ``decode_speedup_min`` and
-``gemm_bandwidth_fraction_geomean`` (ours). Rows are written as they finish; ``--resume``
+``gemm_bandwidth_fraction_geomean`` (ours); with ``--sites``,
+``site_bandwidth_fraction_geomean`` per side. Rows are written as they finish; ``--resume``
 goes on from an earlier file (its failed rows are measured again) and ``--budget`` starts
 no row unlikely to end in time.
 """
@@ -107,15 +112,101 @@ def build(
     return model.to(dtype).eval()
 
 
-def gemm_bytes(model: nn.Module, rows: int, dtype_bytes: int = 2) -> int:
-    """The least bytes the Linear layers of one step move, at ``rows`` rows: each weight
-    (and bias) read once, each input read once, each output written once."""
-    total = 0
-    for m in model.modules():
+@dataclasses.dataclass(frozen=True)
+class Site:
+    """The model's Linear layers of one shape: (``n``, ``k``) weights, a bias or not."""
+
+    n: int
+    k: int
+    bias: bool
+    modules: tuple[str, ...]
+
+    def gemm_bytes(self, rows: int, dtype_bytes: int = 2) -> int:
+        """The least bytes one of them moves at ``rows`` rows: its weight (and bias) read
+        once, its input read once, its output written once."""
+        return (self.n * self.k + rows * (self.n + self.k) + (self.n if self.bias else 0)) * dtype_bytes
+
+    def copies(self, dtype_bytes: int = 2) -> int:
+        """Weights of this shape a site's timed step runs through in turn: enough to
+        stream ``SITE_STREAM_BYTES``, so that each GEMM reads its weight from HBM, as in a
+        decode step, which streams the whole model's weights (within ``SITE_COPIES``)."""
+        return max(1, min(SITE_COPIES, -(-SITE_STREAM_BYTES // (self.n * self.k * dtype_bytes))))
+
+
+#: Weight bytes a site's timed step streams: more than twice the H200's 50 MB L2.
+SITE_STREAM_BYTES = 128 * 2**20
+#: At most this many GEMMs in a site's timed step (its compile's size).
+SITE_COPIES = 64
+
+
+def linear_sites(model: nn.Module) -> list[Site]:
+    """The model's Linear layers grouped by shape, in the order first met."""
+    groups: dict[tuple[int, int, bool], list[str]] = {}
+    for name, m in model.named_modules():
         if isinstance(m, nn.Linear):
             n, k = m.weight.shape
-            total += (n * k + rows * (n + k) + (n if m.bias is not None else 0)) * dtype_bytes
-    return total
+            groups.setdefault((n, k, m.bias is not None), []).append(name)
+    return [Site(n, k, bias, tuple(names)) for (n, k, bias), names in groups.items()]
+
+
+def gemm_bytes(model: nn.Module, rows: int, dtype_bytes: int = 2) -> int:
+    """The least bytes the Linear layers of one step move, at ``rows`` rows."""
+    return sum(s.gemm_bytes(rows, dtype_bytes) * len(s.modules) for s in linear_sites(model))
+
+
+def measure_site(
+    site: Site,
+    rows: int,
+    probe: GpuProbe,
+    copy_bps: float,
+    *,
+    device: str = "cuda",
+    dtype: torch.dtype = torch.bfloat16,
+    compile_fn=compile_block,
+) -> dict:
+    """One Linear shape alone at ``rows`` rows, stock against ours: ``copies`` GEMMs of
+    that shape, each with its own fresh weight (read from HBM, as in the step), compiled
+    with max-autotune (CUDA graphs) as one graph, and profiled interleaved. Per GEMM:
+    GPU µs (every kernel of the step over the GEMMs: at one row Inductor decomposes the
+    mm into a reduction) and the bandwidth fraction of ``site.gemm_bytes``."""
+    copies = site.copies(torch.finfo(dtype).bits // 8)
+    torch.manual_seed(0)
+    x = torch.randn(rows, site.k, device=device, dtype=dtype)
+    weights = [torch.randn(site.n, site.k, device=device, dtype=dtype) / site.k**0.5 for _ in range(copies)]
+    bias = torch.randn(site.n, device=device, dtype=dtype) if site.bias else None
+    # Static, as a model's parameters are: cudagraph trees would otherwise copy every
+    # input into the graph's own buffers at each replay, and time the copies too.
+    for t in (x, *weights, *([] if bias is None else [bias])):
+        torch._dynamo.mark_static_address(t)
+
+    def gemms(x: torch.Tensor, *weights: torch.Tensor) -> list[torch.Tensor]:
+        return [torch.nn.functional.linear(x, w, bias) for w in weights]
+
+    want = torch.nn.functional.linear(x.double(), weights[-1].double(), None if bias is None else bias.double())
+    steps, out = {}, {"n": site.n, "k": site.k, "bias": site.bias, "modules": list(site.modules), "copies": copies}
+    out["rel_err"] = {}
+    for side in BACKENDS:
+        with backend(side):
+            fn = compile_fn(gemms, CUDAGRAPHS)
+
+            def step(fn=fn) -> list[torch.Tensor]:
+                if device == "cuda":
+                    torch.compiler.cudagraph_mark_step_begin()
+                return fn(x, *weights)
+
+            out["rel_err"][side] = rel_err(step()[-1], want)  # compiles
+        steps[side] = step
+        if not out["rel_err"][side] < TOLERANCE:
+            raise AssertionError(f"{site.n}x{site.k} at {rows} rows: {side} against float64 {out['rel_err'][side]:.3e}")
+    prof = probe.profile(steps)
+    nbytes = site.gemm_bytes(rows, torch.finfo(dtype).bits // 8)
+    out["gemm_bytes"] = nbytes
+    out["us"] = {side: round(prof[side]["us"] / copies, 2) for side in BACKENDS}
+    out["bandwidth_fraction"] = {
+        side: round(nbytes / (us / 1e6) / copy_bps, 4) if us else None for side, us in out["us"].items()
+    }
+    out["kernels"] = {side: [k["kernel"] for k in prof[side]["kernels"]] for side in BACKENDS}
+    return out
 
 
 def copy_bandwidth(device: str = "cuda", nbytes: int = 2**30, rounds: int = 20) -> float:
@@ -185,9 +276,11 @@ def measure(
     context: int = CONTEXT,
     compile_fn=compile_block,
     overrides: dict | None = None,
+    sites: bool = False,
 ) -> dict:
     """One row: stock and ours compiled for this model and batch, each with its own
-    static cache filled by the same prompt, then timed and profiled interleaved."""
+    static cache filled by the same prompt, then timed and profiled interleaved; with
+    ``sites``, each of the model's Linear shapes alone too (``measure_site``)."""
     from transformers import StaticCache
 
     model = build(name, layers, device, context=context, overrides=overrides)
@@ -253,6 +346,10 @@ def measure(
         row["gemm_bandwidth_fraction"] = dict.fromkeys(BACKENDS)
         row["gemm_bandwidth_note"] = "one row: Inductor decomposes mm into a reduction, no GEMM kernels to time"
     row["gpu_us"] = {side: prof[side]["us"] for side in BACKENDS}
+    if sites:
+        row["gemm_sites"] = [
+            measure_site(s, batch, probe, copy_bps, device=device, compile_fn=compile_fn) for s in linear_sites(model)
+        ]
     return row
 
 
@@ -263,12 +360,22 @@ def summarize(rows: list[dict], info: dict) -> dict:
     stock_fraction = [
         r["gemm_bandwidth_fraction"]["stock"] for r in ok if r.get("gemm_bandwidth_fraction", {}).get("stock")
     ]
+    site_fractions = [s["bandwidth_fraction"] for r in ok for s in r.get("gemm_sites", ())]
     return {
         **info,
         "decode_speedup_geomean": geomean_or_none(speed),
         "decode_speedup_min": min(speed) if speed else None,
         "gemm_bandwidth_fraction_geomean": geomean_or_none(fraction),
         "stock_gemm_bandwidth_fraction_geomean": geomean_or_none(stock_fraction),
+        **(
+            {
+                "site_bandwidth_fraction_geomean": {
+                    side: geomean_or_none(f[side] for f in site_fractions if f[side]) for side in BACKENDS
+                }
+            }
+            if site_fractions
+            else {}
+        ),
         "rows": rows,
     }
 
@@ -289,6 +396,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--models", type=comma_choices(MODELS, "model"), default=list(MODELS), help="default: llama,qwen2")
     ap.add_argument("--batches", type=_batches, default=list(BATCHES), help="default: 1,4,16,64")
     ap.add_argument("--layers", type=int, default=4, help="decoder layers (default: %(default)s)")
+    ap.add_argument(
+        "--sites",
+        action="store_true",
+        help="also time each Linear shape alone, stock against ours, for every GEMM's bandwidth fraction "
+        "(two more max-autotune compiles per shape: 5 shapes per model)",
+    )
     ap.add_argument("--json", metavar="PATH", help="result file, rewritten after every row")
     ap.add_argument("--resume", metavar="PATH", help="an earlier result file: its rows are not measured again")
     ap.add_argument(
@@ -333,7 +446,7 @@ def main(argv: list[str] | None = None) -> dict | None:
             print(f"== {name} batch {batch}", flush=True)
             t0 = time.perf_counter()
             try:
-                row = measure(name, batch, args.layers, probe, info["copy_bandwidth_gbps"] * 1e9)
+                row = measure(name, batch, args.layers, probe, info["copy_bandwidth_gbps"] * 1e9, sites=args.sites)
             except Exception as exc:
                 row = {"row": f"{name}:b{batch}", "error": f"{type(exc).__name__}: {exc}"[:2000]}
             finally:

@@ -961,6 +961,77 @@ def test_a_decode_row_runs_both_sides_against_a_filled_static_cache():
     assert result["gemm_bandwidth_fraction_geomean"] == row["gemm_bandwidth_fraction"]["ours"]
 
 
+def test_decode_sites_group_the_linear_layers_by_shape_and_stream_their_weights():
+    from benchmarks import decode
+
+    model = torch.nn.ModuleDict(
+        {
+            "q": torch.nn.Linear(64, 64, bias=False),
+            "k": torch.nn.Linear(64, 16, bias=False),
+            "v": torch.nn.Linear(64, 16, bias=False),
+            "o": torch.nn.Linear(64, 64, bias=True),
+            "o2": torch.nn.Linear(64, 64, bias=False),
+        }
+    )
+    sites = decode.linear_sites(model)
+    assert [(s.n, s.k, s.bias, s.modules) for s in sites] == [
+        (64, 64, False, ("q", "o2")),
+        (16, 64, False, ("k", "v")),
+        (64, 64, True, ("o",)),
+    ]
+    assert decode.gemm_bytes(model, 3) == sum(
+        (m.weight.numel() + 3 * sum(m.weight.shape) + (0 if m.bias is None else m.bias.numel())) * 2
+        for m in model.values()
+    )
+    big = decode.Site(128256, 2048, False, ("lm_head",))
+    assert big.copies() == 1
+    q = decode.Site(2048, 2048, False, ("q",))
+    assert q.copies() == 16 and q.copies() * 2048 * 2048 * 2 >= decode.SITE_STREAM_BYTES
+    assert decode.Site(16, 16, False, ("x",)).copies() == decode.SITE_COPIES
+
+
+def test_a_decode_site_times_its_gemms_alone_each_on_its_own_weight():
+    """A site's step on the CPU: ``copies`` GEMMs, each with another weight, checked
+    against float64; per GEMM µs is the step's over the copies; a wrong side fails."""
+    from benchmarks import decode
+
+    site = decode.Site(96, 64, True, ("up",))
+    compiled = []
+
+    def compile_fn(fn, mode):
+        compiled.append(mode)
+        return fn
+
+    class Probe:
+        def profile(self, steps):
+            outs = steps["ours"]()
+            assert len(outs) == decode.SITE_COPIES and len({o.sum().item() for o in outs}) == len(outs)
+            return {
+                side: {"us": us, "kernels": [{"kernel": side, "us": us}]}
+                for side, us in (("stock", 64.0), ("ours", 32.0))
+            }
+
+    row = decode.measure_site(site, 4, Probe(), 1e9, device="cpu", dtype=torch.float32, compile_fn=compile_fn)
+    assert compiled == [decode.CUDAGRAPHS] * 2
+    assert row["copies"] == decode.SITE_COPIES and row["us"] == {"stock": 1.0, "ours": 0.5}
+    nbytes = (96 * 64 + 4 * (96 + 64) + 96) * 4
+    assert row["gemm_bytes"] == nbytes
+    assert row["bandwidth_fraction"]["ours"] == round(nbytes / 0.5e-6 / 1e9, 4)
+    assert max(row["rel_err"].values()) < 1e-6
+    summary = decode.summarize([{"row": "x", "decode_speedup": 1.0, "gemm_sites": [row]}], {})
+    assert summary["site_bandwidth_fraction_geomean"] == row["bandwidth_fraction"]
+
+    sides = iter(decode.BACKENDS)
+
+    def wrong(fn, mode):  # ours' GEMMs come out wrong: the site stops
+        if next(sides) == "stock":
+            return fn
+        return lambda x, *ws: [o + 1 for o in fn(x, *ws)]
+
+    with pytest.raises(AssertionError, match="ours against float64"):
+        decode.measure_site(site, 4, Probe(), 1e9, device="cpu", dtype=torch.float32, compile_fn=wrong)
+
+
 def test_a_rewound_static_cache_decodes_the_same_step_again():
     """Without the rewind, each call writes the next slot and attends to one more token."""
     pytest.importorskip("transformers")

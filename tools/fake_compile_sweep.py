@@ -4,6 +4,7 @@ supports (only the GPU runs them; this is the part a torch upgrade breaks first)
 
     python -m tools.fake_compile_sweep                      # 200 random programs
     python -m tools.fake_compile_sweep --model-programs 100 --programs 0
+    python -m tools.fake_compile_sweep --first 200 --programs 1000   # beyond the tested ones
     /tmp/v215/bin/python -m tools.fake_compile_sweep        # under another torch's venv
 
 Each program of ``benchmarks.fuzz`` (``make_program``, ``make_model_program``) is traced
@@ -62,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--programs", type=int, default=200, help="random programs, from the first (default %(default)s)")
     ap.add_argument("--model-programs", type=int, default=0, help="model-shaped programs (default %(default)s)")
+    ap.add_argument(
+        "--first", type=int, default=0, help="index of the first program of each kind (default %(default)s)"
+    )
     args = ap.parse_args(argv)
     os.environ["INDUCTOR_CUTEDSL_STRICT"] = "1"
     os.environ.setdefault("INDUCTOR_CUTEDSL_PERSIST_DECISIONS", "0")
@@ -71,8 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     import inductor_cutedsl  # noqa: F401  (installs the backend)
     from benchmarks import fuzz
 
-    work = [fuzz.make_program(i) for i in range(args.programs)]
-    work += [fuzz.make_model_program(i) for i in range(args.model_programs)]
+    work = [fuzz.make_program(args.first + i) for i in range(args.programs)]
+    work += [fuzz.make_model_program(args.first + i) for i in range(args.model_programs)]
     crashed = []
     for program in work:
         t0 = time.perf_counter()
