@@ -142,3 +142,39 @@ def test_mainloop_keeps_a_wgmma_batch_in_flight(sass_stats, name):
 def test_full_operand_lines_are_prefetched_to_l2(sass_stats, name):
     # Per thread: 2 rows x (256 columns / 64 columns per 128-byte line) of the gate.
     assert sass_stats[name]["l2_prefetches"] == 8, sass_stats[name]
+
+
+# A stream-K kernel's partial sums: which instructions move them between CTAs.
+STREAM_K_SCRIPT = textwrap.dedent("""
+    import json, subprocess, sys
+    from pathlib import Path
+    from inductor_cutedsl.kernels import GemmConfig, epilogue as E
+    from inductor_cutedsl.runtime import KernelSpec
+    from inductor_cutedsl.runtime.compiler import export_object
+
+    nvdisasm, root = sys.argv[1], Path(sys.argv[2])
+    cfg = GemmConfig(128, 64, 1, 1, False, True, 1, stream_k=True)
+    export_object(KernelSpec(cfg, "bfloat16", "bfloat16", "k", "k", E.IDENTITY), root, "sk")
+    (cubin,) = (root / "dump").glob("*.cubin")
+    lines = subprocess.run([nvdisasm, str(cubin)], capture_output=True, text=True, check=True).stdout.splitlines()
+    stores = [line.split("*/", 1)[1].split()[:2] for line in lines if "STG.E.128" in line]
+    loads = [i for i, line in enumerate(lines) if "LDG.E.128" in line]
+    # The branch that skips the loads: the last one before them, after the barrier
+    # that follows the wait for the peer's flag (else it is the wait's own loop).
+    branches = [i for i, line in enumerate(lines[: loads[0]]) if "BRA" in line] if loads else []
+    barrier = max((i for i, line in enumerate(lines[: loads[0]]) if "BAR.SYNC" in line), default=-1)
+    last = lines[branches[-1]].split("*/", 1)[1].split() if branches else [""]
+    guarded = bool(branches) and branches[-1] > barrier and last[0].startswith("@")
+    print(json.dumps({"stores": stores, "loads": len(loads), "guarded_loads": guarded}))
+""")
+
+
+def test_stream_k_partial_sums_travel_only_for_rows_inside_the_problem(tmp_path):
+    """A decode-sized GEMM (M = 16 in a 128-row tile) fills an eighth of its tiles'
+    rows: each CTA's partial sums (a thread's 8 runs of four fp32 values, 128-bit
+    accesses) are stored under a predicate and read behind a branch, both on the row
+    bound, so the rows past M move nothing."""
+    s = sass_script_stats(STREAM_K_SCRIPT, tmp_path)
+    assert len(s["stores"]) == 8 and s["loads"] == 8, s
+    assert all(prefix.startswith(("@P", "@!P")) for prefix, _ in s["stores"]), s
+    assert s["guarded_loads"], s

@@ -382,6 +382,37 @@ def test_stream_k_tail(m, n, k, batch, dtype, out_dtype):
         assert rel_err(out, ref) < TOL[out_dtype]
 
 
+# Decode: a few rows (M <= 64, inside one 128-row tile) against a weight of few
+# output tiles, the stream-K tile the shortlist offers there under CUDA graphs. Its
+# partial sums travel only for the rows inside M: odd M, M across the 8-row runs of
+# the accumulator, a whole 64 rows; K of a few and many k-tiles.
+DECODE_STREAM_K_CASES = [(m, n, k) for m in (1, 5, 16, 33, 64) for n, k in ((2048, 2048), (512, 8192))]
+
+
+@pytest.mark.parametrize("m,n,k", DECODE_STREAM_K_CASES, ids=str)
+def test_decode_stream_k(m, n, k):
+    """x @ w.t() + bias, then a residual, at decode sizes, in the stream-K config the
+    shortlist offers there: every element right on every launch."""
+    from inductor_cutedsl.kernels import shortlist
+    from inductor_cutedsl.runtime import gemm
+
+    (cfg,) = [c for c in shortlist(m, n, k, graphs=True) if c.stream_k]
+    a, b = matrix(m, k, True, torch.bfloat16), matrix(k, n, False, torch.bfloat16)
+    bias = torch.randn(n, device="cuda").to(torch.bfloat16)
+    residual = torch.randn(m, n, device="cuda").to(torch.bfloat16)
+    epi = E.Epilogue(
+        "bias_residual",
+        "def epilogue(acc, m, n, l, ops):\n    return acc + ops[0] + ops[1]\n",
+        (E.EpilogueOperand("bias", "row", "bfloat16"), E.EpilogueOperand("r", "full", "bfloat16")),
+    )
+    ref = reference(a, b) + bias.double() + residual.double()
+    for _ in range(2):
+        out = poisoned((m, n), torch.bfloat16)
+        gemm(a, b, bias, residual, out=out, config=cfg, epilogue=epi)
+        torch.cuda.synchronize()
+        assert rel_err(out, ref) < TOL[torch.bfloat16]
+
+
 def test_stream_k_epilogue_runs_once_on_the_summed_tile():
     """A nonlinear epilogue (bias + GELU) applied to partial sums would be wrong."""
     from inductor_cutedsl.runtime import gemm

@@ -567,6 +567,26 @@ BUGS = [
         "a failure in the split's own lowering reaches the user's compile",
     ),
     Bug(
+        "stream-k-publishes-whole-tile",
+        "inductor_cutedsl/kernels/sm90_gemm.py",
+        "        for j in cutlass.range_constexpr(cute.size(acc) // 4):  # as in ``_add_partial``\n"
+        "            if coords[4 * j][0] < size_m:\n",
+        "        for j in cutlass.range_constexpr(cute.size(acc) // 4):  # as in ``_add_partial``\n"
+        "            if True:\n",
+        ("tests/test_epilogue_sass.py",),
+        "a decode-sized stream-K GEMM moves its tiles' empty rows' partial sums through memory",
+    ),
+    Bug(
+        "stream-k-reads-whole-tile",
+        "inductor_cutedsl/kernels/sm90_gemm.py",
+        "            if coords[4 * j][0] < size_m:\n                for i in cutlass.range_constexpr(4):\n"
+        "                    acc[4 * j + i] = acc[4 * j + i] + view[(i, j)]\n",
+        "            if True:\n                for i in cutlass.range_constexpr(4):\n"
+        "                    acc[4 * j + i] = acc[4 * j + i] + view[(i, j)]\n",
+        ("tests/test_epilogue_sass.py",),
+        "a decode-sized stream-K GEMM reads its peers' empty rows' partial sums",
+    ),
+    Bug(
         "early-start-forces-autotuning",
         "inductor_cutedsl/scheduler/selection.py",
         "    if not ir_access.timings_ready(template.node):",

@@ -944,14 +944,14 @@ class Sm90Gemm:
                 tCcD = tiled_mma.get_slice(etidx).partition_C(cD[(None, None, tc[0], tc[1])])
                 read, release = self._mainloop(ab_pipe, mma, read, release, k0, k1, tCcD, tc, wg, epi)
                 if k0 > 0:
-                    self._publish_partial(acc, sk_buffers, cta, etidx, epi_bar)
+                    self._publish_partial(acc, sk_buffers, cta, etidx, epi_bar, tCcD, epi.size_m)
                 else:
                     last = self._slot_of((r + 1) * k_tiles - 1, sharers, iters)
                     other = slot + 1
                     while other <= last:
                         if self._share_start(other, sharers, iters) < self._share_start(other + 1, sharers, iters):
                             peer = other * self.cfg.cluster_size + rank
-                            self._add_partial(acc, sk_buffers, peer, etidx, epi_bar)
+                            self._add_partial(acc, sk_buffers, peer, etidx, epi_bar, tCcD, epi.size_m)
                         other += 1
                     epi_count = self._epilogue(epi, acc, tCcD, tc, epi_count)
                 it += k1 - k0
@@ -1356,20 +1356,29 @@ class Sm90Gemm:
         return cute.make_tensor(sk_buffers[0].iterator + base, layout)
 
     @cute.jit
-    def _publish_partial(self, acc, sk_buffers, cta, etidx, epi_bar):
-        """Write this CTA's partial sums and raise its flag (release, GPU scope)."""
+    def _publish_partial(self, acc, sk_buffers, cta, etidx, epi_bar, coords, size_m):
+        """Write this CTA's partial sums and raise its flag (release, GPU scope).
+
+        Only the runs of four values with a row inside the problem travel (``coords``:
+        each value's global (m, n)): a decode-sized GEMM fills a few rows of its tiles,
+        and the whole tile's sums would move about as many bytes as its weight. A run is
+        two columns of two rows eight apart (``_fragment``), its first value in the upper
+        row: rows past M in a run that has one inside are written and read, never stored."""
+        _fragment(coords)  # the runs' layout, checked at trace time
         view = self._partial_view(acc, sk_buffers, cta, etidx)
         for j in cutlass.range_constexpr(cute.size(acc) // 4):  # as in ``_add_partial``
-            for i in cutlass.range_constexpr(4):
-                view[(i, j)] = acc[4 * j + i]
+            if coords[4 * j][0] < size_m:
+                for i in cutlass.range_constexpr(4):
+                    view[(i, j)] = acc[4 * j + i]
         cute.arch.fence_acq_rel_gpu()
         epi_bar.arrive_and_wait()
         if etidx == 0:
             cute.arch.red(sk_buffers[1].iterator + cta, Int32(1), op="add", dtype=Int32, sem="release", scope="gpu")
 
     @cute.jit
-    def _add_partial(self, acc, sk_buffers, peer, etidx, epi_bar):
-        """Wait for CTA ``peer``'s flag (acquire, GPU scope), then add its partial sums."""
+    def _add_partial(self, acc, sk_buffers, peer, etidx, epi_bar, coords, size_m):
+        """Wait for CTA ``peer``'s flag (acquire, GPU scope), then add its partial sums:
+        the runs ``_publish_partial`` wrote (the same ``coords``, the same tile)."""
         if etidx == 0:
             ready = Int32(0)
             while ready == 0:
@@ -1380,8 +1389,9 @@ class Sm90Gemm:
         # loops: element v = 4 * j + i sits at (i, j) of the view. One loop over every
         # element would be one static loop of 64 and more, which the DSL warns about.
         for j in cutlass.range_constexpr(cute.size(acc) // 4):
-            for i in cutlass.range_constexpr(4):
-                acc[4 * j + i] = acc[4 * j + i] + view[(i, j)]
+            if coords[4 * j][0] < size_m:
+                for i in cutlass.range_constexpr(4):
+                    acc[4 * j + i] = acc[4 * j + i] + view[(i, j)]
 
     @staticmethod
     def _subtile_geometry(tRS_acc, tRS_rD, epi_m, epi_n):
