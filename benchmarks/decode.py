@@ -126,17 +126,11 @@ class Site:
         once, its input read once, its output written once."""
         return (self.n * self.k + rows * (self.n + self.k) + (self.n if self.bias else 0)) * dtype_bytes
 
-    def copies(self, dtype_bytes: int = 2) -> int:
-        """Weights of this shape a site's timed step runs through in turn: enough to
-        stream ``SITE_STREAM_BYTES``, so that each GEMM reads its weight from HBM, as in a
-        decode step, which streams the whole model's weights (within ``SITE_COPIES``)."""
-        return max(1, min(SITE_COPIES, -(-SITE_STREAM_BYTES // (self.n * self.k * dtype_bytes))))
 
-
-#: Weight bytes a site's timed step streams: more than twice the H200's 50 MB L2.
-SITE_STREAM_BYTES = 128 * 2**20
-#: At most this many GEMMs in a site's timed step (its compile's size).
-SITE_COPIES = 64
+#: Bytes a site's step reads before its GEMM (more than four times the H200's 50 MB
+#: L2), so that the GEMM reads its weight from HBM, as in a decode step, which streams
+#: the whole model's weights.
+FLUSH_BYTES = 256 * 2**20
 
 
 def linear_sites(model: nn.Module) -> list[Site]:
@@ -164,48 +158,55 @@ def measure_site(
     dtype: torch.dtype = torch.bfloat16,
     compile_fn=compile_block,
 ) -> dict:
-    """One Linear shape alone at ``rows`` rows, stock against ours: ``copies`` GEMMs of
-    that shape, each with its own fresh weight (read from HBM, as in the step), compiled
-    with max-autotune (CUDA graphs) as one graph, and profiled interleaved. Per GEMM:
-    GPU µs (every kernel of the step over the GEMMs: at one row Inductor decomposes the
-    mm into a reduction) and the bandwidth fraction of ``site.gemm_bytes``."""
-    copies = site.copies(torch.finfo(dtype).bits // 8)
+    """One Linear shape alone at ``rows`` rows, stock against ours: the GEMM compiled
+    with max-autotune (CUDA graphs), each step reading ``FLUSH_BYTES`` first so that
+    the GEMM finds its weight in HBM, profiled interleaved. Per side: GPU µs of every
+    kernel of the step but the flush's (at one row Inductor decomposes the mm into a
+    reduction; a stream-K launch zeroes its flags) and the bandwidth fraction of
+    ``site.gemm_bytes``."""
     torch.manual_seed(0)
     x = torch.randn(rows, site.k, device=device, dtype=dtype)
-    weights = [torch.randn(site.n, site.k, device=device, dtype=dtype) / site.k**0.5 for _ in range(copies)]
+    weight = torch.randn(site.n, site.k, device=device, dtype=dtype) / site.k**0.5
     bias = torch.randn(site.n, device=device, dtype=dtype) if site.bias else None
-    # Static, as a model's parameters are: cudagraph trees would otherwise copy every
-    # input into the graph's own buffers at each replay, and time the copies too.
-    for t in (x, *weights, *([] if bias is None else [bias])):
+    # Static, as a model's parameters are: cudagraph trees would otherwise copy the
+    # inputs into the graph's own buffers at each replay, and time the copies too.
+    for t in (x, weight, *([] if bias is None else [bias])):
         torch._dynamo.mark_static_address(t)
+    flush_buffer = torch.ones(FLUSH_BYTES // 4, device=device)
 
-    def gemms(x: torch.Tensor, *weights: torch.Tensor) -> list[torch.Tensor]:
-        return [torch.nn.functional.linear(x, w, bias) for w in weights]
+    def flush() -> torch.Tensor:
+        return flush_buffer.sum()
 
-    want = torch.nn.functional.linear(x.double(), weights[-1].double(), None if bias is None else bias.double())
-    steps, out = {}, {"n": site.n, "k": site.k, "bias": site.bias, "modules": list(site.modules), "copies": copies}
-    out["rel_err"] = {}
+    def gemm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.linear(x, weight, bias)
+
+    want = torch.nn.functional.linear(x.double(), weight.double(), None if bias is None else bias.double())
+    steps, out = {}, {"n": site.n, "k": site.k, "bias": site.bias, "modules": list(site.modules), "rel_err": {}}
     for side in BACKENDS:
         with backend(side):
-            fn = compile_fn(gemms, CUDAGRAPHS)
+            fn = compile_fn(gemm, CUDAGRAPHS)
 
-            def step(fn=fn) -> list[torch.Tensor]:
+            def step(fn=fn) -> torch.Tensor:
+                flush()
                 if device == "cuda":
                     torch.compiler.cudagraph_mark_step_begin()
-                return fn(x, *weights)
+                return fn(x, weight)
 
-            out["rel_err"][side] = rel_err(step()[-1], want)  # compiles
+            out["rel_err"][side] = rel_err(step(), want)  # compiles
         steps[side] = step
         if not out["rel_err"][side] < TOLERANCE:
             raise AssertionError(f"{site.n}x{site.k} at {rows} rows: {side} against float64 {out['rel_err'][side]:.3e}")
+    flushes = probe.profile(dict.fromkeys(BACKENDS, flush))
+    flush_kernels = {k["kernel"] for side in BACKENDS for k in flushes[side]["kernels"]}
     prof = probe.profile(steps)
     nbytes = site.gemm_bytes(rows, torch.finfo(dtype).bits // 8)
     out["gemm_bytes"] = nbytes
-    out["us"] = {side: round(prof[side]["us"] / copies, 2) for side in BACKENDS}
+    kernels = {side: [k for k in prof[side]["kernels"] if k["kernel"] not in flush_kernels] for side in BACKENDS}
+    out["us"] = {side: round(sum(k["us"] for k in kernels[side]), 2) for side in BACKENDS}
     out["bandwidth_fraction"] = {
         side: round(nbytes / (us / 1e6) / copy_bps, 4) if us else None for side, us in out["us"].items()
     }
-    out["kernels"] = {side: [k["kernel"] for k in prof[side]["kernels"]] for side in BACKENDS}
+    out["kernels"] = {side: [k["kernel"] for k in kernels[side]] for side in BACKENDS}
     return out
 
 
@@ -400,7 +401,7 @@ def parser() -> argparse.ArgumentParser:
         "--sites",
         action="store_true",
         help="also time each Linear shape alone, stock against ours, for every GEMM's bandwidth fraction "
-        "(two more max-autotune compiles per shape: 5 shapes per model)",
+        "(two more max-autotune compiles of one GEMM per shape: 5 shapes per model)",
     )
     ap.add_argument("--json", metavar="PATH", help="result file, rewritten after every row")
     ap.add_argument("--resume", metavar="PATH", help="an earlier result file: its rows are not measured again")
