@@ -1026,6 +1026,10 @@ def test_a_decode_site_times_its_gemm_alone_after_a_flush_of_l2(monkeypatch):
     assert max(row["rel_err"].values()) < 1e-6
     summary = decode.summarize([{"row": "x", "decode_speedup": 1.0, "gemm_sites": [row]}], {})
     assert summary["site_bandwidth_fraction_geomean"] == row["bandwidth_fraction"]
+    from tools import perf_doc
+
+    page = "\n".join(perf_doc._decode(summary))
+    assert "| x | 96x64 + bias | up | 2 / 2 |" in page and "cutedsl, fill" in page
 
     sides = iter(decode.BACKENDS)
 

@@ -174,7 +174,42 @@ def _decode(d: dict) -> list[str]:
                 "GEMM bytes per step",
             ],
             rows,
-        )
+        ),
+        *_decode_sites(d),
+    ]
+
+
+def _decode_sites(d: dict) -> list[str]:
+    """Each Linear shape alone (``benchmarks.decode --sites``), where a row has them."""
+    rows = [
+        [
+            r["row"],
+            f"{s['n']}x{s['k']}" + (" + bias" if s["bias"] else ""),
+            ", ".join(s["modules"][:3]) + (", ..." if len(s["modules"]) > 3 else ""),
+            pair(s.get("us")),
+            pair(s.get("bandwidth_fraction")),
+            ", ".join(s["kernels"]["ours"])[:80],
+        ]
+        for r in d["rows"]
+        for s in r.get("gemm_sites", ())
+    ]
+    if not rows:
+        return []
+    return [
+        "",
+        "Each Linear shape alone (`gemm_sites`): the GEMM after an L2 flush, its µs without the flush's.",
+        "",
+        table(
+            [
+                "model:batch",
+                "weight N x K",
+                "modules",
+                "µs stock / ours (`us`)",
+                "bandwidth / copy bandwidth, stock / ours",
+                "ours' kernels",
+            ],
+            rows,
+        ),
     ]
 
 
@@ -586,6 +621,14 @@ SECTIONS = [
             ("stock / ours per token, lowest", "decode_speedup_min"),
             ("our GEMMs' bandwidth / copy bandwidth, geomean", "gemm_bandwidth_fraction_geomean"),
             ("stock GEMMs' bandwidth / copy bandwidth, geomean", "stock_gemm_bandwidth_fraction_geomean"),
+            (
+                "each Linear shape alone, ours: bandwidth / copy bandwidth, geomean",
+                "site_bandwidth_fraction_geomean.ours",
+            ),
+            (
+                "each Linear shape alone, stock: bandwidth / copy bandwidth, geomean",
+                "site_bandwidth_fraction_geomean.stock",
+            ),
             ("copy bandwidth, GB/s", "copy_bandwidth_gbps"),
         ],
         _decode,
