@@ -162,7 +162,7 @@ def measure_site(
     with max-autotune (CUDA graphs), each step reading ``FLUSH_BYTES`` first so that
     the GEMM finds its weight in HBM, profiled interleaved. Per side: GPU µs of every
     kernel of the step but the flush's (at one row Inductor decomposes the mm into a
-    reduction; a stream-K launch zeroes its flags) and the bandwidth fraction of
+    reduction) and the bandwidth fraction of
     ``site.gemm_bytes``."""
     torch.manual_seed(0)
     x = torch.randn(rows, site.k, device=device, dtype=dtype)

@@ -243,9 +243,25 @@ def test_loaded_entry_marshals_the_launchers_arguments(tmp_path, variant):
     spec = KernelSpec(GemmConfig(128, 128, 1, 1, stream_k=stream_k), "bfloat16", "bfloat16", "k", "n", epi, dual)
     values = [0x1000, 0x2000, 0x3000, 64, 64, 64, 1, 64, 64, 64, 0, 0, 0, 1]
     values += [0x9000, 128, 0] if dual else []
-    values += [0x7000, 0x8000] if stream_k else []
+    values += [0x7000, 0x8000, 0x123456789ABCDEF] if stream_k else []
     values += [0x4000, 0, 1, 0] + [0x5000, 64, 1, 0] + [0.5] + [0x6000, 64, 1, 0] + [0]
     assert_entry_takes(spec, values, tmp_path)
+
+
+def test_stream_k_tokens_are_never_a_cleared_flag_and_do_not_follow_the_programs_seed():
+    """A stream-K launch's flags are not zeroed: its token must never be 0 (a flag its
+    reader cleared), must fit the entry's signed 64-bit slot, and must not repeat when
+    a program seeds ``random`` the same way before every step."""
+    import random
+
+    from inductor_cutedsl.runtime.launch import stream_k_token
+
+    draws = []
+    for _ in range(2):
+        random.seed(0)
+        draws += [stream_k_token() for _ in range(500)]
+    assert all(0 < t < 2**62 for t in draws)
+    assert len(set(draws)) == len(draws)
 
 
 def assert_entry_takes(spec: KernelSpec, values: list, tmp_path) -> None:

@@ -428,7 +428,8 @@ def test_stream_k_epilogue_runs_once_on_the_summed_tile():
 
 
 def test_stream_k_replays_in_a_cuda_graph():
-    """The per-launch zeroing of the flags is captured with the kernel."""
+    """A replayed graph keeps its token and its flags' memory: each replay must find the
+    flags the last one cleared."""
     from inductor_cutedsl.runtime import gemm
 
     m, n, k = 8192, 4096, 1000
@@ -437,6 +438,52 @@ def test_stream_k_replays_in_a_cuda_graph():
     gemm(a, b, out=out, config=STREAM_K)  # load and first launch outside the capture
     torch.cuda.synchronize()
     check_graph_replays(lambda: gemm(a, b, out=out, config=STREAM_K), (a, b), out, lambda: reference(a, b))
+
+
+def _fixed_stream_k_scratch(monkeypatch, flags_fill):
+    """Make every stream-K launch use the same scratch and token, as a replayed graph
+    does, with its flags first filled by ``flags_fill(flags, token)``; returns the
+    scratch (partials, flags, token)."""
+    from inductor_cutedsl.runtime import launch
+
+    held: dict = {}
+    real = launch.stream_k_buffers
+
+    def fixed(cfg, clusters, device, stream):
+        if not held:
+            partials, flags, token = real(cfg, clusters, device, stream)
+            flags_fill(flags, token)
+            held.update(partials=partials, flags=flags, token=token)
+        return held["partials"], held["flags"], held["token"]
+
+    monkeypatch.setattr(launch, "stream_k_buffers", fixed)
+    return held
+
+
+@pytest.mark.parametrize("m,n,k", [(16, 2048, 2048), (8191, 4088, 4088)], ids=str)
+def test_stream_k_flags_holding_garbage_or_a_past_launch_are_not_taken_for_ready(monkeypatch, m, n, k):
+    """The flags' memory is never zeroed: random garbage in it must not read as this
+    launch's token, and the same memory and token launched again (a graph's replay)
+    must wait for this launch's partial sums: between launches the partial sums are
+    poisoned with NaN, which an owner reading them early would add to its tile."""
+    from inductor_cutedsl.kernels import shortlist
+    from inductor_cutedsl.runtime import gemm
+
+    def garbage(flags, token):
+        flags.random_(-(2**62), 2**62)
+        flags[flags == token] = 0
+
+    held = _fixed_stream_k_scratch(monkeypatch, garbage)
+    cfg = next(c for c in shortlist(m, n, k, graphs=True) if c.stream_k) if m <= 64 else STREAM_K
+    a, b = matrix(m, k, True, torch.bfloat16), matrix(k, n, False, torch.bfloat16)
+    ref = reference(a, b)
+    for _ in range(3):
+        out = poisoned((m, n), torch.bfloat16)
+        gemm(a, b, out=out, config=cfg)
+        torch.cuda.synchronize()
+        assert rel_err(out, ref) < TOL[torch.bfloat16]
+        assert not (held["flags"] == held["token"]).any(), "a flag read by its owner was left set"
+        held["partials"].fill_(float("nan"))
 
 
 KEEP_PRE = E.Epilogue(

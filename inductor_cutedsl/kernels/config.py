@@ -304,7 +304,7 @@ def shortlist(
     # Decode-sized GEMMs (M <= 64 rows: a few output tiles, and a cost that is reading
     # the weight): a stream-K 128x64 tile splits the K loop of those few tiles over the
     # SMs, so that all of them stream the weight, and sums the parts in a fixed order
-    # (deterministic). Its launch allocates and zeroes scratch, host work that a CUDA
+    # (deterministic). Its launch allocates scratch and draws a token, host work that a CUDA
     # graph's replay skips: offered there only.
     skinny = (
         [GemmConfig(128, 64, 1, 1, False, raster_m, 1, stream_k=True)]

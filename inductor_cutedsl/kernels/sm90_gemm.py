@@ -218,7 +218,7 @@ class Sm90Gemm:
 
         Signature: a, b, d, m, n, k, l, lda, ldb, ldd, batch_a, batch_b, batch_d,
         max_clusters, in a dual kernel the up weight (ptr, ld, batch stride; ``b`` is
-        the gate weight), with stream-K its workspace and flags
+        the gate weight), with stream-K its workspace, flags and this launch's token
         (``stream_k_buffers``), then per tensor operand (ptr, stride_m, stride_n,
         stride_l), then per scalar operand a Float32, then the stream.
         """
@@ -242,9 +242,9 @@ class Sm90Gemm:
         up_args = ["bu", "ldbu", "sbu"] if self.dual else []
         params += up_args
         ann.update(zip(up_args, (cute.Pointer, Int64, Int64)))
-        sk_args = ["ws", "fl"] if self.cfg.stream_k else []
+        sk_args = ["ws", "fl", "tok"] if self.cfg.stream_k else []
         params += sk_args
-        ann.update({x: cute.Pointer for x in sk_args})
+        ann.update(zip(sk_args, (cute.Pointer, cute.Pointer, Int64)))
         tensor_args, scalar_args = [], []
         for i, op in enumerate(self.epilogue.operands):
             if op.is_tensor:
@@ -291,7 +291,7 @@ class Sm90Gemm:
         if self.dual:
             args += [ptr(self.ab_dtype, ALIGN_BYTES), Int64(0), Int64(0)]
         if self.cfg.stream_k:
-            args += [ptr(Float32, 16), ptr(Int32, 4)]
+            args += [ptr(Float32, 16), ptr(Int64, 8), Int64(1)]
         for op in self.epilogue.operands:
             if op.is_tensor:
                 args += [ptr(DTYPES[op.dtype], op.align_bytes), *[Int64(0)] * 3]
@@ -380,8 +380,9 @@ class Sm90Gemm:
         grid = utils.StaticPersistentTileScheduler.get_grid_shape(sched, mc)
 
         self.shared_storage = self._storage(a_smem, b_smem, d_smem, staged[2] if staged else None)
-        # Stream-K's partial sums (fp32, a tile per CTA) and per-CTA flags (zeroed).
-        sk_buffers = tuple(cute.make_tensor(p, cute.make_layout(1)) for p in sk)
+        # Stream-K's partial sums (fp32, a tile per CTA), per-CTA flags (int64, never
+        # zeroed by the launch) and the launch's token (``_publish_partial``).
+        sk_buffers = (*(cute.make_tensor(p, cute.make_layout(1)) for p in sk[:2]), *sk[2:])
         self.kernel(
             tma_a,
             tma_tA,
@@ -1357,7 +1358,14 @@ class Sm90Gemm:
 
     @cute.jit
     def _publish_partial(self, acc, sk_buffers, cta, etidx, epi_bar, coords, size_m):
-        """Write this CTA's partial sums and raise its flag (release, GPU scope).
+        """Write this CTA's partial sums and set its flag to the launch's token
+        (release, GPU scope).
+
+        The flags are not zeroed for a launch (in a CUDA graph that would be a node of
+        its own beside each GEMM): a token drawn per launch (``stream_k_buffers``)
+        tells this launch's flags from whatever the memory held, and each flag, read
+        once by the tile's owner, is cleared by it, so a replayed graph, whose token and
+        memory stay, finds its flags clear again.
 
         Only the runs of four values with a row inside the problem travel (``coords``:
         each value's global (m, n)): a decode-sized GEMM fills a few rows of its tiles,
@@ -1373,16 +1381,19 @@ class Sm90Gemm:
         cute.arch.fence_acq_rel_gpu()
         epi_bar.arrive_and_wait()
         if etidx == 0:
-            cute.arch.red(sk_buffers[1].iterator + cta, Int32(1), op="add", dtype=Int32, sem="release", scope="gpu")
+            cute.arch.store(sk_buffers[1].iterator + cta, sk_buffers[2], sem="release", scope="gpu")
 
     @cute.jit
     def _add_partial(self, acc, sk_buffers, peer, etidx, epi_bar, coords, size_m):
-        """Wait for CTA ``peer``'s flag (acquire, GPU scope), then add its partial sums:
-        the runs ``_publish_partial`` wrote (the same ``coords``, the same tile)."""
+        """Wait for CTA ``peer``'s flag to hold this launch's token (acquire, GPU scope),
+        then add its partial sums: the runs ``_publish_partial`` wrote (the same
+        ``coords``, the same tile). The flag is then cleared (see ``_publish_partial``)."""
         if etidx == 0:
-            ready = Int32(0)
-            while ready == 0:
-                ready = cute.arch.atomic_add(sk_buffers[1].iterator + peer, Int32(0), sem="acquire", scope="gpu")
+            token = sk_buffers[2]
+            ready = Int64(0)
+            while ready != token:
+                ready = cute.arch.load(sk_buffers[1].iterator + peer, Int64, sem="acquire", scope="gpu")
+            cute.arch.store(sk_buffers[1].iterator + peer, Int64(0))
         epi_bar.arrive_and_wait()
         view = self._partial_view(acc, sk_buffers, peer, etidx)
         # Unrolled at trace time (register fragments take static indices only), as two

@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
+import random
 import threading
 from pathlib import Path
 from typing import Any
@@ -82,8 +84,8 @@ def entry_kinds(spec: KernelSpec) -> list[str]:
     kinds = [PTR, PTR, PTR, I32, I32, I32, I32, I64, I64, I64, I64, I64, I64, I32]
     if spec.dual:  # the up weight: pointer, leading and batch strides
         kinds += [PTR, I64, I64]
-    if spec.config.stream_k:  # partial sums (fp32) and flags (int32)
-        kinds += [PTR, PTR]
+    if spec.config.stream_k:  # partial sums (fp32), flags (int64), the launch's token
+        kinds += [PTR, PTR, I64]
     for op in spec.epilogue.operands:
         kinds += [PTR, I64, I64, I64] if op.is_tensor else [F32]
     kinds.append(PTR)  # stream
@@ -106,7 +108,7 @@ def entry_signature(spec: KernelSpec) -> tuple[list[str], dict[int, tuple[Any, i
     if spec.dual:
         types.append((dt[spec.ab_dtype], ALIGNMENT))
     if spec.config.stream_k:
-        types += [(cutlass.Float32, 16), (cutlass.Int32, 4)]
+        types += [(cutlass.Float32, 16), (cutlass.Int64, 8)]
     types += [(dt[op.dtype], op.align_bytes) for op in spec.epilogue.operands if op.is_tensor]
     pointers = [i for i, kind in enumerate(kinds[:-1]) if kind == PTR]
     assert len(pointers) == len(types), (pointers, types)
@@ -192,8 +194,8 @@ class CompiledGemm:
         if stream is None:
             stream = torch.cuda.current_stream(a.device).cuda_stream
         if self.spec.config.stream_k:
-            partials, flags = stream_k_buffers(self.spec.config, sizes[-1], a.device, stream)
-            args += [partials.data_ptr(), flags.data_ptr()]
+            partials, flags, token = stream_k_buffers(self.spec.config, sizes[-1], a.device, stream)
+            args += [partials.data_ptr(), flags.data_ptr(), token]
         self.call(*args, *operand_values, stream)
 
     def layout(
@@ -239,12 +241,26 @@ class CompiledGemm:
         return out_offset, sizes, up
 
 
+#: Draws the stream-K tokens: its own generator, seeded from the OS, so that a
+#: program seeding ``random`` does not make them repeat.
+_tokens = random.Random(os.urandom(16))
+
+
+def stream_k_token() -> int:
+    """A stream-K launch's token: 62 random bits, never 0 (a cleared flag)."""
+    return _tokens.getrandbits(62) | 1
+
+
 def stream_k_buffers(
     cfg: GemmConfig, clusters: int, device: torch.device, stream: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """A stream-K launch's scratch: a tile of fp32 partial sums per CTA, and one flag
-    per CTA, zeroed for every launch (a CUDA graph captures the zeroing with the
-    kernel). From torch's allocator on the launch's stream, so reuse is stream-ordered."""
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """A stream-K launch's scratch and token: a tile of fp32 partial sums per CTA, one
+    int64 flag per CTA, and the value a flag takes once its partial sums are written.
+    The flags are not zeroed (a CUDA graph would replay the zeroing as a node of its
+    own): the kernel waits for this launch's token, which memory left by anything else
+    holds with odds of 2^-62, and clears each flag it read, so a graph replaying the
+    same token on the same memory finds them clear. From torch's allocator on the
+    launch's stream, so reuse is stream-ordered."""
     ctas = clusters * cfg.cluster_size
     on_stream = (
         contextlib.nullcontext()
@@ -253,7 +269,7 @@ def stream_k_buffers(
     )
     with on_stream:
         partials = torch.empty(ctas * cfg.tile_m * cfg.tile_n, dtype=torch.float32, device=device)
-        return partials, torch.zeros(ctas, dtype=torch.int32, device=device)
+        return partials, torch.empty(ctas, dtype=torch.int64, device=device), stream_k_token()
 
 
 def is_loaded(spec: KernelSpec) -> bool:
