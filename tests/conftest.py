@@ -28,6 +28,13 @@ try:
 except ImportError:
     pass
 
+# The GPU suite's kernel specs, for building its carried kernels again after a kernel
+# change (tests/helpers.py, record_specs).
+if os.environ.get("INDUCTOR_CUTEDSL_TEST_SPECS"):
+    from helpers import record_specs
+
+    record_specs(os.environ["INDUCTOR_CUTEDSL_TEST_SPECS"])
+
 
 @pytest.fixture(autouse=True)
 def settings_left_as_found():

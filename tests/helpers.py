@@ -230,3 +230,31 @@ def gone(pid: int, within_s: float = 10.0) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def record_specs(directory: str):
+    """Write every kernel spec this process keys (each once, as ``KernelSpec.to_json``
+    lines in ``directory/specs-<pid>.jsonl``): a build or a cache lookup keys its spec
+    first. ``tools/gpu_run.sh`` sets it for the GPU suite, so that the kernels it carries
+    between calls can be built again, on a machine without a GPU, after a kernel change
+    (``tools/rebuild_kernels.py``). Returns the function that stops it."""
+    from inductor_cutedsl.runtime.spec import KernelSpec
+
+    key = KernelSpec.key
+    seen: set[str] = set()
+    path = Path(directory) / f"specs-{os.getpid()}.jsonl"
+
+    def recording_key(self) -> str:
+        k = key(self)
+        if k not in seen:
+            seen.add(k)
+            with open(path, "a") as f:
+                f.write(self.to_json() + "\n")
+        return k
+
+    KernelSpec.key = recording_key  # type: ignore[method-assign]
+
+    def stop() -> None:
+        KernelSpec.key = key  # type: ignore[method-assign]
+
+    return stop

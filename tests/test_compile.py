@@ -264,6 +264,42 @@ def test_stream_k_tokens_are_never_a_cleared_flag_and_do_not_follow_the_programs
     assert len(set(draws)) == len(draws)
 
 
+def test_the_suites_recorded_specs_build_again_into_the_archive_a_gpu_run_carries(tmp_path):
+    """The GPU suite records each spec it keys once (``record_specs``); after a kernel
+    change ``tools.rebuild_kernels`` builds them from the current sources into the
+    archive ``tools/gpu_run.sh`` unpacks into the suite's cache, whose names are the
+    keys; a spec that no longer builds is reported and left out."""
+    import json
+    import tarfile
+
+    from helpers import record_specs
+
+    from tools import rebuild_kernels
+
+    specs = [
+        KernelSpec(GemmConfig(128, 128, 1, 1), "bfloat16", "bfloat16", "k", "k", E.IDENTITY),
+        KernelSpec(GemmConfig(128, 64, 1, 1, stream_k=True), "bfloat16", "bfloat16", "k", "n", E.IDENTITY),
+    ]
+    stop = record_specs(str(tmp_path))
+    try:
+        keys = [s.key() for s in specs] + [specs[0].key()]
+    finally:
+        stop()
+    specs[1].key()  # after stop: not recorded again
+    (log,) = tmp_path.glob("specs-*.jsonl")
+    assert [KernelSpec.from_json(line) for line in log.read_text().splitlines()] == specs
+    broken = json.loads(specs[0].to_json())
+    broken["config"]["tile_n"] = 96  # no such tile: the build refuses it
+    other = tmp_path / "other.jsonl"
+    other.write_text(json.dumps(broken) + "\n" + specs[0].to_json() + "\n")
+    archive = tmp_path / "kernels.tar.xz"
+    packed, failed = rebuild_kernels.rebuild(rebuild_kernels.read_specs([str(log), str(other)]), archive, 2)
+    with tarfile.open(archive) as tar:
+        names = set(tar.getnames())
+    assert names == {f"./{k}.{ext}" for k in keys[:2] for ext in ("o", "json")}
+    assert packed == 2 and len(failed) == 1 and "128x96" in failed[0], failed
+
+
 def assert_entry_takes(spec: KernelSpec, values: list, tmp_path) -> None:
     """``spec`` built, exported and loaded: the DSL accepts ``values`` (the entry's
     flat arguments, as ``CompiledGemm`` builds them) and the fast path packs them as it

@@ -5,7 +5,9 @@
 #
 #   bash tools/gpu_run.sh tests [PYTEST ARGS]     the GPU tests (-m gpu -n 8 -v), log $OUT/gpu-tests.log, failures last,
 #                                                 the kernels they built in $OUT/test-kernels.tar.xz (carry it back
-#                                                 in .device/ and the next call loads them instead of building);
+#                                                 in .device/ and the next call loads them instead of building) and
+#                                                 their specs in $OUT/test-specs.jsonl (carry it too: after a kernel
+#                                                 change, python -m tools.rebuild_kernels builds them again on CPU);
 #                                                 TESTS="tests/test_a.py ..." runs those files only
 #   bash tools/gpu_run.sh bench NAME [ARGS]       python -m benchmarks.NAME ARGS --json $OUT/h200-NAME.json,
 #                                                 log $OUT/NAME.log
@@ -84,6 +86,10 @@ tests)
         echo "== test kernels carried in: $(find "$cache" -name '*.o' | wc -l)"
     fi
     touch "$cache/.started"
+    # Every kernel spec the suite keys (tests/helpers.py, record_specs): with them,
+    # tools/rebuild_kernels.py builds the carried kernels again after a kernel change.
+    specs=$(mktemp -d)
+    export INDUCTOR_CUTEDSL_TEST_SPECS=$specs
     # -v: each test's outcome is logged as it ends, so a run cut short by LIMIT still names
     # its failures; they are listed again at the end.
     # shellcheck disable=SC2086  # TESTS is a list of paths
@@ -94,6 +100,8 @@ tests)
     # Back for the next call (copy it into .device/). Past its cap, only this run's builds
     # go back: kernels of code since changed are never loaded again.
     pack_kernels "$cache" "$OUT/$TEST_KERNELS"
+    cat .device/test-specs.jsonl "$specs"/*.jsonl 2>/dev/null | sort -u >"$OUT/test-specs.jsonl"
+    echo "== test kernel specs: $(wc -l <"$OUT/test-specs.jsonl") (\$OUT/test-specs.jsonl: carry it in .device/ too)"
     exit "$rc" ;;
 bench)
     name=${1:?"bench NAME: one of benchmarks/*.py"}
