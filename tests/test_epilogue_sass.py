@@ -165,7 +165,16 @@ STREAM_K_SCRIPT = textwrap.dedent("""
     barrier = max((i for i, line in enumerate(lines[: loads[0]]) if "BAR.SYNC" in line), default=-1)
     last = lines[branches[-1]].split("*/", 1)[1].split() if branches else [""]
     guarded = bool(branches) and branches[-1] > barrier and last[0].startswith("@")
-    print(json.dumps({"stores": stores, "loads": len(loads), "guarded_loads": guarded}))
+    # The first k-tile's wgmma batch and the branch before it: taken past the batch's
+    # last wgmma (the one that marks the scoreboard), it skips the whole batch.
+    mma = [i for i, line in enumerate(lines) if "GMMA" in line]
+    batch_end = next(i for i in mma if "gsb0" in lines[i])
+    bra = max(i for i in range(mma[0]) if "BRA" in lines[i])
+    target = lines[bra].split("`(")[1].split(")")[0]
+    skippable = lines[bra].split("*/", 1)[1].split()[0].startswith("@") and lines[batch_end + 1].strip() == target + ":"
+    dummy = sum("GMMA" in line and "RZ, !UPT" in line for line in lines)
+    print(json.dumps({"stores": stores, "loads": len(loads), "guarded_loads": guarded, "skippable_mma": skippable,
+                      "dummy_mma": dummy}))
 """)
 
 
@@ -178,3 +187,12 @@ def test_stream_k_partial_sums_travel_only_for_rows_inside_the_problem(tmp_path)
     assert len(s["stores"]) == 8 and s["loads"] == 8, s
     assert all(prefix.startswith(("@P", "@!P")) for prefix, _ in s["stores"]), s
     assert s["guarded_loads"], s
+
+
+def test_a_warpgroup_whose_rows_are_all_past_m_skips_its_wgmmas(tmp_path):
+    """A decode-sized GEMM (M <= 64) leaves a cooperative tile's second warpgroup no row
+    inside M: a branch on the row bound skips each k-tile's whole wgmma batch, with no
+    placeholder wgmma (ptxas adds one, run on both paths, where the batch's commit
+    sits outside the branch: a second group per k-tile, which waits out the first)."""
+    s = sass_script_stats(STREAM_K_SCRIPT, tmp_path)
+    assert s["skippable_mma"] and s["dummy_mma"] == 0, s

@@ -32,6 +32,9 @@ SHAPES = [  # (M, N, K): odd, tiny, non-multiples and multiples of 4096
     (4096, 1, 8192),
     (1000, 1000, 1),
     (8192, 4096, 4096),
+    # A last row of tiles with 4 rows: its second warpgroup's rows all past M (it
+    # skips its wgmmas) in 128- and 256-row tiles alike.
+    (4100, 264, 520),
 ]
 MAJORS = [(True, True), (True, False), (False, True), (False, False)]
 

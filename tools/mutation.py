@@ -605,6 +605,24 @@ BUGS = [
         gpu_only=True,
     ),
     Bug(
+        "idle-warpgroup-multiplies",
+        "inductor_cutedsl/kernels/sm90_gemm.py",
+        "        multiplies = self.pingpong or tc[0] * self.tile_shape_mnk[0] + 64 * wg < size_m\n",
+        "        multiplies = True\n",
+        ("tests/test_epilogue_sass.py",),
+        "a decode-sized GEMM's second warpgroup multiplies the zero rows past M",
+    ),
+    Bug(
+        "idle-warpgroup-commit-outside",
+        "inductor_cutedsl/kernels/sm90_gemm.py",
+        "                    cute.gemm(tiled_mma, part, tCrA[blk], tCrB[blk], part)\n"
+        "                cute.nvgpu.warpgroup.commit_group()\n",
+        "                    cute.gemm(tiled_mma, part, tCrA[blk], tCrB[blk], part)\n"
+        "            cute.nvgpu.warpgroup.commit_group()\n",
+        ("tests/test_epilogue_sass.py",),
+        "every k-tile commits a placeholder wgmma group after its batch, which the pipelined wait then waits out",
+    ),
+    Bug(
         "early-start-forces-autotuning",
         "inductor_cutedsl/scheduler/selection.py",
         "    if not ir_access.timings_ready(template.node):",

@@ -1076,6 +1076,13 @@ class Sm90Gemm:
             return self._mainloop_halves(ab_pipe, acc, k_blocks, promotion, read, release, k0, k1, tCcD, tc, wg, epi)
         full_inputs, prefetch_kt = self._prefetch_plan(epi, k0, k1)
         size_m, size_n = epi.size_m, epi.size_n
+        # A cooperative tile's warpgroups own 64-row slabs (alternating in a 256-row
+        # tile), the second's first row 64 below the first's. Where all of a
+        # warpgroup's rows are past M (a decode-sized GEMM's second warpgroup, M <= 64)
+        # its wgmmas would multiply the zeros TMA filled in, taking the tensor cores and
+        # shared-memory reads from the other: it waits for and releases each stage as
+        # the pipeline needs, and its accumulator stays zero, in rows the store clips.
+        multiplies = self.pingpong or tc[0] * self.tile_shape_mnk[0] + 64 * wg < size_m
         acc.fill(0.0)
         if cutlass.const_expr(self.promote > 0):
             part.fill(0.0)
@@ -1085,10 +1092,11 @@ class Sm90Gemm:
                 if kt == prefetch_kt:
                     self._prefetch_full_operands(tCcD, tc[2], full_inputs, size_m, size_n)
             ab_pipe.consumer_wait(read)
-            for kb in cutlass.range_constexpr(k_blocks):
-                blk = (None, None, kb, read.index)
-                cute.gemm(tiled_mma, part, tCrA[blk], tCrB[blk], part)
-            cute.nvgpu.warpgroup.commit_group()
+            if multiplies:
+                for kb in cutlass.range_constexpr(k_blocks):
+                    blk = (None, None, kb, read.index)
+                    cute.gemm(tiled_mma, part, tCrA[blk], tCrB[blk], part)
+                cute.nvgpu.warpgroup.commit_group()
             read.advance()
             if cutlass.const_expr(self.promote > 0):
                 # The partial sums are read only once every wgmma writing them is done.
