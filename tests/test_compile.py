@@ -335,6 +335,7 @@ def assert_entry_takes(spec: KernelSpec, values: list, tmp_path) -> None:
         (1000, 66, 224),
         (68, 66, 3),
         (70, 66, 1000),
+        (83, 66, 64),  # 17 tail tiles over 66 slots: shares not aligned with the tiles
     ],
 )
 def test_stream_k_schedule(tiles, slots, k_tiles):
@@ -365,7 +366,9 @@ def test_stream_k_schedule(tiles, slots, k_tiles):
     assert sorted(parts) == list(range(tiles - first))
     for r, segs in parts.items():
         assert sorted(k for _, k0, k1 in segs for k in range(k0, k1)) == list(range(k_tiles))
-        assert len(segs) <= _STREAM_K_MAX_PARTS
+        # At most _STREAM_K_MAX_PARTS shares per tile, each at least a quarter of its
+        # k-iterations: a tile across share boundaries meets one more.
+        assert len(segs) <= _STREAM_K_MAX_PARTS + 1
         (owner,) = [s for s, k0, _ in segs if k0 == 0]
         last = Sm90Gemm._slot_of((r + 1) * k_tiles - 1, sharers, iters)
         read = [o for o in range(owner + 1, last + 1) if share_start(o) < share_start(o + 1)]

@@ -70,8 +70,9 @@ _CONSUMER_REGS = 232
 # enough mainloop time left to cover a DRAM round trip with every SM prefetching its
 # operand tile at once, yet late enough that the tile's own A/B loads do not evict it.
 _PREFETCH_LEAD_K_TILES = 8
-# Most stream-K shares summed into one tile: its owner reads the others' partial
-# tiles (128 KiB each at 128x256) alone, before its epilogue.
+# Stream-K shares per tail tile, on average at most: its owner reads the others' partial
+# tiles (128 KiB each at 128x256) alone, before its epilogue. A share is then at least a
+# quarter of a tile's k-iterations, so a tile not aligned with the shares meets one more.
 _STREAM_K_MAX_PARTS = 4
 # The producer warpgroup's warp that TMA-loads a staged operand (warp 0 loads A/B).
 _STAGED_LOAD_WARP = 1
@@ -647,9 +648,10 @@ class Sm90Gemm:
         it, the tiles of the last partial wave are not taken whole: their k-iterations
         are split evenly over the first ``sharers`` slots (each share is under one
         tile), and a tile's partial sums meet in the slot that computes its first
-        k-iteration. At most ``_STREAM_K_MAX_PARTS`` shares meet in a tile, so no slot
-        sums more than a few partial tiles alone (one tail tile over 66 slots would
-        have one slot read 65).
+        k-iteration. The tail is split into at most ``_STREAM_K_MAX_PARTS`` shares per
+        tile, so at most one more meets in a tile (one not aligned with the shares) and
+        no slot sums more than a few partial tiles alone (one tail tile over 66 slots
+        would have one slot read 65).
         """
         slots = sched.num_persistent_clusters
         tiles = cute.size(sched.params.problem_layout_ncluster_mnl)
