@@ -163,7 +163,13 @@ def measure_site(
     the GEMM finds its weight in HBM, profiled interleaved. Per side: GPU µs of every
     kernel of the step but the flush's (at one row Inductor decomposes the mm into a
     reduction) and the bandwidth fraction of
-    ``site.gemm_bytes``."""
+    ``site.gemm_bytes``.
+
+    Dynamo is reset first (``release``, which installs our backend again after the
+    reset): every site compiles the same function, and past its recompile limit
+    dynamo would run later sites' GEMMs eagerly. The row's own step has been measured
+    by then."""
+    release()
     torch.manual_seed(0)
     x = torch.randn(rows, site.k, device=device, dtype=dtype)
     weight = torch.randn(site.n, site.k, device=device, dtype=dtype) / site.k**0.5

@@ -992,6 +992,10 @@ def test_a_decode_site_times_its_gemm_alone_after_a_flush_of_l2(monkeypatch):
     from benchmarks import decode
 
     monkeypatch.setattr(decode, "FLUSH_BYTES", 4096)
+    # Each site starts from a reset dynamo: every site compiles the same function,
+    # and past dynamo's recompile limit the later ones would run eagerly.
+    released = []
+    monkeypatch.setattr(decode, "release", lambda: released.append(len(compiled)))
 
     site = decode.Site(96, 64, True, ("up",))
     compiled = []
@@ -1018,7 +1022,7 @@ def test_a_decode_site_times_its_gemm_alone_after_a_flush_of_l2(monkeypatch):
             return {side: {"us": 0.0, "kernels": [flush, *gemm[side]]} for side in decode.BACKENDS}
 
     row = decode.measure_site(site, 4, Probe(), 1e9, device="cpu", dtype=torch.float32, compile_fn=compile_fn)
-    assert compiled == [decode.CUDAGRAPHS] * 2
+    assert compiled == [decode.CUDAGRAPHS] * 2 and released == [0], "released before its compiles"
     assert row["us"] == {"stock": 2.0, "ours": 2.0} and row["kernels"]["ours"] == ["cutedsl", "pointwise"]
     nbytes = (96 * 64 + 4 * (96 + 64) + 96) * 4
     assert row["gemm_bytes"] == nbytes
