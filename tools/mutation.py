@@ -623,6 +623,14 @@ BUGS = [
         "every k-tile commits a placeholder wgmma group after its batch, which the pipelined wait then waits out",
     ),
     Bug(
+        "decode-sites-share-dynamo",
+        "benchmarks/decode.py",
+        '    by then."""\n    release()\n',
+        '    by then."""\n',
+        ("tests/test_benchmarks.py",),
+        "past dynamo's recompile limit, later decode sites time their GEMM run eagerly",
+    ),
+    Bug(
         "early-start-forces-autotuning",
         "inductor_cutedsl/scheduler/selection.py",
         "    if not ir_access.timings_ready(template.node):",
