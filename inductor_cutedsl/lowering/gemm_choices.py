@@ -171,10 +171,15 @@ def _output_layout(kernel_inputs: Any, out_dtype: Any) -> Any:
         out_stride[-2], ALIGNMENT // out_dtype.itemsize
     ):
         raise Unsupported(f"output layout {list(out_stride)} is not row-major with 16-byte rows", "tma-alignment")
-    if not ir_access.multiple_of(layout.size[-1], ALIGNMENT // out_dtype.itemsize):
-        # The TMA store writes whole 16-byte units (runtime.support.row_width_reason).
-        raise Unsupported(f"output width {layout.size[-1]} is not provably whole 16-byte units", "tma-alignment")
+    _check_output_width(layout.size[-1], out_dtype)
     return layout
+
+
+def _check_output_width(width: Any, out_dtype: Any) -> None:
+    """Unsupported unless an output row of ``width`` elements is provably whole 16-byte
+    units: the TMA store writes no less (runtime.support.row_width_reason)."""
+    if not ir_access.multiple_of(width, ALIGNMENT // out_dtype.itemsize):
+        raise Unsupported(f"output width {width} is not provably whole 16-byte units", "tma-alignment")
 
 
 def check_plain_gemm(a: Any, b: Any) -> None:
@@ -185,9 +190,7 @@ def check_plain_gemm(a: Any, b: Any) -> None:
     _check_operands(a, b, a.get_dtype(), AB_DTYPES, OUT_DTYPES, "bf16 or fp16")
     _contiguous_mode("A", a)
     _contiguous_mode("B", b)
-    width = b.get_size()[-1]
-    if not ir_access.multiple_of(width, ALIGNMENT // a.get_dtype().itemsize):
-        raise Unsupported(f"output width {width} is not provably whole 16-byte units", "tma-alignment")
+    _check_output_width(b.get_size()[-1], a.get_dtype())
 
 
 def gemm_candidates(kernel_inputs: Any, op_name: str) -> tuple[list[GemmCandidate], Any]:
