@@ -41,6 +41,7 @@ import json
 import os
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -148,22 +149,41 @@ def gemm_bytes(model: nn.Module, rows: int, dtype_bytes: int = 2) -> int:
     return sum(s.gemm_bytes(rows, dtype_bytes) * len(s.modules) for s in linear_sites(model))
 
 
+@dataclasses.dataclass(frozen=True)
+class L2Flush:
+    """A read of ``FLUSH_BYTES`` (``run``), and the kernels it runs, which a site's
+    figure leaves out (``kernels``: learnt once under the profiler, for every site)."""
+
+    run: Callable[[], object]
+    kernels: frozenset[str]
+
+
+def l2_flush(probe: GpuProbe, device: str = "cuda") -> L2Flush:
+    buffer = torch.ones(FLUSH_BYTES // 4, device=device)
+
+    def run() -> torch.Tensor:
+        return buffer.sum()
+
+    prof = probe.profile(dict.fromkeys(BACKENDS, run))
+    return L2Flush(run, frozenset(k["kernel"] for side in BACKENDS for k in prof[side]["kernels"]))
+
+
 def measure_site(
     site: Site,
     rows: int,
     probe: GpuProbe,
     copy_bps: float,
+    flush: L2Flush,
     *,
     device: str = "cuda",
     dtype: torch.dtype = torch.bfloat16,
     compile_fn=compile_block,
 ) -> dict:
     """One Linear shape alone at ``rows`` rows, stock against ours: the GEMM compiled
-    with max-autotune (CUDA graphs), each step reading ``FLUSH_BYTES`` first so that
-    the GEMM finds its weight in HBM, profiled interleaved. Per side: GPU µs of every
-    kernel of the step but the flush's (at one row Inductor decomposes the mm into a
-    reduction) and the bandwidth fraction of
-    ``site.gemm_bytes``.
+    with max-autotune (CUDA graphs), each step running ``flush`` first so that the GEMM
+    finds its weight in HBM, profiled interleaved. Per side: GPU µs of every kernel of
+    the step but the flush's (at one row Inductor decomposes the mm into a reduction)
+    and the bandwidth fraction of ``site.gemm_bytes``.
 
     Dynamo is reset first (``release``, which installs our backend again after the
     reset): every site compiles the same function, and past its recompile limit
@@ -178,10 +198,6 @@ def measure_site(
     # inputs into the graph's own buffers at each replay, and time the copies too.
     for t in (x, weight, *([] if bias is None else [bias])):
         torch._dynamo.mark_static_address(t)
-    flush_buffer = torch.ones(FLUSH_BYTES // 4, device=device)
-
-    def flush() -> torch.Tensor:
-        return flush_buffer.sum()
 
     def gemm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         return torch.nn.functional.linear(x, weight, bias)
@@ -193,7 +209,7 @@ def measure_site(
             fn = compile_fn(gemm, CUDAGRAPHS)
 
             def step(fn=fn) -> torch.Tensor:
-                flush()
+                flush.run()
                 if device == "cuda":
                     torch.compiler.cudagraph_mark_step_begin()
                 return fn(x, weight)
@@ -202,12 +218,10 @@ def measure_site(
         steps[side] = step
         if not out["rel_err"][side] < TOLERANCE:
             raise AssertionError(f"{site.n}x{site.k} at {rows} rows: {side} against float64 {out['rel_err'][side]:.3e}")
-    flushes = probe.profile(dict.fromkeys(BACKENDS, flush))
-    flush_kernels = {k["kernel"] for side in BACKENDS for k in flushes[side]["kernels"]}
     prof = probe.profile(steps)
-    nbytes = site.gemm_bytes(rows, torch.finfo(dtype).bits // 8)
+    nbytes = site.gemm_bytes(rows, dtype.itemsize)
     out["gemm_bytes"] = nbytes
-    kernels = {side: [k for k in prof[side]["kernels"] if k["kernel"] not in flush_kernels] for side in BACKENDS}
+    kernels = {side: [k for k in prof[side]["kernels"] if k["kernel"] not in flush.kernels] for side in BACKENDS}
     out["us"] = {side: round(sum(k["us"] for k in kernels[side]), 2) for side in BACKENDS}
     out["bandwidth_fraction"] = {
         side: round(nbytes / (us / 1e6) / copy_bps, 4) if us else None for side, us in out["us"].items()
@@ -354,8 +368,10 @@ def measure(
         row["gemm_bandwidth_note"] = "one row: Inductor decomposes mm into a reduction, no GEMM kernels to time"
     row["gpu_us"] = {side: prof[side]["us"] for side in BACKENDS}
     if sites:
+        flush = l2_flush(probe, device)
         row["gemm_sites"] = [
-            measure_site(s, batch, probe, copy_bps, device=device, compile_fn=compile_fn) for s in linear_sites(model)
+            measure_site(s, batch, probe, copy_bps, flush, device=device, compile_fn=compile_fn)
+            for s in linear_sites(model)
         ]
     return row
 

@@ -1021,7 +1021,9 @@ def test_a_decode_site_times_its_gemm_alone_after_a_flush_of_l2(monkeypatch):
             }
             return {side: {"us": 0.0, "kernels": [flush, *gemm[side]]} for side in decode.BACKENDS}
 
-    row = decode.measure_site(site, 4, Probe(), 1e9, device="cpu", dtype=torch.float32, compile_fn=compile_fn)
+    probe = Probe()
+    flush = decode.l2_flush(probe, "cpu")  # its kernels learnt once, for every site
+    row = decode.measure_site(site, 4, probe, 1e9, flush, device="cpu", dtype=torch.float32, compile_fn=compile_fn)
     assert compiled == [decode.CUDAGRAPHS] * 2 and released == [0], "released before its compiles"
     assert row["us"] == {"stock": 2.0, "ours": 2.0} and row["kernels"]["ours"] == ["cutedsl", "pointwise"]
     nbytes = (96 * 64 + 4 * (96 + 64) + 96) * 4
@@ -1043,7 +1045,8 @@ def test_a_decode_site_times_its_gemm_alone_after_a_flush_of_l2(monkeypatch):
         return lambda x, w: fn(x, w) + 1
 
     with pytest.raises(AssertionError, match="ours against float64"):
-        decode.measure_site(site, 4, Probe(), 1e9, device="cpu", dtype=torch.float32, compile_fn=wrong)
+        decode.measure_site(site, 4, probe, 1e9, flush, device="cpu", dtype=torch.float32, compile_fn=wrong)
+    assert probe.calls == 2, "the flush and the first site, profiled once each"
 
 
 def test_a_rewound_static_cache_decodes_the_same_step_again():
