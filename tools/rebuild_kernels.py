@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
     specs = read_specs(args.specs)
     t0 = time.perf_counter()
-    packed, failed = rebuild(specs, Path(args.archive), max(2, args.workers))
+    packed, failed = rebuild(specs, Path(args.archive), args.workers)
     for line in failed:
         print(f"not built: {line}")
     print(f"{packed} kernels of {len(specs)} specs in {args.archive} ({time.perf_counter() - t0:.0f} s)")
