@@ -24,11 +24,18 @@ its own cache filled by the same prompt, and timed interleaved:
 * with ``--sites``, every GEMM's bandwidth (``gemm_sites``): each Linear shape of the
   model alone, stock against ours (``measure_site``), at the row's batch. The step's
   own figure above is the GEMMs' total; this one says which of them leaves the
-  bandwidth unused.
+  bandwidth unused;
+* with ``--programmatic``, a third side timed with the two: ours compiled with
+  ``config.programmatic_launch`` (each GEMM starts as the kernel before it ends and
+  prefetches its weight meanwhile), and ``programmatic_speedup`` = ours / that side.
+  Its GEMM kernels' profiled time includes their wait for the kernel before them, so
+  its bandwidth fraction understates it: its token time is the figure.
 
 Summary: ``decode_speedup_geomean``, ``decode_speedup_min`` and
 ``gemm_bandwidth_fraction_geomean`` (ours); with ``--sites``,
-``site_bandwidth_fraction_geomean`` per side. Rows are written as they finish; ``--resume``
+``site_bandwidth_fraction_geomean`` per side; with ``--programmatic``,
+``programmatic_speedup_geomean`` and ``programmatic_decode_speedup_geomean`` (stock over
+the third side). Rows are written as they finish; ``--resume``
 goes on from an earlier file (its failed rows are measured again) and ``--budget`` starts
 no row unlikely to end in time.
 """
@@ -36,12 +43,13 @@ no row unlikely to end in time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -88,6 +96,8 @@ MODELS: dict[str, DecodeModel] = {
 }
 BATCHES = (1, 4, 16, 64)
 CONTEXT = 1024  # tokens already in the cache at every timed step
+#: The third side of ``--programmatic``: ours with ``config.programmatic_launch`` on.
+PROGRAMMATIC = "ours_programmatic"
 TOLERANCE = 2e-2  # logits of one step, ours against stock (bf16 rounding of two GEMM orders)
 
 
@@ -286,6 +296,20 @@ def decode_step(fn, tokens: torch.Tensor, position: torch.Tensor, cudagraphs: bo
     return step
 
 
+@contextlib.contextmanager
+def side_backend(side: str) -> Iterator[None]:
+    """``backend(side)``; for ``PROGRAMMATIC`` ours, with ``config.programmatic_launch``
+    on while the step compiles (its generated code then launches programmatically)."""
+    if side != PROGRAMMATIC:
+        with backend(side):
+            yield
+        return
+    from inductor_cutedsl import config
+
+    with backend("ours"), config.patch(programmatic_launch=True):
+        yield
+
+
 def measure(
     name: str,
     batch: int,
@@ -298,10 +322,12 @@ def measure(
     compile_fn=compile_block,
     overrides: dict | None = None,
     sites: bool = False,
+    programmatic: bool = False,
 ) -> dict:
     """One row: stock and ours compiled for this model and batch, each with its own
     static cache filled by the same prompt, then timed and profiled interleaved; with
-    ``sites``, each of the model's Linear shapes alone too (``measure_site``)."""
+    ``sites``, each of the model's Linear shapes alone too (``measure_site``); with
+    ``programmatic``, a third side (``PROGRAMMATIC``) beside the two."""
     from transformers import StaticCache
 
     model = build(name, layers, device, context=context, overrides=overrides)
@@ -324,7 +350,8 @@ def measure(
 
     steps, logits = {}, {}
     cudagraphs = device == "cuda"
-    for side in BACKENDS:
+    sides = (*BACKENDS, PROGRAMMATIC) if programmatic else BACKENDS
+    for side in sides:
         cache = filled_cache()
 
         def forward(tok, pos, cache=cache):
@@ -332,7 +359,7 @@ def measure(
             return model(input_ids=tok, past_key_values=cache, cache_position=pos, use_cache=True).logits
 
         skips = cudagraph_skips()
-        with backend(side):
+        with side_backend(side):
             step = decode_step(compile_fn(forward, CUDAGRAPHS), tokens, position, cudagraphs)
             step()  # compiles
             logits[side] = step()[0].float().clone()
@@ -344,19 +371,23 @@ def measure(
         cache = filled_cache()
         rewind(cache, context)
         eager = model(input_ids=tokens, past_key_values=cache, cache_position=position).logits.float()
-    row["rel_err"] = {side: rel_err(logits[side], eager) for side in BACKENDS}
-    row["rel_err"]["ours_vs_stock"] = rel_err(logits["ours"], logits["stock"])
-    if not row["rel_err"]["ours_vs_stock"] < TOLERANCE:
-        raise AssertionError(f"{row['row']}: ours against stock {row['rel_err']['ours_vs_stock']:.3e}")
+    row["rel_err"] = {side: rel_err(logits[side], eager) for side in sides}
+    for side in sides[1:]:
+        row["rel_err"][f"{side}_vs_stock"] = rel_err(logits[side], logits["stock"])
+        if not row["rel_err"][f"{side}_vs_stock"] < TOLERANCE:
+            raise AssertionError(f"{row['row']}: {side} against stock {row['rel_err'][f'{side}_vs_stock']:.3e}")
     row["host_state"] = probe.quiet(timeout=QUIET_S)
     wall = probe.wall_ms(steps)
     row["token_ms"] = wall
     row["decode_speedup"] = ratio(wall["stock"], wall["ours"])
+    if programmatic:
+        row["programmatic_speedup"] = ratio(wall["ours"], wall[PROGRAMMATIC])
+        row["programmatic_decode_speedup"] = ratio(wall["stock"], wall[PROGRAMMATIC])
     prof = probe.profile(steps)
     nbytes = gemm_bytes(model, batch)
     row["gemm_bytes"] = nbytes
     row["gemm_kernels"], row["gemm_us"], row["gemm_bandwidth_fraction"] = {}, {}, {}
-    for side in BACKENDS:
+    for side in sides:
         kernels = gemm_kernels(prof[side]["kernels"])
         row["gemm_kernels"][side] = kernels
         row["gemm_bandwidth_fraction"][side], row["gemm_us"][side] = bandwidth_fraction(nbytes, kernels, copy_bps)
@@ -364,9 +395,9 @@ def measure(
         # With coordinate-descent tuning (max-autotune), Inductor decomposes a one-row mm
         # into a multiply and a sum (its decomposition of mm): those Linears run as
         # reductions, not GEMM kernels, and the GEMM kernels left cover part of the bytes.
-        row["gemm_bandwidth_fraction"] = dict.fromkeys(BACKENDS)
+        row["gemm_bandwidth_fraction"] = dict.fromkeys(sides)
         row["gemm_bandwidth_note"] = "one row: Inductor decomposes mm into a reduction, no GEMM kernels to time"
-    row["gpu_us"] = {side: prof[side]["us"] for side in BACKENDS}
+    row["gpu_us"] = {side: prof[side]["us"] for side in sides}
     if sites:
         flush = l2_flush(probe, device)
         row["gemm_sites"] = [
@@ -384,6 +415,10 @@ def summarize(rows: list[dict], info: dict) -> dict:
         r["gemm_bandwidth_fraction"]["stock"] for r in ok if r.get("gemm_bandwidth_fraction", {}).get("stock")
     ]
     site_fractions = [s["bandwidth_fraction"] for r in ok for s in r.get("gemm_sites", ())]
+    programmatic = {
+        key: [r[key] for r in ok if r.get(key) is not None]
+        for key in ("programmatic_speedup", "programmatic_decode_speedup")
+    }
     return {
         **info,
         "decode_speedup_geomean": geomean_or_none(speed),
@@ -399,6 +434,7 @@ def summarize(rows: list[dict], info: dict) -> dict:
             if site_fractions
             else {}
         ),
+        **{f"{key}_geomean": geomean_or_none(values) for key, values in programmatic.items() if values},
         "rows": rows,
     }
 
@@ -424,6 +460,12 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also time each Linear shape alone, stock against ours, for every GEMM's bandwidth fraction "
         "(two more max-autotune compiles of one GEMM per shape: 5 shapes per model)",
+    )
+    ap.add_argument(
+        "--programmatic",
+        action="store_true",
+        help="also time ours compiled with programmatic launches (INDUCTOR_CUTEDSL_PROGRAMMATIC_LAUNCH), "
+        "a third side of every row (one more max-autotune compile per row)",
     )
     ap.add_argument("--json", metavar="PATH", help="result file, rewritten after every row")
     ap.add_argument("--resume", metavar="PATH", help="an earlier result file: its rows are not measured again")
@@ -469,7 +511,15 @@ def main(argv: list[str] | None = None) -> dict | None:
             print(f"== {name} batch {batch}", flush=True)
             t0 = time.perf_counter()
             try:
-                row = measure(name, batch, args.layers, probe, info["copy_bandwidth_gbps"] * 1e9, sites=args.sites)
+                row = measure(
+                    name,
+                    batch,
+                    args.layers,
+                    probe,
+                    info["copy_bandwidth_gbps"] * 1e9,
+                    sites=args.sites,
+                    programmatic=args.programmatic,
+                )
             except Exception as exc:
                 row = {"row": f"{name}:b{batch}", "error": f"{type(exc).__name__}: {exc}"[:2000]}
             finally:

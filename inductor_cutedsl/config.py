@@ -106,6 +106,9 @@ SETTINGS: dict[str, Setting] = {
     "measure_clear_calls": Setting(False, parse_bool, bool, "measure fused vs unfused even where the call is clear"),
     "prune_triton": Setting(True, parse_bool, bool, "beside our candidates, only Triton's deepest-K mm configs"),
     "split_mm_plus_mm": Setting(True, parse_bool, bool, "lower a @ b + c @ d as two GEMMs and an add"),
+    "programmatic_launch": Setting(
+        False, parse_bool, bool, "start our GEMMs while the previous kernel ends, prefetching the weight"
+    ),
     "tune_fusion_benchmarks": Setting(
         True, parse_bool, bool, "coordinate-descent-tune the kernels of Inductor's own fusion benchmarks"
     ),
@@ -191,6 +194,14 @@ prune_triton: bool = _values["prune_triton"]
 #: two GEMMs and an add (``INDUCTOR_CUTEDSL_SPLIT_MM_PLUS_MM``; ``lowering/mm_plus_mm.py``):
 #: each GEMM then gets our candidates, and the add fuses into the second's epilogue.
 split_mm_plus_mm: bool = _values["split_mm_plus_mm"]
+#: Launch our GEMMs as programmatic dependents of the stream's previous kernel
+#: (``INDUCTOR_CUTEDSL_PROGRAMMATIC_LAUNCH``; read when a launch's sizes are first worked
+#: out, ``runtime/launch.CompiledGemm.layout``): a kernel's CTAs may start as the previous
+#: kernel's end, prefetch their first weight k-tiles to L2 and wait for it there
+#: (``Sm90Gemm.kernel``). A decode step's GEMMs are short enough that the gap between
+#: kernels counts. Off until the decode benchmark gains from it: a profiler then counts
+#: the wait in our kernels' time.
+programmatic_launch: bool = _values["programmatic_launch"]
 #: Where Inductor's own rule measures a fusion (a pair our backend did not decide), the
 #: kernel it times alone is tuned by coordinate descent first, as stock does
 #: (``INDUCTOR_CUTEDSL_TUNE_FUSION_BENCHMARKS``). Off: it is timed as generated, which

@@ -961,6 +961,53 @@ def test_a_decode_row_runs_both_sides_against_a_filled_static_cache():
     assert result["gemm_bandwidth_fraction_geomean"] == row["gemm_bandwidth_fraction"]["ours"]
 
 
+class _ProgrammaticProbe(_DecodeProbe):
+    def wall_ms(self, steps):
+        for step in steps.values():
+            step()
+        return {"stock": 1.2, "ours": 1.0, "ours_programmatic": 0.8}
+
+    def profile(self, steps):
+        return {side: {"us": 10.0, "kernels": [{"kernel": "kernel_inductor_cutedsl_x", "us": 6.0}]} for side in steps}
+
+
+def test_a_decode_row_with_programmatic_launches_times_a_third_side_compiled_with_them():
+    """``--programmatic``: the third side's step compiles with
+    ``config.programmatic_launch`` on (and only it: the setting is off again after),
+    agrees with stock, and is timed beside the two; the row and the summary give
+    ours over it and stock over it."""
+    pytest.importorskip("transformers")
+    from benchmarks import decode
+    from inductor_cutedsl import config
+
+    compiled_with = []
+
+    def compile_fn(fn, mode):
+        compiled_with.append(config.programmatic_launch)
+        return fn
+
+    tiny = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "vocab_size": 256}
+    row = decode.measure(
+        "llama",
+        2,
+        2,
+        _ProgrammaticProbe(),
+        1e9,
+        device="cpu",
+        context=16,
+        compile_fn=compile_fn,
+        overrides={**tiny, "num_key_value_heads": 2},
+        programmatic=True,
+    )
+    assert compiled_with == [False, False, True] and config.programmatic_launch is False
+    assert row["rel_err"]["ours_programmatic_vs_stock"] == 0.0
+    assert row["programmatic_speedup"] == 1.25 and row["programmatic_decode_speedup"] == 1.5
+    assert set(row["gemm_us"]) == {"stock", "ours", "ours_programmatic"}
+    result = decode.summarize([row], {"device": "cpu"})
+    assert result["programmatic_speedup_geomean"] == 1.25 and result["programmatic_decode_speedup_geomean"] == 1.5
+    assert "programmatic_speedup_geomean" not in decode.summarize([{**row, "programmatic_speedup": None}], {})
+
+
 def test_decode_sites_group_the_linear_layers_by_shape_and_stream_their_weights():
     from benchmarks import decode
 

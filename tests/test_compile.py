@@ -241,7 +241,7 @@ def test_loaded_entry_marshals_the_launchers_arguments(tmp_path, variant):
         ),
     )
     spec = KernelSpec(GemmConfig(128, 128, 1, 1, stream_k=stream_k), "bfloat16", "bfloat16", "k", "n", epi, dual)
-    values = [0x1000, 0x2000, 0x3000, 64, 64, 64, 1, 64, 64, 64, 0, 0, 0, 1]
+    values = [0x1000, 0x2000, 0x3000, 64, 64, 64, 1, 64, 64, 64, 0, 0, 0, 1, 1]  # ..., clusters, programmatic
     values += [0x9000, 128, 0] if dual else []
     values += [0x7000, 0x8000, 0x123456789ABCDEF] if stream_k else []
     values += [0x4000, 0, 1, 0] + [0x5000, 64, 1, 0] + [0.5] + [0x6000, 64, 1, 0] + [0]
@@ -374,3 +374,25 @@ def test_stream_k_schedule(tiles, slots, k_tiles):
         read = [o for o in range(owner + 1, last + 1) if share_start(o) < share_start(o + 1)]
         assert read == sorted(s for s, k0, _ in segs if k0 > 0)
         assert owner == Sm90Gemm._slot_of(r * k_tiles, sharers, iters)
+        # The owner's peers lie in its static window (``_add_peers``).
+        assert last - owner <= _STREAM_K_MAX_PARTS
+
+
+def test_a_stream_k_owners_peers_fit_its_static_window():
+    """``_add_peers`` reads the slots after an owner up to its tile's last as a window
+    of ``_STREAM_K_MAX_PARTS`` (a slot past it would be left out of the sum, a wrong
+    result): every tail of 1 to 131 tiles over the persistent grids of 33 to 132 slots,
+    with 1 to 80 k-tiles and a few long ones."""
+    from inductor_cutedsl.kernels.sm90_gemm import _STREAM_K_MAX_PARTS, Sm90Gemm
+
+    widest = 0
+    for slots in (33, 50, 66, 100, 132):
+        for tail in range(1, slots):
+            sharers = min(slots, tail * _STREAM_K_MAX_PARTS)
+            for k_tiles in (*range(1, 81), 127, 224, 1000):
+                iters = tail * k_tiles
+                for r in range(tail):
+                    owner = Sm90Gemm._slot_of(r * k_tiles, sharers, iters)
+                    last = Sm90Gemm._slot_of((r + 1) * k_tiles - 1, sharers, iters)
+                    widest = max(widest, last - owner)
+    assert widest == _STREAM_K_MAX_PARTS, widest

@@ -246,7 +246,7 @@ def test_loaded_fp8_entry_marshals_the_launchers_arguments(tmp_path):
     from test_compile import assert_entry_takes
 
     spec = KernelSpec(GemmConfig(128, 128), FP8, FP8, "k", "k", E.scaled("row", "tensor", "bfloat16"), promote=1)
-    values = [0x1000, 0x2000, 0x3000, 64, 64, 128, 1, 128, 128, 64, 0, 0, 0, 1]
+    values = [0x1000, 0x2000, 0x3000, 64, 64, 128, 1, 128, 128, 64, 0, 0, 0, 1, 0]  # ..., clusters, programmatic
     values += [0x4000, 1, 0, 0] + [0x5000, 0, 0, 0] + [0x6000, 0, 1, 0] + [0]  # scales, bias, stream
     assert_entry_takes(spec, values, tmp_path)
 

@@ -388,8 +388,11 @@ def test_stream_k_tail(m, n, k, batch, dtype, out_dtype):
 # Decode: a few rows (M <= 64, inside one 128-row tile) against a weight of few
 # output tiles, the stream-K tile the shortlist offers there under CUDA graphs. Its
 # partial sums travel only for the rows inside M: odd M, M across the 8-row runs of
-# the accumulator, a whole 64 rows; K of a few and many k-tiles.
-DECODE_STREAM_K_CASES = [(m, n, k) for m in (1, 5, 16, 33, 64) for n, k in ((2048, 2048), (512, 8192))]
+# the accumulator, a whole 64 rows; K of a few and many k-tiles. The 2560-wide weight
+# has 40 tiles, more than a quarter of the 132 slots: shares are not aligned with its
+# tiles, some of which meet five (an owner with four peers, its window's last read),
+# and K = 2104 ends in a partial k-tile.
+DECODE_STREAM_K_CASES = [(m, n, k) for m in (1, 5, 16, 33, 64) for n, k in ((2048, 2048), (512, 8192), (2560, 2104))]
 
 
 @pytest.mark.parametrize("m,n,k", DECODE_STREAM_K_CASES, ids=str)
@@ -487,6 +490,67 @@ def test_stream_k_flags_holding_garbage_or_a_past_launch_are_not_taken_for_ready
         assert rel_err(out, ref) < TOL[torch.bfloat16]
         assert not (held["flags"] == held["token"]).any(), "a flag read by its owner was left set"
         held["partials"].fill_(float("nan"))
+
+
+# Programmatic dependent launch: a decode-sized stream-K chain (its scratch may be the
+# memory the previous GEMM of the chain just gave back) and plain clustered tiles.
+PROGRAMMATIC_CASES = [(16, 2048, 2048, None), (1000, 1024, 1032, CONFIGS[0])]
+RESIDUAL = E.Epilogue(
+    "residual",
+    "def epilogue(acc, m, n, l, ops):\n    return acc + ops[0]\n",
+    (E.EpilogueOperand("r", "full", "bfloat16"),),
+)
+
+
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
+@pytest.mark.parametrize("m,n,k,cfg", PROGRAMMATIC_CASES, ids=lambda x: str(x) if isinstance(x, int) else "")
+def test_programmatic_launches_wait_for_the_kernels_writing_their_inputs(m, n, k, cfg, graph):
+    """With ``config.programmatic_launch`` each GEMM of ours may start while the kernel
+    before it still runs. A chain in which each kernel reads what the ones just before
+    it wrote: elementwise kernels write A and then the residual; our GEMM reads both;
+    a second GEMM of ours reads the first's output (poisoned with NaN before the
+    round) as its A, launched early by the first's trigger. Every output right in
+    every round, run eagerly and replayed from a CUDA graph."""
+    from inductor_cutedsl import config
+    from inductor_cutedsl.kernels import shortlist
+    from inductor_cutedsl.runtime import gemm
+
+    if cfg is None:
+        cfg = next(c for c in shortlist(m, n, k, graphs=True) if c.stream_k)
+    src, src_r = torch.empty(m, k, device="cuda"), torch.empty(m, n, device="cuda")
+    a = torch.empty(m, k, device="cuda", dtype=torch.bfloat16)
+    residual = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    w1, w2 = matrix(k, n, False, torch.bfloat16), matrix(n, n, False, torch.bfloat16)
+    h, out = poisoned((m, n), torch.bfloat16), poisoned((m, n), torch.bfloat16)
+
+    def chain():
+        a.copy_(torch.cumsum(src, dim=1) / k)  # a scan, then the write of A
+        torch.mul(src_r, 0.5, out=residual)  # the kernel right before the GEMM
+        gemm(a, w1, residual, out=h, config=cfg, epilogue=RESIDUAL)
+        gemm(h, w2, out=out, config=cfg)
+
+    def fresh():
+        src.normal_()
+        src_r.normal_()
+        h.fill_(float("nan"))
+        out.fill_(float("nan"))
+
+    with config.patch(programmatic_launch=True):
+        fresh()
+        chain()  # loads the kernels outside any capture
+        torch.cuda.synchronize()
+        replay = chain
+        if graph:
+            captured = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(captured):
+                chain()
+            replay = captured.replay
+        for _ in range(3):
+            fresh()
+            replay()
+            torch.cuda.synchronize()
+            assert rel_err(h, reference(a, w1) + residual.double()) < TOL[torch.bfloat16]
+            assert rel_err(out, reference(h, w2)) < TOL[torch.bfloat16]
 
 
 KEEP_PRE = E.Epilogue(

@@ -16,7 +16,7 @@ PAIRED = E.Epilogue(
     (E.EpilogueOperand("r", "full", "bfloat16", pairs=True),),
 )
 SPEC = KernelSpec(GemmConfig(128, 256, 2, 1), "bfloat16", "bfloat16", "k", "k", PAIRED)
-HEAD = 14  # the entry's values before the epilogue operands: 3 pointers, sizes, strides, clusters
+HEAD = 15  # the entry's values before the epilogue operands: 3 pointers, sizes, strides, clusters, programmatic
 
 
 @pytest.fixture
@@ -49,6 +49,49 @@ def test_operands_that_break_a_pairs_declaration_run_the_unpaired_kernel(ran):
     ]
     assert generated.unpaired(SPEC).epilogue.fingerprint() != SPEC.epilogue.fingerprint()
     assert generated.unpaired(SPEC).epilogue.source == SPEC.epilogue.source
+
+
+@pytest.mark.parametrize("stream_k", [False, True])
+def test_a_programmatic_launcher_asks_for_a_programmatic_launch_every_time(ran, monkeypatch, stream_k):
+    """A launcher made ``programmatic`` passes 1 in the entry's programmatic slot (the
+    value before the epilogue operands) at its every launch, on the reused path and the
+    stream-K one, and one made without passes 0; a stream-K launch's scratch is still
+    sized for the resident clusters, the value before it."""
+    scratch = []  # the resident clusters each stream-K launch's scratch is sized for
+
+    def buffers(cfg, clusters, device, stream):
+        scratch.append(clusters)
+        return torch.empty(1), torch.empty(1), 5
+
+    monkeypatch.setattr(runtime_launch, "stream_k_buffers", buffers)
+    spec = KernelSpec(GemmConfig(128, 64, 1, 1, stream_k=stream_k), "bfloat16", "bfloat16", "k", "k", E.IDENTITY)
+    on, off = generated.launcher(spec, programmatic=True), generated.launcher(spec)
+    for m in (64, 48, 64):  # a new entry, then a reused one
+        a, b, out = torch.empty(m, 32), torch.empty(32, 128), torch.empty(m, 128)
+        on(a, b, out, stream=0)
+        off(a, b, out, stream=0)
+    assert [values[HEAD - 1] for _, values in ran] == [1, 0] * 3
+    assert scratch == ([66] * 6 if stream_k else [])
+
+
+def test_the_generated_code_says_whether_its_gemms_launch_programmatically():
+    """``config.programmatic_launch`` is read as a graph's code is generated, and the
+    code carries it: a compile with it on is a module of its own (Inductor's code cache
+    would otherwise hand the second compile the first one's module), and its launcher,
+    made from that code, launches programmatically."""
+    from inductor_cutedsl import config
+    from inductor_cutedsl.lowering.candidate import GemmCandidate
+
+    candidate = GemmCandidate(SPEC, ("c", "a", "b"), ("c",))
+    plain = candidate.launcher_source()
+    with config.patch(programmatic_launch=True):
+        programmatic = candidate.launcher_source()
+    assert "programmatic" not in plain and programmatic == plain + ", programmatic=True"
+    made = []
+    scope = {"launcher": lambda *args, **kwargs: made.append(kwargs.get("programmatic", False))}
+    for source in (plain, programmatic):
+        exec(f"launcher({source})", {**vars(generated), **scope})
+    assert made == [False, True]
 
 
 def test_operands_that_break_a_staged_declaration_run_the_global_load_kernel(ran):
@@ -150,6 +193,7 @@ def _entry_values(epi, scalars, views, out_view, a, b, out, *tensors, b_up=None,
         l_stride(b, n, ldb),
         out_l,
         66,
+        0,  # not a programmatic launch (``config.programmatic_launch`` off)
     ]
     if b_up is not None:
         values += [b_up.data_ptr(), b_up.stride(-1), l_stride(b_up, n, b_up.stride(-1))]

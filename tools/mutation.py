@@ -569,9 +569,9 @@ BUGS = [
     Bug(
         "stream-k-publishes-whole-tile",
         "inductor_cutedsl/kernels/sm90_gemm.py",
-        "        for j in cutlass.range_constexpr(cute.size(acc) // 4):  # as in ``_add_partial``\n"
+        "        for j in cutlass.range_constexpr(cute.size(acc) // 4):  # as in ``_add_peers``\n"
         "            if coords[4 * j][0] < size_m:\n",
-        "        for j in cutlass.range_constexpr(cute.size(acc) // 4):  # as in ``_add_partial``\n"
+        "        for j in cutlass.range_constexpr(cute.size(acc) // 4):  # as in ``_add_peers``\n"
         "            if True:\n",
         ("tests/test_epilogue_sass.py",),
         "a decode-sized stream-K GEMM moves its tiles' empty rows' partial sums through memory",
@@ -579,17 +579,15 @@ BUGS = [
     Bug(
         "stream-k-reads-whole-tile",
         "inductor_cutedsl/kernels/sm90_gemm.py",
-        "            if coords[4 * j][0] < size_m:\n                for i in cutlass.range_constexpr(4):\n"
-        "                    acc[4 * j + i] = acc[4 * j + i] + view[(i, j)]\n",
-        "            if True:\n                for i in cutlass.range_constexpr(4):\n"
-        "                    acc[4 * j + i] = acc[4 * j + i] + view[(i, j)]\n",
+        "                    if peers[d] & (coords[4 * j][0] < size_m):\n",
+        "                    if peers[d]:\n",
         ("tests/test_epilogue_sass.py",),
         "a decode-sized stream-K GEMM reads its peers' empty rows' partial sums",
     ),
     Bug(
         "stream-k-flag-left-set",
         "inductor_cutedsl/kernels/sm90_gemm.py",
-        "            cute.arch.store(sk_buffers[1].iterator + peer, Int64(0))\n",
+        "                cute.arch.store(flag, Int64(0))\n",
         "",
         ("tests/test_gemm_gpu.py::test_stream_k_flags_holding_garbage_or_a_past_launch_are_not_taken_for_ready",),
         "a replayed graph's stream-K owner reads the partial sums before this replay wrote them",
@@ -603,6 +601,69 @@ BUGS = [
         ("tests/test_gemm_gpu.py::test_stream_k_flags_holding_garbage_or_a_past_launch_are_not_taken_for_ready",),
         "a stream-K owner takes garbage in its peer's flag for the peer's partial sums",
         gpu_only=True,
+    ),
+    Bug(
+        "stream-k-peers-read-in-turn",
+        "inductor_cutedsl/kernels/sm90_gemm.py",
+        "        if cutlass.const_expr(window * runs <= _STREAM_K_LOADS_IN_FLIGHT):\n",
+        "        if cutlass.const_expr(False):\n",
+        ("tests/test_epilogue_sass.py",),
+        "a decode-sized stream-K owner pays an L2 round trip per peer for their partial sums",
+    ),
+    Bug(
+        "stream-k-peer-window-short",
+        "inductor_cutedsl/kernels/sm90_gemm.py",
+        "        window = _STREAM_K_MAX_PARTS\n",
+        "        window = _STREAM_K_MAX_PARTS - 1\n",
+        ("tests/test_epilogue_sass.py",),
+        "a stream-K owner whose tile meets five shares leaves its fourth peer's partial sums out",
+    ),
+    Bug(
+        "programmatic-launch-never-waits",
+        "inductor_cutedsl/kernels/sm90_gemm.py",
+        "        cute.arch.griddepcontrol_wait()\n",
+        "",
+        ("tests/test_epilogue_sass.py",),
+        "a GEMM launched as a programmatic dependent reads its input before the kernel writing it has finished",
+    ),
+    Bug(
+        "programmatic-launch-consumers-wait",
+        "inductor_cutedsl/kernels/sm90_gemm.py",
+        "        cute.arch.griddepcontrol_wait()\n        cute.arch.griddepcontrol_launch_dependents()\n"
+        "        pipeline_init_wait(cluster_shape_mn=self.cluster_shape_mn)\n\n"
+        "        wg_idx = cute.arch.make_warp_uniform(tidx // _WG_THREADS)\n"
+        "        if wg_idx == 0:\n",
+        "        cute.arch.griddepcontrol_launch_dependents()\n"
+        "        pipeline_init_wait(cluster_shape_mn=self.cluster_shape_mn)\n\n"
+        "        wg_idx = cute.arch.make_warp_uniform(tidx // _WG_THREADS)\n"
+        "        if wg_idx != 0:\n            cute.arch.griddepcontrol_wait()\n"
+        "        if wg_idx == 0:\n",
+        ("tests/test_epilogue_sass.py",),
+        "a programmatic dependent's producer TMA-loads A before the previous kernel has finished writing it",
+    ),
+    Bug(
+        "programmatic-setting-ignored",
+        "inductor_cutedsl/lowering/candidate.py",
+        'programmatic = ", programmatic=True" if config.programmatic_launch else ""',
+        'programmatic = ""',
+        ("tests/test_generated.py",),
+        "INDUCTOR_CUTEDSL_PROGRAMMATIC_LAUNCH=1 launches every GEMM of a compiled graph plainly",
+    ),
+    Bug(
+        "programmatic-launcher-reuses-plain-values",
+        "inductor_cutedsl/runtime/generated.py",
+        "run.layout(a, b, out, self.out_view, b_up, self.programmatic)",
+        "run.layout(a, b, out, self.out_view, b_up)",
+        ("tests/test_generated.py",),
+        "a programmatic graph's GEMMs launch plainly but for stream-K ones",
+    ),
+    Bug(
+        "stream-k-scratch-sized-by-flag",
+        "inductor_cutedsl/runtime/launch.py",
+        "            clusters = sizes[-2]",
+        "            clusters = sizes[-1]",
+        ("tests/test_generated.py",),
+        "a stream-K launch's scratch holds one CTA's partial sums (or none), whatever the grid",
     ),
     Bug(
         "idle-warpgroup-multiplies",

@@ -51,7 +51,15 @@ from cutlass.memory import SmemAllocator
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 from cutlass.tensor_utils import LayoutEnum
 
-from .config import MIN_STAGED_AB_STAGES, PROMOTE_ALTERNATE, PROMOTE_HALVES, STAGED_BUFFERS, GemmConfig, promote_reason
+from .config import (
+    K_TILE_BYTES,
+    MIN_STAGED_AB_STAGES,
+    PROMOTE_ALTERNATE,
+    PROMOTE_HALVES,
+    STAGED_BUFFERS,
+    GemmConfig,
+    promote_reason,
+)
 from .dtypes import DSL_TYPES
 from .epilogue import Epilogue
 from .epilogue_math import materialize
@@ -73,7 +81,18 @@ _PREFETCH_LEAD_K_TILES = 8
 # Stream-K shares per tail tile, on average at most: its owner reads the others' partial
 # tiles (128 KiB each at 128x256) alone, before its epilogue. A share is then at least a
 # quarter of a tile's k-iterations, so a tile not aligned with the shares meets one more.
+# It also bounds the slots after an owner up to the last one in its tile (its peers,
+# empty shares among them): they are a static window of this many (``_add_peers``).
 _STREAM_K_MAX_PARTS = 4
+# 128-bit loads of its peers' partial sums a thread may have in flight before it adds
+# them (128 registers beside a 32-register accumulator): a 128x64 tile's runs of every
+# peer, read in about one L2 round trip. Larger tiles read one peer at a time.
+_STREAM_K_LOADS_IN_FLIGHT = 32
+# B bytes a CTA prefetches to L2 before it waits for the previous kernel (programmatic
+# dependent launch): its first k-tiles of the weight, which no earlier kernel of a
+# forward pass writes. 64 KiB is a decode share's whole weight at 128x64 and, over
+# 132 CTAs, a sixth of the L2.
+_EARLY_PREFETCH_BYTES = 64 * 1024
 # The producer warpgroup's warp that TMA-loads a staged operand (warp 0 loads A/B).
 _STAGED_LOAD_WARP = 1
 # Named barrier ids (0 is __syncthreads).
@@ -218,12 +237,13 @@ class Sm90Gemm:
         """A ``cute.jit`` host function with a flat signature (pointers + ints).
 
         Signature: a, b, d, m, n, k, l, lda, ldb, ldd, batch_a, batch_b, batch_d,
-        max_clusters, in a dual kernel the up weight (ptr, ld, batch stride; ``b`` is
+        max_clusters, programmatic (1: launched as a programmatic dependent of the
+        stream's previous kernel, see ``kernel``), in a dual kernel the up weight (ptr, ld, batch stride; ``b`` is
         the gate weight), with stream-K its workspace, flags and this launch's token
         (``stream_k_buffers``), then per tensor operand (ptr, stride_m, stride_n,
         stride_l), then per scalar operand a Float32, then the stream.
         """
-        params = ["a", "b", "d", "m", "n", "k", "l", "lda", "ldb", "ldd", "sa", "sb", "sd", "mc"]
+        params = ["a", "b", "d", "m", "n", "k", "l", "lda", "ldb", "ldd", "sa", "sb", "sd", "mc", "pdl"]
         ann = {
             "a": cute.Pointer,
             "b": cute.Pointer,
@@ -239,6 +259,7 @@ class Sm90Gemm:
             "sb": Int64,
             "sd": Int64,
             "mc": Int32,
+            "pdl": Int32,
         }
         up_args = ["bu", "ldbu", "sbu"] if self.dual else []
         params += up_args
@@ -261,7 +282,7 @@ class Sm90Gemm:
         ann["stream"] = cuda.CUstream
         src = (
             f"def entry({', '.join(params)}):\n"
-            f"    launch(a, b, d, m, n, k, l, lda, ldb, ldd, sa, sb, sd, mc,"
+            f"    launch(a, b, d, m, n, k, l, lda, ldb, ldd, sa, sb, sd, mc, pdl,"
             f" ({''.join(x + ', ' for x in up_args)}), ({''.join(x + ', ' for x in sk_args)}),\n"
             f"           ({''.join(x + ', ' for x in tensor_args)}),"
             f" ({''.join(x + ', ' for x in scalar_args)}), stream)\n"
@@ -288,6 +309,7 @@ class Sm90Gemm:
             *[Int32(1)] * 4,
             *[Int64(0)] * 6,
             Int32(1),
+            Int32(0),
         ]
         if self.dual:
             args += [ptr(self.ab_dtype, ALIGN_BYTES), Int64(0), Int64(0)]
@@ -307,7 +329,7 @@ class Sm90Gemm:
     def _b_stride(self, ld, batch_stride):
         return (ld, 1, batch_stride) if self.b_major == "k" else (1, ld, batch_stride)
 
-    def _launch(self, a, b, d, m, n, k, l, lda, ldb, ldd, sa, sb, sd, mc, up, sk, tops, scalars, stream):
+    def _launch(self, a, b, d, m, n, k, l, lda, ldb, ldd, sa, sb, sd, mc, pdl, up, sk, tops, scalars, stream):
         ab, od = self.ab_dtype, self.out_dtype
         lda, ldb, ldd = self._aligned(lda, ab), self._aligned(ldb, ab), self._aligned(ldd, od)
         sa, sb, sd = self._aligned(sa, ab), self._aligned(sb, ab), self._aligned(sd, od)
@@ -402,12 +424,14 @@ class Sm90Gemm:
             b_smem,
             d_smem,
             sched,
+            pdl,
         ).launch(
             grid=grid,
             block=[self.threads_per_cta, 1, 1],
             cluster=(*self.cluster_shape_mn, 1),
             min_blocks_per_mp=1,
             stream=stream,
+            use_pdl=pdl,
         )
 
     def _storage(self, a_smem, b_smem, d_smem, c_smem):
@@ -484,6 +508,7 @@ class Sm90Gemm:
         b_smem: cute.ComposedLayout,
         d_smem: cute.ComposedLayout,
         sched_params: utils.PersistentTileSchedulerParams,
+        programmatic: Int32,
     ):
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
@@ -601,6 +626,20 @@ class Sm90Gemm:
                 cute.group_modes(gB, 0, 2),
             )
         k_tiles = cute.size(gA, mode=[3])
+        # Launched as a programmatic dependent (``make_entry``'s ``pdl``), this grid may
+        # start while the stream's previous kernel still runs. Nothing here reads or
+        # writes global memory before the wait below, which returns once that kernel
+        # has finished and its writes are visible, but the L2 prefetch of the first B
+        # k-tiles: the L2 is the GPU's point of coherence, so a line prefetched before
+        # its writer finished is updated by the write, never read stale. Every thread
+        # waits, so this grid cannot end before the previous one (a later dependent's
+        # wait covers both). Dependents may launch at once: they wait the same way.
+        # Launched plainly, the wait and the trigger do nothing, and nothing is
+        # prefetched: the mainloop's own loads follow at once.
+        if (warp_idx == 0) & (programmatic != 0):
+            self._prefetch_first_b(sched_params, tma_b, tBgB, up_loads, k_tiles)
+        cute.arch.griddepcontrol_wait()
+        cute.arch.griddepcontrol_launch_dependents()
         pipeline_init_wait(cluster_shape_mn=self.cluster_shape_mn)
 
         wg_idx = cute.arch.make_warp_uniform(tidx // _WG_THREADS)
@@ -736,6 +775,36 @@ class Sm90Gemm:
             sched.advance_to_next_work()
             work = sched.get_current_work()
         c_pipe.producer_tail(state)
+
+    @cute.jit
+    def _prefetch_first_b(self, sched_params, tma_b, tBgB, up_loads, k_tiles):
+        """Prefetch to L2 the B k-tiles this CTA loads first (``_EARLY_PREFETCH_BYTES``
+        at most): its first whole tile's, else the first tile of its stream-K share."""
+        sched = utils.StaticPersistentTileScheduler.create(sched_params, cute.arch.block_idx(), cute.arch.grid_dim())
+        whole, first, start, end, _, _, _ = self._schedule(sched, k_tiles)
+        work = sched.initial_work_tile_info()
+        if work.is_valid_tile & (whole > 0):
+            self._prefetch_b(tma_b, tBgB, up_loads, work.tile_idx, Int32(0), k_tiles)
+        if cutlass.const_expr(self.cfg.stream_k):
+            if (whole == 0) & (start < end):
+                r = start // k_tiles
+                k0 = start - r * k_tiles
+                tc = sched._get_current_work_for_linear_idx(first + r).tile_idx
+                self._prefetch_b(tma_b, tBgB, up_loads, tc, k0, cutlass.min(k_tiles, k0 + end - start))
+
+    @cute.jit
+    def _prefetch_b(self, tma_b, tBgB, up_loads, tc, k0, k1):
+        """Prefetch to L2 k-tiles [k0, k1) of tile ``tc``'s B (a dual kernel's two
+        weights), as many as ``_EARLY_PREFETCH_BYTES`` holds."""
+        # A k-tile of B is 128 bytes of each of its rows; a CTA loads its share of the
+        # rows that the cluster multicasts.
+        b_bytes = self.out_tile_mn[1] * (2 if self.dual else 1) * K_TILE_BYTES // self.b_mcast
+        most = max(1, _EARLY_PREFETCH_BYTES // b_bytes)
+        tBgB_t = tBgB[(None, tc[1], None, tc[2])]
+        for kt in range(k0, cutlass.min(k1, k0 + most)):
+            cute.prefetch(tma_b, tBgB_t[(None, kt)])
+            if cutlass.const_expr(self.dual):
+                cute.prefetch(up_loads[0], up_loads[2][(None, tc[1], kt, tc[2])])
 
     @cute.jit
     def _load(self, ab_pipe, state, tc, k0, k1, loads):
@@ -950,12 +1019,8 @@ class Sm90Gemm:
                     self._publish_partial(acc, sk_buffers, cta, etidx, epi_bar, tCcD, epi.size_m)
                 else:
                     last = self._slot_of((r + 1) * k_tiles - 1, sharers, iters)
-                    other = slot + 1
-                    while other <= last:
-                        if self._share_start(other, sharers, iters) < self._share_start(other + 1, sharers, iters):
-                            peer = other * self.cfg.cluster_size + rank
-                            self._add_partial(acc, sk_buffers, peer, etidx, epi_bar, tCcD, epi.size_m)
-                        other += 1
+                    shares = (last, sharers, iters)
+                    self._add_peers(acc, sk_buffers, slot, rank, shares, etidx, epi_bar, tCcD, epi.size_m)
                     epi_count = self._epilogue(epi, acc, tCcD, tc, epi_count)
                 it += k1 - k0
 
@@ -1384,7 +1449,7 @@ class Sm90Gemm:
         row: rows past M in a run that has one inside are written and read, never stored."""
         _fragment(coords)  # the runs' layout, checked at trace time
         view = self._partial_view(acc, sk_buffers, cta, etidx)
-        for j in cutlass.range_constexpr(cute.size(acc) // 4):  # as in ``_add_partial``
+        for j in cutlass.range_constexpr(cute.size(acc) // 4):  # as in ``_add_peers``
             if coords[4 * j][0] < size_m:
                 for i in cutlass.range_constexpr(4):
                     view[(i, j)] = acc[4 * j + i]
@@ -1393,26 +1458,72 @@ class Sm90Gemm:
         if etidx == 0:
             cute.arch.store(sk_buffers[1].iterator + cta, sk_buffers[2], sem="release", scope="gpu")
 
+    def _publishes(self, other, last, sharers, iters):
+        """Whether slot ``other`` published partial sums for a tile whose owner's peers
+        end at slot ``last``: it is one of them and its share is not empty."""
+        return (other <= last) & (
+            self._share_start(other, sharers, iters) < self._share_start(other + 1, sharers, iters)
+        )
+
     @cute.jit
-    def _add_partial(self, acc, sk_buffers, peer, etidx, epi_bar, coords, size_m):
-        """Wait for CTA ``peer``'s flag to hold this launch's token (acquire, GPU scope),
-        then add its partial sums: the runs ``_publish_partial`` wrote (the same
-        ``coords``, the same tile). The flag is then cleared (see ``_publish_partial``)."""
-        if etidx == 0:
-            token = sk_buffers[2]
-            ready = Int64(0)
-            while ready != token:
-                ready = cute.arch.load(sk_buffers[1].iterator + peer, Int64, sem="acquire", scope="gpu")
-            cute.arch.store(sk_buffers[1].iterator + peer, Int64(0))
+    def _add_peers(self, acc, sk_buffers, slot, rank, shares, etidx, epi_bar, coords, size_m):
+        """Add the partial sums the slots after ``slot`` published for its tile (the
+        slots up to ``shares[0]`` whose shares are not empty), once each flag holds this
+        launch's token (acquire, GPU scope); each flag read is then cleared (see
+        ``_publish_partial``). The runs read are those ``_publish_partial`` wrote (the
+        same ``coords``, the same tile).
+
+        An owner waits for every peer at once, one thread per flag, and, in a tile whose
+        runs of every peer fit ``_STREAM_K_LOADS_IN_FLIGHT``, loads them all before
+        adding any: about two L2 round trips after the owner's own mainloop, where one
+        peer after another cost two per peer. The peers are a static
+        window of ``_STREAM_K_MAX_PARTS`` slots: each slot after the owner, up to the
+        last, starts its share at one of the tile's k-iterations past its first (k_tiles
+        - 1 of them), and shares are at least k_tiles / ``_STREAM_K_MAX_PARTS`` long
+        (``_schedule``), so at most ``_STREAM_K_MAX_PARTS`` such starts fit. The sums are
+        added in slot order whichever peer finished first, so a result does not change
+        from launch to launch."""
+        _fragment(coords)  # the runs' layout, checked at trace time
+        window = _STREAM_K_MAX_PARTS
+        peers = [self._publishes(slot + 1 + d, *shares) for d in range(window)]
+        if etidx < window:
+            if self._publishes(slot + 1 + etidx, *shares):
+                flag = sk_buffers[1].iterator + (slot + 1 + etidx) * self.cfg.cluster_size + rank
+                token = sk_buffers[2]
+                ready = Int64(0)
+                while ready != token:
+                    ready = cute.arch.load(flag, Int64, sem="acquire", scope="gpu")
+                cute.arch.store(flag, Int64(0))
         epi_bar.arrive_and_wait()
-        view = self._partial_view(acc, sk_buffers, peer, etidx)
-        # Unrolled at trace time (register fragments take static indices only), as two
-        # loops: element v = 4 * j + i sits at (i, j) of the view. One loop over every
-        # element would be one static loop of 64 and more, which the DSL warns about.
-        for j in cutlass.range_constexpr(cute.size(acc) // 4):
-            if coords[4 * j][0] < size_m:
-                for i in cutlass.range_constexpr(4):
-                    acc[4 * j + i] = acc[4 * j + i] + view[(i, j)]
+        views = [
+            self._partial_view(acc, sk_buffers, (slot + 1 + d) * self.cfg.cluster_size + rank, etidx)
+            for d in range(window)
+        ]
+        runs = cute.size(acc) // 4
+        # Unrolled at trace time (register fragments take static indices only).
+        if cutlass.const_expr(window * runs <= _STREAM_K_LOADS_IN_FLIGHT):
+            # Every peer's runs in flight at once; a run not read stays 0, so the adds
+            # need no branch.
+            got = cute.make_rmem_tensor(cute.make_layout((4, runs, window)), self.acc_dtype)
+            got.fill(0.0)
+            for d in cutlass.range_constexpr(window):
+                for j in cutlass.range_constexpr(runs):
+                    if peers[d] & (coords[4 * j][0] < size_m):
+                        for i in cutlass.range_constexpr(4):
+                            got[(i, j, d)] = views[d][(i, j)]
+            for d in cutlass.range_constexpr(window):
+                for v in cutlass.range_constexpr(4 * runs):
+                    acc[v] = acc[v] + got[(v % 4, v // 4, d)]
+        else:
+            # A whole tile's sums per peer (a larger tile, past decode): one peer's
+            # runs at a time, as many loads in flight as the registers beside the
+            # accumulator allow; batching across peers there spills.
+            for d in cutlass.range_constexpr(window):
+                if peers[d]:
+                    for j in cutlass.range_constexpr(runs):
+                        if coords[4 * j][0] < size_m:
+                            for i in cutlass.range_constexpr(4):
+                                acc[4 * j + i] = acc[4 * j + i] + views[d][(i, j)]
 
     @staticmethod
     def _subtile_geometry(tRS_acc, tRS_rD, epi_m, epi_n):

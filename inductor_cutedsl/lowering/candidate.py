@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 from collections.abc import Callable
 
+from .. import config
 from ..runtime.spec import KernelSpec
 
 #: How an epilogue tensor operand (or the output) is addressed: element (m, n, l) at
@@ -65,11 +66,22 @@ class GemmCandidate:
 
     def launcher_source(self) -> str:
         """The arguments of ``runtime.generated.launcher`` as Python source (the names
-        ``runtime.generated`` exports are in scope there)."""
-        return f"{self.spec!r}, scalars={self.scalars!r}, views={self.views!r}, out_view={self.out_view!r}"
+        ``runtime.generated`` exports are in scope there). ``config.programmatic_launch``
+        is read now, as the graph's code is generated: the code says how it launches,
+        so two compiles that differ in it are two modules."""
+        programmatic = ", programmatic=True" if config.programmatic_launch else ""
+        return (
+            f"{self.spec!r}, scalars={self.scalars!r}, views={self.views!r}, out_view={self.out_view!r}{programmatic}"
+        )
 
     def launcher(self) -> Callable[..., None]:
         """What the generated module's ``_launch`` is, made here (for timing it)."""
         from ..runtime.generated import launcher
 
-        return launcher(self.spec, scalars=self.scalars, views=self.views, out_view=self.out_view)
+        return launcher(
+            self.spec,
+            scalars=self.scalars,
+            views=self.views,
+            out_view=self.out_view,
+            programmatic=config.programmatic_launch,
+        )

@@ -59,10 +59,13 @@ def launcher(
     out_view=None,
     scope: dict[str, Any] | None = None,
     name: str = "_launch",
+    programmatic: bool = False,
 ) -> Callable[..., None]:
     """``scalars``: values of the epilogue's scalar operands, in declaration order;
     ``views``: per tensor operand, how to read it (see ``operand_args``); ``out_view``:
-    how the output is written, where not as the GEMM's own (see ``CompiledGemm.launch``).
+    how the output is written, where not as the GEMM's own (see ``CompiledGemm.launch``);
+    ``programmatic``: launch as a programmatic dependent of the stream's previous kernel
+    (``config.programmatic_launch`` when the graph's code was generated).
 
     ``scope``: the globals of the generated module that binds the launcher to ``name``.
     Given, every failure falls back to ``reference.run`` (see the module's docstring);
@@ -73,14 +76,14 @@ def launcher(
     (``_worker_compile_pycodecache_kernel``), and the parent imports it again to run it.
     A load there would start a CUDA context in every such worker."""
     if scope is None:
-        return _launcher(spec, scalars, views, out_view, get_gemm(spec))
+        return _launcher(spec, scalars, views, out_view, get_gemm(spec), programmatic)
     if environment.in_a_compile_worker():
         return _unlaunchable(spec)
     stage = "kernel build"
     try:
         path = None if is_loaded(spec) else build(spec, default_cache())[0]
         stage = "kernel load"
-        fast = _launcher(spec, scalars, views, out_view, get_gemm(spec, path=path))
+        fast = _launcher(spec, scalars, views, out_view, get_gemm(spec, path=path), programmatic)
     except Exception as exc:
         fallback(stage, spec.describe(), exc, log)
         return _reference_launcher(spec, scalars, views, out_view)
@@ -127,7 +130,9 @@ def _reference_launcher(spec: KernelSpec, scalars: Sequence[float], views: Seque
     return launch
 
 
-def _launcher(spec: KernelSpec, scalars: Sequence[float], views: Sequence, out_view, kernel) -> Callable[..., None]:
+def _launcher(
+    spec: KernelSpec, scalars: Sequence[float], views: Sequence, out_view, kernel, programmatic: bool
+) -> Callable[..., None]:
     """The fast launch function of loaded kernel ``kernel`` (see ``_Entries``)."""
     unpaired_kernel = functools.cache(lambda: get_gemm(unpaired(spec)))  # keyed and loaded once
     scalars = tuple(float(s) for s in scalars)
@@ -166,10 +171,10 @@ def _launcher(spec: KernelSpec, scalars: Sequence[float], views: Sequence, out_v
             b_up: torch.Tensor | None = None,
         ) -> None:
             run, values = checked(a, b, tensors)
-            run.launch(a, b, out, values, stream, out_view, b_up=b_up)
+            run.launch(a, b, out, values, stream, out_view, b_up=b_up, programmatic=programmatic)
 
         return launch_stream_k
-    return _Entries(plan, out_view, checked, spec.dual).launcher()
+    return _Entries(plan, out_view, checked, spec.dual, programmatic).launcher()
 
 
 class _Entries:
@@ -189,14 +194,15 @@ class _Entries:
     #: Entries kept per launcher; a dynamic graph seeing more sizes than this starts over.
     LIMIT = 4096
 
-    def __init__(self, plan: tuple, out_view, checked: Callable, dual: bool) -> None:
+    def __init__(self, plan: tuple, out_view, checked: Callable, dual: bool, programmatic: bool) -> None:
         self.plan, self.out_view, self.checked, self.dual = plan, out_view, checked, dual
+        self.programmatic = programmatic
         self.table: dict = {}
 
     def miss(self, key: tuple, a, b, out, tensors, b_up) -> tuple:
         """Work the entry out as a launch without reuse would, and keep it."""
         run, values = self.checked(a, b, tensors)
-        out_offset, sizes, up = run.layout(a, b, out, self.out_view, b_up)
+        out_offset, sizes, up = run.layout(a, b, out, self.out_view, b_up, self.programmatic)
         lead: list = []
         segments: list[list] = []
         flat = iter(values)

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from .. import config
 from ..kernels.config import (
     PROMOTE_NONE,
     PROMOTE_TILE,
@@ -81,7 +82,7 @@ def _batch_stride(t: torch.Tensor, rows: int, ld: int) -> int:
 def entry_kinds(spec: KernelSpec) -> list[str]:
     """The kind (``fast_call``'s) of each parameter of ``spec``'s exported entry (see
     ``Sm90Gemm.make_entry``), in order."""
-    kinds = [PTR, PTR, PTR, I32, I32, I32, I32, I64, I64, I64, I64, I64, I64, I32]
+    kinds = [PTR, PTR, PTR, I32, I32, I32, I32, I64, I64, I64, I64, I64, I64, I32, I32]
     if spec.dual:  # the up weight: pointer, leading and batch strides
         kinds += [PTR, I64, I64]
     if spec.config.stream_k:  # partial sums (fp32), flags (int64), the launch's token
@@ -159,7 +160,8 @@ class CompiledGemm:
         stream: int | None = None,
         b_up: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Launch on ``stream`` (a raw CUDA stream handle), by default torch's current one."""
+        """Launch on ``stream`` (a raw CUDA stream handle), by default torch's current
+        one; as a programmatic dependent where ``config.programmatic_launch`` is on."""
         batch = a.shape[0] if a.dim() == 3 else 1
         m, n = a.shape[-2], b.shape[-1]
         args: list = []
@@ -168,7 +170,7 @@ class CompiledGemm:
                 args += declared_args(op, value, None, batch, m, n)
             else:
                 args.append(float(value))
-        self.launch(a, b, out, args, stream, b_up=b_up)
+        self.launch(a, b, out, args, stream, b_up=b_up, programmatic=config.programmatic_launch)
         return out
 
     def launch(
@@ -180,13 +182,16 @@ class CompiledGemm:
         stream: int | None,
         out_view=None,
         b_up: torch.Tensor | None = None,
+        programmatic: bool = False,
     ) -> None:
         """Launch with the epilogue operands already flat, as the entry takes them:
         per tensor operand ``declared_args``, per scalar a float. ``out_view``:
         ((stride_m, 1, stride_l), offset) where ``out`` is not laid out as the GEMM's
         (L, M, N) output itself (a fused consumer's (B, T, N) buffer). ``b_up``: a dual
-        kernel's up weight (required there), shaped and laid out as ``b``."""
-        out_offset, sizes, up = self.layout(a, b, out, out_view, b_up)
+        kernel's up weight (required there), shaped and laid out as ``b``.
+        ``programmatic``: launch as a programmatic dependent of the stream's previous
+        kernel (``config.programmatic_launch``)."""
+        out_offset, sizes, up = self.layout(a, b, out, out_view, b_up, programmatic)
         args = [a.data_ptr(), b.data_ptr(), out.data_ptr() + out_offset, *sizes]
         if up:
             assert b_up is not None  # ``layout`` gives the up weight's strides only from it
@@ -194,17 +199,25 @@ class CompiledGemm:
         if stream is None:
             stream = torch.cuda.current_stream(a.device).cuda_stream
         if self.spec.config.stream_k:
-            partials, flags, token = stream_k_buffers(self.spec.config, sizes[-1], a.device, stream)
+            clusters = sizes[-2]  # the resident clusters, before the programmatic flag
+            partials, flags, token = stream_k_buffers(self.spec.config, clusters, a.device, stream)
             args += [partials.data_ptr(), flags.data_ptr(), token]
         self.call(*args, *operand_values, stream)
 
     def layout(
-        self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, out_view=None, b_up: torch.Tensor | None = None
+        self,
+        a: torch.Tensor,
+        b: torch.Tensor,
+        out: torch.Tensor,
+        out_view=None,
+        b_up: torch.Tensor | None = None,
+        programmatic: bool = False,
     ) -> tuple[int, tuple, tuple]:
         """What a launch passes besides addresses, operands and stream, read from the
         tensors' sizes and strides only (so a launcher may reuse it while they stay):
         (bytes to add to ``out``'s address, the entry's values after the three
-        pointers (m, n, k, l, leading and batch strides, resident clusters), a dual
+        pointers (m, n, k, l, leading and batch strides, resident clusters, 1 where
+        ``programmatic``: launched as a programmatic dependent), a dual
         kernel's up-weight strides after its pointer, else ())."""
         spec = self.spec
         m, k = a.shape[-2], a.shape[-1]
@@ -231,6 +244,7 @@ class CompiledGemm:
             _batch_stride(b, k if spec.b_major == "n" else n, ldb),
             out_batch,
             max_active_clusters(spec.config.cluster_size, a.device.index),
+            int(programmatic),
         )
         up: tuple[int, ...] = ()
         if spec.dual:
