@@ -103,15 +103,16 @@ def test_config_space_is_valid_and_shortlist_in_it():
 
 
 def test_decode_sized_gemms_under_cuda_graphs_get_a_stream_k_candidate():
-    """At M <= 64 with fewer output tiles than SMs, a stream-K tile that spreads the K
-    loop over the SMs is offered where a CUDA graph hides its launch's host work: not
-    without graphs, not for a promoting fp8 GEMM, not where the tiles fill the SMs."""
+    """At M <= 64 with fewer output tiles than SMs, or a wave of them and a second of at
+    most half the SMs, a stream-K tile that spreads the K loop over the SMs is offered
+    where a CUDA graph hides its launch's host work: not without graphs, not for a
+    promoting fp8 GEMM, not where the tiles fill the SMs."""
     stream_k = GemmConfig(128, 64, 1, 1, False, False, 1, stream_k=True)
-    for m, n in ((1, 2048), (16, 8192), (64, 2048)):
+    for m, n in ((1, 2048), (16, 8192), (64, 2048), (16, 8960)):  # 8960: 140 tiles, 8 past a wave
         assert stream_k in shortlist(m, n, 2048, limit=3, graphs=True), (m, n)
         assert not any(c.stream_k for c in shortlist(m, n, 2048, limit=64)), (m, n)
         assert not any(c.stream_k for c in shortlist(m, n, 2048, limit=64, promote=1, graphs=True)), (m, n)
-    for m, n in ((65, 2048), (16, 14336)):  # more rows, or tiles for every SM
+    for m, n in ((65, 2048), (16, 14336), (16, 16896)):  # more rows; a second wave of 92, or two whole
         assert not any(c.stream_k for c in shortlist(m, n, 2048, limit=64, graphs=True)), (m, n)
     assert stream_k.invalid_reason() is None and stream_k in config_space()
 

@@ -666,6 +666,14 @@ BUGS = [
         "a stream-K launch's scratch holds one CTA's partial sums (or none), whatever the grid",
     ),
     Bug(
+        "decode-tail-wave-gets-no-stream-k",
+        "inductor_cutedsl/kernels/config.py",
+        "skinny_tiles - sms <= sms // 2",
+        "skinny_tiles - sms < 0",
+        ("tests/test_compile.py",),
+        "a decode GEMM with a few tiles past a whole wave runs them alone on a few SMs",
+    ),
+    Bug(
         "idle-warpgroup-multiplies",
         "inductor_cutedsl/kernels/sm90_gemm.py",
         "        multiplies = self.pingpong or tc[0] * self.tile_shape_mnk[0] + 64 * wg < size_m\n",

@@ -304,11 +304,18 @@ def shortlist(
     # Decode-sized GEMMs (M <= 64 rows: a few output tiles, and a cost that is reading
     # the weight): a stream-K 128x64 tile splits the K loop of those few tiles over the
     # SMs, so that all of them stream the weight, and sums the parts in a fixed order
-    # (deterministic). Its launch allocates scratch and draws a token, host work that a CUDA
-    # graph's replay skips: offered there only.
+    # (deterministic). The same where a wave of whole tiles leaves a second one of at
+    # most half the SMs (a 8960-wide weight: 140 tiles, 8 of them alone on 8 SMs for a
+    # whole tile's time): its tiles' K loops are split over every slot. Its launch
+    # allocates scratch and draws a token, host work that a CUDA graph's replay skips:
+    # offered there only.
+    skinny_tiles = math.ceil(n / 64) * batch
     skinny = (
         [GemmConfig(128, 64, 1, 1, False, raster_m, 1, stream_k=True)]
-        if graphs and not promote and m <= 64 and math.ceil(n / 64) * batch < sms
+        if graphs
+        and not promote
+        and m <= 64
+        and (skinny_tiles < sms or (skinny_tiles < 2 * sms and skinny_tiles - sms <= sms // 2))
         else []
     )
     # A promoting fp8 kernel keeps a second accumulator, which rules out the wide tiles:
