@@ -19,6 +19,10 @@ its own cache filled by the same prompt, and timed interleaved:
   M = batch rows, a GEMM's cost is reading its weight: this is the bound that counts.
   At batch 1 there is no fraction: max-autotune's coordinate-descent tuning makes
   Inductor decompose a one-row mm into a reduction, on both sides;
+* ``decode_speedup_bound``: the most any GEMM can give the step, stock's GPU time over
+  what it would be with its GEMM kernels at the copy bandwidth and every other kernel as
+  it was (``speedup_bound``). Attention over the cache, norms and the cache update are
+  not GEMMs: where they hold most of the step, no GEMM reaches a large speed-up;
 * ``cudagraph_skips``: graphs that cudagraph trees refused to record, per side (0 for a
   step timed as served);
 * with ``--sites``, every GEMM's bandwidth (``gemm_sites``): each Linear shape of the
@@ -31,8 +35,8 @@ its own cache filled by the same prompt, and timed interleaved:
   Its GEMM kernels' profiled time includes their wait for the kernel before them, so
   its bandwidth fraction understates it: its token time is the figure.
 
-Summary: ``decode_speedup_geomean``, ``decode_speedup_min`` and
-``gemm_bandwidth_fraction_geomean`` (ours); with ``--sites``,
+Summary: ``decode_speedup_geomean``, ``decode_speedup_min``, ``decode_speedup_bound_geomean``
+and ``gemm_bandwidth_fraction_geomean`` (ours); with ``--sites``,
 ``site_bandwidth_fraction_geomean`` per side; with ``--programmatic``,
 ``programmatic_speedup_geomean`` and ``programmatic_decode_speedup_geomean`` (stock over
 the third side). Rows are written as they finish; ``--resume``
@@ -270,6 +274,18 @@ def bandwidth_fraction(nbytes: int, kernels: list[dict], copy_bps: float) -> tup
 QUIET_S = 60
 
 
+def speedup_bound(row: dict, copy_bps: float) -> float | None:
+    """Stock's step GPU time over the same with its GEMM kernels at ``copy_bps`` (the
+    Linear layers' least bytes, ``gemm_bytes``, at the copy bandwidth) and every other
+    kernel as it was: the step speed-up of GEMMs that could not be faster. None at one
+    row, where Inductor decomposes the mm and the GEMM kernels cover part of the bytes."""
+    gpu, gemm = row["gpu_us"]["stock"], row["gemm_us"]["stock"]
+    if row["batch"] == 1 or not gemm:
+        return None
+    floor = min(gemm, row["gemm_bytes"] / copy_bps * 1e6)
+    return round(gpu / (gpu - gemm + floor), 4)
+
+
 def cudagraph_skips() -> int:
     """Inductor's count of graphs that cudagraph trees did not record, this process."""
     from torch._dynamo.utils import counters
@@ -398,6 +414,7 @@ def measure(
         row["gemm_bandwidth_fraction"] = dict.fromkeys(sides)
         row["gemm_bandwidth_note"] = "one row: Inductor decomposes mm into a reduction, no GEMM kernels to time"
     row["gpu_us"] = {side: prof[side]["us"] for side in sides}
+    row["decode_speedup_bound"] = speedup_bound(row, copy_bps)
     if sites:
         flush = l2_flush(probe, device)
         row["gemm_sites"] = [
@@ -410,6 +427,7 @@ def measure(
 def summarize(rows: list[dict], info: dict) -> dict:
     ok = [r for r in rows if "error" not in r]
     speed = [r["decode_speedup"] for r in ok if r.get("decode_speedup") is not None]
+    bound = [r["decode_speedup_bound"] for r in ok if r.get("decode_speedup_bound") is not None]
     fraction = [r["gemm_bandwidth_fraction"]["ours"] for r in ok if r.get("gemm_bandwidth_fraction", {}).get("ours")]
     stock_fraction = [
         r["gemm_bandwidth_fraction"]["stock"] for r in ok if r.get("gemm_bandwidth_fraction", {}).get("stock")
@@ -423,6 +441,7 @@ def summarize(rows: list[dict], info: dict) -> dict:
         **info,
         "decode_speedup_geomean": geomean_or_none(speed),
         "decode_speedup_min": min(speed) if speed else None,
+        "decode_speedup_bound_geomean": geomean_or_none(bound),
         "gemm_bandwidth_fraction_geomean": geomean_or_none(fraction),
         "stock_gemm_bandwidth_fraction_geomean": geomean_or_none(stock_fraction),
         **(

@@ -954,10 +954,16 @@ def test_a_decode_row_runs_both_sides_against_a_filled_static_cache():
     assert row["cudagraph_skips"] == {"stock": 0, "ours": 0}
     assert row["decode_speedup"] == 1.2 and row["gemm_us"] == {"stock": 8.0, "ours": 6.0}
     assert row["gemm_bandwidth_fraction"]["ours"] == round(row["gemm_bytes"] / 6e-6 / 1e9, 4)
+    assert row["decode_speedup_bound"] == decode.speedup_bound(row, 1e9)
+    # Stock's 10 µs step with its 8 µs of GEMMs moving 4 MB at 2 TB/s (2 µs) instead; GEMMs
+    # already at the copy bandwidth leave nothing to gain.
+    step = {"batch": 16, "gpu_us": {"stock": 10.0}, "gemm_us": {"stock": 8.0}, "gemm_bytes": 4_000_000}
+    assert decode.speedup_bound(step, 2e12) == 2.5 and decode.speedup_bound(step, 1e11) == 1.0
     one = row_at(1)
     assert one["gemm_bandwidth_fraction"] == {"stock": None, "ours": None} and "decompose" in one["gemm_bandwidth_note"]
     result = decode.summarize([row, one, {"row": "qwen2:b1", "error": "x"}], {"device": "cpu"})
     assert result["decode_speedup_geomean"] == 1.2 and result["decode_speedup_min"] == 1.2
+    assert one["decode_speedup_bound"] is None and result["decode_speedup_bound_geomean"] == row["decode_speedup_bound"]
     assert result["gemm_bandwidth_fraction_geomean"] == row["gemm_bandwidth_fraction"]["ours"]
 
 

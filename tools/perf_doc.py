@@ -151,13 +151,14 @@ def _decode(d: dict) -> list[str]:
     rows = []
     for r in d["rows"]:
         if "error" in r:
-            rows.append([r["row"], f"FAILED: {fmt(r['error'][:120])}"] + [""] * 4)
+            rows.append([r["row"], f"FAILED: {fmt(r['error'][:120])}"] + [""] * 5)
             continue
         rows.append(
             [
                 r["row"],
                 pair(r.get("token_ms")),
                 r.get("decode_speedup"),
+                r.get("decode_speedup_bound"),
                 pair(r.get("gemm_us")),
                 pair(r.get("gemm_bandwidth_fraction")),
                 r.get("gemm_bytes"),
@@ -169,6 +170,7 @@ def _decode(d: dict) -> list[str]:
                 "model:batch",
                 "ms per token stock / ours (`token_ms`)",
                 "stock / ours (`decode_speedup`)",
+                "bound: stock with GEMMs at copy bandwidth (`decode_speedup_bound`)",
                 "GEMM µs per step stock / ours",
                 "GEMM bandwidth / copy bandwidth, stock / ours",
                 "GEMM bytes per step",
@@ -619,6 +621,7 @@ SECTIONS = [
         [
             ("stock / ours per token, geomean", "decode_speedup_geomean"),
             ("stock / ours per token, lowest", "decode_speedup_min"),
+            ("bound: stock's step with its GEMMs at copy bandwidth, geomean", "decode_speedup_bound_geomean"),
             ("our GEMMs' bandwidth / copy bandwidth, geomean", "gemm_bandwidth_fraction_geomean"),
             ("stock GEMMs' bandwidth / copy bandwidth, geomean", "stock_gemm_bandwidth_fraction_geomean"),
             (
