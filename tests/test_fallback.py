@@ -192,8 +192,8 @@ def test_first_launch_that_succeeds_replaces_its_guard(monkeypatch):
     class Kernel:
         call = staticmethod(lambda *values: calls.append(values))
 
-        def layout(self, a, b, out, out_view, b_up):
-            return 0, (a.shape[0], b.shape[1], a.shape[1], 1, 64, 24, 24, 0, 0, 0, 132), ()
+        def layout(self, a, b, out, out_view, b_up, programmatic):
+            return 0, (a.shape[0], b.shape[1], a.shape[1], 1, 64, 24, 24, 0, 0, 0, 132, int(programmatic)), ()
 
     monkeypatch.setattr(generated, "build", lambda spec, cache: ("k.o", True))
     monkeypatch.setattr(generated, "get_gemm", lambda spec, path=None: Kernel())
