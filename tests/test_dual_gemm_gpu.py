@@ -147,6 +147,19 @@ def test_gated_gemm_shortlist_pick(fused):
     check(4095, 8960, 1536, "silu", a_row=True, b_row=False, fused=fused, keep=fused)
 
 
+# Decode: M <= 64 rows in the stream-K dual tile the shortlist leads with under CUDA
+# graphs. 8960 wide: 140 tiles of 64 output columns, a wave and 8 split over every slot;
+# 2560 wide (40 tiles): shares not aligned with the tiles, some meeting five.
+@pytest.mark.parametrize("m", [1, 5, 16, 33, 64])
+@pytest.mark.parametrize("n,k", [(8960, 1536), (2560, 2104)], ids=str)
+def test_decode_sized_gated_gemm_in_stream_k(m, n, k):
+    from inductor_cutedsl.kernels import dual_shortlist
+
+    cfg = dual_shortlist(m, n, k, graphs=True)[0]
+    assert cfg.stream_k, cfg
+    check(m, n, k, "silu", a_row=True, b_row=False, bias="both", config=cfg)
+
+
 @pytest.mark.parametrize(
     "dtype,out_dtype", [(torch.float16, torch.float16), (torch.bfloat16, torch.float32)], ids=["fp16", "bf16_to_fp32"]
 )

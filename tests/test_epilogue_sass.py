@@ -183,6 +183,15 @@ STREAM_K_SCRIPT = LAUNCH_ORDER + textwrap.dedent("""
     lines = subprocess.run([nvdisasm, str(cubin)], capture_output=True, text=True, check=True).stdout.splitlines()
     dual_order = launch_order(lines)
     cubin.unlink()
+    # A decode-sized dual kernel: stream-K over a 128x128 MMA tile (64 output columns).
+    dual_sk = KernelSpec(GemmConfig(128, 128, 1, 1, False, True, 1, stream_k=True), "bfloat16", "bfloat16", "k", "k",
+                         E.gated("silu"), dual=True)
+    export_object(dual_sk, root, "dual_sk")
+    (cubin,) = (root / "dump").glob("*.cubin")
+    lines = subprocess.run([nvdisasm, str(cubin)], capture_output=True, text=True, check=True).stdout.splitlines()
+    dual_sk_stats = {**launch_order(lines), "spill_stores": sum("STL" in line for line in lines),
+                     "peer_loads": sum("LDG.E.128" in line for line in lines)}
+    cubin.unlink()
     cfg = GemmConfig(128, 64, 1, 1, False, True, 1, stream_k=True)
     export_object(KernelSpec(cfg, "bfloat16", "bfloat16", "k", "k", E.IDENTITY), root, "sk")
     (cubin,) = (root / "dump").glob("*.cubin")
@@ -218,7 +227,7 @@ STREAM_K_SCRIPT = LAUNCH_ORDER + textwrap.dedent("""
     dummy = sum("GMMA" in line and "RZ, !UPT" in line for line in lines)
     print(json.dumps({"stores": stores, "loads": len(loads), "polls": len(polls), "loads_before_add": len(before_add),
                       "row_bound_loads": sum(row_bound), "skippable_mma": skippable, "dummy_mma": dummy,
-                      "order": launch_order(lines), "dual_order": dual_order}))
+                      "order": launch_order(lines), "dual_order": dual_order, "dual_sk": dual_sk_stats}))
 """)
 
 
@@ -280,3 +289,13 @@ def test_a_stream_k_or_dual_kernel_waits_for_the_previous_grid_before_its_scratc
     touched only after the wait; both prefetch their first B k-tiles before it."""
     _assert_waits_first(stream_k_stats["order"], 1)
     _assert_waits_first(stream_k_stats["dual_order"], 2)
+
+
+def test_a_decode_sized_dual_kernel_sums_its_stream_k_parts_without_spilling(stream_k_stats):
+    """A stream-K dual kernel (128x128 MMA tile: gate and up, 64 output columns) reads its
+    peers' partial sums of both halves at once (4 peers x 16 runs of four 128-bit
+    values: one peer at a time past ``_STREAM_K_LOADS_IN_FLIGHT``), keeps its
+    accumulator in registers, and waits for the previous grid before touching memory."""
+    s = stream_k_stats["dual_sk"]
+    assert s["spill_stores"] == 0 and s["peer_loads"] == 4 * 16, s
+    _assert_waits_first(s, 2)

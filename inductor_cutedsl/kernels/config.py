@@ -162,8 +162,6 @@ class GemmConfig:
             return f"a dual kernel's tile_n must be one of {_DUAL_TILE_N_CHOICES}"
         if self.out_tile_n(True) % self.epi_n:
             return "a dual kernel's epi_n must divide tile_n / 2"
-        if self.stream_k:
-            return "a dual kernel has no stream-K"
         return None
 
     def promotion_reason(self, promote: int = PROMOTE_TILE) -> str | None:
@@ -266,6 +264,18 @@ def under_one_wave(m: int, n: int, batch: int = 1) -> bool:
     return math.ceil(m / 128) * math.ceil(n / 128) * batch < SMS
 
 
+def decode_stream_k(m: int, tiles: int) -> bool:
+    """Whether a GEMM of ``m`` rows and ``tiles`` output tiles of 64 columns (one row of
+    tiles) wants a stream-K tile. Decode-sized GEMMs (M <= 64 rows: a few output tiles,
+    and a cost that is reading the weight) with fewer tiles than SMs: stream-K splits
+    the K loop of those few tiles over the SMs, so that all of them stream the weight,
+    and sums the parts in a fixed order (deterministic). The same where a wave of whole
+    tiles leaves a second one of at most half the SMs (an 8960-wide weight: 140 tiles,
+    8 of them alone on 8 SMs for a whole tile's time): its tiles' K loops are split over
+    every slot."""
+    return m <= 64 and (tiles < SMS or (tiles < 2 * SMS and tiles - SMS <= SMS // 2))
+
+
 def shortlist(
     m: int, n: int, k: int, batch: int = 1, limit: int = 6, promote: int = PROMOTE_NONE, graphs: bool = False
 ) -> list[GemmConfig]:
@@ -301,21 +311,12 @@ def shortlist(
         if under_one_wave(m, n, batch)
         else []
     )
-    # Decode-sized GEMMs (M <= 64 rows: a few output tiles, and a cost that is reading
-    # the weight): a stream-K 128x64 tile splits the K loop of those few tiles over the
-    # SMs, so that all of them stream the weight, and sums the parts in a fixed order
-    # (deterministic). The same where a wave of whole tiles leaves a second one of at
-    # most half the SMs (a 8960-wide weight: 140 tiles, 8 of them alone on 8 SMs for a
-    # whole tile's time): its tiles' K loops are split over every slot. Its launch
+    # Decode-sized GEMMs (``decode_stream_k``): a stream-K 128x64 tile. Its launch
     # allocates scratch and draws a token, host work that a CUDA graph's replay skips:
     # offered there only.
-    skinny_tiles = math.ceil(n / 64) * batch
     skinny = (
         [GemmConfig(128, 64, 1, 1, False, raster_m, 1, stream_k=True)]
-        if graphs
-        and not promote
-        and m <= 64
-        and (skinny_tiles < sms or (skinny_tiles < 2 * sms and skinny_tiles - sms <= sms // 2))
+        if graphs and not promote and decode_stream_k(m, math.ceil(n / 64) * batch)
         else []
     )
     # A promoting fp8 kernel keeps a second accumulator, which rules out the wide tiles:
@@ -350,7 +351,7 @@ def shortlist(
     return cands[:limit]
 
 
-def dual_shortlist(m: int, n: int, k: int, batch: int = 1, limit: int = 4) -> list[GemmConfig]:
+def dual_shortlist(m: int, n: int, k: int, batch: int = 1, limit: int = 4, graphs: bool = False) -> list[GemmConfig]:
     """Configs worth benchmarking for a dual (gated) kernel with an ``n``-column output,
     best guess first.
 
@@ -358,7 +359,9 @@ def dual_shortlist(m: int, n: int, k: int, batch: int = 1, limit: int = 4) -> li
     plain kernel's choices carry over: a 128x256 MMA tile (a 128x128 output tile, its
     two 64-column sub-tiles staged whole in the two default store buffers) with its
     pair cluster along M (B, the wider operand, multicast), and 128x128 MMA tiles
-    (64 output columns) where the wide tile would leave most SMs idle.
+    (64 output columns) where the wide tile would leave most SMs idle. At decode size
+    under CUDA graphs (``graphs``; ``decode_stream_k``) a stream-K 128x128 MMA tile
+    leads, as ``shortlist``'s 128x64 one does: the same 64 output columns a tile.
     """
     sms = 132
     raster_m = m >= n
@@ -373,9 +376,14 @@ def dual_shortlist(m: int, n: int, k: int, batch: int = 1, limit: int = 4) -> li
         GemmConfig(128, 128, *square, True, raster_m, swz),
         GemmConfig(128, 128, *square, False, raster_m, swz),
     ]
+    skinny = (
+        [GemmConfig(128, 128, 1, 1, False, raster_m, 1, stream_k=True)]
+        if graphs and decode_stream_k(m, math.ceil(n / 64) * batch)
+        else []
+    )
     cands: list[GemmConfig] = []
     # Too few wide tiles to give most SMs work: the narrow tiles first.
-    for cfg in wide + narrow if tiles >= sms // 2 else narrow + wide:
+    for cfg in skinny + (wide + narrow if tiles >= sms // 2 else narrow + wide):
         # The scheduler counts MMA columns: twice the output's.
         cfg = dataclasses.replace(cfg, swizzle=fitted_swizzle(cfg, m, 2 * n))
         if cfg.invalid_reason() is None and cfg.dual_reason() is None and cfg not in cands:

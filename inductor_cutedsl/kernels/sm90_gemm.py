@@ -1013,7 +1013,7 @@ class Sm90Gemm:
                 k0 = it - r * k_tiles
                 k1 = cutlass.min(k_tiles, k0 + end - it)
                 tc = sched._get_current_work_for_linear_idx(first + r).tile_idx
-                tCcD = tiled_mma.get_slice(etidx).partition_C(cD[(None, None, tc[0], tc[1])])
+                tCcD = tiled_mma.get_slice(etidx).partition_C(self._mma_coords(cD, tc))
                 read, release = self._mainloop(ab_pipe, mma, read, release, k0, k1, tCcD, tc, wg, epi)
                 if k0 > 0:
                     self._publish_partial(acc, sk_buffers, cta, etidx, epi_bar, tCcD, epi.size_m)

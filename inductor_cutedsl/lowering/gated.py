@@ -91,7 +91,7 @@ def candidates(x2, w_gate, w_up, b_gate, b_up, activation: str, keep: bool) -> l
         limit = min(limit, SMALL_DUAL_CONFIGS)
     return [
         GemmCandidate(KernelSpec(cfg, ab, ab, "k", "k", epi, dual=True), names, operands)
-        for cfg in dual_shortlist(m, n, k, limit=limit)
+        for cfg in dual_shortlist(m, n, k, limit=limit, graphs=settings.compile_uses_cudagraphs())
     ]
 
 
