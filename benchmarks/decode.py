@@ -19,6 +19,8 @@ its own cache filled by the same prompt, and timed interleaved:
   M = batch rows, a GEMM's cost is reading its weight: this is the bound that counts.
   At batch 1 there is no fraction: max-autotune's coordinate-descent tuning makes
   Inductor decompose a one-row mm into a reduction, on both sides;
+* ``other_kernels``: per side, the step's ``OTHER_KERNELS`` costliest kernels that are
+  not GEMMs (attention, norms, the cache update), the part of the step no GEMM changes;
 * ``decode_speedup_bound``: the most any GEMM can give the step, stock's GPU time over
   what it would be with its GEMM kernels at the copy bandwidth and every other kernel as
   it was (``speedup_bound``). Attention over the cache, norms and the cache update are
@@ -100,6 +102,8 @@ MODELS: dict[str, DecodeModel] = {
 }
 BATCHES = (1, 4, 16, 64)
 CONTEXT = 1024  # tokens already in the cache at every timed step
+#: Kernels of a step besides its GEMMs that a row lists per side (``other_kernels``).
+OTHER_KERNELS = 8
 #: The third side of ``--programmatic``: ours with ``config.programmatic_launch`` on.
 PROGRAMMATIC = "ours_programmatic"
 TOLERANCE = 2e-2  # logits of one step, ours against stock (bf16 rounding of two GEMM orders)
@@ -403,9 +407,13 @@ def measure(
     nbytes = gemm_bytes(model, batch)
     row["gemm_bytes"] = nbytes
     row["gemm_kernels"], row["gemm_us"], row["gemm_bandwidth_fraction"] = {}, {}, {}
+    row["other_kernels"] = {}
     for side in sides:
         kernels = gemm_kernels(prof[side]["kernels"])
         row["gemm_kernels"][side] = kernels
+        gemms = {k["kernel"] for k in kernels}
+        others = [k for k in prof[side]["kernels"] if k["kernel"] not in gemms]
+        row["other_kernels"][side] = sorted(others, key=lambda k: -k["us"])[:OTHER_KERNELS]
         row["gemm_bandwidth_fraction"][side], row["gemm_us"][side] = bandwidth_fraction(nbytes, kernels, copy_bps)
     if batch == 1:
         # With coordinate-descent tuning (max-autotune), Inductor decomposes a one-row mm

@@ -921,8 +921,9 @@ class _DecodeProbe:
         return {"stock": 1.2, "ours": 1.0, "round_ratios": [1.2]}
 
     def profile(self, steps):
+        others = [{"kernel": f"triton_poi_{i}", "launches": 1.0, "us": 0.1 * i} for i in range(10)]
         return {
-            side: {"us": 10.0, "kernels": [{"kernel": name, "launches": 3.0, "us": us}]}
+            side: {"us": 10.0, "kernels": [{"kernel": name, "launches": 3.0, "us": us}, *others]}
             for side, name, us in (("stock", "nvjet_tst_gemm", 8.0), ("ours", "kernel_inductor_cutedsl_x", 6.0))
         }
 
@@ -953,6 +954,8 @@ def test_a_decode_row_runs_both_sides_against_a_filled_static_cache():
     assert row["rel_err"]["ours_vs_stock"] == 0.0 and row["rel_err"]["ours"] == 0.0
     assert row["cudagraph_skips"] == {"stock": 0, "ours": 0}
     assert row["decode_speedup"] == 1.2 and row["gemm_us"] == {"stock": 8.0, "ours": 6.0}
+    # The costliest kernels that are not GEMMs, costliest first.
+    assert [k["kernel"] for k in row["other_kernels"]["ours"]] == [f"triton_poi_{i}" for i in range(9, 1, -1)]
     assert row["gemm_bandwidth_fraction"]["ours"] == round(row["gemm_bytes"] / 6e-6 / 1e9, 4)
     assert row["decode_speedup_bound"] == decode.speedup_bound(row, 1e9)
     # Stock's 10 µs step with its 8 µs of GEMMs moving 4 MB at 2 TB/s (2 µs) instead; GEMMs
