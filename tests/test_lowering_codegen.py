@@ -248,6 +248,25 @@ def test_a_sum_of_two_matmuls_is_two_of_our_gemms_with_the_add_in_the_second():
     assert ((result - expected).norm() / expected.norm()).item() < 2**-8
 
 
+def _sum_of_products_of_views(x3, w, y3, v):
+    return (x3 * 2).reshape(-1, K) @ w.t() + (y3 + 1).reshape(-1, K) @ v.t()
+
+
+def test_a_sum_of_two_matmuls_of_views_of_computed_values_is_split_too():
+    """A training step's input gradient through two projections (a gated MLP's gate and
+    up) sums products whose A is a 3-D gradient reshaped to 2-D: a view of a value not
+    stored yet, which has no strides until realized. Realized first, as either lowering
+    does, the sum splits into two of our GEMMs (strictly: a failure here would raise)."""
+    from inductor_cutedsl.lowering import mm_plus_mm
+
+    before = len(mm_plus_mm.splits)
+    shapes = ((2, M // 2, K), (N, K), (2, M // 2, K), (N, K))
+    out = generation(_sum_of_products_of_views, *shapes, pattern_matcher=True, backends="CUTEDSL,ATEN,TRITON")
+    assert mm_plus_mm.splits[before:] == [{"sizes": [[M, K], [K, N], [M, K], [K, N]]}]
+    calls = [line.strip() for line in out["code"].splitlines() if ".run(" in line or "_mm_plus_mm" in line]
+    assert sum(c.startswith("cutedsl_") for c in calls) == 2, calls
+
+
 @pytest.mark.parametrize("change", ["setting off", "backend off", "float32", "unaligned second"])
 def test_a_sum_of_two_matmuls_keeps_inductors_mm_plus_mm_where_we_take_no_part(change):
     """Split, a sum our kernel cannot take would only lose Triton's template."""

@@ -59,6 +59,11 @@ def wrap(original: Any) -> Any:
 
     def tuned_mm_plus_mm(mat1: Any, mat2: Any, mat3: Any, mat4: Any, *, layout: Any = None) -> Any:
         try:
+            if layout is None:
+                # Realized, as either lowering realizes them (``mm_args``): an operand that
+                # is still a view of a computed value (a 3-D gradient reshaped to 2-D) has
+                # no strides to check before.
+                mat1, mat2, mat3, mat4 = (ir_access.realized(m) for m in (mat1, mat2, mat3, mat4))
             kept = "a layout was given" if layout is not None else split_reason((mat1, mat2, mat3, mat4))
         except Exception as exc:  # a bug of ours: Inductor's own lowering
             fallback("candidates", "mm_plus_mm", exc, log)
