@@ -434,17 +434,18 @@ def measure(
 
 def summarize(rows: list[dict], info: dict) -> dict:
     ok = [r for r in rows if "error" not in r]
-    speed = [r["decode_speedup"] for r in ok if r.get("decode_speedup") is not None]
-    bound = [r["decode_speedup_bound"] for r in ok if r.get("decode_speedup_bound") is not None]
+
+    def measured(key: str) -> list:
+        """The rows' ``key``, where a row has it."""
+        return [r[key] for r in ok if r.get(key) is not None]
+
+    speed, bound = measured("decode_speedup"), measured("decode_speedup_bound")
     fraction = [r["gemm_bandwidth_fraction"]["ours"] for r in ok if r.get("gemm_bandwidth_fraction", {}).get("ours")]
     stock_fraction = [
         r["gemm_bandwidth_fraction"]["stock"] for r in ok if r.get("gemm_bandwidth_fraction", {}).get("stock")
     ]
     site_fractions = [s["bandwidth_fraction"] for r in ok for s in r.get("gemm_sites", ())]
-    programmatic = {
-        key: [r[key] for r in ok if r.get(key) is not None]
-        for key in ("programmatic_speedup", "programmatic_decode_speedup")
-    }
+    programmatic = {key: measured(key) for key in ("programmatic_speedup", "programmatic_decode_speedup")}
     return {
         **info,
         "decode_speedup_geomean": geomean_or_none(speed),

@@ -195,8 +195,9 @@ prune_triton: bool = _values["prune_triton"]
 #: each GEMM then gets our candidates, and the add fuses into the second's epilogue.
 split_mm_plus_mm: bool = _values["split_mm_plus_mm"]
 #: Launch our GEMMs as programmatic dependents of the stream's previous kernel
-#: (``INDUCTOR_CUTEDSL_PROGRAMMATIC_LAUNCH``; read when a launch's sizes are first worked
-#: out, ``runtime/launch.CompiledGemm.layout``): a kernel's CTAs may start as the previous
+#: (``INDUCTOR_CUTEDSL_PROGRAMMATIC_LAUNCH``; read as a graph's code is generated,
+#: ``lowering/candidate.GemmCandidate.launcher_source``, and at each call of
+#: ``runtime.gemm``): a kernel's CTAs may start as the previous
 #: kernel's end, prefetch their first weight k-tiles to L2 and wait for it there
 #: (``Sm90Gemm.kernel``). A decode step's GEMMs are short enough that the gap between
 #: kernels counts. Off until the decode benchmark gains from it: a profiler then counts
