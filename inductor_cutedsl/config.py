@@ -105,7 +105,7 @@ SETTINGS: dict[str, Setting] = {
     "persist_decisions": Setting(True, parse_bool, bool, "reuse fusion and dual-GEMM decisions of earlier compiles"),
     "measure_clear_calls": Setting(False, parse_bool, bool, "measure fused vs unfused even where the call is clear"),
     "prune_triton": Setting(True, parse_bool, bool, "beside our candidates, only Triton's deepest-K mm configs"),
-    "split_mm_plus_mm": Setting(True, parse_bool, bool, "lower a @ b + c @ d as two GEMMs and an add"),
+    "split_mm_plus_mm": Setting(True, parse_bool, bool, "lower a @ b + c @ d as mm, then addmm over its output"),
     "programmatic_launch": Setting(
         False, parse_bool, bool, "start our GEMMs while the previous kernel ends, prefetching the weight"
     ),
@@ -191,8 +191,9 @@ measure_clear_calls: bool = _values["measure_clear_calls"]
 prune_triton: bool = _values["prune_triton"]
 #: Lower the sum of two same-shaped matmuls, which Inductor's max-autotune patterns give
 #: to ``mm_plus_mm`` (ATen's two cuBLAS calls or one Triton template, none of ours), as
-#: two GEMMs and an add (``INDUCTOR_CUTEDSL_SPLIT_MM_PLUS_MM``; ``lowering/mm_plus_mm.py``):
-#: each GEMM then gets our candidates, and the add fuses into the second's epilogue.
+#: a GEMM and an addmm over its output (``INDUCTOR_CUTEDSL_SPLIT_MM_PLUS_MM``;
+#: ``lowering/mm_plus_mm.py``): each GEMM then gets our candidates, and where cuBLAS wins
+#: both the pair is ATen's own ``_mm_plus_mm`` (the add in cuBLAS's beta).
 split_mm_plus_mm: bool = _values["split_mm_plus_mm"]
 #: Launch our GEMMs as programmatic dependents of the stream's previous kernel
 #: (``INDUCTOR_CUTEDSL_PROGRAMMATIC_LAUNCH``; read as a graph's code is generated,

@@ -226,7 +226,7 @@ def test_side_by_side_retiming_runs_the_other_choice_as_a_cuda_graph(other, capl
 def test_a_sum_of_two_matmuls_is_split_into_our_gemms_forward_and_in_a_backward():
     """Inductor's max-autotune pattern gives ``x @ w.t() + y @ v.t()``, and a training
     step's input gradient through two projections of one input, to ``mm_plus_mm``; ours
-    lowers them as two GEMMs and an add (``lowering/mm_plus_mm.py``), each one ours here."""
+    lowers them as an mm and an addmm over its output (``lowering/mm_plus_mm.py``), each one ours here."""
     from inductor_cutedsl.lowering import mm_plus_mm
 
     torch.manual_seed(0)

@@ -212,20 +212,22 @@ def _lowered_sums(wide: int = 0, **fake) -> tuple[dict, list]:
     return out, mm_plus_mm.splits[before:]
 
 
-def test_a_sum_of_two_matmuls_is_two_of_our_gemms_with_the_add_in_the_second():
+def test_a_sum_of_two_matmuls_is_our_gemm_then_our_addmm_over_its_output():
     """Inductor's max-autotune pattern would give ``x @ w.t() + y @ v.t()`` to
     ``mm_plus_mm`` (ATen's two cuBLAS calls or a Triton template). Split, each GEMM is
-    autotuned with our candidates, and the second one's epilogue adds the first's output:
-    evaluated here in float64 (``reference.run``) against the sum itself."""
+    autotuned with our candidates, and the second one's epilogue adds the first's output
+    as a full-matrix C: evaluated here in float64 (``reference.run``) against the sum
+    itself."""
     from fake_hopper import launched
 
     from inductor_cutedsl.runtime import reference
 
     out, splits = _lowered_sums(backends="CUTEDSL,ATEN,TRITON")
     assert splits == [{"sizes": [[M, K], [K, N], [M, K], [K, N]]}]
-    # The second GEMM's timings are the first's (Inductor keys them by layouts): one autotuning.
-    assert {name for name, _ in out["autotuned"]} == {"mm"}
-    assert all("GemmCaller" in choices for _, choices in out["autotuned"])
+    # The second GEMM is an addmm, offered ATen's addmm too: where cuBLAS wins both, the
+    # pair is stock's own _mm_plus_mm (the add in cuBLAS's beta), never a third kernel.
+    assert [name for name, _ in out["autotuned"]] == ["mm", "addmm"]
+    assert all("GemmCaller" in choices and "ExternKernelCaller" in choices for _, choices in out["autotuned"])
     code = out["code"]
     calls = [line.strip() for line in code.splitlines() if ".run(" in line or "_mm_plus_mm" in line]
     assert len(calls) == 2 and all(c.startswith("cutedsl_") for c in calls), calls
@@ -246,6 +248,24 @@ def test_a_sum_of_two_matmuls_is_two_of_our_gemms_with_the_add_in_the_second():
     expected = x @ w.t() + y @ v.t()
     # Each GEMM rounds its output to bf16, as the kernels do: within bf16's step of the sum.
     assert ((result - expected).norm() / expected.norm()).item() < 2**-8
+
+
+def test_a_sum_of_two_matmuls_where_cublas_wins_both_is_stocks_two_cublas_calls():
+    """Where ATen's choice is fastest for both GEMMs, the split is ATen's ``_mm_plus_mm``
+    itself: an ``mm`` and an ``addmm`` that takes the first product as C (cuBLAS's beta),
+    with no add of its own: an ``add(mm, mm)`` would be a third kernel stock does not run."""
+
+    def aten_fastest(choice) -> float:
+        return 0.1 if type(choice).__name__ == "ExternKernelCaller" else 1.0
+
+    out, splits = _lowered_sums(backends="CUTEDSL,ATEN,TRITON", candidate_ms=aten_fastest)
+    assert len(splits) == 1
+    code = out["code"]
+    assert ".run(" not in code, "no kernel of ours or Triton's: the add is in cuBLAS's beta"
+    calls = [line.strip() for line in code.splitlines() if "extern_kernels." in line]
+    assert [c.split("(")[0] for c in calls] == ["extern_kernels.mm", "extern_kernels.addmm"], calls
+    first_out = calls[0].split("out=")[1].rstrip(")")
+    assert calls[1].startswith(f"extern_kernels.addmm({first_out},"), calls
 
 
 def _sum_of_products_of_views(x3, w, y3, v):
@@ -287,8 +307,8 @@ def test_a_sum_of_two_matmuls_keeps_inductors_mm_plus_mm_where_we_take_no_part(c
 
 
 def test_a_failure_in_the_split_lowers_inductors_mm_plus_mm(monkeypatch, lenient, caplog):
-    """A failure in the split's own lowering (planted in the add, after both GEMMs were
-    lowered) falls back to Inductor's ``mm_plus_mm`` and is logged; the GEMMs lowered
+    """A failure in the split's own lowering (planted in the addmm, after the first GEMM
+    was lowered) falls back to Inductor's ``mm_plus_mm`` and is logged; the GEMMs lowered
     before it are dead and leave no kernel in the code."""
     import logging
 
@@ -301,13 +321,13 @@ def test_a_failure_in_the_split_lowers_inductors_mm_plus_mm(monkeypatch, lenient
 
     caplog.set_level(logging.WARNING, logger="inductor_cutedsl")
     before = len(errors.fallbacks)
-    monkeypatch.setitem(lowerings, torch.ops.aten.add, planted)
+    monkeypatch.setitem(lowerings, torch.ops.aten.addmm, planted)
     out, splits = _lowered_sums(backends="CUTEDSL,ATEN,TRITON")
     assert splits == []
     assert [r["stage"] for r in errors.fallbacks[before:]] == ["lowering"]
     assert any("planted failure" in r.getMessage() for r in caplog.records)
     assert [name for name, _ in out["autotuned"]][-1] == "mm_plus_mm"
-    assert "cutedsl_" not in out["code"], "the GEMMs lowered before the failure were dropped"
+    assert "cutedsl_" not in out["code"], "the GEMM lowered before the failure was dropped"
 
 
 def test_disable_restores_inductors_mm_plus_mm():

@@ -567,6 +567,14 @@ BUGS = [
         "a failure in the split's own lowering reaches the user's compile",
     ),
     Bug(
+        "mm-plus-mm-split-adds-apart",
+        "inductor_cutedsl/lowering/mm_plus_mm.py",
+        "    return lowerings[aten.addmm](lowerings[aten.mm](mat1, mat2), mat3, mat4)\n",
+        "    return lowerings[aten.add](lowerings[aten.mm](mat1, mat2), lowerings[aten.mm](mat3, mat4))\n",
+        ("tests/test_lowering_codegen.py",),
+        "where cuBLAS wins both GEMMs of a split sum, the add is a third kernel stock does not run",
+    ),
+    Bug(
         "stream-k-publishes-whole-tile",
         "inductor_cutedsl/kernels/sm90_gemm.py",
         "        for j in cutlass.range_constexpr(cute.size(acc) // 4):  # as in ``_add_peers``\n"

@@ -1,13 +1,17 @@
-"""``a @ b + c @ d`` as two GEMMs and an add where our kernel can take them.
+"""``a @ b + c @ d`` as a GEMM and an addmm over its output where our kernel can take them.
 
 With max-autotune, Inductor's post-grad patterns lower the sum of two matmuls of the
 same shapes (in a training step, the input's gradient through two projections of one
 input: k and v, gate and up) to ``tuned_mm_plus_mm``, whose choices are ATen's
 ``_mm_plus_mm`` (two cuBLAS calls, each with cuBLAS's host cost) and Triton's
-``mm_plus_mm`` template; our candidates are not among them. Lowered as Inductor
-lowers the pair where the shapes differ (``add(mm, mm)``), each GEMM is autotuned with
-every backend's choices, ours included, and the add is a pointwise consumer that our
-epilogue fusion (or Triton's) takes into the second GEMM.
+``mm_plus_mm`` template; our candidates are not among them. Lowered as
+``addmm(a @ b, c, d)``, each GEMM is autotuned with every backend's choices, ours
+included: the second adds the first's output as a full-matrix C, in our epilogue,
+Triton's or cuBLAS's (beta = 1). The rule is never worse than stock: where cuBLAS wins
+both GEMMs, the pair is ATen's ``_mm_plus_mm`` itself (``mm``, then an ``addmm`` that
+reads the first product as C). An ``add(mm, mm)``, as Inductor lowers pairs of unequal
+shapes, would lose that: cuBLAS takes no epilogue, so the add would be a third kernel
+and a second pass over the output.
 
 The decision is made per pattern, on the IR: both products must be GEMMs our kernel
 takes (dtype, device, layouts). Anything else, or a failure here, keeps Inductor's own
@@ -46,12 +50,12 @@ def split_reason(mats: tuple[Any, ...]) -> str | None:
 
 
 def _split(mat1: Any, mat2: Any, mat3: Any, mat4: Any) -> Any:
-    """Inductor's lowering of a sum of two matmuls of unequal shapes: ``add(mm, mm)``."""
+    """``addmm(mat1 @ mat2, mat3, mat4)``: the second GEMM takes the first's output as C."""
     import torch
     from torch._inductor.lowering import lowerings
 
     aten = torch.ops.aten
-    return lowerings[aten.add](lowerings[aten.mm](mat1, mat2), lowerings[aten.mm](mat3, mat4))
+    return lowerings[aten.addmm](lowerings[aten.mm](mat1, mat2), mat3, mat4)
 
 
 def wrap(original: Any) -> Any:
