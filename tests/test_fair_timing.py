@@ -22,9 +22,11 @@ class Other:
         self.name = name
 
 
-def ours(name: str) -> GemmCaller:
+def ours(name: str, stream_k: bool = False) -> GemmCaller:
     caller = GemmCaller.__new__(GemmCaller)
     caller.name = name
+    config = types.SimpleNamespace(stream_k=stream_k)
+    caller.candidate = types.SimpleNamespace(spec=types.SimpleNamespace(config=config))  # type: ignore[assignment]
     return caller
 
 
@@ -261,3 +263,29 @@ def test_compile_mode_tells_cuda_graphs(mode, expected):
 
     with inductor_config.patch(torch._inductor.list_mode_options(mode)):
         assert settings.compile_uses_cudagraphs() is expected
+
+
+@pytest.mark.parametrize("cudagraphs", [False, True])
+def test_a_stream_k_candidate_is_re_timed_as_replayed_under_cuda_graphs(monkeypatch, cudagraphs):
+    """Inductor's pass reads a stream-K launch's host work (scratch, a token) as kernel
+    time: 30 µs against our plain tile's 10.5. Under CUDA graphs, where a replay skips
+    that work, it is re-timed side by side too, and wins where its replay is the
+    fastest; without them its launch is paid on every call, and it keeps the pass's
+    figure (scaled as ours are), unmeasured."""
+    from inductor_cutedsl.compat import settings
+
+    aten, plain, streamed, slower_streamed = Other("mm"), ours("a"), ours("sk", True), ours("sk2", True)
+    timings = {aten: 0.0110, plain: 0.0105, streamed: 0.0300, slower_streamed: 0.0400}
+    run_fn, measured = steady_runs({aten: 0.0100, plain: 0.0104, streamed: 0.0090, slower_streamed: 0.0080})
+    monkeypatch.setattr(settings, "compile_uses_cudagraphs", lambda: cudagraphs)
+    out = fair_timing.rescale(timings, run_fn)
+    scale = out[plain] / timings[plain]
+    assert out[slower_streamed] == pytest.approx(timings[slower_streamed] * scale), "only our fastest stream-K one"
+    if cudagraphs:
+        assert sorted(set(measured)) == ["a", "mm", "sk"]
+        assert out[streamed] == pytest.approx(0.0110 * 0.0090 / 0.0100)
+        assert min(out, key=out.__getitem__) is streamed
+    else:
+        assert sorted(set(measured)) == ["a", "mm"]
+        assert out[streamed] == pytest.approx(timings[streamed] * scale)
+        assert min(out, key=out.__getitem__) is aten

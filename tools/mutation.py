@@ -575,6 +575,22 @@ BUGS = [
         "where cuBLAS wins both GEMMs of a split sum, the add is a third kernel stock does not run",
     ),
     Bug(
+        "stream-k-ranked-by-launch-host-time",
+        "inductor_cutedsl/lowering/fair_timing.py",
+        "    if not settings.compile_uses_cudagraphs():\n        return []\n    streamed",
+        "    if True:\n        return []\n    streamed",
+        ("tests/test_fair_timing.py",),
+        "under CUDA graphs a stream-K candidate is ranked with its launch's host work read as kernel time",
+    ),
+    Bug(
+        "stream-k-replay-timed-without-graphs",
+        "inductor_cutedsl/lowering/fair_timing.py",
+        "    if not settings.compile_uses_cudagraphs():\n        return []\n    streamed",
+        "    if False:\n        return []\n    streamed",
+        ("tests/test_fair_timing.py",),
+        "without CUDA graphs a stream-K candidate is ranked by a replay that skips the host work each call pays",
+    ),
+    Bug(
         "stream-k-publishes-whole-tile",
         "inductor_cutedsl/kernels/sm90_gemm.py",
         "        for j in cutlass.range_constexpr(cute.size(acc) // 4):  # as in ``_add_peers``\n"
