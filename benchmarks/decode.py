@@ -27,6 +27,9 @@ its own cache filled by the same prompt, and timed interleaved:
   not GEMMs: where they hold most of the step, no GEMM reaches a large speed-up;
 * ``cudagraph_skips``: graphs that cudagraph trees refused to record, per side (0 for a
   step timed as served);
+* ``gemm_decisions``: per side of ours, each GEMM autotuning our candidates were re-timed
+  in side by side (``fair_timing.decisions``: our candidates' configs, Inductor's and
+  the side-by-side times), which says whether a stream-K tile was timed as replayed;
 * with ``--sites``, every GEMM's bandwidth (``gemm_sites``): each Linear shape of the
   model alone, stock against ours (``measure_site``), at the row's batch. The step's
   own figure above is the GEMMs' total; this one says which of them leaves the
@@ -350,6 +353,8 @@ def measure(
     ``programmatic``, a third side (``PROGRAMMATIC``) beside the two."""
     from transformers import StaticCache
 
+    from inductor_cutedsl.lowering import fair_timing
+
     model = build(name, layers, device, context=context, overrides=overrides)
     config = model.config
     row: dict = {"row": f"{name}:b{batch}", "model": name, "batch": batch, "layers": layers, "context": context}
@@ -379,10 +384,15 @@ def measure(
             return model(input_ids=tok, past_key_values=cache, cache_position=pos, use_cache=True).logits
 
         skips = cudagraph_skips()
+        retimed = len(fair_timing.decisions)
         with side_backend(side):
             step = decode_step(compile_fn(forward, CUDAGRAPHS), tokens, position, cudagraphs)
             step()  # compiles
             logits[side] = step()[0].float().clone()
+        if side != "stock":  # our GEMM candidates re-timed side by side, with their configs
+            row.setdefault("gemm_decisions", {})[side] = json.loads(
+                json.dumps(fair_timing.decisions[retimed:], default=str)
+            )
         steps[side] = step
         # A step that cudagraph trees refused to record runs without graphs: its figures
         # would not be decode's as served.

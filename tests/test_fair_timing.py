@@ -25,7 +25,7 @@ class Other:
 def ours(name: str, stream_k: bool = False) -> GemmCaller:
     caller = GemmCaller.__new__(GemmCaller)
     caller.name = name
-    config = types.SimpleNamespace(stream_k=stream_k)
+    config = types.SimpleNamespace(stream_k=stream_k, name=lambda: f"{name}_config")
     caller.candidate = types.SimpleNamespace(spec=types.SimpleNamespace(config=config))  # type: ignore[assignment]
     return caller
 
@@ -281,6 +281,7 @@ def test_a_stream_k_candidate_is_re_timed_as_replayed_under_cuda_graphs(monkeypa
     out = fair_timing.rescale(timings, run_fn)
     scale = out[plain] / timings[plain]
     assert out[slower_streamed] == pytest.approx(timings[slower_streamed] * scale), "only our fastest stream-K one"
+    assert fair_timing.decisions[-1]["ours_configs"] == {"a": "a_config"} | ({"sk": "sk_config"} if cudagraphs else {})
     if cudagraphs:
         assert sorted(set(measured)) == ["a", "mm", "sk"]
         assert out[streamed] == pytest.approx(0.0110 * 0.0090 / 0.0100)

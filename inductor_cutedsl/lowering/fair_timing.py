@@ -123,6 +123,7 @@ def _rescale(timings: dict[Any, float], run_fn: Callable[[Any], Callable[[], Any
     decisions.append(
         {
             "ours": mine.name,
+            "ours_configs": {c.name: cfg.name() for c in (mine, *replayed) if (cfg := _config(c)) is not None},
             "inductor_ms": {c.name: round(finite[c], 4) for c in contenders},
             "side_ms": {c.name: round(side[i], 4) for i, c in enumerate(contenders)},
             **({"host_ms": {c.name: round(host[i], 4) for i, c in enumerate(contenders) if i in host}} if host else {}),
@@ -141,9 +142,15 @@ def _rescale(timings: dict[Any, float], run_fn: Callable[[Any], Callable[[], Any
     return out
 
 
-def _stream_k(choice: Any) -> bool:
+def _config(choice: Any) -> Any:
+    """Our candidate's kernel config (``GemmConfig``), None for another choice."""
     candidate = getattr(choice, "candidate", None)
-    return candidate is not None and candidate.spec.config.stream_k
+    return None if candidate is None else candidate.spec.config
+
+
+def _stream_k(choice: Any) -> bool:
+    cfg = _config(choice)
+    return cfg is not None and cfg.stream_k
 
 
 def _replayed_lighter(ours: dict[Any, float], mine: Any) -> list:
