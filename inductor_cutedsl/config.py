@@ -192,8 +192,8 @@ prune_triton: bool = _values["prune_triton"]
 #: Lower the sum of two same-shaped matmuls, which Inductor's max-autotune patterns give
 #: to ``mm_plus_mm`` (ATen's two cuBLAS calls or one Triton template, none of ours), as
 #: a GEMM and an addmm over its output (``INDUCTOR_CUTEDSL_SPLIT_MM_PLUS_MM``;
-#: ``lowering/mm_plus_mm.py``): each GEMM then gets our candidates, and where cuBLAS wins
-#: both the pair is ATen's own ``_mm_plus_mm`` (the add in cuBLAS's beta).
+#: ``lowering/mm_plus_mm.py``): each GEMM then gets our candidates, and the add runs in
+#: the second GEMM (our epilogue, Triton's, or cuBLAS's beta), never as a kernel of its own.
 split_mm_plus_mm: bool = _values["split_mm_plus_mm"]
 #: Launch our GEMMs as programmatic dependents of the stream's previous kernel
 #: (``INDUCTOR_CUTEDSL_PROGRAMMATIC_LAUNCH``; read as a graph's code is generated,

@@ -224,8 +224,7 @@ def test_a_sum_of_two_matmuls_is_our_gemm_then_our_addmm_over_its_output():
 
     out, splits = _lowered_sums(backends="CUTEDSL,ATEN,TRITON")
     assert splits == [{"sizes": [[M, K], [K, N], [M, K], [K, N]]}]
-    # The second GEMM is an addmm, offered ATen's addmm too: where cuBLAS wins both, the
-    # pair is stock's own _mm_plus_mm (the add in cuBLAS's beta), never a third kernel.
+    # The second GEMM is an addmm over the first's output, offered every backend's choices.
     assert [name for name, _ in out["autotuned"]] == ["mm", "addmm"]
     assert all("GemmCaller" in choices and "ExternKernelCaller" in choices for _, choices in out["autotuned"])
     code = out["code"]
@@ -250,10 +249,11 @@ def test_a_sum_of_two_matmuls_is_our_gemm_then_our_addmm_over_its_output():
     assert ((result - expected).norm() / expected.norm()).item() < 2**-8
 
 
-def test_a_sum_of_two_matmuls_where_cublas_wins_both_is_stocks_two_cublas_calls():
-    """Where ATen's choice is fastest for both GEMMs, the split is ATen's ``_mm_plus_mm``
-    itself: an ``mm`` and an ``addmm`` that takes the first product as C (cuBLAS's beta),
-    with no add of its own: an ``add(mm, mm)`` would be a third kernel stock does not run."""
+def test_a_sum_of_two_matmuls_where_cublas_wins_both_is_two_cublas_calls():
+    """Where ATen's choice is fastest for both GEMMs, the split is the two cuBLAS calls of
+    ATen's ``_mm_plus_mm``: an ``mm`` and an ``addmm`` that takes the first product as C
+    (cuBLAS's beta), with no add of its own: an ``add(mm, mm)`` would be a third kernel
+    stock does not run."""
 
     def aten_fastest(choice) -> float:
         return 0.1 if type(choice).__name__ == "ExternKernelCaller" else 1.0

@@ -7,11 +7,12 @@ input: k and v, gate and up) to ``tuned_mm_plus_mm``, whose choices are ATen's
 ``mm_plus_mm`` template; our candidates are not among them. Lowered as
 ``addmm(a @ b, c, d)``, each GEMM is autotuned with every backend's choices, ours
 included: the second adds the first's output as a full-matrix C, in our epilogue,
-Triton's or cuBLAS's (beta = 1). The rule is never worse than stock: where cuBLAS wins
-both GEMMs, the pair is ATen's ``_mm_plus_mm`` itself (``mm``, then an ``addmm`` that
-reads the first product as C). An ``add(mm, mm)``, as Inductor lowers pairs of unequal
-shapes, would lose that: cuBLAS takes no epilogue, so the add would be a third kernel
-and a second pass over the output.
+Triton's or cuBLAS's (beta = 1). Where cuBLAS wins both GEMMs, they are the cuBLAS
+calls of ATen's ``_mm_plus_mm``, but for one copy: out of place, ATen's ``addmm``
+copies C into its output first, where ``_mm_plus_mm`` adds in place (docs/design.md has
+the figures, and why the stock lowering is not taken back there). An ``add(mm, mm)``,
+as Inductor lowers pairs of unequal shapes, would cost more: cuBLAS takes no epilogue,
+so the add would be a third kernel and a second pass over the output.
 
 The decision is made per pattern, on the IR: both products must be GEMMs our kernel
 takes (dtype, device, layouts). Anything else, or a failure here, keeps Inductor's own
