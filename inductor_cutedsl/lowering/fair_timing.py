@@ -123,7 +123,7 @@ def _rescale(timings: dict[Any, float], run_fn: Callable[[Any], Callable[[], Any
     decisions.append(
         {
             "ours": mine.name,
-            "ours_configs": {c.name: cfg.name() for c in (mine, *replayed) if (cfg := _config(c)) is not None},
+            "ours_configs": {c.name: c.gemm_config.name() for c in (mine, *replayed)},
             "inductor_ms": {c.name: round(finite[c], 4) for c in contenders},
             "side_ms": {c.name: round(side[i], 4) for i, c in enumerate(contenders)},
             **({"host_ms": {c.name: round(host[i], 4) for i, c in enumerate(contenders) if i in host}} if host else {}),
@@ -142,17 +142,6 @@ def _rescale(timings: dict[Any, float], run_fn: Callable[[Any], Callable[[], Any
     return out
 
 
-def _config(choice: Any) -> Any:
-    """Our candidate's kernel config (``GemmConfig``), None for another choice."""
-    candidate = getattr(choice, "candidate", None)
-    return None if candidate is None else candidate.spec.config
-
-
-def _stream_k(choice: Any) -> bool:
-    cfg = _config(choice)
-    return cfg is not None and cfg.stream_k
-
-
 def _replayed_lighter(ours: dict[Any, float], mine: Any) -> list:
     """Under CUDA graphs, our fastest stream-K candidate besides ``mine``, to be re-timed
     too. Inductor's pass times a launch's host path as kernel time (above), and a
@@ -162,7 +151,7 @@ def _replayed_lighter(ours: dict[Any, float], mine: Any) -> list:
     choice runs as a replay."""
     if not settings.compile_uses_cudagraphs():
         return []
-    streamed = [c for c in ours if c is not mine and _stream_k(c)]
+    streamed = [c for c in ours if c is not mine and c.gemm_config.stream_k]
     return [min(streamed, key=ours.__getitem__)] if streamed else []
 
 

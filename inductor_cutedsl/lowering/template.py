@@ -11,7 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -19,6 +19,9 @@ from ..compat import ir_access
 from ..compat.lazy import CuteDSLTemplate, CuteDSLTemplateBuffer, CuteDSLTemplateCaller
 from ..runtime import compiler
 from .candidate import GemmCandidate
+
+if TYPE_CHECKING:
+    from ..kernels.config import GemmConfig
 
 TEMPLATE_NAME = "inductor_cutedsl_gemm"
 
@@ -60,6 +63,11 @@ class GemmCaller(CuteDSLTemplateCaller):
 
     candidate: GemmCandidate
     build: concurrent.futures.Future | None = None  # this candidate's kernel build
+
+    @property
+    def gemm_config(self) -> GemmConfig:
+        """The kernel config of this candidate."""
+        return self.candidate.spec.config
 
     def precompile(self) -> None:
         """Load this candidate's kernel if its build is done (Inductor drops the

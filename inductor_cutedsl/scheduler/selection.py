@@ -47,7 +47,6 @@ import torch
 from .. import config
 from ..compat import autotune, codegen, ir_access
 from ..compat.lazy import V
-from ..kernels.config import GemmConfig
 from ..lowering.candidate import GemmCandidate
 from ..lowering.template import GemmCaller
 from ..runtime import compiler, records
@@ -138,10 +137,6 @@ def _candidates(buffer: Any) -> tuple[GemmCaller | None, dict]:
     return (caller if _in_range(caller, timings) else None), timings
 
 
-def _config(caller: GemmCaller) -> GemmConfig:
-    return caller.candidate.spec.config
-
-
 def _in_range(choice: Any, timings: dict) -> bool:
     return choice is not None and timings[choice] <= SCREEN * min(timings.values())
 
@@ -155,15 +150,15 @@ def _fused_choice(caller: GemmCaller, timings: dict, tr: Translation) -> GemmCal
     if index is None:
         return caller
     in_dtype, out_dtype = tr.operands[index].dtype, V.graph.get_buffer(tr.outputs[-1]).get_dtype()
-    best = _fastest(timings, lambda c: isinstance(c, GemmCaller) and fusion.stages(_config(c), in_dtype, out_dtype))
+    best = _fastest(timings, lambda c: isinstance(c, GemmCaller) and fusion.stages(c.gemm_config, in_dtype, out_dtype))
     return best if isinstance(best, GemmCaller) and _in_range(best, timings) else caller
 
 
 def _alternative(choice: GemmCaller, timings: dict) -> GemmCaller | None:
     """Our fastest candidate with the other consumer schedule than ``choice``'s, if it is
     worth a fused build."""
-    pingpong = _config(choice).pingpong
-    alt = _fastest(timings, lambda c: isinstance(c, GemmCaller) and _config(c).pingpong != pingpong)
+    pingpong = choice.gemm_config.pingpong
+    alt = _fastest(timings, lambda c: isinstance(c, GemmCaller) and c.gemm_config.pingpong != pingpong)
     return alt if _in_range(alt, timings) else None
 
 
@@ -223,7 +218,7 @@ def _choice_id(choice: Any) -> tuple:
     """What a contender is, not which object: our config, a Triton template's config, or
     an extern kernel's name (Triton callers' own names are numbered per GEMM)."""
     if isinstance(choice, GemmCaller):
-        return ("cutedsl", _config(choice).name())
+        return ("cutedsl", choice.gemm_config.name())
     return (type(choice).__name__, getattr(choice, "description", "") or getattr(choice, "name", ""))
 
 
@@ -500,7 +495,7 @@ def decide(
         memo[key] = way
         records.write("selection", repr(key), device, way)
     decision = _decision(buffer, contenders, way, consumer)
-    configs = {w: _config(c).name() for w, c in contenders.items() if isinstance(c, GemmCaller)}
+    configs = {w: c.gemm_config.name() for w, c in contenders.items() if isinstance(c, GemmCaller)}
     other = _fastest(timings, lambda c: not isinstance(c, GemmCaller))
     decisions.append(
         {
