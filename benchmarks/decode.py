@@ -64,7 +64,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .harness import geomean_or_none, ratio, rel_err, run_info, stock_on_torch_ptxas, write_json
+from .harness import geomean_or_none, plain, ratio, rel_err, run_info, stock_on_torch_ptxas, write_json
 from .models import BACKENDS, CUDAGRAPHS, GpuProbe, backend, comma_choices, compile_block, gemm_kernels, release
 
 
@@ -390,9 +390,7 @@ def measure(
             step()  # compiles
             logits[side] = step()[0].float().clone()
         if side != "stock":  # our GEMM candidates re-timed side by side, with their configs
-            row.setdefault("gemm_decisions", {})[side] = json.loads(
-                json.dumps(fair_timing.decisions[retimed:], default=str)
-            )
+            row.setdefault("gemm_decisions", {})[side] = plain(fair_timing.decisions[retimed:])
         steps[side] = step
         # A step that cudagraph trees refused to record runs without graphs: its figures
         # would not be decode's as served.

@@ -7,6 +7,7 @@ accuracy and result files are the main job's (``inductor_cutedsl.cli.report``).
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Callable, Iterable
@@ -84,6 +85,12 @@ def side_by_side(fns: dict, rounds: int = 5) -> dict:
     """The median over rounds of ``side_by_side_rounds``."""
     makers = {name: (lambda fn=fn: fn) for name, fn in fns.items()}
     return timing.side_by_side(makers, rounds, graphs=False, whole_designs=True)
+
+
+def plain(value: object) -> object:
+    """``value`` as plain JSON data: what the package recorded may hold sympy integers
+    and other objects, written as their ``str``."""
+    return json.loads(json.dumps(value, default=str))
 
 
 def geomean(values: Iterable[float]) -> float:

@@ -59,6 +59,7 @@ from inductor_cutedsl.timing import enqueue_ms, rotations
 from . import hf_blocks
 from .harness import (
     geomean_or_none,
+    plain,
     ratio,
     rel_err,
     run_info,
@@ -858,17 +859,14 @@ def measure_block(
                     probe.synchronize()
                 row["compile_s_in_process"][name][mode] = round(time.perf_counter() - t0, 1)
                 if name == "ours" and i == 0:  # (plain JSON: a size may be a sympy integer)
-                    row["fused"] = json.loads(json.dumps(scheduling.fused_epilogues[fused_before:], default=str))
+                    row["fused"] = plain(scheduling.fused_epilogues[fused_before:])
                     # What the epilogue selection and the gated MLP's lowering measured.
-                    row["decisions"] = json.loads(
-                        json.dumps(
-                            {
-                                "epilogue": selection.decisions[decided_before[0] :],
-                                "gated": gated.decisions[decided_before[1] :],
-                                "gemm": fair_timing.decisions[decided_before[2] :],
-                            },
-                            default=str,
-                        )
+                    row["decisions"] = plain(
+                        {
+                            "epilogue": selection.decisions[decided_before[0] :],
+                            "gated": gated.decisions[decided_before[1] :],
+                            "gemm": fair_timing.decisions[decided_before[2] :],
+                        }
                     )
                 step()
                 outs[name][mode] = outputs(step)
