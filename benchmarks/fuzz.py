@@ -119,7 +119,11 @@ RULES: tuple[tuple[str, str], ...] = (
     ("fp8-layout", r"fp8 operands must both be K-major"),
     ("scaled-mm-v2", r"^torch\._scaled_mm_v2"),
     ("scale-result", r"scale_result"),
-    ("scale-mode", r"CuteDSL takes fp32 scales|^scales .* want fp32"),
+    (
+        "scale-mode",
+        r"CuteDSL takes fp32 scales|^scales .* want fp32|scales differ in mode|scale_up differ in mode|"
+        r"^scales: fp8 operands need|^scales must be three tensors",
+    ),
     ("beta-zero", r"^beta == 0"),
     ("operand-alignment", r"declared for paired loads|declared for TMA staging"),
     (

@@ -99,6 +99,7 @@ SETTINGS: dict[str, Setting] = {
     "staged_operands": Setting(True, parse_bool, bool, "TMA-stage a fused epilogue's first M x N input"),
     "dual_gemm": Setting(True, parse_bool, bool, "run gated MLPs as one dual-GEMM kernel where faster"),
     "fp8": Setting(True, parse_bool, bool, "offer candidates for fp8 torch._scaled_mm"),
+    "fp8_dual": Setting(False, parse_bool, bool, "run fp8 gated MLPs as one fp8 dual-GEMM kernel where faster"),
     "host_paced": Setting(False, parse_bool, bool, "without CUDA graphs, rank choices by max(GPU, host)"),
     "strict": Setting(False, parse_bool, bool, "raise on an internal failure instead of falling back"),
     "shared_cache": Setting(False, parse_bool, bool, "load kernels from a cache directory others may write"),
@@ -162,6 +163,12 @@ dual_gemm: bool = _values["dual_gemm"]
 #: (``INDUCTOR_CUTEDSL_FP8``). Autotuning ranks candidates by speed only: the switch
 #: turns off a kernel family that a GPU test finds wrong.
 fp8: bool = _values["fp8"]
+#: Run an fp8 gated MLP (two ``torch._scaled_mm`` of one quantized input, an activation
+#: and a product) as one fp8 dual-GEMM kernel where it measures faster
+#: (``INDUCTOR_CUTEDSL_FP8_DUAL``; with ``dual_gemm`` and ``fp8``). Off by default: the
+#: kernel family is compiled and checked on CPU, and turns on once its GPU tests
+#: (``tests/test_gated_gpu.py``, fp8) have passed on the device.
+fp8_dual: bool = _values["fp8_dual"]
 #: In a compile without CUDA graphs, rank the GEMM choices that fair timing re-times by
 #: the larger of their GPU time and their host launch time (``INDUCTOR_CUTEDSL_HOST_PACED``;
 #: ``lowering/fair_timing.py``). Off until the model suite's no-CUDA-graph rows gain from it.

@@ -173,6 +173,7 @@ def _install_rest() -> None:
             from .lowering import gated
 
             lowerings.register_lowering(torch.ops.inductor_cutedsl.gated_mm.default, gated.lower)
+            lowerings.register_lowering(torch.ops.inductor_cutedsl.gated_scaled_mm.default, gated.lower_scaled)
         from .scheduler import scheduling
 
         # With or without epilogue fusion: our GEMMs must not reach Inductor's CuteDSL
@@ -218,6 +219,7 @@ def disable() -> None:
             mm_plus_mm.restore(saved["mm_plus_mm"])
         if "rest" in saved and saved["dual_gemm"]:
             lowerings.unregister_lowering(torch.ops.inductor_cutedsl.gated_mm.default)
+            lowerings.unregister_lowering(torch.ops.inductor_cutedsl.gated_scaled_mm.default)
         if "scheduling" in saved:
             codegen.restore_cuda_scheduling(saved["scheduling"])
         if "fusion_hooks" in saved:

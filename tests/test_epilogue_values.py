@@ -363,6 +363,35 @@ def test_gated_is_activation_of_gate_times_up(activation, biases, rounding):
     close(kept[1], up, "kept up")
 
 
+@pytest.mark.parametrize(
+    "scale_a,scale_b", [("tensor", "tensor"), ("row", "row"), ("tensor", "row"), ("row", "tensor")]
+)
+@pytest.mark.parametrize("biases", [(None, None), ("bfloat16", "float32")])
+def test_fp8_gated_is_the_activation_of_one_scaled_mm_times_another(scale_a, scale_b, biases):
+    """An fp8 dual kernel: act(_scaled_mm(a, b_gate, sa, s_gate, bias_gate)) *
+    _scaled_mm(a, b_up, sa, s_up, bias_up), each product scaled before its bias and both
+    rounded to bf16 (what two ``_scaled_mm`` writing bf16 and a pointwise kernel read);
+    the gate's and the up weight's scales differ, so a swap of the two shows."""
+    gen = torch.Generator().manual_seed(8)
+    a = torch.randn(M, K, generator=gen).to(torch.float8_e4m3fn)
+    b_gate, b_up = (torch.randn(N, K, generator=gen).to(torch.float8_e4m3fn).t() for _ in range(2))
+    sa = torch.rand(M, 1, generator=gen) + 0.5 if scale_a == "row" else torch.tensor(0.375)
+    s_gate, s_up = (
+        torch.rand(1, N, generator=gen) + 0.5 if scale_b == "row" else torch.tensor(value) for value in (1.75, 0.625)
+    )
+    bias_ops = [torch.randn(N, generator=gen).to(getattr(torch, d)) for d in biases if d is not None]
+    parts = []
+    for b, s, i in ((b_gate, s_gate, 0), (b_up, s_up, 1)):
+        part = product(a, b) * sa.to(F64) * s.to(F64)
+        if bias_ops:
+            part = part + bias_ops[i].to(F64)
+        parts.append(part.to(torch.bfloat16).to(F64))
+    epi = E.gated("silu", *biases, rounding="bfloat16", scales=(scale_a, scale_b))
+    assert [op.name for op in epi.operands[:3]] == ["scale_a", "scale_gate", "scale_up"]
+    got = run(spec(epi, dual=True, ab="float8_e4m3fn"), a, b_gate, [sa, s_gate, s_up, *bias_ops], b_up=b_up)
+    close(got, F.silu(parts[0]) * parts[1])
+
+
 # -- a GEMM's own epilogue composed with a fused chain ---------------------------------
 
 

@@ -30,7 +30,10 @@ def test_promotion_needs_registers_for_a_second_accumulator():
     assert GemmConfig(128, 128).promotion_reason(3) is None
     assert GemmConfig(64, 128, pingpong=True).promotion_reason(3) is None
     assert "3 accumulators" in GemmConfig(128, 192).promotion_reason(3)
-    assert "stream-K" in GemmConfig(128, 128, stream_k=True).promotion_reason()
+    # Stream-K promotes per k-tile (PROMOTE_TILE) only.
+    assert GemmConfig(128, 128, stream_k=True).promotion_reason() is None
+    assert "stream-K" in GemmConfig(128, 128, stream_k=True).promotion_reason(3)
+    assert "stream-K" in GemmConfig(128, 128, stream_k=True).promotion_reason(2)
 
 
 @pytest.mark.parametrize(
@@ -38,7 +41,16 @@ def test_promotion_needs_registers_for_a_second_accumulator():
     [
         ({"a_major": "m"}, "K-major"),
         ({"b_major": "n"}, "K-major"),
-        ({"dual": True, "epilogue": E.gated("silu")}, "K-major, no dual"),
+        ({"dual": True, "epilogue": E.gated("silu"), "b_major": "n"}, "K-major"),
+        (
+            {
+                "dual": True,
+                "epilogue": E.gated("silu", scales=("row", "row")),
+                "promote": 1,
+                "cfg": GemmConfig(128, 256),
+            },
+            "spill",
+        ),
         ({"promote": 1, "ab_dtype": "bfloat16"}, "promote"),
         ({"promote": -1}, "promote"),
         ({"promote": 4}, "every k-tile"),
@@ -79,7 +91,19 @@ def test_runtime_refuses_fp8_without_k_major_operands_or_an_output_dtype(monkeyp
     assert gemm_reason(a, b_k, out_dtype=torch.bfloat16) is None
     b_n = torch.randn(128, 64).to(torch.float8_e4m3fn)
     assert "K-major" in gemm_reason(a, b_n, out_dtype=torch.bfloat16)
-    assert "not fp8" in support.gated_reason(a, b_k, b_k)
+    # A dual kernel of fp8 operands takes the two products' scales, and only it does.
+    row, one = torch.rand(64, 1), torch.tensor(0.5)
+    scales = (row, torch.rand(1, 64), torch.rand(1, 64))
+    assert "scales" in support.gated_reason(a, b_k, b_k, out_dtype=torch.bfloat16)
+    assert support.gated_reason(a, b_k, b_k, out_dtype=torch.bfloat16, scales=scales) is None
+    assert support.gated_reason(a, b_k, b_k, out_dtype=torch.bfloat16, scales=(one, one, one)) is None
+    assert "differ in mode" in support.gated_reason(a, b_k, b_k, out_dtype=torch.bfloat16, scales=(row, one, scales[1]))
+    assert "three tensors" in support.gated_reason(a, b_k, b_k, out_dtype=torch.bfloat16, scales=scales[:2])
+    assert "(64, 1)" in support.gated_reason(a, b_k, b_k, out_dtype=torch.bfloat16, scales=(row.t(), *scales[1:]))
+    bf = torch.randn(64, 128, dtype=torch.bfloat16)
+    bf_k = bf.t()
+    assert "scales" in support.gated_reason(bf, bf_k, bf_k, scales=scales)
+    assert support.gated_reason(bf, bf_k, bf_k) is None
 
 
 SCRIPT = textwrap.dedent("""
@@ -99,10 +123,16 @@ SCRIPT = textwrap.dedent("""
                                ("wide", GemmConfig(128, 192, 2, 1), 1), ("halves", GemmConfig(128, 192, 2, 1), 2),
                                ("halves128", GemmConfig(128, 128, 2, 1), 2),
                                ("pingpong", GemmConfig(64, 192, 1, 2, pingpong=True), 1),
-                               ("alternate", GemmConfig(128, 128, 2, 1), 3)):
+                               ("alternate", GemmConfig(128, 128, 2, 1), 3),
+                               ("stream_k", GemmConfig(128, 128, stream_k=True), 1),
+                               ("dual_alternate", GemmConfig(128, 128, 1, 2), 3),
+                               ("dual_fast", GemmConfig(128, 256, 2, 1, epi_n=64), 0)):
         for old in dump.glob("*"):
             old.unlink()
-        spec = KernelSpec(cfg, "float8_e4m3fn", "bfloat16", "k", "k", E.IDENTITY, promote=promote)
+        # A dual kernel's epilogue: scales, relu (no FADD of its own) and the product.
+        dual = name.startswith("dual")
+        epi = E.gated("relu", rounding="bfloat16", scales=("row", "row")) if dual else E.IDENTITY
+        spec = KernelSpec(cfg, "float8_e4m3fn", "bfloat16", "k", "k", epi, dual=dual, promote=promote)
         export_object(spec, root, f"fp8_{name}")
         (cubin,) = dump.glob("*.cubin")
         lines = subprocess.run([nvdisasm, str(cubin)], capture_output=True, text=True, check=True).stdout.splitlines()
@@ -188,6 +218,29 @@ def test_promotion_by_halves_keeps_both_batches_pipelined_in_the_same_registers(
         # second at the k-tile's end; none between the batches (ptxas injects one
         # where the code reads the first batch's sums before the second may issue).
         assert halves["batch_waits"] == 2, halves
+
+
+def test_a_stream_k_kernel_promotes_its_shares_per_k_tile(fp8_sass):
+    """Stream-K (the last wave's k-iterations shared over every SM) promoting per k-tile:
+    its whole tiles and its shares each run the promoting mainloop (one scoreboarded batch
+    of four fp8 wgmmas restarting from zero, 64 additions per k-tile), without spills."""
+    sk = fp8_sass["stream_k"]
+    assert sk["mma"] == sk["fp8_mma"] and sk["mma"] % 4 == 0 and sk["scoreboarded_mma"] == sk["mma"] // 4, sk
+    assert sk["mma_from_zero"] == sk["mma"] // 4 and sk["fadd"] >= 64 * (sk["mma"] // 4), sk
+    assert sk["spill_stores"] == 0, sk
+
+
+def test_an_fp8_dual_kernel_multiplies_both_weights_in_fp8_and_promotes_both_halves(fp8_sass):
+    """The gated dual kernel of e4m3 operands: a 128x128 MMA tile (64 gate and 64 up
+    columns) promoting as ``PROMOTE_ALTERNATE`` does at 128x128 plain (the same wgmma
+    batches and 64 additions per add: both halves' partial sums), and the widest dual
+    tile (128x256, fast accumulation) one batch of four fp8 wgmmas per k-tile, no
+    additions; neither spills."""
+    alt, fast = fp8_sass["dual_alternate"], fp8_sass["dual_fast"]
+    assert alt["mma"] == alt["fp8_mma"] == 16 and alt["scoreboarded_mma"] == 4, alt
+    assert alt["mma_from_zero"] == 4 and alt["fadd"] == 5 * 64 and alt["spill_stores"] == 0, alt
+    assert fast["mma"] == fast["fp8_mma"] == 4 and fast["scoreboarded_mma"] == 1, fast
+    assert fast["fadd"] == 0 and fast["spill_stores"] == 0, fast
 
 
 def test_scaled_epilogue_reads_scales_as_the_mode_says():

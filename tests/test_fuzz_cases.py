@@ -361,7 +361,6 @@ def _bad_runtime_calls():
             lambda: gemm(a.float(), b.float()),
             lambda: gemm(a, b, out_dtype=torch.int32),
             lambda: gemm(a, b, "x", epilogue=E.bias()),
-            lambda: gated_gemm(f8a, f8b, f8b),
             lambda: gated_gemm(a, b, b, bias_gate=torch.empty(64, dtype=torch.int32)),
             lambda: scaled_gemm(a, b, one, one),
             lambda: scaled_gemm(f8a, f8b, one, one, torch.empty(64, 1, dtype=bf)),
@@ -393,7 +392,12 @@ def _bad_runtime_calls():
         ],
         "activation": [lambda: gated_gemm(a, b, b, "tanh")],
         "fp8-layout": [lambda: gemm(f8a, f8b.t(), out_dtype=bf)],
-        "scale-mode": [lambda: scaled_gemm(f8a, f8b, torch.ones(64, 2), one)],
+        "scale-mode": [
+            lambda: scaled_gemm(f8a, f8b, torch.ones(64, 2), one),
+            lambda: gated_gemm(f8a, f8b, f8b, out_dtype=bf),
+            lambda: gated_gemm(a, b, b, scales=(one, one, one)),
+            lambda: gated_gemm(f8a, f8b, f8b, out_dtype=bf, scales=(one, one, torch.ones(1, 64))),
+        ],
         "scale-result": [lambda: scaled_gemm(f8a, f8b, one, one, None, one, out_dtype=bf)],
         "layout": [
             lambda: gemm(a[:, ::2], b[::2]),

@@ -56,7 +56,7 @@ def test_a_programmatic_launcher_asks_for_a_programmatic_launch_every_time(ran, 
     """A launcher made ``programmatic`` passes 1 in the entry's programmatic slot (the
     value before the epilogue operands) at its every launch, on the reused path and the
     stream-K one, and one made without passes 0; a stream-K launch's scratch is still
-    sized for the resident clusters, the value before it."""
+    sized for the resident clusters (the grid's)."""
     scratch = []  # the resident clusters each stream-K launch's scratch is sized for
 
     def buffers(cfg, clusters, device, stream):

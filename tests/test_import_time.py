@@ -125,7 +125,10 @@ def test_import_loads_no_inductor_and_settings_come_with_its_config(stock):
     assert installed["benchmark"] == "inductor_cutedsl.compat.autotune"
     assert installed["cuda_scheduling"] == "inductor_cutedsl.scheduler.scheduling"
     assert installed["start_callbacks"] == stock["start_callbacks"] + 1
-    assert installed["our_lowerings"] == ["inductor_cutedsl.gated_mm.default"]
+    assert sorted(installed["our_lowerings"]) == [
+        "inductor_cutedsl.gated_mm.default",
+        "inductor_cutedsl.gated_scaled_mm.default",
+    ]
     assert seen["restored"] == stock
 
 

@@ -257,6 +257,55 @@ def test_dual_candidate_refusals(graph, args, needle):
     assert needle in refusal(gated.candidates, *args, "silu", False).reason
 
 
+FP8 = torch.float8_e4m3fn
+
+
+def scaled_gated_args(x=None, wg=None, wu=None, sx=None, sg=None, su=None, bg=None, bu=None):
+    """(x, w_gate, w_up, scale_x, scale_gate, scale_up, b_gate, b_up) as the fp8 dual
+    candidates take them: x (M, K) row-major, the weights (K, N) K-major, row-wise scales."""
+    k_major = Node((K, N), (1, K), FP8)
+    return (
+        x or Node((M, K), (K, 1), FP8),
+        wg or k_major,
+        wu or k_major,
+        sx or Node((M, 1), (1, 1), F32),
+        sg or Node((1, N), (N, 1), F32),
+        su or Node((1, N), (N, 1), F32),
+        bg,
+        bu,
+    )
+
+
+@pytest.mark.parametrize(
+    "args,out_dtype,needle",
+    [
+        (scaled_gated_args(x=Node((M, K), (K, 1))), BF16, "dtypes torch.bfloat16/torch.float8_e4m3fn"),
+        (scaled_gated_args(), FP8, "output dtype torch.float8_e4m3fn"),
+        (scaled_gated_args(bg=Node((N, 1), (1, 1), BF16)), BF16, "bias dtype torch.bfloat16 of 2 dims"),
+        (scaled_gated_args(wu=Node((K, N), (N, 1), FP8)), BF16, "the two weights are laid out differently"),
+        (
+            scaled_gated_args(wg=Node((K, N), (N, 1), FP8), wu=Node((K, N), (N, 1), FP8)),
+            BF16,
+            "w_gate strides [128, 1] are not contiguous along mode 0",
+        ),
+        (scaled_gated_args(su=Node((1,), (1,), F32)), BF16, "the two weights' scales differ in mode"),
+        (scaled_gated_args(sx=Node((M, 2), (2, 1), F32)), BF16, "CuteDSL takes fp32 scales"),
+    ],
+    ids=["bf16_x", "fp8_out", "bias_2d", "weights_differ", "n_major_weights", "scale_modes", "block_scale"],
+)
+def test_fp8_dual_candidate_refusals(graph, args, out_dtype, needle):
+    assert needle in refusal(gated.scaled_candidates, *args, "silu", out_dtype, False).reason
+
+
+def test_fp8_dual_candidates_promote_as_their_configs_allow(graph):
+    cands, modes = gated.scaled_candidates(*scaled_gated_args(), "silu", BF16, False)
+    assert modes == ("row", "row") and cands
+    assert all(c.spec.dual and c.spec.promote and c.spec.config.promotion_reason(c.spec.promote) is None for c in cands)
+    fast, _ = gated.scaled_candidates(*scaled_gated_args(), "silu", BF16, True)
+    assert fast and all(not c.spec.promote for c in fast)
+    assert fast[0].input_names == ("a", "b", "b_up", "scale_a", "scale_gate", "scale_up")
+
+
 def test_dual_candidates_refuse_a_graph_without_our_backend_or_with_a_cpp_wrapper(graph):
     with inductor_config.patch(max_autotune_gemm_backends="ATEN,TRITON"):
         assert "CUTEDSL is not in" in refusal(gated.candidates, *gated_args(), "silu", False).reason

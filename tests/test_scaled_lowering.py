@@ -152,14 +152,14 @@ def test_scale_modes_and_the_scales_refused(graph):  # noqa: F811  (the fixture 
     from inductor_cutedsl.lowering import gemm_choices as gc
 
     fp32 = torch.float32
-    assert gc._scale_mode("scale_a", FakeNode((M, 1), (1, 1), fp32), (M, 1)) == "row"
-    assert gc._scale_mode("scale_b", FakeNode((1, N), (N, 1), fp32), (1, N)) == "row"
+    assert gc.operand_scale_mode("scale_a", FakeNode((M, 1), (1, 1), fp32), (M, 1)) == "row"
+    assert gc.operand_scale_mode("scale_b", FakeNode((1, N), (N, 1), fp32), (1, N)) == "row"
     for shape in [(), (1,), (1, 1)]:
-        assert gc._scale_mode("scale_a", FakeNode(shape, [1] * len(shape), fp32), (M, 1)) == "tensor"
+        assert gc.operand_scale_mode("scale_a", FakeNode(shape, [1] * len(shape), fp32), (M, 1)) == "tensor"
     with pytest.raises(Unsupported, match="not block-wise"):
-        gc._scale_mode("scale_a", FakeNode((M, K // 128), (K // 128, 1), fp32), (M, 1))
+        gc.operand_scale_mode("scale_a", FakeNode((M, K // 128), (K // 128, 1), fp32), (M, 1))
     with pytest.raises(Unsupported, match="fp32 scales"):
-        gc._scale_mode("scale_a", FakeNode((M, 1), (1, 1), torch.float8_e8m0fnu), (M, 1))
+        gc.operand_scale_mode("scale_a", FakeNode((M, 1), (1, 1), torch.float8_e8m0fnu), (M, 1))
 
 
 def test_an_fp8_cast_of_rows_not_whole_16_byte_units_stays_outside():

@@ -6,7 +6,9 @@ Read against torch 2.11 to 2.15 (``size_hint`` became ``optimization_hint``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -118,13 +120,35 @@ def lowering_site() -> tuple[Any, Any] | None:
     return (graph, node) if isinstance(node, torch.fx.Node) else None
 
 
+#: The op a lowering lowers on behalf of the graph's node (``lowering_op``), if any.
+_inner = threading.local()
+
+
+@contextlib.contextmanager
+def lowering_op(target: Any, **args: Any) -> Iterator[None]:
+    """Inside: the op being lowered reads as ``target`` called with ``args`` (by name),
+    not as the graph's node: for the ops one node's lowering lowers in its place (an fp8
+    gated product lowered as the two ``_scaled_mm`` it was), whose choices read their
+    op's arguments (``current_node_target``, ``current_node_arg``)."""
+    prior = getattr(_inner, "op", None)
+    _inner.op = (target, args)
+    try:
+        yield
+    finally:
+        _inner.op = prior
+
+
 def current_node_target() -> Any:
     """The target (an op overload) of the FX node being lowered."""
-    return V.graph.current_node.target
+    inner = getattr(_inner, "op", None)
+    return inner[0] if inner is not None else V.graph.current_node.target
 
 
 def current_node_arg(name: str, index: int, default: Any) -> Any:
     """Argument ``name`` (positional ``index``) of the op being lowered, else ``default``."""
+    inner = getattr(_inner, "op", None)
+    if inner is not None:
+        return inner[1].get(name, default)
     node = V.graph.current_node
     if name in node.kwargs:
         return node.kwargs[name]

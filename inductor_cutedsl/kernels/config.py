@@ -171,8 +171,10 @@ class GemmConfig:
         sets = 3 if promote == PROMOTE_ALTERNATE else 2
         if sets * self.acc_regs() > 192:
             return f"{sets} accumulators of {self.acc_regs()} registers per thread would spill"
-        if self.stream_k:
-            return "promotion has no stream-K"
+        if self.stream_k and promote != PROMOTE_TILE:
+            # The DSL cannot build the other modes' partial-sum sets across stream-K's
+            # share loop (a value staged inside it escapes).
+            return "stream-K promotes per k-tile only (PROMOTE_TILE)"
         return None
 
     def acc_regs(self) -> int:
@@ -351,7 +353,9 @@ def shortlist(
     return cands[:limit]
 
 
-def dual_shortlist(m: int, n: int, k: int, batch: int = 1, limit: int = 4, graphs: bool = False) -> list[GemmConfig]:
+def dual_shortlist(
+    m: int, n: int, k: int, batch: int = 1, limit: int = 4, graphs: bool = False, promote: int = PROMOTE_NONE
+) -> list[GemmConfig]:
     """Configs worth benchmarking for a dual (gated) kernel with an ``n``-column output,
     best guess first.
 
@@ -362,6 +366,9 @@ def dual_shortlist(m: int, n: int, k: int, batch: int = 1, limit: int = 4, graph
     (64 output columns) where the wide tile would leave most SMs idle. At decode size
     under CUDA graphs (``graphs``; ``decode_stream_k``) a stream-K 128x128 MMA tile
     leads, as ``shortlist``'s 128x64 one does: the same 64 output columns a tile.
+    ``promote`` (an fp8 kernel's promotion mode): only configs with registers for its
+    partial sums (``GemmConfig.promotion_reason``), which leaves the 128x128 MMA tiles
+    and the 64x128 pingpong one.
     """
     sms = 132
     raster_m = m >= n
@@ -381,11 +388,14 @@ def dual_shortlist(m: int, n: int, k: int, batch: int = 1, limit: int = 4, graph
         if graphs and decode_stream_k(m, math.ceil(n / 64) * batch)
         else []
     )
+    if promote:
+        narrow.append(GemmConfig(64, 128, 1, 1, True, raster_m, swz))
     cands: list[GemmConfig] = []
     # Too few wide tiles to give most SMs work: the narrow tiles first.
     for cfg in skinny + (wide + narrow if tiles >= sms // 2 else narrow + wide):
         # The scheduler counts MMA columns: twice the output's.
         cfg = dataclasses.replace(cfg, swizzle=fitted_swizzle(cfg, m, 2 * n))
-        if cfg.invalid_reason() is None and cfg.dual_reason() is None and cfg not in cands:
+        fits = not promote or cfg.promotion_reason(promote) is None
+        if fits and cfg.invalid_reason() is None and cfg.dual_reason() is None and cfg not in cands:
             cands.append(cfg)
     return cands[:limit]

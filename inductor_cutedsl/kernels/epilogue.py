@@ -158,6 +158,17 @@ def addmm(beta_alpha: bool, bias_kind: str, dtype: str = "bfloat16") -> Epilogue
 SCALE_MODES = ("tensor", "row")
 
 
+def _scale_operands(scale_a: str, scale_b: str, b_names: tuple[str, ...]) -> list[EpilogueOperand]:
+    """fp32 scale operands: A's (one value per output row m if row-wise), then one per
+    name in ``b_names`` (one value per column n), each tensor-wise (one value, read
+    through zero strides) or row-wise."""
+    for name, mode in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if mode not in SCALE_MODES:
+            raise ValueError(f"{name} mode {mode!r} not in {SCALE_MODES}")
+    a = EpilogueOperand("scale_a", "col" if scale_a == "row" else "row", "float32")
+    return [a, *(EpilogueOperand(name, "row", "float32") for name in b_names)]
+
+
 def scaled(scale_a: str, scale_b: str, bias: str | None = None, scale_result: bool = False) -> Epilogue:
     """``(acc * scale_a * scale_b [+ bias]) [/ scale_result]``: what ``torch._scaled_mm``
     computes from an fp8 product, in fp32, scales before the bias. Scales are fp32
@@ -168,13 +179,7 @@ def scaled(scale_a: str, scale_b: str, bias: str | None = None, scale_result: bo
     (torch divides by it, as its CPU kernel shows; the caller refuses it for other
     outputs, which torch ignores it for). Operands, in order: scale_a, scale_b, the
     bias, scale_result (as given)."""
-    for name, mode in (("scale_a", scale_a), ("scale_b", scale_b)):
-        if mode not in SCALE_MODES:
-            raise ValueError(f"{name} mode {mode!r} not in {SCALE_MODES}")
-    ops = [
-        EpilogueOperand("scale_a", "col" if scale_a == "row" else "row", "float32"),
-        EpilogueOperand("scale_b", "row", "float32"),
-    ]
+    ops = _scale_operands(scale_a, scale_b, ("scale_b",))
     result = "acc * ops[0] * ops[1]"
     if bias is not None:
         result += f" + ops[{len(ops)}]"
@@ -196,9 +201,14 @@ def gated(
     keep: str | None = None,
     rounding: str | None = None,
     keep_pairs: bool = False,
+    scales: tuple[str, str] | None = None,
 ) -> Epilogue:
     """``activation(gate + bias_gate) * (up + bias_up)``: the epilogue of a dual kernel.
 
+    ``scales``: an fp8 dual kernel's (scale_a, scale_b) modes (``SCALE_MODES``), the
+    accumulators being products of e4m3 operands: gate = acc_gate * scale_a *
+    scale_gate and up = acc_up * scale_a * scale_up before their biases, as two
+    ``torch._scaled_mm`` compute them (the two weights' scales in the same mode).
     ``bias_gate`` / ``bias_up``: the dtype of a row bias over the output's columns, or
     None for no bias. ``keep``: the dtype of two extra outputs, ``gate`` and ``up``
     with their biases added (what the backward pass reads), or None. ``rounding``:
@@ -206,12 +216,16 @@ def gated(
     GEMMs writing that dtype and a pointwise kernel reading them compute.
     ``keep_pairs``: the kept outputs (16-bit) are written two columns per store
     (``EpilogueOperand.pairs``: their layouts must allow it).
-    Operands, in order: the biases given, then the kept outputs.
+    Operands, in order: the scales (scale_a, scale_gate, scale_up), the biases given,
+    then the kept outputs.
     """
     if activation not in GATED_ACTIVATIONS:
         raise ValueError(f"activation {activation!r} not in {GATED_ACTIVATIONS}")
     ops: list[EpilogueOperand] = []
     lines = ["def epilogue(acc, m, n, l, ops):", "    gate, up = acc"]
+    if scales is not None:
+        ops += _scale_operands(*scales, ("scale_gate", "scale_up"))
+        lines += ["    gate = gate * ops[0] * ops[1]", "    up = up * ops[0] * ops[2]"]
     for name, dtype in (("gate", bias_gate), ("up", bias_up)):
         if dtype is not None:
             lines.append(f"    {name} = {name} + ops[{len(ops)}]")
@@ -225,6 +239,7 @@ def gated(
     lines.append(f"    return {result}")
     name = "_".join(
         ["gated", activation]
+        + ([f"scaled_{scales[0]}_{scales[1]}"] if scales is not None else [])
         + ["bias_gate"] * (bias_gate is not None)
         + ["bias_up"] * (bias_up is not None)
         + ["keep"] * (keep is not None)

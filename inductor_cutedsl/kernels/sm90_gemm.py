@@ -165,8 +165,8 @@ class Sm90Gemm:
             raise ValueError(f"invalid config {cfg.name()}: {reason}")
         if a_major not in ("k", "m") or b_major not in ("k", "n"):
             raise ValueError(f"bad majors a={a_major} b={b_major}")
-        if ab_dtype in FP8_DTYPES and (a_major, b_major, dual) != ("k", "k", False):
-            raise ValueError("8-bit operands: A and B K-major, no dual kernel")
+        if ab_dtype in FP8_DTYPES and (a_major, b_major) != ("k", "k"):
+            raise ValueError("8-bit operands: A and B K-major")
         if reason := promote_reason(promote, ab_dtype in FP8_DTYPES):
             raise ValueError(reason)
         self.cfg = cfg
@@ -1006,7 +1006,7 @@ class Sm90Gemm:
             # (published for that tile's first slot), then the first k-iterations of
             # the next (summed with the parts published for it, then stored).
             rank = cute.arch.block_idx_in_cluster()  # partials pair CTAs of equal rank
-            cta = slot * self.cfg.cluster_size + rank
+            cta = self._slot_cta(slot, rank)
             it = start
             while it < end:
                 r = it // k_tiles
@@ -1465,6 +1465,11 @@ class Sm90Gemm:
             self._share_start(other, sharers, iters) < self._share_start(other + 1, sharers, iters)
         )
 
+    def _slot_cta(self, slot, rank):
+        """The CTA (its flag, its partial sums' buffer) of rank ``rank`` in cluster slot
+        ``slot``: partial sums pair CTAs of equal rank in their clusters."""
+        return slot * self.cfg.cluster_size + rank
+
     @cute.jit
     def _add_peers(self, acc, sk_buffers, slot, rank, shares, etidx, epi_bar, coords, size_m):
         """Add the partial sums the slots after ``slot`` published for its tile (the
@@ -1488,17 +1493,14 @@ class Sm90Gemm:
         peers = [self._publishes(slot + 1 + d, *shares) for d in range(window)]
         if etidx < window:
             if self._publishes(slot + 1 + etidx, *shares):
-                flag = sk_buffers[1].iterator + (slot + 1 + etidx) * self.cfg.cluster_size + rank
+                flag = sk_buffers[1].iterator + self._slot_cta(slot + 1 + etidx, rank)
                 token = sk_buffers[2]
                 ready = Int64(0)
                 while ready != token:
                     ready = cute.arch.load(flag, Int64, sem="acquire", scope="gpu")
                 cute.arch.store(flag, Int64(0))
         epi_bar.arrive_and_wait()
-        views = [
-            self._partial_view(acc, sk_buffers, (slot + 1 + d) * self.cfg.cluster_size + rank, etidx)
-            for d in range(window)
-        ]
+        views = [self._partial_view(acc, sk_buffers, self._slot_cta(slot + 1 + d, rank), etidx) for d in range(window)]
         runs = cute.size(acc) // 4
         # Unrolled at trace time (register fragments take static indices only).
         if cutlass.const_expr(window * runs <= _STREAM_K_LOADS_IN_FLIGHT):

@@ -25,15 +25,15 @@ from ..compat.lazy import V, ir_ops
 from ..config import BACKEND_TOKEN
 from ..errors import Unsupported, fallback
 from ..kernels import epilogue as E
-from ..kernels.config import dual_shortlist
+from ..kernels.config import PROMOTE_NONE, PROMOTE_TILE, dual_shortlist, promotion_mode
 from ..runtime import compiler, records
 from ..runtime.launch import default_cache
 from ..runtime.spec import ALIGNMENT, KernelSpec
-from ..runtime.support import AB_DTYPES, OUT_DTYPES, device_reason
+from ..runtime.support import AB_DTYPES, FP8_DTYPES, OUT_DTYPES, device_reason
 from ..timing import side_by_side
 from . import gated_op  # noqa: F401  (registers the op this lowers)
 from .candidate import GemmCandidate
-from .gemm_choices import SKINNY_ROWS, SMALL_ROWS
+from .gemm_choices import SKINNY_ROWS, SMALL_ROWS, operand_scale_mode
 from .template import gemm_template
 
 log = logging.getLogger("inductor_cutedsl.lowering")
@@ -50,26 +50,40 @@ def _operand_reason(name: str, node: Any, major_mode: int) -> str | None:
     return None
 
 
-def candidates(x2, w_gate, w_up, b_gate, b_up, activation: str, keep: bool) -> list[GemmCandidate]:
-    """Our dual-kernel candidates for ``act(x2 @ w_gate^T + b_gate) * (...)``, or Unsupported."""
+def _check_product(x, w_gate, w_up, biases, dtypes: dict, k_mode: int) -> None:
+    """The refusals (Unsupported) every dual kernel shares: the backend off, code that
+    cannot be generated, operands not all of one of ``dtypes``, biases of other than a
+    16- or 32-bit float or of more than one dim, the two weights laid out differently,
+    and operands TMA cannot read with K contiguous (the weights' mode ``k_mode``)."""
     if not settings.backend_enabled(BACKEND_TOKEN):
         raise Unsupported(f"{BACKEND_TOKEN} is not in max_autotune_gemm_backends", "backend-off")
-    blocked = ir_access.codegen_blocked() or device_reason(ir_access.device_of(x2))
+    blocked = ir_access.codegen_blocked() or device_reason(ir_access.device_of(x))
     if blocked:
         raise Unsupported(blocked, "codegen-blocked")
-    dtype = x2.get_dtype()
-    if dtype not in AB_DTYPES or {w_gate.get_dtype(), w_up.get_dtype()} != {dtype}:
-        raise Unsupported(f"dtypes {dtype}/{w_gate.get_dtype()}/{w_up.get_dtype()} (bf16 or fp16, equal)", "dtype")
-    for b in (b_gate, b_up):
-        if b is not None and b.get_dtype() not in OUT_DTYPES:
-            raise Unsupported(f"bias dtype {b.get_dtype()}", "dtype")
+    dtype = x.get_dtype()
+    if dtype not in dtypes or {w_gate.get_dtype(), w_up.get_dtype()} != {dtype}:
+        want = "/".join(sorted(map(str, dtypes)))
+        raise Unsupported(f"dtypes {dtype}/{w_gate.get_dtype()}/{w_up.get_dtype()} (equal, one of {want})", "dtype")
+    for b in biases:
+        if b is not None and (b.get_dtype() not in OUT_DTYPES or len(b.get_size()) != 1):
+            raise Unsupported(f"bias dtype {b.get_dtype()} of {len(b.get_size())} dims", "dtype")
     for weight in (w_gate, w_up):
         ir_access.freeze_layout(weight)
     if list(w_gate.get_stride()) != list(w_up.get_stride()):
         raise Unsupported("the two weights are laid out differently", "layout")
-    reasons = [_operand_reason("x", x2, 1), _operand_reason("w_gate", w_gate, 1), _operand_reason("w_up", w_up, 1)]
+    reasons = [
+        _operand_reason("x", x, 1),
+        _operand_reason("w_gate", w_gate, k_mode),
+        _operand_reason("w_up", w_up, k_mode),
+    ]
     if any(reasons):
         raise Unsupported("; ".join(r for r in reasons if r), "tma-alignment")
+
+
+def candidates(x2, w_gate, w_up, b_gate, b_up, activation: str, keep: bool) -> list[GemmCandidate]:
+    """Our dual-kernel candidates for ``act(x2 @ w_gate^T + b_gate) * (...)``, or Unsupported."""
+    _check_product(x2, w_gate, w_up, (b_gate, b_up), AB_DTYPES, 1)
+    dtype = x2.get_dtype()
     m, k = (ir_access.size_hint(s) for s in x2.get_size())
     n = ir_access.size_hint(w_gate.get_size()[0])
     if n % (ALIGNMENT // dtype.itemsize):
@@ -176,16 +190,18 @@ def decide(
 ) -> GemmCandidate | None:
     """Our fastest dual candidate if it beats the alternative side by side, else None;
     decided once per graph for each product (``_measured``)."""
-    key = (
-        str(device),
-        str(dtype),
-        shapes,
-        activation,
-        has_bias,
-        keep,
-        fused,
-        tuple(c.spec.key() for c in cands),
-    )
+    runs = {f"dual{i}": _dual_maker(c, shapes, dtype, device, has_bias, keep) for i, c in enumerate(cands)}
+    runs["alternative"] = _alternative_maker(shapes, dtype, device, activation, has_bias, fused)
+    key = (str(device), str(dtype), shapes, activation, has_bias, keep, fused)
+    return _decide(cands, key, runs, device, activation, shapes, "fused" if fused else "two")
+
+
+def _decide(
+    cands: list[GemmCandidate], key: tuple, runs: dict, device, activation: str, shapes, form: str
+) -> GemmCandidate | None:
+    """``decide`` for a product that measurement depends on as ``key`` says, timed as
+    ``runs`` (``dual<i>`` per candidate, and ``alternative``) run it."""
+    key = (*key, tuple(c.spec.key() for c in cands))
     memo = _measured.setdefault(V.graph, {})
     if key in memo:
         best = memo[key]
@@ -200,8 +216,6 @@ def decide(
         return None if best is None else cands[best]
     builds = [compiler.build_async(c.spec, default_cache(), config.compile_workers) for c in cands]
     compiler.wait(builds)
-    runs = {f"dual{i}": _dual_maker(c, shapes, dtype, device, has_bias, keep) for i, c in enumerate(cands)}
-    runs["alternative"] = _alternative_maker(shapes, dtype, device, activation, has_bias, fused)
     t0 = time.perf_counter()
     with autotune.preserve_rng_state():
         times = measure(runs, device)
@@ -224,7 +238,7 @@ def decide(
         {
             "shape": [m, n, k],
             "activation": activation,
-            "form": "fused" if fused else "two",
+            "form": form,
             "dual_ms": ours,
             "alternative_ms": other,
             "config": cands[best].spec.config.name(),
@@ -338,3 +352,141 @@ def _product_fn(gate: Any, up: Any, activation: str) -> Callable:
         return ops.to_dtype(ops.mul(act, ops.to_dtype(load_up(index), torch.float32)), dtype)
 
     return inner
+
+
+# -- fp8: ``gated_scaled_mm`` ------------------------------------------------------------
+
+
+def scaled_candidates(
+    x, wg, wu, sx, sg, su, bg, bu, activation: str, out_dtype, fast: bool
+) -> tuple[list[GemmCandidate], tuple[str, str]]:
+    """Our fp8 dual-kernel candidates for ``act(_scaled_mm(x, wg, sx, sg, bg)) *
+    _scaled_mm(x, wu, sx, su, bu)`` (x (M, K) and the weights (K, N), e4m3, K-major),
+    and the scales' modes (scale_x's, the weights'); or Unsupported."""
+    # Hopper's fp8 MMA reads both operands K-major: the (K, N) weights along their columns.
+    _check_product(x, wg, wu, (bg, bu), FP8_DTYPES, 0)
+    if out_dtype not in OUT_DTYPES:
+        raise Unsupported(f"output dtype {out_dtype} (want bf16, fp16 or fp32)", "dtype")
+    m, k = (ir_access.size_hint(s) for s in x.get_size())
+    n = ir_access.size_hint(wg.get_size()[1])
+    if n * out_dtype.itemsize % ALIGNMENT:
+        raise Unsupported(f"output width {n} is not a multiple of 16 bytes", "tma-alignment")
+    mode_a = operand_scale_mode("scale_x", sx, (m, 1))
+    modes_b = {operand_scale_mode(name, s, (1, n)) for name, s in (("scale_gate", sg), ("scale_up", su))}
+    if len(modes_b) != 1:
+        raise Unsupported("the two weights' scales differ in mode", "scale-mode")
+    modes = (mode_a, modes_b.pop())
+    out = OUT_DTYPES[out_dtype]
+    epi = E.gated(
+        activation,
+        bias_gate=OUT_DTYPES[bg.get_dtype()] if bg is not None else None,
+        bias_up=OUT_DTYPES[bu.get_dtype()] if bu is not None else None,
+        rounding=out,  # what two _scaled_mm writing out_dtype and a pointwise kernel read
+        scales=modes,
+    )
+    operands: tuple[str, ...] = ("scale_a", "scale_gate", "scale_up")
+    operands += tuple(name for name, b in (("bias_gate", bg), ("bias_up", bu)) if b is not None)
+    names = ("a", "b", "b_up") + operands
+    graphs = settings.compile_uses_cudagraphs()
+    promote = PROMOTE_NONE if fast else PROMOTE_TILE
+    configs = dual_shortlist(m, n, k, limit=config.max_configs, graphs=graphs, promote=promote)
+    fp8 = FP8_DTYPES[torch.float8_e4m3fn]
+    cands = [
+        GemmCandidate(
+            KernelSpec(cfg, fp8, out, "k", "k", epi, dual=True, promote=PROMOTE_NONE if fast else promotion_mode(cfg)),
+            names,
+            operands,
+        )
+        for cfg in configs
+    ]
+    return cands, modes
+
+
+def _scaled_operands(shapes, modes, out_dtype, device, has_bias) -> tuple:
+    """Random e4m3 x (M, K), gate and up weights (K, N) K-major, fp32 scales in ``modes``
+    (scale_x's, the weights'), and the biases asked for."""
+    (m, k), n = shapes
+    fp8 = torch.float8_e4m3fn
+    x = torch.randn(m, k, device=device).to(fp8)
+    wg, wu = (torch.randn(n, k, device=device).to(fp8).t() for _ in range(2))
+
+    def scale(mode, shape):
+        return torch.rand(shape, device=device) + 0.5 if mode == "row" else torch.tensor(0.5, device=device)
+
+    sx, sg, su = scale(modes[0], (m, 1)), scale(modes[1], (1, n)), scale(modes[1], (1, n))
+    bg, bu = (torch.randn(n, dtype=out_dtype, device=device) if has else None for has in has_bias)
+    return x, wg, wu, sx, sg, su, bg, bu
+
+
+def _scaled_runs(cands, shapes, modes, out_dtype, device, activation, has_bias, fast) -> dict:
+    """Side-by-side runs of an fp8 gated product: each candidate's launch (``dual<i>``),
+    and two ``torch._scaled_mm`` (cuBLASLt) with a pointwise kernel (``alternative``)."""
+    from .gated_product import gated_product
+
+    def dual(cand: GemmCandidate) -> Callable[[], Callable[[], object]]:
+        def make():
+            x, wg, wu, sx, sg, su, bg, bu = _scaled_operands(shapes, modes, out_dtype, device, has_bias)
+            out = torch.empty(shapes[0][0], shapes[1], dtype=out_dtype, device=device)
+            ops = [t for t in (sx, sg, su, bg, bu) if t is not None]
+            launch, stream = cand.launcher(), torch.cuda.current_stream().cuda_stream
+            return lambda: launch(x, wg, out, *ops, b_up=wu, stream=stream)
+
+        return make
+
+    def alternative() -> Callable[[], object]:
+        x, wg, wu, sx, sg, su, bg, bu = _scaled_operands(shapes, modes, out_dtype, device, has_bias)
+
+        def product(w, s, b):
+            return torch._scaled_mm(x, w, sx, s, bias=b, out_dtype=out_dtype, use_fast_accum=fast)
+
+        return lambda: gated_product(product(wg, sg, bg), product(wu, su, bu), activation)
+
+    runs = {f"dual{i}": dual(c) for i, c in enumerate(cands)}
+    runs["alternative"] = alternative
+    return runs
+
+
+def lower_scaled(x, wg, wu, sx, sg, su, bg, bu, activation, out_dtype, use_fast_accum):
+    """Inductor's lowering of ``gated_scaled_mm``: our fp8 dual kernel, or the graph's two
+    ``_scaled_mm`` and product."""
+    try:
+        return _dual_scaled(x, wg, wu, sx, sg, su, bg, bu, activation, out_dtype, use_fast_accum)
+    except Unsupported as why:
+        log.info("gated fp8 %s: no dual kernel: %s [%s]", activation, why, why.rule)
+    except Exception as exc:
+        fallback("lowering", f"gated fp8 {activation} product", exc, log)
+    return _scaled_as_graph(x, wg, wu, sx, sg, su, bg, bu, activation, out_dtype, use_fast_accum)
+
+
+def _dual_scaled(x, wg, wu, sx, sg, su, bg, bu, activation, out_dtype, fast):
+    # What the template reads: realized buffers (or views of them).
+    real = [ir_access.realized(t) if t is not None else None for t in (x, wg, wu, sx, sg, su, bg, bu)]
+    rx, rwg, rwu, rsx, rsg, rsu, rbg, rbu = real
+    cands, modes = scaled_candidates(rx, rwg, rwu, rsx, rsg, rsu, rbg, rbu, activation, out_dtype, fast)
+    if not cands:
+        raise Unsupported("no dual config fits", "dual-config")
+    n = wg.get_size()[1]
+    shapes = ((ir_access.size_hint(x.get_size()[0]), ir_access.size_hint(x.get_size()[1])), ir_access.size_hint(n))
+    has_bias = (bg is not None, bu is not None)
+    device = ir_access.device_of(x)
+    runs = _scaled_runs(cands, shapes, modes, out_dtype, device, activation, has_bias, fast)
+    key = (str(device), "fp8", str(out_dtype), shapes, activation, has_bias, modes, fast)
+    chosen = _decide(cands, key, runs, device, activation, shapes, "fp8")
+    if chosen is None:
+        raise Unsupported("two _scaled_mm and a pointwise kernel measured faster", "measured-slower")
+    inputs = [t for t in real if t is not None]
+    size = [x.get_size()[0], n]
+    layout = ir_access.fixed_layout(size, out_dtype, device)
+    return gemm_template().generate(input_nodes=inputs, layout=layout, candidate=chosen).output_node()
+
+
+def _scaled_as_graph(x, wg, wu, sx, sg, su, bg, bu, activation, out_dtype, fast):
+    """The graph's two ``_scaled_mm`` and the gated product, lowered as Inductor would."""
+    L, aten = lowerings.lowering, torch.ops.aten
+    parts = []
+    for w, s, b in ((wg, sg, bg), (wu, su, bu)):
+        # Our fp8 candidates read the op's arguments as the graph's node would give them.
+        with ir_access.lowering_op(aten._scaled_mm.default, scale_result=None, use_fast_accum=fast):
+            parts.append(L(aten._scaled_mm.default)(x, w, sx, s, b, None, out_dtype, fast))
+    gate, up = parts
+    return ir_access.pointwise(gate.get_device(), out_dtype, _product_fn(gate, up, activation), gate.get_size())

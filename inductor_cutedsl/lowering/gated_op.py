@@ -102,3 +102,32 @@ def _backward(ctx, grad_h, grad_gate, grad_up):
 
 
 gated_mm.register_autograd(_backward, setup_context=_setup_context)
+
+
+@torch.library.custom_op(f"{LIB}::gated_scaled_mm", mutates_args=())
+def gated_scaled_mm(
+    x: torch.Tensor,
+    w_gate: torch.Tensor,
+    w_up: torch.Tensor,
+    scale_x: torch.Tensor,
+    scale_gate: torch.Tensor,
+    scale_up: torch.Tensor,
+    b_gate: torch.Tensor | None,
+    b_up: torch.Tensor | None,
+    activation: str,
+    out_dtype: torch.dtype,
+    use_fast_accum: bool,
+) -> torch.Tensor:
+    """act(gate) * up with gate = ``torch._scaled_mm(x, w_gate, scale_x, scale_gate,
+    b_gate, ...)`` and up likewise: an fp8 gated MLP, x (M, K) and the weights (K, N)
+    e4m3, as the graph computed it. Inference only: ``_scaled_mm`` has no backward."""
+
+    def product(w, scale, bias):
+        return torch._scaled_mm(x, w, scale_x, scale, bias=bias, out_dtype=out_dtype, use_fast_accum=use_fast_accum)
+
+    return ACTIVATIONS[activation](product(w_gate, scale_gate, b_gate)) * product(w_up, scale_up, b_up)
+
+
+@gated_scaled_mm.register_fake
+def _(x, w_gate, w_up, scale_x, scale_gate, scale_up, b_gate, b_up, activation, out_dtype, use_fast_accum):
+    return x.new_empty((x.shape[0], w_gate.shape[1]), dtype=out_dtype)

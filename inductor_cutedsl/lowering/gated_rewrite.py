@@ -114,6 +114,103 @@ def _match(mul: torch.fx.Node) -> tuple | None:
     return None
 
 
+#: What two fp8 Linears of one input each compute again before ``_scaled_mm`` (the input's
+#: quantization: amax, scale, division, cast, views): pure, deterministic ops, so that two
+#: copies of the same chain over the same inputs are the same value.
+_PURE_METHODS = frozenset(
+    ("reshape", "view", "abs", "amax", "float", "to", "clamp", "clamp_min", "clamp_max", "div", "mul",
+     "reciprocal", "contiguous", "flatten", "t", "bfloat16", "half")
+)  # fmt: skip
+_PURE_FUNCTIONS = (operator.truediv, operator.mul, torch.abs, torch.amax, torch.clamp, torch.div, torch.mul,
+                   torch.reciprocal, torch.reshape)  # fmt: skip
+
+
+def _same_value(p: Any, q: Any, depth: int = 24) -> bool:
+    """Whether ``p`` and ``q`` are the same node, or the same chain of pure ops over the
+    same nodes and constants (within ``depth`` ops)."""
+    if p is q:
+        return True
+    if isinstance(p, torch.fx.Node) and isinstance(q, torch.fx.Node):
+        pure = (p.op == "call_method" and p.target in _PURE_METHODS) or (
+            p.op == "call_function" and p.target in _PURE_FUNCTIONS
+        )
+        return (
+            depth > 0
+            and pure
+            and (p.op, p.target) == (q.op, q.target)
+            and _same_value(p.args, q.args, depth - 1)
+            and p.kwargs.keys() == q.kwargs.keys()
+            and all(_same_value(p.kwargs[key], q.kwargs[key], depth - 1) for key in p.kwargs)
+        )
+    if isinstance(p, (tuple, list)) and isinstance(q, (tuple, list)):
+        return type(p) is type(q) and len(p) == len(q) and all(_same_value(a, b, depth) for a, b in zip(p, q))
+    if isinstance(p, torch.fx.Node) or isinstance(q, torch.fx.Node):
+        return False
+    return type(p) is type(q) and p == q
+
+
+#: ``torch._scaled_mm``'s parameters after the operands, with their defaults.
+_SCALED_PARAMS = (("scale_a", None), ("scale_b", None), ("bias", None), ("scale_result", None),
+                  ("out_dtype", None), ("use_fast_accum", False))  # fmt: skip
+
+
+def _scaled_args(node: Any) -> dict | None:
+    """``torch._scaled_mm``'s arguments by name, where ``node`` (or a view of it that is
+    all that reads it) is a ``_scaled_mm`` read by nothing else, with no
+    ``scale_result`` and a 16- or 32-bit output; its ``view`` is the view's
+    (method, args, kwargs), else None. A view read by anything else than the product
+    keeps the ``_scaled_mm`` alive: no match."""
+    view = None
+    if (
+        isinstance(node, torch.fx.Node)
+        and node.op == "call_method"
+        and node.target in ("reshape", "view")
+        and len(node.users) == 1
+        and node.args
+        and isinstance(node.args[0], torch.fx.Node)
+        and len(node.args[0].users) == 1
+    ):
+        view, node = (node.target, node.args[1:], tuple(node.kwargs.items())), node.args[0]
+    if not isinstance(node, torch.fx.Node) or node.op != "call_function" or node.target is not torch._scaled_mm:
+        return None
+    if len(node.users) != 1 or len(node.args) < 2:
+        return None
+    args = {"a": node.args[0], "b": node.args[1], "view": view}
+    for i, (name, default) in enumerate(_SCALED_PARAMS):
+        args[name] = node.kwargs.get(name, node.args[2 + i] if len(node.args) > 2 + i else default)
+    if args["scale_a"] is None or args["scale_result"] is not None:
+        return None
+    if args["out_dtype"] not in (torch.bfloat16, torch.float16, torch.float32):
+        return None
+    return args
+
+
+def _match_scaled(mul: torch.fx.Node) -> tuple | None:
+    """``gated_scaled_mm``'s arguments for an fp8 gated product, ``act(_scaled_mm(x,
+    Wg^T, sx, sg)) * _scaled_mm(x, Wu^T, sx, su)`` (each output perhaps viewed alike),
+    and the view to give its result (or None); x and sx may be two copies of one
+    quantization of the same input (``_same_value``)."""
+    if not config.fp8 or not config.fp8_dual or not _is_mul(mul) or len(mul.args) != 2:
+        return None
+    for act_node, other in (mul.args, mul.args[::-1]):
+        if not isinstance(act_node, torch.fx.Node) or len(act_node.users) != 1 or not act_node.args:
+            continue
+        activation = _activation_of(act_node)
+        gate, up = _scaled_args(act_node.args[0]), _scaled_args(other)
+        if activation is None or gate is None or up is None:
+            continue
+        if (gate["out_dtype"], gate["use_fast_accum"]) != (up["out_dtype"], up["use_fast_accum"]):
+            continue
+        if not _same_value(gate["view"], up["view"]) or not _same_value(gate["a"], up["a"]):
+            continue
+        if not _same_value(gate["scale_a"], up["scale_a"]):
+            continue
+        args = (gate["a"], gate["b"], up["b"], gate["scale_a"], gate["scale_b"], up["scale_b"], gate["bias"],
+                up["bias"], activation, gate["out_dtype"], bool(gate["use_fast_accum"]))  # fmt: skip
+        return args, gate["view"]
+    return None
+
+
 def _fake_value(node: torch.fx.Node, fn: Callable, *args: Any) -> None:
     """Set ``node``'s example value (later passes read it) from its inputs' fake ones."""
     vals = [a.meta.get("example_value") if isinstance(a, torch.fx.Node) else a for a in args]
@@ -128,8 +225,11 @@ def _fake_value(node: torch.fx.Node, fn: Callable, *args: Any) -> None:
 #: nothing reads them. Nothing else of the graph is: an in-place write that nothing reads
 #: (a static KV cache's ``index_copy_``) is what the graph is for, and FX's dead-code
 #: elimination does not know a method call such as ``add_`` to be impure.
-_PATTERN_FUNCTIONS = (*_LINEAR, *_MUL, *_SILU, *_RELU, *_GELU, operator.getitem, torch.chunk, torch.split)
-_PATTERN_METHODS = ("mul", "relu", "chunk", "split")
+_PATTERN_FUNCTIONS = (
+    *_LINEAR, *_MUL, *_SILU, *_RELU, *_GELU, operator.getitem, torch.chunk, torch.split, torch._scaled_mm,
+    *_PURE_FUNCTIONS,
+)  # fmt: skip
+_PATTERN_METHODS = ("mul", "relu", "chunk", "split", *_PURE_METHODS)
 
 
 def _in_pattern(node: torch.fx.Node) -> bool:
@@ -155,25 +255,50 @@ def _erase_unread(graph: torch.fx.Graph, roots: list[torch.fx.Node]) -> None:
         work.extend(inputs)
 
 
+def _insert(graph: torch.fx.Graph, mul: torch.fx.Node, made: list[torch.fx.Node]) -> torch.fx.Node | None:
+    """Insert before ``mul`` the op of the gated product it is (``gated_mm``, or
+    ``gated_scaled_mm`` for fp8) and what reads its result as ``mul`` (appended to
+    ``made``); None where ``mul`` is no gated product."""
+    args = _match(mul)
+    scaled = None if args is not None else _match_scaled(mul)
+    if args is None and scaled is None:
+        return None
+    with graph.inserting_before(mul):
+        view = None
+        target = torch.ops.inductor_cutedsl.gated_mm.default
+        if scaled is not None:
+            (args, view), target = scaled, torch.ops.inductor_cutedsl.gated_scaled_mm.default
+        assert args is not None
+        op = graph.call_function(target, tuple(args))
+        made.append(op)
+        _fake_value(op, target, *args)
+        if scaled is None:
+            h = graph.call_function(operator.getitem, (op, 0))
+            if "example_value" in op.meta:
+                h.meta["example_value"] = op.meta["example_value"][0]
+        elif view is not None:  # the product's output as the graph viewed both parts
+            method, view_args, view_kwargs = view
+            h = graph.call_method(method, (op, *view_args), dict(view_kwargs))
+            if "example_value" in mul.meta:
+                h.meta["example_value"] = mul.meta["example_value"]
+        else:
+            return op
+        made.append(h)
+    return h
+
+
 def rewrite(graph: torch.fx.Graph) -> int:
-    """Replace each gated product of the graph by ``gated_mm``; returns how many."""
+    """Replace each gated product of the graph by ``gated_mm`` (fp8: ``gated_scaled_mm``);
+    returns how many."""
     if not (config.enabled and config.dual_gemm and settings.max_autotune_on()):
         return 0
     replaced: list[torch.fx.Node] = []
     for mul in list(graph.nodes):
         made: list[torch.fx.Node] = []
         try:
-            args = _match(mul)
-            if args is None:
+            h = _insert(graph, mul, made)
+            if h is None:
                 continue
-            with graph.inserting_before(mul):
-                op = graph.call_function(torch.ops.inductor_cutedsl.gated_mm.default, args)
-                made.append(op)
-                _fake_value(op, torch.ops.inductor_cutedsl.gated_mm.default, *args)
-                h = graph.call_function(operator.getitem, (op, 0))
-                made.append(h)
-                if "example_value" in op.meta:
-                    h.meta["example_value"] = op.meta["example_value"][0]
         except Exception as exc:  # this product stays as the graph wrote it
             fallback("lowering", f"gated product {mul.name}", exc, log)
             for node in reversed(made):

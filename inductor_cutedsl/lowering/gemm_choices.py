@@ -237,7 +237,7 @@ def gemm_candidates(kernel_inputs: Any, op_name: str) -> tuple[list[GemmCandidat
     return [GemmCandidate(spec, names, operands, scalars=tuple(scalars)) for spec in specs], layout
 
 
-def _scale_mode(name: str, node: Any, size: tuple[int, int]) -> str:
+def operand_scale_mode(name: str, node: Any, size: tuple[int, int]) -> str:
     """``support.scale_mode`` of a scale node; Unsupported for any other (block-wise, MX) scale."""
     shape = [ir_access.size_hint(s) for s in node.get_size()]
     mode = scale_mode(shape, node.get_dtype(), *size)
@@ -274,7 +274,7 @@ def scaled_candidates(kernel_inputs: Any) -> tuple[list[GemmCandidate], Any]:
             "fp8 operands must both be K-major (A row-major, B column-major): Hopper's fp8 MMA", "fp8-layout"
         )
     m, n, k = (ir_access.size_hint(x) for x in kernel_inputs.mnk_symbolic())
-    modes = (_scale_mode("scale_a", scale_a, (m, 1)), _scale_mode("scale_b", scale_b, (1, n)))
+    modes = (operand_scale_mode("scale_a", scale_a, (m, 1)), operand_scale_mode("scale_b", scale_b, (1, n)))
     if bias is not None and (bias.get_dtype() not in OUT_DTYPES or len(bias.get_size()) != 1):
         raise Unsupported(f"bias {bias.get_dtype()} of {len(bias.get_size())} dims (want N values)", "dtype")
     layout = _output_layout(kernel_inputs, out_dtype)

@@ -199,7 +199,8 @@ class CompiledGemm:
         if stream is None:
             stream = torch.cuda.current_stream(a.device).cuda_stream
         if self.spec.config.stream_k:
-            clusters = sizes[-2]  # the resident clusters, before the programmatic flag
+            # The grid's resident clusters: what ``layout`` passed the kernel (memoized).
+            clusters = max_active_clusters(self.spec.config.cluster_size, a.device.index)
             partials, flags, token = stream_k_buffers(self.spec.config, clusters, a.device, stream)
             args += [partials.data_ptr(), flags.data_ptr(), token]
         self.call(*args, *operand_values, stream)
@@ -456,10 +457,19 @@ def gated_gemm(
     keep: bool = False,
     keep_out: tuple[torch.Tensor, torch.Tensor] | None = None,
     config: GemmConfig | None = None,
+    scales: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+    use_fast_accum: bool = False,
 ):
     """``act(a @ b_gate + bias_gate) * (a @ b_up + bias_up)`` as one dual kernel (A read
     once for both products); raises ValueError for inputs it refuses, naming the
     argument (wrong types: ``support.ArgumentTypeError``, a TypeError and a ValueError).
+
+    fp8 (e4m3) operands, K-major, take ``scales`` (scale_a, scale_gate, scale_up) as
+    ``torch._scaled_mm`` does (fp32, tensor-wise or row-wise, the two weights' alike):
+    each product is ``(a @ b) * scale_a * scale_b`` before its bias, as two
+    ``_scaled_mm`` calls compute it, and ``out_dtype`` (or ``out``) is required. Without
+    ``use_fast_accum`` their partial sums are promoted into fp32 every k-tile, in the
+    mode the config has registers for (``kernels.config.promotion_mode``).
 
     ``b_gate`` and ``b_up`` (K x N, alike in layout) may be two weights or two column
     ranges of one fused weight (``w.chunk(2, -1)`` views). Biases are length-N vectors.
@@ -479,8 +489,9 @@ def gated_gemm(
         ("out_dtype", out_dtype, torch.dtype, True),
         ("keep_out", keep_out, (tuple, list), True),
         ("config", config, GemmConfig, True),
+        ("scales", scales, (tuple, list), True),
     )
-    reason = gated_reason(a, b_gate, b_up, out, out_dtype)
+    reason = gated_reason(a, b_gate, b_up, out, out_dtype, scales)
     if reason is None and act not in GATED_ACTIVATIONS:
         reason = f"act: activation {act!r} not in {GATED_ACTIVATIONS}"
     if reason is None and keep_out is not None and len(keep_out) != 2:
@@ -493,9 +504,15 @@ def gated_gemm(
         if reason is None and t is not None and not (isinstance(t, torch.Tensor) and t.dtype in OUT_DTYPES):
             got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
             reason = f"{name} is {got}: biases and kept outputs must be tensors of {sorted(map(str, OUT_DTYPES))}"
+    fp8 = scales is not None
+    promote = PROMOTE_NONE
+    if reason is None and fp8 and not use_fast_accum:
+        if config is None:
+            config = dual_shortlist(a.shape[-2], b_gate.shape[-1], a.shape[-1], promote=PROMOTE_TILE)[0]
+        promote = promotion_mode(config)
     if reason is None:
         out_dtype = out.dtype if out is not None else out_dtype or a.dtype
-        reason = _config_reason(config, out_dtype.itemsize, dual=True)
+        reason = _config_reason(config, out_dtype.itemsize, True, a.element_size(), promote)
     if reason is None:
         batch = a.shape[0] if a.dim() == 3 else 1
         m, n = a.shape[-2], b_gate.shape[-1]
@@ -517,13 +534,20 @@ def gated_gemm(
             and pairs_reason(operand_args(t, None, batch, m, n), n) is None
             for t in kept
         )
-        epilogue = gated(act, bias_gate_dtype, bias_up_dtype, keep_dtype, keep_pairs=pairs)
-        operands = [t for t in (bias_gate, bias_up, *kept) if t is not None]
+        modes = None
+        if scales is not None:
+            sa, sb = scales[0], scales[1]
+            mode_a, mode_b = scale_mode(sa.shape, sa.dtype, m, 1), scale_mode(sb.shape, sb.dtype, 1, n)
+            assert mode_a is not None and mode_b is not None  # gated_reason refused any other scale
+            modes = (mode_a, mode_b)
+        epilogue = gated(act, bias_gate_dtype, bias_up_dtype, keep_dtype, keep_pairs=pairs, scales=modes)
+        operands = [t for t in (*(scales or ()), bias_gate, bias_up, *kept) if t is not None]
         # The output checked again where it was made here: its rows must be 16-byte aligned.
-        reason = gated_reason(a, b_gate, b_up, out) or operands_reason(epilogue, operands, batch, m, n)
+        reason = gated_reason(a, b_gate, b_up, out, scales=scales) or operands_reason(epilogue, operands, batch, m, n)
     if reason:
         raise ValueError(f"inductor_cutedsl cannot run this gated GEMM: {reason}")
     assert out is not None  # made above where not given
     config = config or dual_shortlist(m, n, a.shape[-1], batch)[0]
-    get_gemm(spec_for(a, b_gate, out.dtype, config, epilogue, dual=True))(a, b_gate, out, *operands, b_up=b_up)
+    spec = spec_for(a, b_gate, out.dtype, config, epilogue, dual=True, promote=promote)
+    get_gemm(spec)(a, b_gate, out, *operands, b_up=b_up)
     return (out, *kept) if keep else out

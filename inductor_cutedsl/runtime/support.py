@@ -237,14 +237,32 @@ def scales_reason(
 
 
 def gated_reason(
-    a: torch.Tensor, b_gate: torch.Tensor, b_up: torch.Tensor, out: torch.Tensor | None = None, out_dtype=None
+    a: torch.Tensor,
+    b_gate: torch.Tensor,
+    b_up: torch.Tensor,
+    out: torch.Tensor | None = None,
+    out_dtype=None,
+    scales: tuple | None = None,
 ) -> str | None:
     """None if a dual kernel can compute ``out`` from ``a @ b_gate`` and ``a @ b_up``, else
     why not: each product as ``gemm_reason`` requires, and the two weights alike in
     shape and major (one kernel reads both the same way; two column ranges of one
-    fused weight qualify)."""
-    if isinstance(a, torch.Tensor) and a.dtype in FP8_DTYPES:
-        return "a: the dual kernel takes bf16 or fp16 operands, not fp8"
+    fused weight qualify). fp8 operands need ``scales`` (scale_a, scale_gate,
+    scale_up), each product's as ``scales_reason`` requires, the two weights' in the
+    same mode; other operands take none."""
+    fp8 = isinstance(a, torch.Tensor) and a.dtype in FP8_DTYPES
+    if fp8 != (scales is not None):
+        return "scales: fp8 operands need (scale_a, scale_gate, scale_up), other operands none"
+    if scales is not None:
+        if not isinstance(scales, (tuple, list)) or len(scales) != 3:
+            return "scales must be three tensors (scale_a, scale_gate, scale_up)"
+        scale_a, *scale_bs = scales
+        for b, scale_b in zip((b_gate, b_up), scale_bs):
+            if reason := scales_reason(a, b, scale_a, scale_b, None, out.dtype if out is not None else out_dtype):
+                return reason
+        n = b_gate.shape[-1]
+        if len({scale_mode(s.shape, s.dtype, 1, n) for s in scale_bs}) != 1:
+            return "scale_gate and scale_up differ in mode (both tensor-wise or both row-wise)"
     for name, b in (("b_gate", b_gate), ("b_up", b_up)):
         if reason := gemm_reason(a, b, out, out_dtype, b_name=name):
             return reason

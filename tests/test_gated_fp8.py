@@ -1,0 +1,105 @@
+"""The fp8 gated MLP (two ``torch._scaled_mm`` of one quantized input, an activation and a
+product) as one ``gated_scaled_mm`` op: the graph rewrite, the op's eager values, and
+Inductor's code for a faked H200 (no GPU needed)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from fake_hopper import generated_code, launched
+from test_fusion_codegen import backend
+from test_gated import rewritten
+
+from inductor_cutedsl import config
+
+FP8 = torch.float8_e4m3fn
+B, T, D, F4 = 2, 64, 256, 512
+
+
+def quantize(t: torch.Tensor, rowwise: bool, top: float = 448.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``t`` in e4m3 and its fp32 scale: per row (amax / 448 of each row), or one for all."""
+    amax = t.abs().amax(dim=-1, keepdim=True) if rowwise else t.abs().amax()
+    scale = amax.float().clamp_min(1e-12) / top
+    return (t.float() / scale).to(FP8), scale
+
+
+def fp8_mlp(rowwise: bool, act=F.silu, x_top: float = 448.0, biases: bool = False):
+    """An fp8 gated MLP as float8 inference recipes write it (``benchmarks.fp8.Fp8Linear``):
+    each Linear quantizes the input again; ``x_top``: the up projection's input
+    quantization range (448: the same quantization as the gate's)."""
+
+    def linear(x, w, top, bias=None):
+        xq, xs = quantize(x.reshape(-1, D), rowwise, top)
+        wq, ws = quantize(w, rowwise)
+        y = torch._scaled_mm(xq, wq.t(), xs, ws.t() if rowwise else ws, bias=bias, out_dtype=torch.bfloat16)
+        return y.reshape(B, T, -1)
+
+    if biases:
+        return lambda x, wg, wu, bg, bu: act(linear(x, wg, 448.0, bg)) * linear(x, wu, x_top, bu)
+    return lambda x, wg, wu: act(linear(x, wg, 448.0)) * linear(x, wu, x_top)
+
+
+def bf16(*shape):
+    return torch.randn(*shape).to(torch.bfloat16)
+
+
+def scaled_targets(gm) -> list:
+    return [n.target for n in gm.graph.nodes if n.op == "call_function"]
+
+
+def test_two_scaled_mm_of_one_quantized_input_become_one_op_with_eager_values():
+    fn = fp8_mlp(rowwise=False)  # torch's CPU _scaled_mm takes tensor-wise scales only
+    args = [bf16(B, T, D), bf16(F4, D), bf16(F4, D)]
+    with config.patch(fp8_dual=True):
+        gm, count = rewritten(fn, *args)
+    assert count == 1
+    targets = scaled_targets(gm)
+    assert torch.ops.inductor_cutedsl.gated_scaled_mm.default in targets and torch._scaled_mm not in targets
+    torch.testing.assert_close(gm(*args), fn(*args), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "fn,why",
+    [
+        (fp8_mlp(rowwise=False, x_top=240.0), "the two inputs are quantized differently"),
+        (fp8_mlp(rowwise=False, act=torch.tanh), "tanh is no gated activation"),
+    ],
+)
+def test_products_of_other_inputs_or_activations_are_left_alone(fn, why):
+    args = [bf16(B, T, D), bf16(F4, D), bf16(F4, D)]
+    with config.patch(fp8_dual=True):
+        gm, count = rewritten(fn, *args)
+    assert count == 0, why
+    assert torch.ops.inductor_cutedsl.gated_scaled_mm.default not in scaled_targets(gm)
+
+
+def test_nothing_is_rewritten_until_the_fp8_dual_kernel_is_switched_on():
+    args = [bf16(B, T, D), bf16(F4, D), bf16(F4, D)]
+    assert not config.fp8_dual, "off by default until its GPU tests pass"
+    assert rewritten(fp8_mlp(rowwise=False), *args)[1] == 0
+    with config.patch(fp8_dual=True, fp8=False):
+        assert rewritten(fp8_mlp(rowwise=False), *args)[1] == 0
+
+
+@pytest.mark.parametrize("rowwise", [True, False], ids=["rowwise", "tensorwise"])
+def test_an_fp8_gated_mlp_is_one_fp8_dual_kernel(rowwise):
+    mode = "row" if rowwise else "tensor"
+    with backend(), config.patch(fp8_dual=True):
+        code = generated_code(fp8_mlp(rowwise, biases=True), (B, T, D), (F4, D), (F4, D), (F4,), (F4,))
+    assert code.count("dual=True") == 1
+    spec = launched(code, 0)["spec"]
+    assert spec.dual and spec.ab_dtype == "float8_e4m3fn" and spec.out_dtype == "bfloat16"
+    assert spec.epilogue.name.startswith(f"gated_silu_scaled_{mode}_{mode}_bias_gate_bias_up_round_bfloat16")
+    assert [op.name for op in spec.epilogue.operands] == ["scale_a", "scale_gate", "scale_up", "bias_gate", "bias_up"]
+    assert spec.promote == 3, "128x128 MMA tiles promote alternately, as the plain kernel does"
+    assert "extern_kernels._scaled_mm" not in code and "b_up=b_up" in code
+    assert code.count("_launch = launcher(") == 1, "no GEMM of the product is left beside the dual kernel"
+
+
+def test_two_scaled_mm_measured_faster_stay_two_gemms():
+    with backend(), config.patch(fp8_dual=True):
+        code = generated_code(fp8_mlp(True), (B, T, D), (F4, D), (F4, D), gated_ms=(0.2, 0.1))
+    assert "dual=True" not in code
+    specs = [launched(code, i)["spec"] for i in range(code.count("_launch = launcher("))]
+    assert sum(s.ab_dtype == "float8_e4m3fn" for s in specs) == 2
