@@ -70,7 +70,7 @@ FP8 = "float8_e4m3fn"
 #: runs one warpgroup's epilogue while the other's wgmmas run, which a cooperative tile
 #: cannot (its tensor cores idle through each tile's epilogue); 128x128 stream-K shares
 #: the last partial wave of tiles over every SM (at 8192x8192 the 4096 tiles are 31
-#: waves and 4 tiles, which run alone for a whole tile's time), promoting per k-tile.
+#: waves and 4 tiles, which run alone for a whole tile's time), in each promotion mode.
 TRIAL = (GemmConfig(64, 192, 2, 1, True), GemmConfig(128, 128, stream_k=True))
 
 

@@ -67,6 +67,8 @@ def test_fp8_gemm_matches_float64(shape, out_dtype, promote):
         (GemmConfig(128, 128, 1, 1), 3),
         (GemmConfig(128, 256), 0),  # no registers for a second accumulator
         (GemmConfig(128, 128, stream_k=True), 1),  # every tile shared (40 tiles, 132 SMs)
+        (GemmConfig(128, 128, stream_k=True), 2),
+        (GemmConfig(128, 128, stream_k=True), 3),
     ],
 )
 def test_fp8_configs(cfg, promote):
@@ -78,15 +80,16 @@ def test_fp8_configs(cfg, promote):
     assert rel_err(out, a.double() @ b.double()) < tol(torch.float32, promote)
 
 
-def test_fp8_stream_k_promotes_whole_tiles_and_the_shared_last_wave():
+@pytest.mark.parametrize("promote", [1, 3])
+def test_fp8_stream_k_promotes_whole_tiles_and_the_shared_last_wave(promote):
     """1089 tiles of 128x128 on 132 SMs: eight whole waves, then 33 tiles whose 17
-    k-tiles each are shared over the SMs, every share promoted per k-tile."""
+    k-tiles each are shared over the SMs, every part promoted."""
     from inductor_cutedsl.runtime import gemm
 
     a, b = operands(4224, 4160, 2176)
     out = poisoned((4224, 4160), torch.float32)
-    gemm(a, b, out=out, config=GemmConfig(128, 128, stream_k=True), promote=1)
-    assert rel_err(out, a.double() @ b.double()) < tol(torch.float32, 1)
+    gemm(a, b, out=out, config=GemmConfig(128, 128, stream_k=True), promote=promote)
+    assert rel_err(out, a.double() @ b.double()) < tol(torch.float32, promote)
 
 
 def test_fast_accumulation_error_at_large_k_and_promotion_removes_it():

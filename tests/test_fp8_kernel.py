@@ -30,10 +30,9 @@ def test_promotion_needs_registers_for_a_second_accumulator():
     assert GemmConfig(128, 128).promotion_reason(3) is None
     assert GemmConfig(64, 128, pingpong=True).promotion_reason(3) is None
     assert "3 accumulators" in GemmConfig(128, 192).promotion_reason(3)
-    # Stream-K promotes per k-tile (PROMOTE_TILE) only.
-    assert GemmConfig(128, 128, stream_k=True).promotion_reason() is None
-    assert "stream-K" in GemmConfig(128, 128, stream_k=True).promotion_reason(3)
-    assert "stream-K" in GemmConfig(128, 128, stream_k=True).promotion_reason(2)
+    # Stream-K promotes in every mode, as far as the registers go.
+    assert all(GemmConfig(128, 128, stream_k=True).promotion_reason(p) is None for p in (1, 2, 3))
+    assert "3 accumulators" in GemmConfig(128, 192, stream_k=True).promotion_reason(3)
 
 
 @pytest.mark.parametrize(
@@ -125,6 +124,8 @@ SCRIPT = textwrap.dedent("""
                                ("pingpong", GemmConfig(64, 192, 1, 2, pingpong=True), 1),
                                ("alternate", GemmConfig(128, 128, 2, 1), 3),
                                ("stream_k", GemmConfig(128, 128, stream_k=True), 1),
+                               ("stream_k_alternate", GemmConfig(128, 128, stream_k=True), 3),
+                               ("stream_k_halves", GemmConfig(128, 128, stream_k=True), 2),
                                ("dual_alternate", GemmConfig(128, 128, 1, 2), 3),
                                ("dual_fast", GemmConfig(128, 256, 2, 1, epi_n=64), 0)):
         for old in dump.glob("*"):
@@ -220,14 +221,19 @@ def test_promotion_by_halves_keeps_both_batches_pipelined_in_the_same_registers(
         assert halves["batch_waits"] == 2, halves
 
 
-def test_a_stream_k_kernel_promotes_its_shares_per_k_tile(fp8_sass):
-    """Stream-K (the last wave's k-iterations shared over every SM) promoting per k-tile:
-    its whole tiles and its shares each run the promoting mainloop (one scoreboarded batch
-    of four fp8 wgmmas restarting from zero, 64 additions per k-tile), without spills."""
-    sk = fp8_sass["stream_k"]
-    assert sk["mma"] == sk["fp8_mma"] and sk["mma"] % 4 == 0 and sk["scoreboarded_mma"] == sk["mma"] // 4, sk
-    assert sk["mma_from_zero"] == sk["mma"] // 4 and sk["fadd"] >= 64 * (sk["mma"] // 4), sk
-    assert sk["spill_stores"] == 0, sk
+@pytest.mark.parametrize("mode,plain", [("stream_k", "1"), ("stream_k_halves", "halves128"),
+                                        ("stream_k_alternate", "alternate")])  # fmt: skip
+def test_a_stream_k_kernel_promotes_its_whole_tiles_and_its_shares_as_a_plain_one(fp8_sass, mode, plain):
+    """Stream-K (the last wave's k-iterations shared over every SM) in each promotion
+    mode: the promoting mainloop twice (whole tiles, then shares), each as the plain
+    128x128 kernel's (its wgmma batches, scoreboards, restarts from zero and waits with a
+    batch in flight), its additions twice and the peers' partial sums besides; no
+    spills. The alternating mode's MMA is made anew per call: one made once and set in
+    the tile loop does not build in the share loop after it."""
+    sk, one = fp8_sass[mode], fp8_sass[plain]
+    for key in ("mma", "fp8_mma", "scoreboarded_mma", "mma_from_zero", "waits_one_in_flight"):
+        assert sk[key] == 2 * one[key], (key, sk, one)
+    assert sk["fadd"] > 2 * one["fadd"] and sk["spill_stores"] == 0, sk
 
 
 def test_an_fp8_dual_kernel_multiplies_both_weights_in_fp8_and_promotes_both_halves(fp8_sass):

@@ -15,12 +15,14 @@ from inductor_cutedsl.kernels import GemmConfig
 pytestmark = pytest.mark.gpu
 FP8 = torch.float8_e4m3fn
 
-#: The dual configs a promoting kernel has registers for, and the widest fast one.
+#: The dual configs a promoting kernel has registers for, the widest fast one, and the
+#: stream-K one decode-sized products get under CUDA graphs.
 CONFIGS = [
     (GemmConfig(128, 128, 1, 2, False, False, 1), False),
     (GemmConfig(64, 128, 1, 1, True, False, 1), False),
     (GemmConfig(128, 256, 2, 1, False, True, 1, 64), True),
     (GemmConfig(128, 128, 1, 1, False, True, 1, stream_k=True), True),
+    (GemmConfig(128, 128, 1, 1, False, True, 1, stream_k=True), False),  # decode's, promoting
 ]
 
 

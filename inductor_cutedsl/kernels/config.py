@@ -171,10 +171,6 @@ class GemmConfig:
         sets = 3 if promote == PROMOTE_ALTERNATE else 2
         if sets * self.acc_regs() > 192:
             return f"{sets} accumulators of {self.acc_regs()} registers per thread would spill"
-        if self.stream_k and promote != PROMOTE_TILE:
-            # The DSL cannot build the other modes' partial-sum sets across stream-K's
-            # share loop (a value staged inside it escapes).
-            return "stream-K promotes per k-tile only (PROMOTE_TILE)"
         return None
 
     def acc_regs(self) -> int:

@@ -1237,8 +1237,11 @@ class Sm90Gemm:
         two k-tiles per turn (each set a name of its own in the code); an odd last
         k-tile follows it. Each batch restarts its set from zero in its first wgmma.
         Pipeline states advance and the MMA's accumulate field is set in this body
-        itself: the DSL carries neither out of a branch or loop from a helper."""
-        alt_mma, aA, aB, parts = alt
+        itself: the DSL carries neither out of a branch or loop from a helper. The MMA is
+        made anew for each call: setting a field builds on the MMA's last value, and
+        one set inside the tile loop does not reach stream-K's share loop after it."""
+        _, aA, aB, parts = alt
+        alt_mma, _ = self._kmajor_mma(self.tile_shape_mnk[1], wg, self.pingpong)
         full_inputs, prefetch_kt = self._prefetch_plan(epi, k0, k1)
         acc.fill(0.0)
         rest = k1 - k0 - 1
