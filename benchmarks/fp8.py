@@ -11,16 +11,19 @@ its time over ours. Accumulation as ``_scaled_mm``'s default (``use_fast_accum=F
 ours promotes the fp8 partial sums every k-tile) unless ``--fast-accum``.
 
 ``--fused`` adds the fused patterns (scaled GEMM + bias + GELU, scaled GEMM + silu *
-gate, scaled GEMM whose result is cast to fp8 with a static scale for the next layer),
-each eager, with stock max-autotune and with ours, timed as CUDA graphs side by side
-with the bound a free epilogue would reach (``benchmarks.epilogue.measure_case``).
+gate, scaled GEMM whose result is cast to fp8 with a static scale for the next layer,
+and a gated MLP's two scaled GEMMs of one input and their product, ours one fp8 dual
+kernel), each eager, with stock max-autotune and with ours, timed as CUDA graphs side
+by side with the bound a free epilogue would reach (``benchmarks.epilogue.measure_case``).
 ``--accuracy`` adds the error beside the speed: at K from 1024 to 32768 (M = N = 1024,
 row-wise scales), the relative norm error against float64 of the dequantized operands,
 of ``_scaled_mm`` and of our kernel, promoting and with fast accumulation
 (``accuracy_rows``).
 ``--block`` adds model-suite blocks (LLaMA prefill by default; ``hf-*`` for
 ``transformers`` classes, comma-separated) with every Linear quantized row-wise
-(``Fp8Linear``: weights once, activations per call, their quantization timed), compiled
+(``Fp8Linear``: weights once, activations per call, their quantization timed), or with
+``FAMILY:SIZE:static`` tensor-wise with the activations' scales calibrated ahead (their
+quantization a pointwise op, which ours can run in the epilogue writing them), compiled
 with stock max-autotune and with ours, checked against its eager run and timed side by
 side as CUDA graphs beside the bf16 block compiled by stock: ``model_speedup_vs_max_autotune``
 and ``model_speedup_vs_bf16`` (geomeans over the blocks).
@@ -277,38 +280,97 @@ E4M3_MAX = 448.0
 
 
 class Fp8Linear(nn.Module):
-    """``linear`` with its weight quantized row-wise to e4m3 once and its input row-wise
-    on every call (amax / 448 per row), multiplied by ``torch._scaled_mm`` into the
-    input's dtype, bias included: the usual dynamic row-wise fp8 inference recipe."""
+    """``linear`` with its weight quantized to e4m3 once and its input on every call,
+    multiplied by ``torch._scaled_mm`` into the input's dtype, bias included.
 
-    def __init__(self, linear: nn.Linear) -> None:
+    Without ``input_scale`` (the usual dynamic recipe) both are quantized row-wise, the
+    input by amax / 448 of each row at each call. With ``input_scale`` (a static recipe:
+    an fp32 scale calibrated ahead, ``calibrate``) the input is divided by it and
+    saturated, and the weight is quantized tensor-wise (``_scaled_mm`` takes both
+    scales in one mode): the quantization is then a pointwise op that can run in the
+    epilogue of the kernel writing the input."""
+
+    def __init__(self, linear: nn.Linear, input_scale: torch.Tensor | None = None) -> None:
         super().__init__()
         w = linear.weight.detach().float()
-        scale = w.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / E4M3_MAX
+        if input_scale is None:
+            scale = w.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / E4M3_MAX
+        else:
+            scale = w.abs().amax().clamp_min(1e-12) / E4M3_MAX
         self.register_buffer("wq", (w / scale).to(torch.float8_e4m3fn))  # (N, K)
-        self.register_buffer("w_scale", scale.t().contiguous())  # (1, N)
+        self.register_buffer("w_scale", scale.t().contiguous() if input_scale is None else scale)  # (1, N) or ()
+        # Linears reading one input share their scale (one tensor): ``calibrate``.
+        self.input_scale = input_scale
         self.bias = linear.bias
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x2 = x.reshape(-1, x.shape[-1])
-        x_scale = x2.abs().amax(dim=1, keepdim=True).float().clamp_min(1e-12) / E4M3_MAX
-        xq = (x2.float() / x_scale).to(torch.float8_e4m3fn)
+        if self.input_scale is None:
+            x_scale = x2.abs().amax(dim=1, keepdim=True).float().clamp_min(1e-12) / E4M3_MAX
+            xq = (x2.float() / x_scale).to(torch.float8_e4m3fn)
+        else:
+            x_scale = self.input_scale
+            xq = (x2.float() / x_scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
         y = torch._scaled_mm(xq, self.wq.t(), x_scale, self.w_scale, bias=self.bias, out_dtype=x.dtype)
         return y.reshape(*x.shape[:-1], y.shape[-1])
 
 
-def quantized(module: nn.Module) -> nn.Module:
-    """``module`` with every nn.Linear replaced by an ``Fp8Linear`` (in place)."""
+def calibrate(module: nn.Module, *inputs: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Static input scales for ``module``'s Linears, by module name: amax / 448 of what
+    each read in one call on ``inputs``. Linears that read the same tensor (a gated
+    MLP's gate and up projections) get the same scale tensor, so that their input is
+    quantized once."""
+    seen: dict[str, torch.Tensor] = {}
+    by_input: dict[int, torch.Tensor] = {}
+    hooks = []
+
+    def hook(name):
+        def record(mod, args, out):
+            x = args[0]
+            key = x.data_ptr()
+            if key not in by_input:
+                by_input[key] = (x.detach().abs().amax().float().clamp_min(1e-12) / E4M3_MAX).reshape(())
+            seen[name] = by_input[key]
+
+        return record
+
+    for name, child in module.named_modules():
+        if isinstance(child, nn.Linear):
+            hooks.append(child.register_forward_hook(hook(name)))
+    try:
+        with torch.no_grad():
+            module(*inputs)
+    finally:
+        for h in hooks:
+            h.remove()
+    return seen
+
+
+def quantized(module: nn.Module, scales: dict[str, torch.Tensor] | None = None, prefix: str = "") -> nn.Module:
+    """``module`` with every nn.Linear replaced by an ``Fp8Linear`` (in place): dynamic,
+    or static with the input ``scales`` by module name (``calibrate``)."""
     for name, child in module.named_children():
-        setattr(module, name, Fp8Linear(child) if isinstance(child, nn.Linear) else quantized(child))
+        path = f"{prefix}{name}"
+        if isinstance(child, nn.Linear):
+            setattr(module, name, Fp8Linear(child, None if scales is None else scales[path]))
+        else:
+            quantized(child, scales, f"{path}.")
     return module
 
 
-def block_row(family: str, size: str) -> dict:
-    """An fp8 model-suite block (a ``transformers`` class for ``hf-*``): stock max-autotune
-    vs ours on the same quantized block, side by side as CUDA graphs, with the unquantized
-    bf16 block compiled by stock max-autotune beside them (``bf16_ms``): what the recipe
-    buys over the model it replaces (``speedup_vs_bf16``, ours fp8 against it)."""
+#: fp8 recipes of the model rows: ``dynamic`` (row-wise, the input's scale from each
+#: call) and ``static`` (tensor-wise, the input's scale calibrated ahead).
+RECIPES = ("dynamic", "static")
+
+
+def block_row(family: str, size: str, recipe: str = "dynamic") -> dict:
+    """An fp8 model-suite block (a ``transformers`` class for ``hf-*``) quantized by
+    ``recipe`` (``RECIPES``): stock max-autotune vs ours on the same quantized block,
+    side by side as CUDA graphs, with the unquantized bf16 block compiled by stock
+    max-autotune beside them (``bf16_ms``): what the recipe buys over the model it
+    replaces (``speedup_vs_bf16``, ours fp8 against it)."""
+    if recipe not in RECIPES:
+        raise ValueError(f"fp8 recipe {recipe!r} not in {RECIPES}")
     import copy
 
     from inductor_cutedsl import disable
@@ -320,7 +382,8 @@ def block_row(family: str, size: str) -> dict:
 
     bf16, x = models.make_block(family, size)
     bf16 = bf16.eval()
-    block = quantized(copy.deepcopy(bf16)).eval()
+    scales = calibrate(bf16, x) if recipe == "static" else None
+    block = quantized(copy.deepcopy(bf16), scales).eval()
     torch.compiler.reset()
     with torch.no_grad():
         ref = block(x)
@@ -342,7 +405,8 @@ def block_row(family: str, size: str) -> dict:
         times = side_by_side({label: graphed(lambda fn=fn: fn(x)) for label, fn in compiled.items()})
         kernels = {label: kernel_times(lambda fn=fn: fn(x), top=8) for label, fn in compiled.items()}
     return {
-        "block": f"{family}:{size}",
+        "block": f"{family}:{size}" + ("" if recipe == "dynamic" else f":{recipe}"),
+        "recipe": recipe,
         "tokens": x.shape[0] * x.shape[1],
         "rel_err_vs_eager": errs,
         "stock_ms": round(times["stock"], 4),
@@ -398,8 +462,9 @@ def main(argv: list[str] | None = None) -> dict:
         nargs="?",
         const="llama:prefill",
         default=None,
-        metavar="FAMILY:SIZE[,...]",
-        help="also fp8 model-suite blocks, hf-* for transformers classes (default when given alone: %(const)s)",
+        metavar="FAMILY:SIZE[:RECIPE][,...]",
+        help="also fp8 model-suite blocks, hf-* for transformers classes, RECIPE dynamic (default) or static "
+        "(default when given alone: %(const)s)",
     )
     args = ap.parse_args(argv)
     if args.configs < 1 or args.workers < 1:

@@ -4,6 +4,7 @@ page is what its generator makes of the committed results."""
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 import types
@@ -59,6 +60,31 @@ def test_fp8_block_quantizes_every_linear_row_wise():
         dequant = layer.wq.float() * layer.w_scale.t()
         err = (dequant - linear.weight).norm() / linear.weight.norm()
         assert err < 0.05, err  # e4m3: 3 mantissa bits
+
+
+def test_fp8_static_recipe_shares_one_input_scale_per_input_and_saturates():
+    """The static recipe: each Linear's input scale is amax / 448 of what it read while
+    calibrating, one tensor for the Linears that read one input (a gated MLP's gate and
+    up: their input is quantized once, as the fp8 dual kernel needs); weights
+    tensor-wise; the quantized block (run on CPU, whose ``_scaled_mm`` takes tensor-wise
+    scales) is near the float block, and an input past the calibrated range saturates
+    instead of overflowing."""
+    block, x = models.make_block("llama", "small", device="cpu", dtype=torch.float32, scale=8)
+    block = block.to(torch.bfloat16)
+    x = x.to(torch.bfloat16)
+    scales = fp8.calibrate(block, x)
+    mlp = next(m for m in block.modules() if hasattr(m, "gate_proj") and hasattr(m, "up_proj"))
+    names = {id(m): n for n, m in block.named_modules()}
+    gate, up, down = (scales[names[id(getattr(mlp, p))]] for p in ("gate_proj", "up_proj", "down_proj"))
+    assert gate is up and gate is not down and gate.dim() == 0 and gate.dtype == torch.float32
+    ref = block(x).double()
+    q = fp8.quantized(copy.deepcopy(block), scales)
+    layers = [m for m in q.modules() if isinstance(m, fp8.Fp8Linear)]
+    assert layers and all(layer.w_scale.dim() == 0 and layer.input_scale is not None for layer in layers)
+    with torch.no_grad():
+        err = (q(x).double() - ref).norm() / ref.norm()
+        assert err < 0.1, err
+        assert torch.isfinite(q(x * 8)).all(), "past the calibrated range: saturated"
 
 
 def test_fp8_accuracy_row_measures_against_the_dequantized_float64_product():

@@ -103,3 +103,53 @@ def test_two_scaled_mm_measured_faster_stay_two_gemms():
     assert "dual=True" not in code
     specs = [launched(code, i)["spec"] for i in range(code.count("_launch = launcher("))]
     assert sum(s.ab_dtype == "float8_e4m3fn" for s in specs) == 2
+
+
+def static_fp8_mlp(x, wg, wu, wd, s_in, s_h):
+    """An fp8 MLP with static (calibrated) tensor-wise input scales, gate and up sharing
+    theirs (one input): the quantization of the down projection's input can run in the
+    epilogue of the kernel that writes it."""
+    s_in, s_h = s_in.float(), s_h.float()
+
+    def weight(w):
+        scale = w.abs().amax().float().clamp_min(1e-12) / 448.0
+        return (w.float() / scale).to(FP8).t(), scale
+
+    (wgq, sg), (wuq, su), (wdq, sd) = weight(wg), weight(wu), weight(wd)
+    xq = (x.reshape(-1, D).float() / s_in).clamp(-448.0, 448.0).to(FP8)
+    g = torch._scaled_mm(xq, wgq, s_in, sg, out_dtype=torch.bfloat16)
+    h = F.silu(g) * torch._scaled_mm(xq, wuq, s_in, su, out_dtype=torch.bfloat16)
+    hq = (h.float() / s_h).clamp(-448.0, 448.0).to(FP8)
+    return torch._scaled_mm(hq, wdq, s_h, sd, out_dtype=torch.bfloat16).reshape(B, T, D)
+
+
+def test_a_static_scale_quantizes_the_down_projections_input_in_the_dual_kernels_epilogue():
+    """With a tensor-wise input scale known ahead (a static recipe), the dual kernel
+    writes the down projection's e4m3 input itself; its epilogue, evaluated in float64
+    as generated, is eager's silu(gate) * up rounded to bf16, divided by the scale and
+    saturated to e4m3."""
+    from inductor_cutedsl.runtime import reference
+
+    with backend(), config.patch(fp8_dual=True):
+        code = generated_code(static_fp8_mlp, (B, T, D), (F4, D), (F4, D), (D, F4), (), ())
+    first = launched(code, 0)
+    spec = first["spec"]
+    assert spec.dual and spec.ab_dtype == spec.out_dtype == "float8_e4m3fn", spec.describe()
+    assert code.count("_launch = launcher(") == 2, "the dual kernel and the down projection"
+    gen = torch.Generator().manual_seed(9)
+    m, n, k = 24, 32, 64
+    a = (torch.randn(m, k, generator=gen) * 4).to(FP8)
+    b_gate, b_up = ((torch.randn(n, k, generator=gen) * 4).to(FP8).t() for _ in range(2))
+    sa, sg, su = torch.tensor(0.5), torch.tensor(0.3), torch.tensor(0.25)
+    s_h = torch.tensor(0.5).to(torch.bfloat16)
+    out = torch.empty(m, n, dtype=FP8)
+    ops = [sa, sg, su, s_h]
+    reference.run(spec, a, b_gate, out, ops, first["scalars"], first["views"], b_up=b_up, dtype=torch.float64)
+
+    def part(w, s):
+        return (a.double() @ w.double() * 0.5 * s).to(torch.bfloat16).double()
+
+    h = (F.silu(part(b_gate, 0.3)) * part(b_up, 0.25)).to(torch.bfloat16).double()
+    want = (h / s_h.double()).clamp(-448.0, 448.0).to(FP8)
+    assert (want.double().abs() == 448).any() and (want.double() != 0).sum() > m * n // 2, "saturates, mostly nonzero"
+    torch.testing.assert_close(out.double(), want.double(), rtol=0, atol=0)
