@@ -138,7 +138,7 @@ RULES: tuple[tuple[str, str], ...] = (
         r"no unit-stride matrix mode|^out is not row-major|are not contiguous along mode|"
         r"weights are laid out differently|b_gate and b_up differ in major",
     ),
-    ("operand-kind", r"is not a \S+ vector|^output operand \S+ is broadcast|is a scalar"),
+    ("operand-kind", r"is not a \S+ vector|is not a single value|^output operand \S+ is broadcast|is a scalar"),
     (
         "dtype",
         r"operand dtypes|output dtype|^bias |^dtypes |must be an? \S+ tensor, got|with dtype \S+ \(|"

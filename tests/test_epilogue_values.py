@@ -405,6 +405,33 @@ def residual_chain():
     return res["t"]
 
 
+def test_broadcast_inputs_of_a_fused_chain_are_declared_by_their_zero_strides():
+    """A fused chain's inputs read through zero strides are declared so that the kernel
+    compiles the zeros in (each thread then loads a broadcast value once): a tensor-wise
+    scale ``one``, a per-row scale ``col``, an fp32 bias ``row``; a bf16 bias stays
+    ``full`` read in pairs (each value once already), a residual ``full``. The chain,
+    evaluated in float64 through the declarations, is eager's."""
+    gen = torch.Generator().manual_seed(10)
+    y = torch.randn(M, N, generator=gen).to(torch.bfloat16)
+    one, per_row = torch.rand((), generator=gen) + 0.5, torch.rand(M, 1, generator=gen) + 0.5
+    bias32, bias16 = torch.randn(N, generator=gen), torch.randn(N, generator=gen).to(torch.bfloat16)
+    resid = torch.randn(M, N, generator=gen).to(torch.bfloat16)
+
+    def chain(y, one, per_row, bias32, bias16, resid):
+        return (y.float() * one * per_row + bias32 + bias16.float() + resid.float()).to(torch.bfloat16)
+
+    res = translate_inductor(chain, y, one, per_row, bias32, bias16, resid)
+    assert "t" in res, res.get("refused")
+    tr = res["t"]
+    kinds = {op.buffer: (decl.kind, decl.pairs) for op, decl in zip(tr.operands, tr.epilogue.operands)}
+    assert sorted(kinds.values()) == sorted(
+        [("one", False), ("col", False), ("row", False), ("full", True), ("full", True)]
+    ), kinds
+    inputs = graph_inputs(y, one, per_row, bias32, bias16, resid)
+    (got,) = translated_values(tr, y, inputs).values()
+    close(got, chain(y.to(F64), one.to(F64), per_row.to(F64), bias32.to(F64), bias16.to(F64), resid.to(F64)))
+
+
 @pytest.mark.parametrize("base", ["identity", "bias", "addmm"])
 def test_fused_chain_computes_the_gemm_then_the_chain_as_eager(residual_chain, base):
     """The fused kernel gives what the unfused pair did: the GEMM's epilogue (alpha and

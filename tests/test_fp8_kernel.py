@@ -127,12 +127,16 @@ SCRIPT = textwrap.dedent("""
                                ("stream_k_alternate", GemmConfig(128, 128, stream_k=True), 3),
                                ("stream_k_halves", GemmConfig(128, 128, stream_k=True), 2),
                                ("dual_alternate", GemmConfig(128, 128, 1, 2), 3),
-                               ("dual_fast", GemmConfig(128, 256, 2, 1, epi_n=64), 0)):
+                               ("dual_fast", GemmConfig(128, 256, 2, 1, epi_n=64), 0),
+                               ("scaled_tensor", GemmConfig(128, 128, 2, 1), 3),
+                               ("scaled_row", GemmConfig(128, 128, 2, 1), 3)):
         for old in dump.glob("*"):
             old.unlink()
         # A dual kernel's epilogue: scales, relu (no FADD of its own) and the product.
         dual = name.startswith("dual")
         epi = E.gated("relu", rounding="bfloat16", scales=("row", "row")) if dual else E.IDENTITY
+        if name.startswith("scaled_"):
+            epi = E.scaled(name[7:], name[7:])
         spec = KernelSpec(cfg, "float8_e4m3fn", "bfloat16", "k", "k", epi, dual=dual, promote=promote)
         export_object(spec, root, f"fp8_{name}")
         (cubin,) = dump.glob("*.cubin")
@@ -149,6 +153,8 @@ SCRIPT = textwrap.dedent("""
             "batch_waits": sum("WARPGROUP.DEPBAR" in l for l in lines),
             # ... of which those that leave one batch in flight.
             "waits_one_in_flight": sum("WARPGROUP.DEPBAR.LE gsb0, 0x1" in l for l in lines),
+            # Plain global loads (the epilogue's operands; TMA loads are UTMALDG).
+            "global_loads": sum("LDG.E" in l and "UTMALDG" not in l for l in lines),
         }
     print(json.dumps(stats))
 """)
@@ -253,11 +259,21 @@ def test_scaled_epilogue_reads_scales_as_the_mode_says():
     epi = E.scaled("row", "tensor", "bfloat16")
     assert [(op.name, op.kind, op.dtype) for op in epi.operands] == [
         ("scale_a", "col", "float32"),
-        ("scale_b", "row", "float32"),
+        ("scale_b", "one", "float32"),
         ("bias", "row", "bfloat16"),
     ]
     assert "acc * ops[0] * ops[1] + ops[2]" in epi.source
-    assert E.scaled("tensor", "row").operands[0].kind == "row"  # one value: zero strides both ways
+    assert E.scaled("tensor", "row").operands[0].kind == "one"  # one value: zero strides every way
+    assert E.scaled("tensor", "tensor", None, scale_result=True).operands[2].kind == "one"
+
+
+def test_a_tensor_wise_scale_is_loaded_once_per_thread(fp8_sass):
+    """A tensor-wise scale's strides are zero at compile time (``one``): each thread
+    loads each scale once, where zero strides known only at launch had it load one per
+    accumulator column (64 loads for two scales). Row-wise, a thread loads A's scale
+    for its 2 rows and B's for its 32 columns of a 128x128 tile."""
+    assert fp8_sass["scaled_tensor"]["global_loads"] == 2, fp8_sass["scaled_tensor"]
+    assert fp8_sass["scaled_row"]["global_loads"] == 2 + 32, fp8_sass["scaled_row"]
     with pytest.raises(ValueError, match="scale_b mode"):
         E.scaled("row", "block")
 

@@ -356,6 +356,8 @@ def _bad_runtime_calls():
     a, b = torch.empty(64, 64, dtype=bf), torch.empty(64, 64, dtype=bf)
     f8a, f8b = torch.empty(64, 64, dtype=torch.float8_e4m3fn), torch.empty(64, 64, dtype=torch.float8_e4m3fn).t()
     one = torch.ones((), dtype=torch.float32)
+    scale = "def epilogue(acc, m, n, l, ops):\n    return acc * ops[0]\n"
+    one_value = E.Epilogue("one_value", scale, (E.EpilogueOperand("s", "one", "float32"),))
     return {
         "dtype": [
             lambda: gemm(a.float(), b.float()),
@@ -388,6 +390,7 @@ def _bad_runtime_calls():
         ],
         "operand-kind": [
             lambda: gemm(a, b, torch.empty(64, 1, dtype=bf), epilogue=E.bias("row")),
+            lambda: gemm(a, b, torch.ones(1, 64), epilogue=one_value),
             lambda: gemm(a, b, torch.empty(64, 64), torch.ones(()), 1.0, epilogue=E.addmm(True, "full", "float32")),
         ],
         "activation": [lambda: gated_gemm(a, b, b, "tanh")],

@@ -136,6 +136,8 @@ def test_a_static_scale_quantizes_the_down_projections_input_in_the_dual_kernels
     spec = first["spec"]
     assert spec.dual and spec.ab_dtype == spec.out_dtype == "float8_e4m3fn", spec.describe()
     assert code.count("_launch = launcher(") == 2, "the dual kernel and the down projection"
+    # The tensor-wise scales, the fused one included, are each loaded once per thread.
+    assert [op.kind for op in spec.epilogue.operands] == ["one"] * 4
     gen = torch.Generator().manual_seed(9)
     m, n, k = 24, 32, 64
     a = (torch.randn(m, k, generator=gen) * 4).to(FP8)

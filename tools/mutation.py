@@ -607,6 +607,22 @@ BUGS = [
         "an fp8 dual kernel takes a tensor-wise and a row-wise weight scale and reads both as one mode",
     ),
     Bug(
+        "tensor-wise-scale-strided-at-launch",
+        "inductor_cutedsl/kernels/sm90_gemm.py",
+        '                0 if op.kind in ("col", "one") else s_n,\n',
+        '                0 if op.kind == "col" else s_n,\n',
+        ("tests/test_fp8_kernel.py",),
+        "a tensor-wise scale is loaded once per accumulator column instead of once per thread",
+    ),
+    Bug(
+        "single-value-operand-unchecked",
+        "inductor_cutedsl/runtime/support.py",
+        '        if decl.kind == "one" and any(',
+        "        if False and any(",
+        ("tests/test_fuzz_cases.py",),
+        "a tensor of many values passed as one value is read at its first element only",
+    ),
+    Bug(
         "stream-k-ranked-by-launch-host-time",
         "inductor_cutedsl/lowering/fair_timing.py",
         "    if not settings.compile_uses_cudagraphs():\n        return []\n    streamed",

@@ -32,7 +32,7 @@ import dataclasses
 import hashlib
 import textwrap
 
-OPERAND_KINDS = ("row", "col", "full", "scalar", "out")
+OPERAND_KINDS = ("row", "col", "one", "full", "scalar", "out")
 OPERAND_DTYPES = ("bfloat16", "float16", "float32")
 
 
@@ -41,10 +41,13 @@ class EpilogueOperand:
     """An extra input of the epilogue.
 
     kind: ``row``: one value per output column n (a bias over N, stride 0 along M);
-    ``col``: one value per output row m (stride 0 along N); ``full``: one value per
-    (m, n) (a residual or gate); ``scalar``: a Float32 passed at launch; ``out``: an
-    extra (L, M, N) output. An epilogue with ``out`` operands returns a tuple: the
-    value for D, then one value per ``out`` operand in declaration order.
+    ``col``: one value per output row m (stride 0 along N); ``one``: one value for
+    every element (a tensor-wise scale: a one-element tensor, its strides zero at
+    compile time, so each thread loads it once, where a runtime zero stride has it
+    loaded per element); ``full``: one value per (m, n) (a residual or gate);
+    ``scalar``: a Float32 passed at launch; ``out``: an extra (L, M, N) output. An
+    epilogue with ``out`` operands returns a tuple: the value for D, then one value per
+    ``out`` operand in declaration order.
 
     ``pairs`` (16-bit ``full`` inputs and ``out`` outputs): the kernel reads columns n
     and n + 1 with one 4-byte load (an output: writes them with one 4-byte store), half
@@ -165,8 +168,9 @@ def _scale_operands(scale_a: str, scale_b: str, b_names: tuple[str, ...]) -> lis
     for name, mode in (("scale_a", scale_a), ("scale_b", scale_b)):
         if mode not in SCALE_MODES:
             raise ValueError(f"{name} mode {mode!r} not in {SCALE_MODES}")
-    a = EpilogueOperand("scale_a", "col" if scale_a == "row" else "row", "float32")
-    return [a, *(EpilogueOperand(name, "row", "float32") for name in b_names)]
+    a = EpilogueOperand("scale_a", "col" if scale_a == "row" else "one", "float32")
+    kind_b = "row" if scale_b == "row" else "one"
+    return [a, *(EpilogueOperand(name, kind_b, "float32") for name in b_names)]
 
 
 def scaled(scale_a: str, scale_b: str, bias: str | None = None, scale_result: bool = False) -> Epilogue:
@@ -186,7 +190,7 @@ def scaled(scale_a: str, scale_b: str, bias: str | None = None, scale_result: bo
         ops.append(EpilogueOperand("bias", "row", bias))
     if scale_result:
         result = f"fdiv({result}, ops[{len(ops)}])"
-        ops.append(EpilogueOperand("scale_result", "row", "float32"))
+        ops.append(EpilogueOperand("scale_result", "one", "float32"))
     name = f"scaled_{scale_a}_{scale_b}" + (f"_bias_{bias}" if bias is not None else "") + "_sr" * scale_result
     return Epilogue(name, f"def epilogue(acc, m, n, l, ops):\n    return {result}\n", tuple(ops))
 

@@ -341,9 +341,9 @@ class Sm90Gemm:
         ep_tensors = []
         for (ptr, s_m, s_n, s_l), op in zip(tops, self.tensor_ops):
             stride = (
-                0 if op.kind == "row" else s_m,
-                0 if op.kind == "col" else s_n,
-                s_l,
+                0 if op.kind in ("row", "one") else s_m,
+                0 if op.kind in ("col", "one") else s_n,
+                0 if op.kind == "one" else s_l,
             )
             if cutlass.const_expr(op.pairs):
                 stride = (cute.assume(s_m, divby=2), 1, cute.assume(s_l, divby=2))

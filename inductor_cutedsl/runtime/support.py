@@ -382,6 +382,8 @@ def operands_reason(epilogue: Epilogue, operands, batch: int, m: int, n: int) ->
         _, s_m, s_n, s_l = args
         if (decl.kind == "row" and m > 1 and s_m != 0) or (decl.kind == "col" and n > 1 and s_n != 0):
             return f"operand {decl.name} is not a {decl.kind} vector"
+        if decl.kind == "one" and any(s != 0 and size > 1 for s, size in ((s_l, batch), (s_m, m), (s_n, n))):
+            return f"operand {decl.name} is not a single value"
         if decl.is_output and any(s == 0 and size > 1 for s, size in ((s_l, batch), (s_m, m), (s_n, n))):
             return f"output operand {decl.name} is broadcast (each element must be written once)"
         if why := declaration_reason(decl, args, batch, m, n, value.element_size()):

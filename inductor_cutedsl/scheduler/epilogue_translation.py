@@ -316,6 +316,25 @@ def _install_table_ops() -> None:
 _install_table_ops()
 
 
+def _input_decl(i: int, op: OperandRef, n: int) -> EpilogueOperand:
+    """The declaration of fused input ``i``, by the strides it is read through: zero
+    strides compiled into the kernel let each thread load a broadcast value once (a
+    zero known only at launch has it loaded per accumulator column or row). Zero every
+    way is ``one`` (a tensor-wise scale), zero along N ``col`` (a per-row scale), zero
+    along M ``row`` (a bias) unless two columns per load (``_pairs``) already read each
+    value once; any other ``full``."""
+    dtype = OUT_DTYPES[op.dtype]
+    zero_m, zero_n, zero_l = (isinstance(s, (int, sympy.Integer)) and int(s) == 0 for s in op.strides)
+    if zero_m and zero_n and zero_l:
+        return EpilogueOperand(f"in{i}", "one", dtype)
+    if zero_n:
+        return EpilogueOperand(f"in{i}", "col", dtype)
+    pairs = _pairs(op, n)
+    if zero_m and not pairs:
+        return EpilogueOperand(f"in{i}", "row", dtype)
+    return EpilogueOperand(f"in{i}", "full", dtype, pairs)
+
+
 def _pairs(op: OperandRef, n: int) -> bool:
     """Whether the kernel may read (an output: write) ``op`` two columns at a time, as
     far as its layout shows (the launcher checks the tensor itself: address, and sizes
@@ -352,10 +371,7 @@ def finish(tr: EpilogueTranslator, name: str, keep: tuple[str, ...] = ()) -> Tra
         values.append("acc" if buf == tr.acc_buffer else tr.stored[buf].name)
         operands.append(OperandRef(buf, *tr.views[buf], dtype))
     source = "\n".join(["def epilogue(acc, m, n, l, ops):", *tr.lines, f"    return {', '.join(values)}", ""])
-    decls = tuple(
-        EpilogueOperand(f"in{i}", "full", OUT_DTYPES[op.dtype], _pairs(op, tr.sizes[1]))
-        for i, op in enumerate(tr.operands)
-    ) + tuple(
+    decls = tuple(_input_decl(i, op, tr.sizes[1]) for i, op in enumerate(tr.operands)) + tuple(
         EpilogueOperand(f"out{i}", "out", OUT_DTYPES[op.dtype], _pairs(op, tr.sizes[1]))
         for i, op in enumerate(operands[len(tr.operands) :])
     )
