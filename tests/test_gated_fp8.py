@@ -74,6 +74,26 @@ def test_products_of_other_inputs_or_activations_are_left_alone(fn, why):
     assert torch.ops.inductor_cutedsl.gated_scaled_mm.default not in scaled_targets(gm)
 
 
+def test_copies_of_one_quantization_around_an_in_place_write_stay_two():
+    """Between the two quantizations of the input, the input is written in place: the
+    copies read different values, and the product stays as the graph wrote it."""
+
+    def written_between(x, wg, wu):
+        xq, xs = quantize(x.reshape(-1, D), False)
+        wgq, wgs = quantize(wg, False)
+        gate = torch._scaled_mm(xq, wgq.t(), xs, wgs, out_dtype=torch.bfloat16)
+        x.mul_(2)
+        xq2, xs2 = quantize(x.reshape(-1, D), False)
+        wuq, wus = quantize(wu, False)
+        return F.silu(gate) * torch._scaled_mm(xq2, wuq.t(), xs2, wus, out_dtype=torch.bfloat16)
+
+    args = [bf16(B, T, D), bf16(F4, D), bf16(F4, D)]
+    with config.patch(fp8_dual=True):
+        gm, count = rewritten(written_between, *[a.clone() for a in args])
+    assert count == 0
+    torch.testing.assert_close(gm(*[a.clone() for a in args]), written_between(*[a.clone() for a in args]))
+
+
 def test_nothing_is_rewritten_until_the_fp8_dual_kernel_is_switched_on():
     args = [bf16(B, T, D), bf16(F4, D), bf16(F4, D)]
     assert not config.fp8_dual, "off by default until its GPU tests pass"

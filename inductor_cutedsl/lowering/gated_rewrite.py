@@ -149,6 +149,46 @@ def _same_value(p: Any, q: Any, depth: int = 24) -> bool:
     return type(p) is type(q) and p == q
 
 
+def _mutates(node: torch.fx.Node) -> bool:
+    """Whether ``node`` may write a tensor it reads: an in-place method or function
+    (``add_``), an item assignment, or an ``out=`` argument."""
+    name = getattr(node.target, "__name__", str(node.target))
+    in_place = name.endswith("_") and not name.endswith("__")
+    return node.op in ("call_method", "call_function") and (
+        in_place or node.target is operator.setitem or "out" in node.kwargs
+    )
+
+
+def _writes_between(p: torch.fx.Node, q: torch.fx.Node) -> bool:
+    """Whether any node from the first node of the chains ending at ``p`` and ``q`` to
+    the later of the two may write a tensor (``_mutates``): two copies of one chain of
+    pure ops over the same inputs are one value only if nothing wrote those inputs
+    while either copy read them."""
+    node = min(_chain_start(p), _chain_start(q))
+    last = max(p, q)
+    while node is not last:
+        if _mutates(node):
+            return True
+        node = node.next
+    return False
+
+
+def _chain_start(node: torch.fx.Node) -> torch.fx.Node:
+    """The earliest node of the chain of pure ops that ends at ``node`` (``_same_value``'s
+    allow-list), in graph order."""
+    earliest, work = node, [node]
+    while work:
+        n = work.pop()
+        if n < earliest:
+            earliest = n
+        pure = (n.op == "call_method" and n.target in _PURE_METHODS) or (
+            n.op == "call_function" and n.target in _PURE_FUNCTIONS
+        )
+        if pure:
+            work.extend(n.all_input_nodes)
+    return earliest
+
+
 #: ``torch._scaled_mm``'s parameters after the operands, with their defaults.
 _SCALED_PARAMS = (("scale_a", None), ("scale_b", None), ("bias", None), ("scale_result", None),
                   ("out_dtype", None), ("use_fast_accum", False))  # fmt: skip
@@ -205,6 +245,8 @@ def _match_scaled(mul: torch.fx.Node) -> tuple | None:
             continue
         if not _same_value(gate["scale_a"], up["scale_a"]):
             continue
+        if gate["a"] is not up["a"] and _writes_between(gate["a"], up["a"]):
+            continue  # the two copies may read different values
         args = (gate["a"], gate["b"], up["b"], gate["scale_a"], gate["scale_b"], up["scale_b"], gate["bias"],
                 up["bias"], activation, gate["out_dtype"], bool(gate["use_fast_accum"]))  # fmt: skip
         return args, gate["view"]
