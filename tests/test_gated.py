@@ -116,6 +116,28 @@ def test_in_place_writes_that_nothing_reads_survive_the_rewrite(gated):
         assert F.linear not in targets and F.silu not in targets
 
 
+@pytest.mark.parametrize("form", ["two", "fused"])
+def test_an_input_written_between_the_two_linears_keeps_the_product_as_written(form):
+    """The op reads its inputs where the product was: a write in place after the first
+    Linear read the input would reach the op's gate GEMM and not the graph's, so such a
+    product is not rewritten (and computes as eager does)."""
+
+    def two(x, wg, wu):
+        gate = F.linear(x, wg)
+        x.mul_(2)
+        return F.silu(gate) * F.linear(x, wu)
+
+    def fused(x, w):
+        g, u = F.linear(x, w).chunk(2, -1)
+        w.mul_(2)  # the weight, written between the Linear and the product
+        return F.silu(g) * u
+
+    fn, args = (two, [f64(4, 16), f64(24, 16), f64(24, 16)]) if form == "two" else (fused, [f64(4, 16), f64(48, 16)])
+    gm, count = rewritten(fn, *[a.clone() for a in args])
+    assert count == 0
+    torch.testing.assert_close(gm(*[a.clone() for a in args]), fn(*[a.clone() for a in args]))
+
+
 def test_a_failed_rewrite_leaves_no_node_of_its_own(monkeypatch, lenient):
     fn = two_linears(F.silu)
     args = [f64(2, 5, 16), f64(24, 16), f64(24, 16), f64(24), f64(24)]

@@ -593,10 +593,18 @@ BUGS = [
     Bug(
         "fp8-dual-inputs-alike-across-a-write",
         "inductor_cutedsl/lowering/gated_rewrite.py",
-        '        if gate["a"] is not up["a"] and _writes_between(gate["a"], up["a"]):\n',
+        '        if _written(min(_chain_start(gate["a"]), _chain_start(up["a"])), mul):\n',
         "        if False:\n",
         ("tests/test_gated_fp8.py",),
         "an input written in place between its two quantizations is read by both as the first",
+    ),
+    Bug(
+        "gated-op-reads-inputs-written-after-the-linears",
+        "inductor_cutedsl/lowering/gated_rewrite.py",
+        "        if _written(min(gate_src, other), mul):\n",
+        "        if False:\n",
+        ("tests/test_gated.py",),
+        "an input written in place after the gate Linear read it reaches the dual kernel's gate GEMM",
     ),
     Bug(
         "fp8-dual-graph-form-reads-the-gated-op",

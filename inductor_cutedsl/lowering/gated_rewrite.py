@@ -103,12 +103,16 @@ def _match(mul: torch.fx.Node) -> tuple | None:
         if gate_half and up_half and gate_half[0] is up_half[0] and (gate_half[1], up_half[1]) == (0, 1):
             linear = _linear_args(gate_half[0])
             assert linear is not None  # _half_of found a Linear there
+            if _written(gate_half[0], mul):
+                continue
             x, w, b = linear
             return x, w, None, b, None, activation
         gate, up = _linear_args(gate_src), _linear_args(other)
         if gate is None or up is None or gate[0] is not up[0]:
             continue
         if len(gate_src.users) != 1 or len(other.users) != 1:
+            continue
+        if _written(min(gate_src, other), mul):
             continue
         return gate[0], gate[1], up[1], gate[2], up[2], activation
     return None
@@ -159,14 +163,14 @@ def _mutates(node: torch.fx.Node) -> bool:
     )
 
 
-def _writes_between(p: torch.fx.Node, q: torch.fx.Node) -> bool:
-    """Whether any node from the first node of the chains ending at ``p`` and ``q`` to
-    the later of the two may write a tensor (``_mutates``): two copies of one chain of
-    pure ops over the same inputs are one value only if nothing wrote those inputs
-    while either copy read them."""
-    node = min(_chain_start(p), _chain_start(q))
-    last = max(p, q)
-    while node is not last:
+def _written(start: torch.fx.Node, end: torch.fx.Node) -> bool:
+    """Whether a node from ``start`` up to ``end`` may write a tensor (``_mutates``).
+    The op that replaces a gated product reads its inputs where the product was
+    (``end``): a write after its GEMMs read them (``start``) would reach the op and not
+    them, and two copies of one pure chain are one value only if nothing wrote their
+    inputs while they read them."""
+    node = start
+    while node is not end:
         if _mutates(node):
             return True
         node = node.next
@@ -245,8 +249,8 @@ def _match_scaled(mul: torch.fx.Node) -> tuple | None:
             continue
         if not _same_value(gate["scale_a"], up["scale_a"]):
             continue
-        if gate["a"] is not up["a"] and _writes_between(gate["a"], up["a"]):
-            continue  # the two copies may read different values
+        if _written(min(_chain_start(gate["a"]), _chain_start(up["a"])), mul):
+            continue
         args = (gate["a"], gate["b"], up["b"], gate["scale_a"], gate["scale_b"], up["scale_b"], gate["bias"],
                 up["bias"], activation, gate["out_dtype"], bool(gate["use_fast_accum"]))  # fmt: skip
         return args, gate["view"]
