@@ -138,6 +138,21 @@ def test_an_input_written_between_the_two_linears_keeps_the_product_as_written(f
     torch.testing.assert_close(gm(*[a.clone() for a in args]), fn(*[a.clone() for a in args]))
 
 
+def test_what_counts_as_a_write_in_place():
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    writes = [
+        g.call_method("mul_", (x, 2)),
+        g.call_function(torch.Tensor.add_, (x, 1)),
+        g.call_function(operator.imul, (x, 2)),
+        g.call_function(operator.setitem, (x, 0, 1.0)),
+        g.call_function(torch.mul, (x, 2), {"out": x}),
+    ]
+    pure = [g.call_method("mul", (x, 2)), g.call_function(torch.add, (x, 1)), g.call_function(operator.mul, (x, 2))]
+    assert [gated_rewrite._mutates(n) for n in writes] == [True] * len(writes)
+    assert [gated_rewrite._mutates(n) for n in pure] == [False] * len(pure)
+
+
 def test_a_failed_rewrite_leaves_no_node_of_its_own(monkeypatch, lenient):
     fn = two_linears(F.silu)
     args = [f64(2, 5, 16), f64(24, 16), f64(24, 16), f64(24), f64(24)]

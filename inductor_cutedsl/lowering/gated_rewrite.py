@@ -153,13 +153,21 @@ def _same_value(p: Any, q: Any, depth: int = 24) -> bool:
     return type(p) is type(q) and p == q
 
 
+#: Python's in-place operators (``x *= 2``), which write their first operand.
+_IN_PLACE_OPERATORS = frozenset(
+    getattr(operator, f"i{name}")
+    for name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or", "xor",
+                 "lshift", "rshift")
+)  # fmt: skip
+
+
 def _mutates(node: torch.fx.Node) -> bool:
     """Whether ``node`` may write a tensor it reads: an in-place method or function
-    (``add_``), an item assignment, or an ``out=`` argument."""
+    (``add_``, ``x *= 2``), an item assignment, or an ``out=`` argument."""
     name = getattr(node.target, "__name__", str(node.target))
     in_place = name.endswith("_") and not name.endswith("__")
     return node.op in ("call_method", "call_function") and (
-        in_place or node.target is operator.setitem or "out" in node.kwargs
+        in_place or node.target is operator.setitem or node.target in _IN_PLACE_OPERATORS or "out" in node.kwargs
     )
 
 
