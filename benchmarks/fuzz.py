@@ -485,6 +485,9 @@ class Gated:
     keep: str | None = None  # dtype of the kept pre-activations, None: not kept
     pairs: bool = False  # kept outputs laid out for two-column stores
     fused: bool = False  # B_gate and B_up: two column ranges of one weight
+    # fp8 operands: (scale_a, the weights' scales) modes; fast accumulation or promotion.
+    scales: tuple[str, str] | None = None
+    fast_accum: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -523,7 +526,7 @@ class FuzzSpec:
     def epilogue(self) -> E.Epilogue:
         if self.gated:
             g = self.gated
-            return E.gated(g.act, g.bias_gate, g.bias_up, g.keep, keep_pairs=g.pairs)
+            return E.gated(g.act, g.bias_gate, g.bias_up, g.keep, keep_pairs=g.pairs, scales=g.scales)
         if self.scaled:
             s = self.scaled
             return E.scaled(s.scale_a, s.scale_b, s.bias, s.scale_result)
@@ -534,6 +537,8 @@ class FuzzSpec:
         """The promotion mode of the kernel the runtime runs."""
         if self.scaled:
             return 0 if self.scaled.fast_accum else promotion_mode(self.config)
+        if self.gated and self.gated.scales:
+            return 0 if self.gated.fast_accum else promotion_mode(self.config)
         return self.promote
 
     def kernel_spec(self):
@@ -556,8 +561,12 @@ class FuzzSpec:
         product, a (gate, up) pair for a gated spec)."""
         if self.gated:
             g, rest = self.gated, iter(ops)
-            gate = acc[0] + next(rest) if g.bias_gate else acc[0]
-            up = acc[1] + next(rest) if g.bias_up else acc[1]
+            gate, up = acc
+            if g.scales:  # each product times A's scale and its weight's
+                scale_a = next(rest)
+                gate, up = gate * scale_a * next(rest), up * scale_a * next(rest)
+            gate = gate + next(rest) if g.bias_gate else gate
+            up = up + next(rest) if g.bias_up else up
             out = ACTIVATIONS64[g.act](gate) * up
             return (out, gate, up) if g.keep else (out,)
         if self.scaled:
@@ -604,6 +613,8 @@ CFG_PROMOTE = GemmConfig(128, 128, 1, 2, False, True, 1)  # registers for three 
 CFG_PROMOTE_WIDE = GemmConfig(128, 192, 2, 1, False, True, 1)  # for two
 CFG_DUAL = GemmConfig(128, 256, 2, 1, False, True, 1, 64)
 CFG_DUAL_PP = GemmConfig(64, 256, 2, 1, True, False, 1)
+CFG_DUAL_PROMOTE_PP = GemmConfig(64, 128, 1, 1, True, True, 1)  # a promoting dual pingpong tile
+CFG_DUAL_STREAM_K = GemmConfig(128, 128, 1, 1, False, True, 1, stream_k=True)  # decode's dual tile
 
 #: Hand-picked corners of the space: each schedule, tile and store-buffer extreme
 #: with every operand kind, major, dtype and load declaration.
@@ -648,6 +659,11 @@ CORNER_SPECS: tuple[FuzzSpec, ...] = (
     FuzzSpec(CFG_DUAL_PP, FP, FP, "m", "n", gated=Gated("gelu_tanh", FP, F32, keep=F32)),
     FuzzSpec(CFG_DUAL, BF, F32, "k", "n", gated=Gated("relu", BF, BF, keep=BF, pairs=False)),
     FuzzSpec(CFG_DUAL_PP, BF, BF, "k", "k", gated=Gated("gelu_erf", fused=True)),
+    # fp8 dual kernels: each promoting config, fast accumulation, scale modes, stream-K.
+    FuzzSpec(CFG_PROMOTE, F8, BF, "k", "k", gated=Gated("silu", BF, BF, scales=("row", "row"))),
+    FuzzSpec(CFG_DUAL, F8, BF, "k", "k", gated=Gated("gelu_tanh", scales=("tensor", "tensor"), fast_accum=True)),
+    FuzzSpec(CFG_DUAL_PROMOTE_PP, F8, F32, "k", "k", gated=Gated("relu", F32, scales=("tensor", "row"), fused=True)),
+    FuzzSpec(CFG_DUAL_STREAM_K, F8, BF, "k", "k", gated=Gated("silu", scales=("row", "tensor"))),
 )
 
 #: Shapes (M, N, K, batch) whose shortlists make up the configs the package offers.
@@ -980,9 +996,9 @@ def _flaws(spec: FuzzSpec, batch: int | None, m: int) -> list[str]:
         flaws.append("operand")
     if spec.api == "gemm" and m > 1 and any(op.is_output for op in decls):
         flaws.append("out operand broadcast")
-    if spec.api == "gated":
+    if spec.api == "gated" and spec.ab_dtype != F8:  # fp8 has one major ("fp8 major")
         flaws.append("up major")
-    if spec.api == "scaled":
+    if spec.api == "scaled" or (spec.gated and spec.gated.scales):
         flaws.append("scale shape")
     if spec.ab_dtype == F8:
         flaws.append("fp8 major")
@@ -995,7 +1011,8 @@ def make_case(spec_index: int, number: int) -> Case:
     spec = SPECS[spec_index]
     rng = random.Random(f"{SEED}-{spec_index}-{number}")
     m, n, k = _size(rng, 700), _size(rng, 700), _size(rng, 600)
-    batch = None if spec.api == "scaled" else rng.choice([None, None, None, 1, 2, 3, 4])
+    scaled_api = spec.api == "scaled" or (spec.gated is not None and spec.gated.scales is not None)
+    batch = None if scaled_api else rng.choice([None, None, None, 1, 2, 3, 4])
     flaw = rng.choice(_flaws(spec, batch, m)) if rng.random() < FLAW_RATE else ""
     ab_size = TORCH_DTYPES[spec.ab_dtype].itemsize
     out_size = TORCH_DTYPES[spec.out_dtype].itemsize
@@ -1031,7 +1048,11 @@ def make_case(spec_index: int, number: int) -> Case:
     if spec.gated:
         g = spec.gated
         biases = [(dtype, E.EpilogueOperand("bias", "row", dtype)) for dtype in (g.bias_gate, g.bias_up) if dtype]
-        operands = [_operand(rng, decl, m, n, batch, "") for _, decl in biases]
+        operands = []
+        if g.scales:  # A's scale, then the gate and up weights' (in one mode)
+            operands += [_scale_operand(rng, g.scales[0], "a", m, n, False)]
+            operands += [_scale_operand(rng, g.scales[1], "b", m, n, flaw == "scale shape") for _ in range(2)]
+        operands += [_operand(rng, decl, m, n, batch, "") for _, decl in biases]
         if g.keep:
             operands += [_kept_operand(rng, g.keep, m, n, batch, g.pairs) for _ in range(2)]
     elif spec.scaled:
@@ -1097,6 +1118,7 @@ def run_case(case: Case, t: CaseTensors) -> None:
     values = iter(t.values)
     if spec.gated:
         g = spec.gated
+        scales = (next(values), next(values), next(values)) if g.scales else None
         bias_gate = next(values) if g.bias_gate else None
         bias_up = next(values) if g.bias_up else None
         keep_out = (next(values), next(values)) if g.keep else None
@@ -1110,6 +1132,8 @@ def run_case(case: Case, t: CaseTensors) -> None:
             out=t.out,
             keep_out=keep_out,
             config=spec.config,
+            scales=scales,
+            use_fast_accum=g.fast_accum,
         )
     elif spec.scaled:
         s = spec.scaled
