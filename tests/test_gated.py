@@ -138,6 +138,66 @@ def test_an_input_written_between_the_two_linears_keeps_the_product_as_written(f
     torch.testing.assert_close(gm(*[a.clone() for a in args]), fn(*[a.clone() for a in args]))
 
 
+def _written_program(form: str, when: str | None, what: str, op: str):
+    """A gated product (``form``: two Linears, or one cut by chunk or split) with a write
+    ``op`` of ``what`` (the input, a view of it, the gate weight or bias) ``when``."""
+
+    def write(t):
+        if op == "mul_":
+            t.mul_(2)
+        elif op == "add_":
+            t.add_(1)
+        elif op == "setitem":
+            t[0] = 5.0
+        else:
+            t.index_copy_(0, torch.tensor([0]), torch.ones_like(t[:1]))
+
+    def fn(x, wg, wu, bg, bu):
+        target = {"x": x, "w": wg, "view_x": x.view(-1, x.shape[-1])[:1], "b": bg}[what]
+        if when == "before":
+            write(target)
+        if form == "two":
+            gate = F.silu(F.linear(x, wg, bg))
+            if when == "between":
+                write(target)
+            up = F.linear(x, wu, bu)
+            if when == "after_up":
+                write(target)
+            return gate * up
+        y = F.linear(x, torch.cat([wg, wu]), torch.cat([bg, bu]))
+        g, u = y.chunk(2, -1) if form == "chunk" else y.split(y.shape[-1] // 2, -1)
+        if when is not None and when != "before":
+            write(target)
+        return F.silu(g) * u
+
+    return fn
+
+
+@pytest.mark.parametrize(
+    "form,when,what,op",
+    [
+        ("two", None, "x", "mul_"),
+        ("two", "before", "x", "mul_"),
+        ("two", "between", "x", "mul_"),
+        ("two", "between", "w", "add_"),
+        ("two", "between", "b", "setitem"),
+        ("two", "after_up", "w", "index_copy_"),
+        ("chunk", "after_up", "view_x", "mul_"),
+        ("split", "after_up", "x", "add_"),
+    ],
+)
+def test_a_compiled_gated_product_computes_eagers_value_around_writes_in_place(form, when, what, op):
+    """Compiled with max-autotune on the CPU (the pre-grad pass runs; the op lowers as
+    the graph was), a gated product computes eager's value whatever is written in place
+    around it: before it (rewritten), or between its Linears and it (left alone)."""
+    fn = _written_program(form, when, what, op)
+    args = [torch.randn(2, 5, 16), torch.randn(24, 16), torch.randn(24, 16), torch.randn(24), torch.randn(24)]
+    want = fn(*[a.clone() for a in args])
+    torch.compiler.reset()
+    got = torch.compile(fn, mode="max-autotune-no-cudagraphs")(*[a.clone() for a in args])
+    torch.testing.assert_close(got, want)
+
+
 def test_what_counts_as_a_write_in_place():
     g = torch.fx.Graph()
     x = g.placeholder("x")
