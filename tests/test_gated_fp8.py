@@ -175,3 +175,43 @@ def test_a_static_scale_quantizes_the_down_projections_input_in_the_dual_kernels
     want = (h / s_h.double()).clamp(-448.0, 448.0).to(FP8)
     assert (want.double().abs() == 448).any() and (want.double() != 0).sum() > m * n // 2, "saturates, mostly nonzero"
     torch.testing.assert_close(out.double(), want.double(), rtol=0, atol=0)
+
+
+def test_a_dynamo_graph_of_the_static_fp8_recipe_is_rewritten_and_computes_as_stock(caplog):
+    """The benchmarks' fp8 Linears (``benchmarks.fp8``, static recipe: CPU's
+    ``_scaled_mm`` takes tensor-wise scales) in a gated MLP, compiled with max-autotune
+    on the CPU: Dynamo's graph (buffers, the weights' ``t()``, the output views) is
+    rewritten to the fp8 gated op, which lowers there as the graph was, bit for bit
+    what stock computes."""
+    import logging
+
+    from torch import nn
+
+    import inductor_cutedsl
+    from benchmarks import fp8
+
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gate_proj, self.up_proj = nn.Linear(64, 128, bias=False), nn.Linear(64, 128, bias=False)
+            self.down_proj = nn.Linear(128, 64, bias=False)
+
+        def forward(self, x):
+            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+    torch.manual_seed(11)
+    mlp, x = MLP().to(torch.bfloat16), torch.randn(2, 8, 64).to(torch.bfloat16)
+    block = fp8.quantized(mlp, fp8.calibrate(mlp, x))
+    outs = {}
+    with torch.no_grad(), caplog.at_level(logging.INFO, logger="inductor_cutedsl.lowering"):
+        for side in ("ours", "stock"):
+            torch.compiler.reset()
+            with config.patch(fp8_dual=True):
+                if side == "stock":
+                    inductor_cutedsl.disable()
+                try:
+                    outs[side] = torch.compile(block, mode="max-autotune-no-cudagraphs")(x)
+                finally:
+                    inductor_cutedsl.enable()
+    assert "1 gated product(s) replaced" in caplog.text
+    assert torch.equal(outs["ours"], outs["stock"])
