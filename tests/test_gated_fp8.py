@@ -177,18 +177,19 @@ def test_a_static_scale_quantizes_the_down_projections_input_in_the_dual_kernels
     torch.testing.assert_close(out.double(), want.double(), rtol=0, atol=0)
 
 
-def test_a_dynamo_graph_of_the_static_fp8_recipe_is_rewritten_and_computes_as_stock(caplog):
+def test_a_dynamo_graph_of_the_static_fp8_recipe_is_rewritten_and_computes_as_stock(monkeypatch):
     """The benchmarks' fp8 Linears (``benchmarks.fp8``, static recipe: CPU's
     ``_scaled_mm`` takes tensor-wise scales) in a gated MLP, compiled with max-autotune
     on the CPU: Dynamo's graph (buffers, the weights' ``t()``, the output views) is
     rewritten to the fp8 gated op, which lowers there as the graph was, bit for bit
     what stock computes."""
-    import logging
-
     from torch import nn
+    from torch._inductor import config as inductor_config
 
     import inductor_cutedsl
     from benchmarks import fp8
+    from inductor_cutedsl.install import reenabled
+    from inductor_cutedsl.lowering import gated_rewrite
 
     class MLP(nn.Module):
         def __init__(self):
@@ -199,19 +200,20 @@ def test_a_dynamo_graph_of_the_static_fp8_recipe_is_rewritten_and_computes_as_st
         def forward(self, x):
             return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
+    replaced = []
+    real = gated_rewrite.rewrite
+    monkeypatch.setattr(gated_rewrite, "rewrite", lambda graph: replaced.append(real(graph)) or replaced[-1])
     torch.manual_seed(11)
     mlp, x = MLP().to(torch.bfloat16), torch.randn(2, 8, 64).to(torch.bfloat16)
     block = fp8.quantized(mlp, fp8.calibrate(mlp, x))
     outs = {}
-    with torch.no_grad(), caplog.at_level(logging.INFO, logger="inductor_cutedsl.lowering"):
+    # No compile cache: a cached graph would skip the pre-grad pass.
+    with torch.no_grad(), inductor_config.patch(force_disable_caches=True):
         for side in ("ours", "stock"):
             torch.compiler.reset()
-            with config.patch(fp8_dual=True):
+            with reenabled(fp8_dual=True):  # installed whatever an earlier test left
                 if side == "stock":
                     inductor_cutedsl.disable()
-                try:
-                    outs[side] = torch.compile(block, mode="max-autotune-no-cudagraphs")(x)
-                finally:
-                    inductor_cutedsl.enable()
-    assert "1 gated product(s) replaced" in caplog.text
+                outs[side] = torch.compile(block, mode="max-autotune-no-cudagraphs")(x)
+    assert replaced == [1], "ours' graph had its product rewritten, stock's went untouched"
     assert torch.equal(outs["ours"], outs["stock"])
