@@ -1077,14 +1077,15 @@ class Sm90Gemm:
         return half_mma, hA, hB, parts, self._half_pairs(tiled_mma, half_mma)
 
     def _alternate_mma(self, sA, sB, wg, pingpong, acc_shape):
-        """What ``PROMOTE_ALTERNATE`` multiplies with: an MMA like the kernel's own, whose
-        first wgmma of each batch restarts its partial sums from zero (its accumulate
-        field is set per wgmma: the kernel's own stays set for good), its A and B
-        fragments, and the two partial-sum sets."""
+        """What ``PROMOTE_ALTERNATE`` multiplies with: the A and B fragments of an MMA like
+        the kernel's own (``_mainloop_alternate`` makes that MMA for each call; its
+        accumulate field is set per wgmma, so that each batch's first restarts its
+        partial sums from zero, where the kernel's own stays set for good), and the two
+        partial-sum sets."""
         alt_mma, thr = self._kmajor_mma(self.tile_shape_mnk[1], wg, pingpong)
         aA = alt_mma.make_fragment_A(thr.partition_A(sA))
         aB = alt_mma.make_fragment_B(thr.partition_B(sB))
-        return alt_mma, aA, aB, [cute.make_rmem_tensor(acc_shape, self.acc_dtype) for _ in range(2)]
+        return aA, aB, [cute.make_rmem_tensor(acc_shape, self.acc_dtype) for _ in range(2)]
 
     def _kmajor_mma(self, tile_n, wg, pingpong):
         """A promotion mode's own MMA over ``tile_n`` columns (fp8: A and B K-major) and
@@ -1240,7 +1241,7 @@ class Sm90Gemm:
         itself: the DSL carries neither out of a branch or loop from a helper. The MMA is
         made anew for each call: setting a field builds on the MMA's last value, and
         one set inside the tile loop does not reach stream-K's share loop after it."""
-        _, aA, aB, parts = alt
+        aA, aB, parts = alt
         alt_mma, _ = self._kmajor_mma(self.tile_shape_mnk[1], wg, self.pingpong)
         full_inputs, prefetch_kt = self._prefetch_plan(epi, k0, k1)
         acc.fill(0.0)
