@@ -129,18 +129,22 @@ _PURE_FUNCTIONS = (operator.truediv, operator.mul, torch.abs, torch.amax, torch.
                    torch.reciprocal, torch.reshape)  # fmt: skip
 
 
+def _pure(node: torch.fx.Node) -> bool:
+    """Whether ``node`` is one of the pure ops of ``_PURE_METHODS`` / ``_PURE_FUNCTIONS``."""
+    return (node.op == "call_method" and node.target in _PURE_METHODS) or (
+        node.op == "call_function" and node.target in _PURE_FUNCTIONS
+    )
+
+
 def _same_value(p: Any, q: Any, depth: int = 24) -> bool:
     """Whether ``p`` and ``q`` are the same node, or the same chain of pure ops over the
     same nodes and constants (within ``depth`` ops)."""
     if p is q:
         return True
     if isinstance(p, torch.fx.Node) and isinstance(q, torch.fx.Node):
-        pure = (p.op == "call_method" and p.target in _PURE_METHODS) or (
-            p.op == "call_function" and p.target in _PURE_FUNCTIONS
-        )
         return (
             depth > 0
-            and pure
+            and _pure(p)
             and (p.op, p.target) == (q.op, q.target)
             and _same_value(p.args, q.args, depth - 1)
             and p.kwargs.keys() == q.kwargs.keys()
@@ -193,10 +197,7 @@ def _chain_start(node: torch.fx.Node) -> torch.fx.Node:
         n = work.pop()
         if n < earliest:
             earliest = n
-        pure = (n.op == "call_method" and n.target in _PURE_METHODS) or (
-            n.op == "call_function" and n.target in _PURE_FUNCTIONS
-        )
-        if pure:
+        if _pure(n):
             work.extend(n.all_input_nodes)
     return earliest
 
@@ -313,20 +314,18 @@ def _insert(graph: torch.fx.Graph, mul: torch.fx.Node, made: list[torch.fx.Node]
     """Insert before ``mul`` the op of the gated product it is (``gated_mm``, or
     ``gated_scaled_mm`` for fp8) and what reads its result as ``mul`` (appended to
     ``made``); None where ``mul`` is no gated product."""
-    args = _match(mul)
-    scaled = None if args is not None else _match_scaled(mul)
-    if args is None and scaled is None:
-        return None
+    args, view = _match(mul), None
+    target = torch.ops.inductor_cutedsl.gated_mm.default
+    if args is None:
+        scaled = _match_scaled(mul)
+        if scaled is None:
+            return None
+        (args, view), target = scaled, torch.ops.inductor_cutedsl.gated_scaled_mm.default
     with graph.inserting_before(mul):
-        view = None
-        target = torch.ops.inductor_cutedsl.gated_mm.default
-        if scaled is not None:
-            (args, view), target = scaled, torch.ops.inductor_cutedsl.gated_scaled_mm.default
-        assert args is not None
         op = graph.call_function(target, tuple(args))
         made.append(op)
         _fake_value(op, target, *args)
-        if scaled is None:
+        if target is torch.ops.inductor_cutedsl.gated_mm.default:  # (h, gate, up): h
             h = graph.call_function(operator.getitem, (op, 0))
             if "example_value" in op.meta:
                 h.meta["example_value"] = op.meta["example_value"][0]
