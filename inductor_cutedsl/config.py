@@ -167,7 +167,7 @@ fp8: bool = _values["fp8"]
 #: and a product) as one fp8 dual-GEMM kernel where it measures faster
 #: (``INDUCTOR_CUTEDSL_FP8_DUAL``; with ``dual_gemm`` and ``fp8``). Off by default: the
 #: kernel family is compiled and checked on CPU, and turns on once its GPU tests
-#: (``tests/test_gated_gpu.py``, fp8) have passed on the device.
+#: (``tests/test_gated_fp8_gpu.py``) have passed on the device.
 fp8_dual: bool = _values["fp8_dual"]
 #: In a compile without CUDA graphs, rank the GEMM choices that fair timing re-times by
 #: the larger of their GPU time and their host launch time (``INDUCTOR_CUTEDSL_HOST_PACED``;
