@@ -533,12 +533,17 @@ class FuzzSpec:
         return self.fuzz_epilogue.epilogue
 
     @property
+    def takes_scales(self) -> bool:
+        """Whether the entry takes ``_scaled_mm``'s scales (``scaled_gemm``, or
+        ``gated_gemm`` of fp8 operands): 2-D operands, promotion unless fast."""
+        return self.scaled is not None or (self.gated is not None and self.gated.scales is not None)
+
+    @property
     def kernel_promote(self) -> int:
         """The promotion mode of the kernel the runtime runs."""
-        if self.scaled:
-            return 0 if self.scaled.fast_accum else promotion_mode(self.config)
-        if self.gated and self.gated.scales:
-            return 0 if self.gated.fast_accum else promotion_mode(self.config)
+        if self.takes_scales:
+            fast = self.scaled.fast_accum if self.scaled else self.gated is not None and self.gated.fast_accum
+            return 0 if fast else promotion_mode(self.config)
         return self.promote
 
     def kernel_spec(self):
@@ -998,7 +1003,7 @@ def _flaws(spec: FuzzSpec, batch: int | None, m: int) -> list[str]:
         flaws.append("out operand broadcast")
     if spec.api == "gated" and spec.ab_dtype != F8:  # fp8 has one major ("fp8 major")
         flaws.append("up major")
-    if spec.api == "scaled" or (spec.gated and spec.gated.scales):
+    if spec.takes_scales:
         flaws.append("scale shape")
     if spec.ab_dtype == F8:
         flaws.append("fp8 major")
@@ -1011,8 +1016,7 @@ def make_case(spec_index: int, number: int) -> Case:
     spec = SPECS[spec_index]
     rng = random.Random(f"{SEED}-{spec_index}-{number}")
     m, n, k = _size(rng, 700), _size(rng, 700), _size(rng, 600)
-    scaled_api = spec.api == "scaled" or (spec.gated is not None and spec.gated.scales is not None)
-    batch = None if scaled_api else rng.choice([None, None, None, 1, 2, 3, 4])
+    batch = None if spec.takes_scales else rng.choice([None, None, None, 1, 2, 3, 4])
     flaw = rng.choice(_flaws(spec, batch, m)) if rng.random() < FLAW_RATE else ""
     ab_size = TORCH_DTYPES[spec.ab_dtype].itemsize
     out_size = TORCH_DTYPES[spec.out_dtype].itemsize
