@@ -130,17 +130,12 @@ def static_fp8_mlp(x, wg, wu, wd, s_in, s_h):
     theirs (one input): the quantization of the down projection's input can run in the
     epilogue of the kernel that writes it."""
     s_in, s_h = s_in.float(), s_h.float()
-
-    def weight(w):
-        scale = w.abs().amax().float().clamp_min(1e-12) / 448.0
-        return (w.float() / scale).to(FP8).t(), scale
-
-    (wgq, sg), (wuq, su), (wdq, sd) = weight(wg), weight(wu), weight(wd)
+    (wgq, sg), (wuq, su), (wdq, sd) = (quantize(w, False) for w in (wg, wu, wd))
     xq = (x.reshape(-1, D).float() / s_in).clamp(-448.0, 448.0).to(FP8)
-    g = torch._scaled_mm(xq, wgq, s_in, sg, out_dtype=torch.bfloat16)
-    h = F.silu(g) * torch._scaled_mm(xq, wuq, s_in, su, out_dtype=torch.bfloat16)
+    g = torch._scaled_mm(xq, wgq.t(), s_in, sg, out_dtype=torch.bfloat16)
+    h = F.silu(g) * torch._scaled_mm(xq, wuq.t(), s_in, su, out_dtype=torch.bfloat16)
     hq = (h.float() / s_h).clamp(-448.0, 448.0).to(FP8)
-    return torch._scaled_mm(hq, wdq, s_h, sd, out_dtype=torch.bfloat16).reshape(B, T, D)
+    return torch._scaled_mm(hq, wdq.t(), s_h, sd, out_dtype=torch.bfloat16).reshape(B, T, D)
 
 
 def test_a_static_scale_quantizes_the_down_projections_input_in_the_dual_kernels_epilogue():
