@@ -198,6 +198,29 @@ def test_a_compiled_gated_product_computes_eagers_value_around_writes_in_place(f
     torch.testing.assert_close(got, want)
 
 
+@pytest.mark.parametrize("form", ["two_linears", "fused"])
+def test_a_product_whose_graph_form_fails_to_lower_runs_the_op_with_eagers_value(monkeypatch, lenient, form):
+    """Compiled on the CPU (no dual kernel: the op lowers as the graph was), a failure of
+    ours while lowering the graph's form falls back to the op itself, an extern kernel."""
+    if form == "fused":
+        fn, args = fused_gate_up(F.silu), [torch.randn(2, 5, 16), torch.randn(48, 16), torch.randn(48)]
+    else:
+        fn = two_linears(F.silu)
+        args = [torch.randn(2, 5, 16), torch.randn(24, 16), torch.randn(24, 16), torch.randn(24), torch.randn(24)]
+    calls = []
+
+    def fails(*args):
+        calls.append(args)
+        raise RuntimeError("planted")
+
+    monkeypatch.setattr(gated, "_as_graph", fails)
+    torch.compiler.reset()
+    with inductor_config.patch(force_disable_caches=True):
+        got = torch.compile(fn, mode="max-autotune-no-cudagraphs")(*args)
+    assert len(calls) == 1, "the product was rewritten, and its graph form tried"
+    torch.testing.assert_close(got, fn(*args))
+
+
 def test_what_counts_as_a_write_in_place():
     g = torch.fx.Graph()
     x = g.placeholder("x")

@@ -10,8 +10,10 @@ import torch.nn.functional as F
 from fake_hopper import generated_code, launched
 from test_fusion_codegen import backend
 from test_gated import rewritten
+from torch._inductor import config as inductor_config
 
 from inductor_cutedsl import config
+from inductor_cutedsl.lowering import gated
 
 FP8 = torch.float8_e4m3fn
 B, T, D, F4 = 2, 64, 256, 512
@@ -92,6 +94,24 @@ def test_copies_of_one_quantization_around_an_in_place_write_stay_two():
         gm, count = rewritten(written_between, *[a.clone() for a in args])
     assert count == 0
     torch.testing.assert_close(gm(*[a.clone() for a in args]), written_between(*[a.clone() for a in args]))
+
+
+def test_an_fp8_product_whose_graph_form_fails_to_lower_runs_the_op_with_eagers_value(monkeypatch, lenient):
+    """Compiled on the CPU (no dual kernel: the op lowers as the graph was), a failure of
+    ours while lowering the graph's two ``_scaled_mm`` falls back to the op itself."""
+    fn, calls = fp8_mlp(rowwise=False), []
+
+    def fails(*args):
+        calls.append(args)
+        raise RuntimeError("planted")
+
+    monkeypatch.setattr(gated, "_scaled_as_graph", fails)
+    args = [bf16(B, T, D), bf16(F4, D), bf16(F4, D)]
+    torch.compiler.reset()
+    with config.patch(fp8_dual=True), inductor_config.patch(force_disable_caches=True):
+        got = torch.compile(fn, mode="max-autotune-no-cudagraphs")(*args)
+    assert len(calls) == 1, "the product was rewritten, and its graph form tried"
+    torch.testing.assert_close(got, fn(*args), rtol=0, atol=0)
 
 
 def test_nothing_is_rewritten_until_the_fp8_dual_kernel_is_switched_on():
@@ -179,7 +199,6 @@ def test_a_dynamo_graph_of_the_static_fp8_recipe_is_rewritten_and_computes_as_st
     rewritten to the fp8 gated op, which lowers there as the graph was, bit for bit
     what stock computes."""
     from torch import nn
-    from torch._inductor import config as inductor_config
 
     import inductor_cutedsl
     from benchmarks import fp8

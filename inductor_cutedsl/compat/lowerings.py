@@ -27,6 +27,14 @@ def register_lowering(op: Any, fn: Callable[..., Any]) -> None:
     register(op, type_promotion_kind=None)(fn)
 
 
+def extern(op: Any) -> Callable[..., Any]:
+    """``op`` run as an extern kernel (its own implementation, called from the wrapper):
+    Inductor's lowering of an op it has no lowering for."""
+    from torch._inductor.lowering import fallback_handler
+
+    return fallback_handler(op, add_to_fallback_set=False)
+
+
 def unregister_lowering(op: Any) -> None:
     from torch._inductor.lowering import lowerings
 

@@ -277,7 +277,20 @@ def lower(x, w_gate, w_up, b_gate, b_up, activation):
         log.info("gated %s: no dual kernel: %s [%s]", activation, why, why.rule)
     except Exception as exc:
         fallback("lowering", f"gated {activation} product", exc, log)
-    return _as_graph(x2, w_gate, w_up, b_gate, b_up, activation, lead, n)
+    args = (x, w_gate, w_up, b_gate, b_up, activation)
+    as_graph = lambda: _as_graph(x2, w_gate, w_up, b_gate, b_up, activation, lead, n)
+    return _graph_or_op(torch.ops.inductor_cutedsl.gated_mm.default, as_graph, *args)
+
+
+def _graph_or_op(op: Any, as_graph: Callable[[], Any], *args: Any) -> Any:
+    """``as_graph()``, the graph's ops as stock lowers them; should that fail (a bug of
+    ours: the op is ours, so stock would have lowered those ops), ``op`` itself as an
+    extern kernel, which computes what the graph did."""
+    try:
+        return as_graph()
+    except Exception as exc:
+        fallback("lowering", f"{op} as the graph's ops", exc, log)
+    return lowerings.extern(op)(*args)
 
 
 def _dual(x2, wg, wu, bg, bu, activation, keep, fused, lead, n):
@@ -455,7 +468,8 @@ def lower_scaled(x, wg, wu, sx, sg, su, bg, bu, activation, out_dtype, use_fast_
         log.info("gated fp8 %s: no dual kernel: %s [%s]", activation, why, why.rule)
     except Exception as exc:
         fallback("lowering", f"gated fp8 {activation} product", exc, log)
-    return _scaled_as_graph(x, wg, wu, sx, sg, su, bg, bu, activation, out_dtype, use_fast_accum)
+    args = (x, wg, wu, sx, sg, su, bg, bu, activation, out_dtype, use_fast_accum)
+    return _graph_or_op(torch.ops.inductor_cutedsl.gated_scaled_mm.default, lambda: _scaled_as_graph(*args), *args)
 
 
 def _dual_scaled(x, wg, wu, sx, sg, su, bg, bu, activation, out_dtype, fast):
