@@ -12,6 +12,7 @@ import logging
 import os
 import random
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -336,6 +337,13 @@ def _check_types(what: str, *checks: tuple) -> None:
             raise ArgumentTypeError(f"inductor_cutedsl cannot run this {what}: {why}")
 
 
+def _promoting(config: Any, first: Callable[[], GemmConfig]) -> tuple[Any, int]:
+    """A promoting fp8 kernel's config (``first()``, its shortlist's first, where none is
+    given) and the mode it promotes in: the one that config has registers for."""
+    config = first() if config is None else config
+    return config, promotion_mode(config) if isinstance(config, GemmConfig) else PROMOTE_TILE
+
+
 def _config_reason(config, out_bytes: int, dual: bool = False, in_bytes: int = 2, promote: int = 0) -> str | None:
     if config is None:
         return None
@@ -429,9 +437,8 @@ def scaled_gemm(
     operands = (scale_a, scale_b, *(t for t in (bias, scale_result) if t is not None))
     promote = PROMOTE_NONE
     if not use_fast_accum:
-        if config is None:
-            config = shortlist(a.shape[-2], b.shape[-1], a.shape[-1], promote=PROMOTE_TILE)[0]
-        promote = promotion_mode(config) if isinstance(config, GemmConfig) else PROMOTE_TILE
+        first = lambda: shortlist(a.shape[-2], b.shape[-1], a.shape[-1], promote=PROMOTE_TILE)[0]
+        config, promote = _promoting(config, first)
     return gemm(
         a,
         b,
@@ -507,9 +514,8 @@ def gated_gemm(
     fp8 = scales is not None
     promote = PROMOTE_NONE
     if reason is None and fp8 and not use_fast_accum:
-        if config is None:
-            config = dual_shortlist(a.shape[-2], b_gate.shape[-1], a.shape[-1], promote=PROMOTE_TILE)[0]
-        promote = promotion_mode(config)
+        first = lambda: dual_shortlist(a.shape[-2], b_gate.shape[-1], a.shape[-1], promote=PROMOTE_TILE)[0]
+        config, promote = _promoting(config, first)
     if reason is None:
         out_dtype = out.dtype if out is not None else out_dtype or a.dtype
         reason = _config_reason(config, out_dtype.itemsize, True, a.element_size(), promote)
