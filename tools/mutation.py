@@ -607,6 +607,14 @@ BUGS = [
         "an input written in place after the gate Linear read it reaches the dual kernel's gate GEMM",
     ),
     Bug(
+        "gated-graph-form-failure-crashes-the-compile",
+        "inductor_cutedsl/lowering/gated.py",
+        '    except Exception as exc:\n        fallback("lowering", f"{op} as the graph\'s ops", exc, log)\n',
+        '    except KeyError as exc:\n        fallback("lowering", f"{op} as the graph\'s ops", exc, log)\n',
+        ("tests/test_gated.py", "tests/test_gated_fp8.py"),
+        "a failure of ours lowering a gated product's graph form crashes the compile instead of running the op",
+    ),
+    Bug(
         "fp8-dual-graph-form-reads-the-gated-op",
         "inductor_cutedsl/lowering/gated.py",
         "        with ir_access.lowering_op(aten._scaled_mm.default, scale_result=None, use_fast_accum=fast):\n",
