@@ -10,19 +10,21 @@ CPU tensors, through the torch reference of the kernel.
 
 from __future__ import annotations
 
+import ast
 import logging
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 from fake_hopper import generated_code, launched
-from test_fusion_codegen import backend, kernels
+from test_fusion_codegen import backend, by_backend, kernels
 from test_gated import F4, B, D, T, llama_mlp
 
 from inductor_cutedsl import errors
 from inductor_cutedsl.kernels import epilogue as E
 from inductor_cutedsl.kernels.config import GemmConfig
-from inductor_cutedsl.lowering import gated, gated_rewrite, gemm_choices
+from inductor_cutedsl.lowering import choices, gated, gated_rewrite, gemm_choices
 from inductor_cutedsl.runtime import generated
 from inductor_cutedsl.runtime.spec import KernelSpec
 from inductor_cutedsl.scheduler import decisions, scheduling, selection
@@ -63,6 +65,41 @@ def test_candidates_failure_leaves_stock_choices(monkeypatch, lenient, warnings_
         code = generated_code(relu_mm, (M, K), (N, K), backends="CUTEDSL,ATEN")
     assert kernels(code) == (0, 1) and "extern_kernels.mm" in code
     assert warnings_seen() == ["candidates"]
+
+
+def test_pruning_failure_keeps_tritons_configs(monkeypatch, lenient, warnings_seen):
+    monkeypatch.setattr(choices, "deepest_k_only", planted)
+    with backend(max_configs=1):
+        code = generated_code(
+            relu_mm, (M, K), (N, K), backends="CUTEDSL,TRITON", candidate_ms=by_backend(2.0, 2.0, 1.0)
+        )
+    assert kernels(code) == (0, 1) and "triton_tem" in code, "the compile went on, and Triton's template won"
+    assert warnings_seen() == ["candidates"]
+
+
+def test_every_fallback_stage_the_package_names_is_a_stage():
+    """A fallback at a stage ``errors.fallback`` does not know raises where it should
+    fall back: a crash on the rare path it guards. Every stage the package passes, as a
+    literal or through a variable (each literal the file assigns to it), must be known."""
+    named = []
+    for path in sorted(Path(errors.__file__).parent.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        assigned: dict[str, list[str]] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        assigned.setdefault(target.id, []).append(node.value.value)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "fallback" and node.args:
+                stage, where = node.args[0], f"{path.name}:{node.lineno}"
+                if isinstance(stage, ast.Name) and stage.id in assigned:
+                    named += [(value, where) for value in assigned[stage.id]]
+                else:
+                    assert isinstance(stage, ast.Constant), f"{where}: a stage this test can read"
+                    named.append((stage.value, where))
+    assert len(named) > 20, "the package's fallbacks were found"
+    assert [(stage, where) for stage, where in named if stage not in errors.STAGES] == []
 
 
 def test_lowering_failure_of_the_gated_op_lowers_the_graph_as_it_was(monkeypatch, lenient, warnings_seen):

@@ -60,7 +60,7 @@ class CuteDSLChoices(InductorChoices):
         try:
             return deepest_k_only(choices)
         except Exception as exc:  # a bug of ours: Triton keeps all its configs
-            fallback("Triton pruning", op_name, exc, log)
+            fallback("candidates", f"{op_name} (pruning Triton's configs)", exc, log)
             return choices
 
 
