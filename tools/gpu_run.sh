@@ -8,7 +8,10 @@
 #                                                 in .device/ and the next call loads them instead of building) and
 #                                                 their specs in $OUT/test-specs.jsonl (carry it too: after a kernel
 #                                                 change, python -m tools.rebuild_kernels builds them again on CPU);
-#                                                 TESTS="tests/test_a.py ..." runs those files only
+#                                                 TESTS="tests/test_a.py ..." runs those files only;
+#                                                 SHARD=I/N runs the I-th of N shares of the test files
+#                                                 (round robin in name order): the whole suite takes
+#                                                 more than one call's 600 s, SHARD=1/2 and 2/2 two calls
 #   bash tools/gpu_run.sh bench NAME [ARGS]       python -m benchmarks.NAME ARGS --json $OUT/h200-NAME.json,
 #                                                 log $OUT/NAME.log
 #   bash tools/gpu_run.sh job [ARGS]              the main job (python -m inductor_cutedsl), JSON and PNG in $OUT
@@ -88,6 +91,10 @@ tests)
     touch "$cache/.started"
     # Every kernel spec the suite keys (tests/helpers.py, record_specs): with them,
     # tools/rebuild_kernels.py builds the carried kernels again after a kernel change.
+    if [ -n "${SHARD:-}" ] && [ -z "${TESTS:-}" ]; then
+        TESTS=$(find tests -maxdepth 1 -name 'test_*.py' | sort | awk -v i="${SHARD%/*}" -v n="${SHARD#*/}" '(NR - 1) % n == i - 1')
+        echo "== shard $SHARD: $(echo "$TESTS" | wc -w) test files"
+    fi
     specs=$(mktemp -d)
     export INDUCTOR_CUTEDSL_TEST_SPECS=$specs
     # -v: each test's outcome is logged as it ends, so a run cut short by LIMIT still names
