@@ -61,7 +61,9 @@ def test_a_build_done_before_its_bookkeeping_neither_hangs_nor_stays_in_flight(t
     filing.join(timeout=30)
     assert not filing.is_alive(), "build_async deadlocked"
     assert got[0].result()[1] is True
-    assert compiler.wait_idle(timeout=0) == 0  # forgotten once done
+    # Forgotten once done (this build's slot: other tests of the process may have builds
+    # of their own in flight).
+    assert (str(tmp_path), SPEC.key()) not in compiler._inflight
 
 
 def test_one_spec_in_flight_is_shared(tmp_path):
