@@ -58,12 +58,16 @@ logged() {  # logged NAME COMMAND...: run within LIMIT, output to the screen and
 #: The test kernel cache that travels between calls (tests step), and its cap in bytes.
 TEST_KERNELS=test-kernels.tar.xz
 TEST_KERNELS_CAP=$((10 * 1024 * 1024))
+#: Seconds of LIMIT the tests step keeps for stopping pytest and packing what it built.
+PACK_S=45
 
 pack_kernels() {  # pack_kernels CACHE_DIR ARCHIVE: the cache's kernels, within the cap
     local dir=$1 archive=$2
+    # Packed under another name and moved: a call's time limit that kills the packing
+    # leaves no truncated archive to be carried into the next call. xz on every core.
     pack() {  # pack [FIND TESTS]: the kernels (objects and their records) that pass them
         (cd "$dir" && find . -maxdepth 1 \( -name '*.o' -o -name '*.json' \) "$@" -print0 |
-            tar cJf "$archive" --null -T -)
+            XZ_OPT=-T0 tar cJf "$archive.part" --null -T -) && mv "$archive.part" "$archive"
     }
     pack || return 0
     if [ "$(stat -c %s "$archive")" -gt "$TEST_KERNELS_CAP" ]; then
@@ -100,15 +104,17 @@ tests)
     # -v: each test's outcome is logged as it ends, so a run cut short by LIMIT still names
     # its failures; they are listed again at the end.
     # shellcheck disable=SC2086  # TESTS is a list of paths
-    logged gpu-tests python3 -m pytest ${TESTS:-tests} -m gpu -n 8 -v -rfE -p no:cacheprovider "$@"
+    # The suite stops PACK_S seconds before LIMIT: stopping 12 workers and packing their
+    # kernels took more than 30 s, and a call's limit then killed the packing.
+    LIMIT=$((LIMIT - PACK_S)) logged gpu-tests python3 -m pytest ${TESTS:-tests} -m gpu -n 8 -v -rfE -p no:cacheprovider "$@"
     rc=$?
     echo "== failed or errored:"
     grep -E "^\[gw[0-9]+\].* (FAILED|ERROR) " "$OUT/gpu-tests.log" | sed 's/.* \(FAILED\|ERROR\) /\1 /'
+    cat .device/test-specs.jsonl "$specs"/*.jsonl 2>/dev/null | sort -u >"$OUT/test-specs.jsonl"
+    echo "== test kernel specs: $(wc -l <"$OUT/test-specs.jsonl") (\$OUT/test-specs.jsonl: carry it in .device/ too)"
     # Back for the next call (copy it into .device/). Past its cap, only this run's builds
     # go back: kernels of code since changed are never loaded again.
     pack_kernels "$cache" "$OUT/$TEST_KERNELS"
-    cat .device/test-specs.jsonl "$specs"/*.jsonl 2>/dev/null | sort -u >"$OUT/test-specs.jsonl"
-    echo "== test kernel specs: $(wc -l <"$OUT/test-specs.jsonl") (\$OUT/test-specs.jsonl: carry it in .device/ too)"
     exit "$rc" ;;
 bench)
     name=${1:?"bench NAME: one of benchmarks/*.py"}
