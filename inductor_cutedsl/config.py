@@ -165,9 +165,10 @@ dual_gemm: bool = _values["dual_gemm"]
 fp8: bool = _values["fp8"]
 #: Run an fp8 gated MLP (two ``torch._scaled_mm`` of one quantized input, an activation
 #: and a product) as one fp8 dual-GEMM kernel where it measures faster
-#: (``INDUCTOR_CUTEDSL_FP8_DUAL``; with ``dual_gemm`` and ``fp8``). Off by default: the
-#: kernel family is compiled and checked on CPU, and turns on once its GPU tests
-#: (``tests/test_gated_fp8_gpu.py``) have passed on the device.
+#: (``INDUCTOR_CUTEDSL_FP8_DUAL``; with ``dual_gemm`` and ``fp8``). Off by default: its
+#: GPU tests (``tests/test_gated_fp8_gpu.py``) pass, but whether a model gains from it
+#: (and what its candidates add to a compile) is unmeasured: it turns on once
+#: ``benchmarks.fp8``'s fused dual row and fp8 blocks show a gain.
 fp8_dual: bool = _values["fp8_dual"]
 #: In a compile without CUDA graphs, rank the GEMM choices that fair timing re-times by
 #: the larger of their GPU time and their host launch time (``INDUCTOR_CUTEDSL_HOST_PACED``;
