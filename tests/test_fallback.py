@@ -22,6 +22,7 @@ from test_fusion_codegen import backend, by_backend, kernels
 from test_gated import F4, B, D, T, llama_mlp
 
 from inductor_cutedsl import errors
+from inductor_cutedsl.compat import codegen
 from inductor_cutedsl.kernels import epilogue as E
 from inductor_cutedsl.kernels.config import GemmConfig
 from inductor_cutedsl.lowering import choices, gated, gated_rewrite, gemm_choices
@@ -133,6 +134,22 @@ def test_fusion_decision_failure_lets_inductor_decide(monkeypatch, lenient, warn
         code = generated_code(relu_mm, (M, K), (N, K))
     assert "relu(acc)" not in code, "nothing of ours was fused"
     assert warnings_seen() == ["fusion decision"]
+
+
+def test_a_failure_pairing_through_a_view_leaves_inductors_rule(monkeypatch, lenient, warnings_seen):
+    """A pair only our view rule forms (here: Inductor's own rule made to refuse GPT-2's
+    MLP read through a (B, T, N) view): a failure in that rule's check of the nodes
+    between the two leaves the consumer unfused."""
+    from inductor_cutedsl import install
+
+    monkeypatch.setattr(codegen, "computed_between", planted)
+    b, t = 2, M // 2
+    fn = lambda x, w, bias, r: F.gelu(F.linear(x, w, bias), approximate="tanh") + r
+    with backend(max_configs=1):
+        monkeypatch.setitem(install._saved["fusion_hooks"], "can_fuse_vertical", lambda *a, **k: False)
+        code = generated_code(fn, (b, t, K), (N, K), (N,), (b, t, N))
+    assert kernels(code) == (1, 1), "our GEMM, then the consumer as Inductor's own kernel"
+    assert set(warnings_seen()) == {"fusion decision"}
 
 
 def test_translation_failure_leaves_the_consumer_unfused(monkeypatch, lenient, warnings_seen):

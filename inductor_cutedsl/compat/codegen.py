@@ -140,7 +140,7 @@ def install_fusion_hooks(
     ``node2`` reads ``node1``'s output with other loops than ``node1`` writes it (a
     (B, T, N) view of a (B*T, N) GEMM) where ``pairs_through_view(scheduler, node1,
     node2)``: our translation proves that indexing itself, and nothing ``node2`` reads
-    may be computed from ``node1`` by a node between them."""
+    may be computed from ``node1`` by a node between them (``computed_between``)."""
     from torch._inductor.scheduler import FusionResult, Scheduler
 
     saved = {"speedup_by_fusion": Scheduler.speedup_by_fusion, "can_fuse_vertical": Scheduler.can_fuse_vertical}
@@ -169,7 +169,7 @@ def install_fusion_hooks(
     def can_fuse_vertical(self, node1, node2, **kwargs):
         if saved["can_fuse_vertical"](self, node1, node2, **kwargs):
             return True
-        return pairs_through_view(self, node1, node2) and not _computed_between(self, node1, node2)
+        return pairs_through_view(self, node1, node2)
 
     can_fuse_vertical.__wrapped__ = saved["can_fuse_vertical"]  # type: ignore[attr-defined]
     Scheduler.speedup_by_fusion = speedup_by_fusion
@@ -205,7 +205,7 @@ def restore_fusion_hooks(saved: dict) -> None:
         setattr(Scheduler, name, original)
 
 
-def _computed_between(scheduler: Any, node1: Any, node2: Any) -> bool:
+def computed_between(scheduler: Any, node1: Any, node2: Any) -> bool:
     """Whether ``node2`` reads a buffer (not ``node1``'s) made by a node that depends on
     ``node1``: fusing them would run ``node2`` before its input exists."""
     own, ops = node1.get_buffer_names(), node1.get_operation_names()

@@ -59,9 +59,12 @@ def fusion_verdict(node1: Any, node2: Any) -> bool | None:
 
 
 def pairs_through_view(scheduler: Any, node1: Any, node2: Any) -> bool:
-    """``decisions.pairs_through_view``, False (Inductor's rule stands) on an internal failure."""
+    """``decisions.pairs_through_view`` where nothing ``node2`` reads is computed from
+    ``node1`` by a node between them; False (Inductor's rule stands) on an internal failure."""
     try:
-        return decisions.pairs_through_view(scheduler, node1, node2)
+        return decisions.pairs_through_view(scheduler, node1, node2) and not codegen.computed_between(
+            scheduler, node1, node2
+        )
     except Exception as exc:
         fallback("fusion decision", _what(node1, node2), exc, log)
         return False
