@@ -93,12 +93,12 @@ tests)
         echo "== test kernels carried in: $(find "$cache" -name '*.o' | wc -l)"
     fi
     touch "$cache/.started"
-    # Every kernel spec the suite keys (tests/helpers.py, record_specs): with them,
-    # tools/rebuild_kernels.py builds the carried kernels again after a kernel change.
     if [ -n "${SHARD:-}" ] && [ -z "${TESTS:-}" ]; then
         TESTS=$(find tests -maxdepth 1 -name 'test_*.py' | sort | awk -v i="${SHARD%/*}" -v n="${SHARD#*/}" '(NR - 1) % n == i - 1')
         echo "== shard $SHARD: $(echo "$TESTS" | wc -w) test files"
     fi
+    # Every kernel spec the suite keys (tests/helpers.py, record_specs): with them,
+    # tools/rebuild_kernels.py builds the carried kernels again after a kernel change.
     specs=$(mktemp -d)
     export INDUCTOR_CUTEDSL_TEST_SPECS=$specs
     # -v: each test's outcome is logged as it ends, so a run cut short by LIMIT still names
