@@ -146,8 +146,10 @@ def test_a_failure_pairing_through_a_view_leaves_inductors_rule(monkeypatch, len
     b, t = 2, M // 2
     fn = lambda x, w, bias, r: F.gelu(F.linear(x, w, bias), approximate="tanh") + r
     with backend(max_configs=1):
-        monkeypatch.setitem(install._saved["fusion_hooks"], "can_fuse_vertical", lambda *a, **k: False)
-        code = generated_code(fn, (b, t, K), (N, K), (N,), (b, t, N))
+        # Restored before the backend is: leaving it reinstalls the saved rule as Inductor's.
+        with monkeypatch.context() as inside:
+            inside.setitem(install._saved["fusion_hooks"], "can_fuse_vertical", lambda *a, **k: False)
+            code = generated_code(fn, (b, t, K), (N, K), (N,), (b, t, N))
     assert kernels(code) == (1, 1), "our GEMM, then the consumer as Inductor's own kernel"
     assert set(warnings_seen()) == {"fusion decision"}
 
