@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import json
 import os
@@ -10,9 +11,24 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
+
+#: The package's sources, which some tests read (what the code names, not what it does).
+PACKAGE = Path(__file__).resolve().parents[1] / "inductor_cutedsl"
+
+
+def package_trees() -> Iterator[tuple[Path, ast.Module]]:
+    """Each source file of the package, parsed, in name order."""
+    for path in sorted(PACKAGE.rglob("*.py")):
+        yield path, ast.parse(path.read_text())
+
+
+def calls_of(tree: ast.AST, name: str) -> Iterator[ast.Call]:
+    """The calls in ``tree`` of the bare name ``name``."""
+    return (n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == name)
 
 
 def matrix(rows: int, cols: int, major_last: bool, dtype, batch: int | None = None, device="cuda"):

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import ast
 import logging
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 from fake_hopper import generated_code, launched
+from helpers import calls_of, package_trees
 from test_fusion_codegen import backend, by_backend, kernels
 from test_gated import F4, B, D, T, llama_mlp
 
@@ -83,22 +83,20 @@ def test_every_fallback_stage_the_package_names_is_a_stage():
     fall back: a crash on the rare path it guards. Every stage the package passes, as a
     literal or through a variable (each literal the file assigns to it), must be known."""
     named = []
-    for path in sorted(Path(errors.__file__).parent.rglob("*.py")):
-        tree = ast.parse(path.read_text())
+    for path, tree in package_trees():
         assigned: dict[str, list[str]] = {}
         for node in ast.walk(tree):
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
                 for target in node.targets:
                     if isinstance(target, ast.Name):
                         assigned.setdefault(target.id, []).append(node.value.value)
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "fallback" and node.args:
-                stage, where = node.args[0], f"{path.name}:{node.lineno}"
-                if isinstance(stage, ast.Name) and stage.id in assigned:
-                    named += [(value, where) for value in assigned[stage.id]]
-                else:
-                    assert isinstance(stage, ast.Constant), f"{where}: a stage this test can read"
-                    named.append((stage.value, where))
+        for node in calls_of(tree, "fallback"):
+            stage, where = node.args[0], f"{path.name}:{node.lineno}"
+            if isinstance(stage, ast.Name) and stage.id in assigned:
+                named += [(value, where) for value in assigned[stage.id]]
+            else:
+                assert isinstance(stage, ast.Constant), f"{where}: a stage this test can read"
+                named.append((stage.value, where))
     assert len(named) > 20, "the package's fallbacks were found"
     assert [(stage, where) for stage, where in named if stage not in errors.STAGES] == []
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import calls_of, package_trees
 
 from benchmarks import fuzz
 from inductor_cutedsl.errors import Unsupported
@@ -279,12 +280,10 @@ def package_reasons() -> list[tuple[str, str]]:
     ``Unsupported(...)``, each string a reason function returns, each string assigned to
     a ``reason``."""
     found = []
-    for path in sorted((ROOT / "inductor_cutedsl").rglob("*.py")):
-        tree = ast.parse(path.read_text())
+    for path, tree in package_trees():
         where = str(path.relative_to(ROOT))
-        for node in ast.walk(tree):
-            refusal = isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Unsupported" and node.args
-            if refusal and (text := _render(node.args[0])) is not None:
+        for node in calls_of(tree, "Unsupported"):
+            if node.args and (text := _render(node.args[0])) is not None:
                 found.append((f"{where}:{node.lineno}", text))
         for func in ast.walk(tree):
             if not isinstance(func, ast.FunctionDef) or func.name in FRAGMENT_FUNCTIONS | NOT_REFUSALS:
@@ -323,13 +322,12 @@ def test_the_rule_table_gives_the_rule_the_package_names():
     from inductor_cutedsl import errors
 
     pairs = []
-    for path in sorted((ROOT / "inductor_cutedsl").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Unsupported":
-                rule = node.args[1] if len(node.args) > 1 else next(k.value for k in node.keywords if k.arg == "rule")
-                assert isinstance(rule, ast.Constant) and rule.value in errors.RULES, (path, node.lineno)
-                if (text := _render(node.args[0])) is not None:
-                    pairs.append((f"{path.name}:{node.lineno}", text, rule.value))
+    for path, tree in package_trees():
+        for node in calls_of(tree, "Unsupported"):
+            rule = node.args[1] if len(node.args) > 1 else next(k.value for k in node.keywords if k.arg == "rule")
+            assert isinstance(rule, ast.Constant) and rule.value in errors.RULES, (path, node.lineno)
+            if (text := _render(node.args[0])) is not None:
+                pairs.append((f"{path.name}:{node.lineno}", text, rule.value))
     assert len(pairs) > 50
     wrong = [(where, text, rule, fuzz.classify(text)) for where, text, rule in pairs if fuzz.classify(text) != rule]
     assert not wrong, wrong
