@@ -207,18 +207,25 @@ def test_a_product_whose_graph_form_fails_to_lower_runs_the_op_with_eagers_value
     else:
         fn = two_linears(F.silu)
         args = [torch.randn(2, 5, 16), torch.randn(24, 16), torch.randn(24, 16), torch.randn(24), torch.randn(24)]
+    torch.testing.assert_close(compiled_with_graph_form_failing(monkeypatch, "_as_graph", fn, args), fn(*args))
+
+
+def compiled_with_graph_form_failing(monkeypatch, graph_form: str, fn, args):
+    """``fn(*args)`` compiled with max-autotune on the CPU, with the gated lowering's
+    ``graph_form`` (the graph's own ops) failing; checks that the product was rewritten
+    and its graph form tried once."""
     calls = []
 
     def fails(*args):
         calls.append(args)
         raise RuntimeError("planted")
 
-    monkeypatch.setattr(gated, "_as_graph", fails)
+    monkeypatch.setattr(gated, graph_form, fails)
     torch.compiler.reset()
     with inductor_config.patch(force_disable_caches=True):
         got = torch.compile(fn, mode="max-autotune-no-cudagraphs")(*args)
     assert len(calls) == 1, "the product was rewritten, and its graph form tried"
-    torch.testing.assert_close(got, fn(*args))
+    return got
 
 
 def test_what_counts_as_a_write_in_place():

@@ -9,11 +9,10 @@ import torch
 import torch.nn.functional as F
 from fake_hopper import generated_code, launched
 from test_fusion_codegen import backend
-from test_gated import rewritten
+from test_gated import compiled_with_graph_form_failing, rewritten
 from torch._inductor import config as inductor_config
 
 from inductor_cutedsl import config
-from inductor_cutedsl.lowering import gated
 
 FP8 = torch.float8_e4m3fn
 B, T, D, F4 = 2, 64, 256, 512
@@ -99,18 +98,9 @@ def test_copies_of_one_quantization_around_an_in_place_write_stay_two():
 def test_an_fp8_product_whose_graph_form_fails_to_lower_runs_the_op_with_eagers_value(monkeypatch, lenient):
     """Compiled on the CPU (no dual kernel: the op lowers as the graph was), a failure of
     ours while lowering the graph's two ``_scaled_mm`` falls back to the op itself."""
-    fn, calls = fp8_mlp(rowwise=False), []
-
-    def fails(*args):
-        calls.append(args)
-        raise RuntimeError("planted")
-
-    monkeypatch.setattr(gated, "_scaled_as_graph", fails)
-    args = [bf16(B, T, D), bf16(F4, D), bf16(F4, D)]
-    torch.compiler.reset()
-    with config.patch(fp8_dual=True), inductor_config.patch(force_disable_caches=True):
-        got = torch.compile(fn, mode="max-autotune-no-cudagraphs")(*args)
-    assert len(calls) == 1, "the product was rewritten, and its graph form tried"
+    fn, args = fp8_mlp(rowwise=False), [bf16(B, T, D), bf16(F4, D), bf16(F4, D)]
+    with config.patch(fp8_dual=True):
+        got = compiled_with_graph_form_failing(monkeypatch, "_scaled_as_graph", fn, args)
     torch.testing.assert_close(got, fn(*args), rtol=0, atol=0)
 
 
