@@ -88,11 +88,12 @@ _lock = threading.Lock()
 def fallback(stage: str, what: str, exc: BaseException, logger: logging.Logger | None = None) -> None:
     """Handle an internal failure ``exc`` at ``stage`` (one of ``STAGES``) for ``what``:
     under ``config.strict`` raise ``StrictFailure`` from it; else warn once and record
-    it, and the caller falls back to what stock Inductor does."""
-    if stage not in STAGES:
-        raise ValueError(f"unknown fallback stage {stage!r}")
+    it, and the caller falls back to what stock Inductor does. A stage not in ``STAGES``
+    is our bug too: strict raises ``ValueError`` for it, a user's compile still falls back."""
     reason = f"{type(exc).__name__}: {exc}"
     if config.strict:
+        if stage not in STAGES:
+            raise ValueError(f"unknown fallback stage {stage!r}") from exc
         raise StrictFailure(f"{stage} failed for {what}: {reason}") from exc
     with _lock:
         fallbacks.append({"stage": stage, "what": what, "reason": reason})

@@ -265,9 +265,26 @@ def test_strict_launcher_raises(monkeypatch):
         generated.launcher(SPEC, scalars=(0.5, 2.0), scope={})
 
 
-def test_unknown_stage_is_refused():
+def test_unknown_stage_is_refused_under_strict():
     with pytest.raises(ValueError, match="unknown fallback stage"):
         errors.fallback("somewhere", "x", RuntimeError())
+
+
+def test_unknown_stage_still_falls_back_in_a_users_compile(lenient, warnings_seen):
+    """A misnamed stage is a bug of ours: it must not turn a fallback into a crash."""
+    errors.fallback("somewhere", "x", Planted("planted failure"))
+    assert warnings_seen() == ["somewhere"]
+
+
+def test_a_failure_listing_the_unfused_consumers_keeps_the_fused_kernel(monkeypatch, lenient, warnings_seen):
+    """The report of the consumers left outside a GEMM's epilogue runs while the kernel is
+    emitted: its failure costs the report, not the kernel."""
+    monkeypatch.setattr(decisions, "consumers", planted)
+    fn = lambda x, w: (torch.relu(x @ w.t()), (x @ w.t()).sum(0))
+    with backend(max_configs=1):
+        code = generated_code(fn, (M, K), (N, K))
+    assert "relu(acc)" in code, "the relu is still fused"
+    assert "fusion decision" in warnings_seen()
 
 
 def test_the_gated_chunk_program_that_crashed_compiles(lenient, warnings_seen):

@@ -615,6 +615,22 @@ BUGS = [
         "a failure of ours lowering a gated product's graph form crashes the compile instead of running the op",
     ),
     Bug(
+        "unfused-consumers-report-crashes-the-compile",
+        "inductor_cutedsl/scheduler/decisions.py",
+        "    try:\n        found = consumers(template)\n    except Exception as exc:\n",
+        "    try:\n        found = consumers(template)\n    except KeyError as exc:\n",
+        ("tests/test_fallback.py",),
+        "a failure listing the consumers left outside a GEMM's epilogue crashes the compile",
+    ),
+    Bug(
+        "unknown-fallback-stage-crashes-the-compile",
+        "inductor_cutedsl/errors.py",
+        "    if config.strict:\n        if stage not in STAGES:\n",
+        "    if stage not in STAGES:\n        raise ValueError(stage)\n    if config.strict:\n        if False:\n",
+        ("tests/test_fallback.py",),
+        "a fallback at a misnamed stage raises in a user's compile instead of falling back",
+    ),
+    Bug(
         "fp8-dual-graph-form-reads-the-gated-op",
         "inductor_cutedsl/lowering/gated.py",
         "        with ir_access.lowering_op(aten._scaled_mm.default, scale_result=None, use_fast_accum=fast):\n",

@@ -357,10 +357,16 @@ def _decide(scheduler: Any, template: Any, node1: Any, node2: Any) -> None:
 
 
 def unfused_consumers(scheduler: Any, template: Any, epilogue_nodes: Sequence[Any]) -> dict[str, str]:
-    """Each consumer of the GEMM left outside its epilogue, with the reason."""
+    """Each consumer of the GEMM left outside its epilogue, with the reason. Only a
+    report: a failure to find the consumers leaves the kernel as it was decided."""
     fused = {n.get_name() for n in epilogue_nodes}
-    reasons = {}
-    for name, consumer in consumers(template).items():
+    reasons: dict[str, str] = {}
+    try:
+        found = consumers(template)
+    except Exception as exc:
+        fallback("fusion decision", f"the consumers of {template.get_name()}", exc, log)
+        return reasons
+    for name, consumer in found.items():
         if name in fused:
             continue
         try:
