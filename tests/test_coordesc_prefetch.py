@@ -129,12 +129,27 @@ def test_the_tuners_compile_waits_for_the_prefetch_before_compiling(tmp_path, mo
 
 @pytest.mark.parametrize(
     "change",
-    ["tuning off", "a template", "several configs", "tuned already", "deterministic reduction", "no pool", "no source"],
+    [
+        "tuning off",
+        "a template",
+        "several configs",
+        "tuned already",
+        "deterministic reduction",
+        "no pool",
+        "no source",
+        "a fusion benchmark's kernel",
+    ],
 )
-def test_nothing_is_prefetched_where_the_kernel_will_not_be_tuned(tmp_path, pool, monkeypatch, change):
+def test_nothing_is_prefetched_where_the_kernel_will_not_be_tuned_or_the_workers_are_full(
+    tmp_path, pool, monkeypatch, change
+):
     start = Config({"XBLOCK": 256}, num_warps=4, num_stages=1)
     k = autotuner(tmp_path, start)
-    if change == "tuning off":
+    if change == "a fusion benchmark's kernel":
+        from torch._inductor.utils import Placeholder
+
+        k.inductor_meta["kernel_name"] = str(Placeholder.DESCRIPTIVE_NAME)
+    elif change == "tuning off":
         k.inductor_meta["coordinate_descent_tuning"] = False
     elif change == "a template":
         k.heuristic_type = HeuristicType.TEMPLATE
@@ -377,3 +392,17 @@ def test_a_failure_while_following_leaves_the_tuning_as_stock_runs_it(tmp_path, 
     bench = lambda cfg: abs(cfg.kwargs["XBLOCK"] - 1024) + 10 * abs(cfg.num_warps - 2) + 1.0
     best = k.coordesc_tuner.autotune(bench, start, bench(start))
     assert best.kwargs["XBLOCK"] == 1024 and best.num_warps == 2 and len(pool.jobs) == submitted
+
+
+def test_inductor_names_a_fusion_benchmarks_kernel_with_the_placeholder():
+    """What ``fusion_benchmark_kernel`` reads: Inductor generates every Triton kernel with
+    the placeholder as its name (``TritonKernel.codegen_kernel``), and replaces it only
+    where it defines the kernel for a graph (``define_kernel``); ``benchmark_fused_nodes``
+    loads the generated source as it is. A release that names them otherwise fails here."""
+    import inspect
+
+    from torch._inductor.codegen import triton
+
+    assert '"kernel_name": str(Placeholder.DESCRIPTIVE_NAME)' in inspect.getsource(triton.TritonKernel.codegen_kernel)
+    assert "src_code.replace(str(Placeholder.DESCRIPTIVE_NAME), kernel_name)" in inspect.getsource(triton)
+    assert "benchmark_kernel=True" in inspect.getsource(triton.TritonScheduling.benchmark_fused_nodes)

@@ -164,10 +164,25 @@ def first_round(tuner: Any, start: Any) -> list[Any]:
     return out
 
 
+def fusion_benchmark_kernel(autotuner: Any) -> bool:
+    """Whether the kernel is one Inductor generated to time a fusion (``benchmark_fused_nodes``):
+    its name is still the placeholder a graph's kernel has replaced by its own."""
+    from torch._inductor.utils import Placeholder
+
+    return autotuner.inductor_meta.get("kernel_name") == str(Placeholder.DESCRIPTIVE_NAME)
+
+
 def prefetch(autotuner: Any) -> None:
     """Submit the compiles of the kernel's first coordinate-descent round to Inductor's
-    compile workers, where it will be tuned and they are up."""
+    compile workers, where it will be tuned and they are up.
+
+    A fusion benchmark's kernel is tuned as stock tunes it: Inductor's fusion benchmark
+    (``speedup_by_fusion``) has just filled the workers with its fused templates'
+    compiles, and a compile queued behind them waits longer than the tuning thread takes
+    to compile it (docs/findings.md, Compile time)."""
     if _stalled or not will_tune(autotuner) or getattr(autotuner, "_prefetched", None) is not None:
+        return
+    if fusion_benchmark_kernel(autotuner):
         return
     from torch._inductor.async_compile import AsyncCompile
     from torch._inductor.runtime.triton_heuristics import triton_config_to_hashable
