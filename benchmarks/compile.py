@@ -709,6 +709,9 @@ def run(args: argparse.Namespace, info: dict) -> dict:
         with open(args.resume) as f:
             prior = json.load(f)
     runs = runs_of(prior)
+    for reports in runs.values():
+        for side in args.redo:
+            reports.pop(side, None)
     sides = [FAIR_STOCK, OURS] + [DEFAULT_STOCK] * args.default_stock
     plan = pending(cold_plan(args.rows, args.pairs, sides), runs)
     warm = pending(warm_plan(args.rows, args.pairs), runs) if args.warm_kernels and len(args.rows) > 1 else []
@@ -854,6 +857,13 @@ def parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="sample each child's compiling thread (wall_sampler): reports appended to PATH, folded "
         "stacks to PATH.folded.gz",
+    )
+    ap.add_argument(
+        "--redo",
+        type=models.comma_choices(SIDES, "side"),
+        default=[],
+        metavar="SIDES",
+        help="with --resume: compile these sides again (after a change to ours: ours,ours_warm_kernels)",
     )
     ap.add_argument("--child", metavar="FAMILY:SIZE:RUN:MODE:SIDE", help=argparse.SUPPRESS)
     ap.add_argument("--artifacts-in", metavar="PATH", help=argparse.SUPPRESS)

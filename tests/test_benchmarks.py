@@ -628,6 +628,11 @@ def test_a_compile_run_gives_every_child_empty_caches_and_warm_ones_the_other_ro
     seen.clear()
     again = compile_bench.run(compile_bench.parser().parse_args(argv + ["--resume", str(out)]), {"device": "fake"})
     assert seen == [] and again["rows"] == result["rows"]
+    # After a change to ours: ours' compiles again, stock's kept.
+    redo = argv + ["--resume", str(out), "--redo", "ours,ours_warm_kernels"]
+    redone = compile_bench.run(compile_bench.parser().parse_args(redo), {"device": "fake"})
+    assert sorted({side for _, side, _, _ in seen}) == ["ours", "ours_warm_kernels"] and len(seen) == 3 * 2 * 2
+    assert redone["rows"][0]["runs"]["fair_stock"] == result["rows"][0]["runs"]["fair_stock"]
 
 
 def test_a_compile_run_refuses_a_stock_child_that_built_our_kernels(monkeypatch):
