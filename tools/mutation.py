@@ -535,6 +535,14 @@ BUGS = [
         "every launch of a Triton GEMM runs the prefetch's checks",
     ),
     Bug(
+        "fusion-benchmark-kernels-prefetched",
+        "inductor_cutedsl/compat/coordesc_prefetch.py",
+        "    if fusion_benchmark_kernel(autotuner):\n        return\n",
+        "",
+        ("tests/test_coordesc_prefetch.py",),
+        "a fusion benchmark's kernel has its compiles queued behind the benchmark's own",
+    ),
+    Bug(
         "mm-plus-mm-kept",
         "inductor_cutedsl/lowering/mm_plus_mm.py",
         "        if kept is not None:\n",
