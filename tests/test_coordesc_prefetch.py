@@ -140,9 +140,7 @@ def test_the_tuners_compile_waits_for_the_prefetch_before_compiling(tmp_path, mo
         "a fusion benchmark's kernel",
     ],
 )
-def test_nothing_is_prefetched_where_the_kernel_will_not_be_tuned_or_the_workers_are_full(
-    tmp_path, pool, monkeypatch, change
-):
+def test_nothing_is_prefetched_for_a_kernel_not_to_be_tuned_or_a_fusion_benchmarks(tmp_path, pool, monkeypatch, change):
     start = Config({"XBLOCK": 256}, num_warps=4, num_stages=1)
     k = autotuner(tmp_path, start)
     if change == "a fusion benchmark's kernel":
