@@ -20,6 +20,9 @@ from . import config
 
 #: The stages where an internal failure falls back, in the order a compile meets them.
 STAGES = (
+    # Installing into Inductor at the first compile (``install``): the process compiles as
+    # stock does.
+    "install",
     "lowering",
     "candidates",
     "fusion decision",

@@ -46,6 +46,7 @@ from .compat import (
     tuned_binaries,
 )
 from .config import BACKEND_TOKEN
+from .errors import fallback
 
 log = logging.getLogger("inductor_cutedsl")
 
@@ -85,6 +86,8 @@ def _rewrite_gated(graph: torch.fx.Graph) -> None:
         settings.sync_thread_settings()
         return
     _install_rest()
+    if not is_enabled():  # its install failed: the graph stays as written
+        return
     from .lowering import gated_rewrite
 
     gated_rewrite.rewrite(graph)
@@ -144,10 +147,22 @@ def _install_start_hook() -> None:
 
 
 def _install_rest() -> None:
-    """What needs Inductor imported (idempotent; nothing once disabled)."""
+    """What needs Inductor imported (idempotent; nothing once disabled). A failure of
+    ours while installing leaves Inductor as it was: what was installed is undone, with
+    one warning, and this process compiles as stock does (strict: it raises)."""
     with _lock:
         if _saved is None or "rest" in _saved:
             return
+        try:
+            _install_rest_steps()
+        except Exception as exc:
+            disable()
+            fallback("install", "the backend", exc, log)
+
+
+def _install_rest_steps() -> None:
+    with _lock:
+        assert _saved is not None
         _install_settings()
         from .lowering.fair_timing import rescale
 
@@ -172,6 +187,7 @@ def _install_rest() -> None:
         if _saved["dual_gemm"]:
             from .lowering import gated
 
+            _saved["gated_lowerings"] = True
             lowerings.register_lowering(torch.ops.inductor_cutedsl.gated_mm.default, gated.lower)
             lowerings.register_lowering(torch.ops.inductor_cutedsl.gated_scaled_mm.default, gated.lower_scaled)
         from .scheduler import scheduling
@@ -217,7 +233,7 @@ def disable() -> None:
             from .lowering import mm_plus_mm
 
             mm_plus_mm.restore(saved["mm_plus_mm"])
-        if "rest" in saved and saved["dual_gemm"]:
+        if saved.get("gated_lowerings"):
             lowerings.unregister_lowering(torch.ops.inductor_cutedsl.gated_mm.default)
             lowerings.unregister_lowering(torch.ops.inductor_cutedsl.gated_scaled_mm.default)
         if "scheduling" in saved:

@@ -22,7 +22,7 @@ from test_fusion_codegen import backend, by_backend, kernels
 from test_gated import F4, B, D, T, llama_mlp
 
 from inductor_cutedsl import errors
-from inductor_cutedsl.compat import codegen
+from inductor_cutedsl.compat import codegen, coordesc_prefetch
 from inductor_cutedsl.kernels import epilogue as E
 from inductor_cutedsl.kernels.config import GemmConfig
 from inductor_cutedsl.lowering import choices, gated, gated_rewrite, gemm_choices
@@ -308,3 +308,51 @@ def test_the_gated_chunk_program_that_crashed_compiles(lenient, warnings_seen):
     Sm90Gemm(
         spec.config, spec.ab_dtype, spec.out_dtype, spec.a_major, spec.b_major, spec.epilogue, spec.dual, spec.promote
     )
+
+
+@pytest.mark.parametrize(
+    "module,step",
+    [(coordesc_prefetch, "install"), (codegen, "install_cuda_scheduling")],
+    ids=["prefetch", "scheduling"],
+)
+def test_a_failure_installing_leaves_inductor_as_stock(monkeypatch, lenient, warnings_seen, module, step):
+    """The rest of the install runs at the first compile (here at once: Inductor is
+    imported). A failure there undoes what it had installed, the gated MLP's lowerings
+    included (registered before the scheduling): Inductor's settings are stock's again."""
+    from torch._inductor.codegen import common
+    from torch._inductor.lowering import lowerings
+
+    import inductor_cutedsl
+    from inductor_cutedsl import install
+    from inductor_cutedsl.compat import settings
+
+    inductor_cutedsl.disable()
+    try:
+        common.init_backend_registration()
+        stock = (settings.autotune_backends(), settings.choices_class(), common.device_codegens["cuda"])
+        monkeypatch.setattr(module, step, planted)
+        inductor_cutedsl.enable()
+        assert warnings_seen() == ["install"] and not install.is_enabled()
+        assert (settings.autotune_backends(), settings.choices_class(), common.device_codegens["cuda"]) == stock
+        assert torch.ops.inductor_cutedsl.gated_mm.default not in lowerings
+    finally:
+        monkeypatch.undo()
+        inductor_cutedsl.disable()
+        inductor_cutedsl.enable()
+
+
+def test_the_gated_rewrite_leaves_the_graph_when_the_install_it_starts_fails(monkeypatch):
+    """The pre-grad pass can be the first to need the rest of the install: where that
+    fails (and undoes the backend), the graph stays as written for stock to lower."""
+    import inductor_cutedsl
+    from inductor_cutedsl import install
+
+    rewritten = []
+    monkeypatch.setattr(gated_rewrite, "rewrite", rewritten.append)
+    monkeypatch.setattr(install, "_install_rest", inductor_cutedsl.disable)
+    try:
+        install._rewrite_gated(torch.fx.Graph())
+        assert rewritten == [] and not install.is_enabled()
+    finally:
+        monkeypatch.undo()
+        inductor_cutedsl.enable()
