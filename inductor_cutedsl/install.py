@@ -25,10 +25,11 @@ warns once and installs nothing: Inductor stays exactly as it is.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -118,8 +119,17 @@ def enable() -> None:
         # What enable() reads of our config, kept for the rest of the install.
         _saved = {"epilogue_fusion": config.epilogue_fusion, "dual_gemm": config.dual_gemm}
         inductor = lazy.loaded("torch._inductor.config")
-        _saved["settings_hook"] = lazy.when_imported("torch._inductor.config", _install_settings)
-        _saved["start_hook"] = lazy.when_imported("torch._dynamo.callback", _install_start_hook)
+        hooks = (
+            ("settings_hook", "torch._inductor.config", _install_settings),
+            ("start_hook", "torch._dynamo.callback", _install_start_hook),
+        )
+        for key, module, step in hooks:
+            # Run inside the module's import where it is not imported yet: a failure of
+            # ours there must not fail the import.
+            handle = lazy.when_imported(module, functools.partial(_undoing_failure, step))
+            if _saved is None:  # it ran now, failed and was undone
+                return
+            _saved[key] = handle
         if inductor:
             _install_rest()
 
@@ -147,17 +157,21 @@ def _install_start_hook() -> None:
 
 
 def _install_rest() -> None:
-    """What needs Inductor imported (idempotent; nothing once disabled). A failure of
-    ours while installing leaves Inductor as it was: what was installed is undone, with
-    one warning, and this process compiles as stock does (strict: it raises)."""
+    """What needs Inductor imported (idempotent; nothing once disabled)."""
     with _lock:
         if _saved is None or "rest" in _saved:
             return
-        try:
-            _install_rest_steps()
-        except Exception as exc:
-            disable()
-            fallback("install", "the backend", exc, log)
+        _undoing_failure(_install_rest_steps)
+
+
+def _undoing_failure(step: Callable[[], None]) -> None:
+    """Run ``step`` of the install; a failure of ours undoes all that is installed, with
+    one warning, and this process compiles as stock does (strict: it raises)."""
+    try:
+        step()
+    except Exception as exc:
+        disable()
+        fallback("install", "the backend", exc, log)
 
 
 def _install_rest_steps() -> None:
@@ -213,8 +227,8 @@ def disable() -> None:
         if _saved is None:
             return
         saved, _saved = _saved, None
-        lazy.cancel_when_imported(saved["settings_hook"])
-        lazy.cancel_when_imported(saved["start_hook"])
+        lazy.cancel_when_imported(saved.get("settings_hook"))
+        lazy.cancel_when_imported(saved.get("start_hook"))
         if "backends" in saved:
             settings.set_autotune_backends(saved["backends"], hold=False)
             settings.set_choices_class(saved["choices_class"], hold=False)

@@ -356,3 +356,31 @@ def test_the_gated_rewrite_leaves_the_graph_when_the_install_it_starts_fails(mon
     finally:
         monkeypatch.undo()
         inductor_cutedsl.enable()
+
+
+@pytest.mark.parametrize("when", ["at once", "at the import"])
+def test_a_failure_installing_the_settings_leaves_inductor_as_stock(monkeypatch, lenient, warnings_seen, when):
+    """Our settings install as Inductor's config is imported, or at once where it is: a
+    failure there undoes the backend and fails neither ``enable()`` nor the import."""
+    import inductor_cutedsl
+    from inductor_cutedsl import install
+    from inductor_cutedsl.compat import lazy, lowerings, settings
+
+    inductor_cutedsl.disable()
+    try:
+        stock = (settings.autotune_backends(), settings.choices_class())
+        monkeypatch.setattr(lowerings, "install_pre_grad_pass", planted)  # the settings' last step
+        deferred = {}
+        if when == "at the import":
+            monkeypatch.setattr(lazy, "loaded", lambda name: False)
+            monkeypatch.setattr(lazy, "when_imported", lambda name, fn: (name, deferred.setdefault(name, fn)))
+        inductor_cutedsl.enable()
+        if when == "at the import":
+            assert install.is_enabled() and warnings_seen() == []
+            deferred["torch._inductor.config"]()  # what the import runs once the module has loaded
+        assert warnings_seen() == ["install"] and not install.is_enabled()
+        assert (settings.autotune_backends(), settings.choices_class()) == stock
+    finally:
+        monkeypatch.undo()
+        inductor_cutedsl.disable()
+        inductor_cutedsl.enable()

@@ -641,8 +641,8 @@ BUGS = [
     Bug(
         "install-failure-crashes-the-compile",
         "inductor_cutedsl/install.py",
-        "        except Exception as exc:\n            disable()\n",
-        "        except KeyError as exc:\n            disable()\n",
+        "    except Exception as exc:\n        disable()\n",
+        "    except KeyError as exc:\n        disable()\n",
         ("tests/test_fallback.py",),
         "a failure installing the backend at the first compile crashes it instead of leaving Inductor stock",
     ),
@@ -661,6 +661,14 @@ BUGS = [
         "",
         ("tests/test_fallback.py",),
         "the gated MLP is rewritten into our op after the install that pass started failed",
+    ),
+    Bug(
+        "settings-install-failure-fails-the-import",
+        "inductor_cutedsl/install.py",
+        "            handle = lazy.when_imported(module, functools.partial(_undoing_failure, step))\n",
+        "            handle = lazy.when_imported(module, step)\n",
+        ("tests/test_fallback.py",),
+        "a failure installing our settings fails enable() or the import of Inductor's config",
     ),
     Bug(
         "fp8-dual-graph-form-reads-the-gated-op",
