@@ -175,49 +175,47 @@ def _undoing_failure(step: Callable[[], None]) -> None:
 
 
 def _install_rest_steps() -> None:
-    with _lock:
-        assert _saved is not None
-        _install_settings()
-        from .lowering.fair_timing import rescale
+    """The rest of the install, its caller holding ``_lock``."""
+    assert _saved is not None
+    _install_settings()
+    from .lowering.fair_timing import rescale
 
-        if settings.choices_class() is _choices:
-            settings.set_choices_class(_choices_class())
-        # Before any Triton compile of this compilation: the kernels Inductor's workers
-        # compile must be found by this process, not compiled again in it.
-        _saved["ptxas"] = environment.align_triton_ptxas()
-        # A warm start must not tune again what its artifacts carry (a stock fix, given to
-        # fair stock in the compile benchmarks too).
-        _saved["coordesc"] = autotune.carry_coordinate_descent()
-        # Coordinate descent's first compiles run ahead in Inductor's workers (ours only:
-        # a speed, not a fix).
-        _saved["coordesc_prefetch"] = coordesc_prefetch.install()
-        # The winners' binaries travel with the artifacts (ours only: no release carries
-        # them). Wraps the tuner after the prefetch: restored before it.
-        _saved["tuned_binaries"] = tuned_binaries.install()
-        _saved["benchmark_hook"] = autotune.install_benchmark_hook(rescale)
-        from .lowering import mm_plus_mm
+    if settings.choices_class() is _choices:
+        settings.set_choices_class(_choices_class())
+    # Before any Triton compile of this compilation: the kernels Inductor's workers
+    # compile must be found by this process, not compiled again in it.
+    _saved["ptxas"] = environment.align_triton_ptxas()
+    # A warm start must not tune again what its artifacts carry (a stock fix, given to
+    # fair stock in the compile benchmarks too).
+    _saved["coordesc"] = autotune.carry_coordinate_descent()
+    # Coordinate descent's first compiles run ahead in Inductor's workers (ours only:
+    # a speed, not a fix).
+    _saved["coordesc_prefetch"] = coordesc_prefetch.install()
+    # The winners' binaries travel with the artifacts (ours only: no release carries
+    # them). Wraps the tuner after the prefetch: restored before it.
+    _saved["tuned_binaries"] = tuned_binaries.install()
+    _saved["benchmark_hook"] = autotune.install_benchmark_hook(rescale)
+    from .lowering import mm_plus_mm
 
-        _saved["mm_plus_mm"] = mm_plus_mm.install()
-        if _saved["dual_gemm"]:
-            from .lowering import gated
+    _saved["mm_plus_mm"] = mm_plus_mm.install()
+    if _saved["dual_gemm"]:
+        from .lowering import gated
 
-            _saved["gated_lowerings"] = True
-            lowerings.register_lowering(torch.ops.inductor_cutedsl.gated_mm.default, gated.lower)
-            lowerings.register_lowering(torch.ops.inductor_cutedsl.gated_scaled_mm.default, gated.lower_scaled)
-        from .scheduler import scheduling
+        _saved["gated_lowerings"] = True
+        lowerings.register_lowering(torch.ops.inductor_cutedsl.gated_mm.default, gated.lower)
+        lowerings.register_lowering(torch.ops.inductor_cutedsl.gated_scaled_mm.default, gated.lower_scaled)
+    from .scheduler import scheduling
 
-        # With or without epilogue fusion: our GEMMs must not reach Inductor's CuteDSL
-        # scheduling's horizontal-fusion rule, which raises (``CuteDSLScheduling``).
-        fusing = _saved["epilogue_fusion"]
-        cls = scheduling.CuteDSLFusionScheduling if fusing else scheduling.CuteDSLScheduling
-        _saved["scheduling"] = codegen.install_cuda_scheduling(cls)
-        if fusing:
-            # A GEMM whose epilogue we measured is decided already: Inductor's own
-            # benchmark of the fusion (Triton candidates only) must not overrule it.
-            _saved["fusion_hooks"] = codegen.install_fusion_hooks(
-                scheduling.fusion_verdict, scheduling.pairs_through_view
-            )
-        _saved["rest"] = True
+    # With or without epilogue fusion: our GEMMs must not reach Inductor's CuteDSL
+    # scheduling's horizontal-fusion rule, which raises (``CuteDSLScheduling``).
+    fusing = _saved["epilogue_fusion"]
+    cls = scheduling.CuteDSLFusionScheduling if fusing else scheduling.CuteDSLScheduling
+    _saved["scheduling"] = codegen.install_cuda_scheduling(cls)
+    if fusing:
+        # A GEMM whose epilogue we measured is decided already: Inductor's own
+        # benchmark of the fusion (Triton candidates only) must not overrule it.
+        _saved["fusion_hooks"] = codegen.install_fusion_hooks(scheduling.fusion_verdict, scheduling.pairs_through_view)
+    _saved["rest"] = True
 
 
 def disable() -> None:

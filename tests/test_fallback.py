@@ -310,35 +310,54 @@ def test_the_gated_chunk_program_that_crashed_compiles(lenient, warnings_seen):
     )
 
 
+@pytest.fixture
+def backend_out(monkeypatch):
+    """Our backend taken out for a test that installs it again; afterwards the test's
+    patches are undone first, and the backend installed as the suite runs it."""
+    import inductor_cutedsl
+
+    inductor_cutedsl.disable()
+    yield
+    monkeypatch.undo()
+    inductor_cutedsl.disable()
+    inductor_cutedsl.enable()
+
+
+def inductor_state() -> tuple:
+    """What our install changes in Inductor: the GEMM backends, the choices class, the
+    CUDA scheduling and whether the gated MLP's op has a lowering."""
+    from torch._inductor.codegen import common
+    from torch._inductor.lowering import lowerings
+
+    from inductor_cutedsl.compat import settings
+
+    common.init_backend_registration()
+    return (
+        settings.autotune_backends(),
+        settings.choices_class(),
+        common.device_codegens["cuda"],
+        torch.ops.inductor_cutedsl.gated_mm.default in lowerings,
+    )
+
+
 @pytest.mark.parametrize(
     "module,step",
     [(coordesc_prefetch, "install"), (codegen, "install_cuda_scheduling")],
     ids=["prefetch", "scheduling"],
 )
-def test_a_failure_installing_leaves_inductor_as_stock(monkeypatch, lenient, warnings_seen, module, step):
+def test_a_failure_installing_leaves_inductor_as_stock(monkeypatch, lenient, warnings_seen, backend_out, module, step):
     """The rest of the install runs at the first compile (here at once: Inductor is
     imported). A failure there undoes what it had installed, the gated MLP's lowerings
     included (registered before the scheduling): Inductor's settings are stock's again."""
-    from torch._inductor.codegen import common
-    from torch._inductor.lowering import lowerings
-
     import inductor_cutedsl
     from inductor_cutedsl import install
-    from inductor_cutedsl.compat import settings
 
-    inductor_cutedsl.disable()
-    try:
-        common.init_backend_registration()
-        stock = (settings.autotune_backends(), settings.choices_class(), common.device_codegens["cuda"])
-        monkeypatch.setattr(module, step, planted)
-        inductor_cutedsl.enable()
-        assert warnings_seen() == ["install"] and not install.is_enabled()
-        assert (settings.autotune_backends(), settings.choices_class(), common.device_codegens["cuda"]) == stock
-        assert torch.ops.inductor_cutedsl.gated_mm.default not in lowerings
-    finally:
-        monkeypatch.undo()
-        inductor_cutedsl.disable()
-        inductor_cutedsl.enable()
+    stock = inductor_state()
+    assert not stock[-1], "stock has no lowering of the gated op"
+    monkeypatch.setattr(module, step, planted)
+    inductor_cutedsl.enable()
+    assert warnings_seen() == ["install"] and not install.is_enabled()
+    assert inductor_state() == stock
 
 
 def test_the_gated_rewrite_leaves_the_graph_when_the_install_it_starts_fails(monkeypatch):
@@ -359,28 +378,24 @@ def test_the_gated_rewrite_leaves_the_graph_when_the_install_it_starts_fails(mon
 
 
 @pytest.mark.parametrize("when", ["at once", "at the import"])
-def test_a_failure_installing_the_settings_leaves_inductor_as_stock(monkeypatch, lenient, warnings_seen, when):
+def test_a_failure_installing_the_settings_leaves_inductor_as_stock(
+    monkeypatch, lenient, warnings_seen, backend_out, when
+):
     """Our settings install as Inductor's config is imported, or at once where it is: a
     failure there undoes the backend and fails neither ``enable()`` nor the import."""
     import inductor_cutedsl
     from inductor_cutedsl import install
-    from inductor_cutedsl.compat import lazy, lowerings, settings
+    from inductor_cutedsl.compat import lazy, lowerings
 
-    inductor_cutedsl.disable()
-    try:
-        stock = (settings.autotune_backends(), settings.choices_class())
-        monkeypatch.setattr(lowerings, "install_pre_grad_pass", planted)  # the settings' last step
-        deferred = {}
-        if when == "at the import":
-            monkeypatch.setattr(lazy, "loaded", lambda name: False)
-            monkeypatch.setattr(lazy, "when_imported", lambda name, fn: (name, deferred.setdefault(name, fn)))
-        inductor_cutedsl.enable()
-        if when == "at the import":
-            assert install.is_enabled() and warnings_seen() == []
-            deferred["torch._inductor.config"]()  # what the import runs once the module has loaded
-        assert warnings_seen() == ["install"] and not install.is_enabled()
-        assert (settings.autotune_backends(), settings.choices_class()) == stock
-    finally:
-        monkeypatch.undo()
-        inductor_cutedsl.disable()
-        inductor_cutedsl.enable()
+    stock = inductor_state()
+    monkeypatch.setattr(lowerings, "install_pre_grad_pass", planted)  # the settings' last step
+    deferred = {}
+    if when == "at the import":
+        monkeypatch.setattr(lazy, "loaded", lambda name: False)
+        monkeypatch.setattr(lazy, "when_imported", lambda name, fn: (name, deferred.setdefault(name, fn)))
+    inductor_cutedsl.enable()
+    if when == "at the import":
+        assert install.is_enabled() and warnings_seen() == []
+        deferred["torch._inductor.config"]()  # what the import runs once the module has loaded
+    assert warnings_seen() == ["install"] and not install.is_enabled()
+    assert inductor_state() == stock
