@@ -41,7 +41,11 @@ by tens of percent between runs (compile workers and ptxas subprocesses share th
 host's CPUs): read medians of several pairs only.
 
 Results are rewritten after every child; ``--resume`` goes on from an earlier file and
-``--budget`` starts no child unlikely to end in time (a call's time limit).
+``--budget`` starts no child unlikely to end in time (a call's time limit). The kernel
+caches kept for the warm-kernel compiles travel with the result: written beside
+``--json`` as ``JSON.kernels.tar.xz`` and read from beside ``--resume``, so that a run
+cut into several calls (each on a fresh machine) compiles no row of ours again only to
+fill them. ``--redo ours`` drops them with ours' compiles.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ import json
 import os
 import shutil
 import statistics
+import tarfile
 import tempfile
 import time
 from collections.abc import Iterable
@@ -693,12 +698,39 @@ class Caches:
             else:
                 shutil.rmtree(path, ignore_errors=True)
 
+    def load(self, archive: str) -> list[str]:
+        """The kept kernel caches of an earlier run's ``archive`` (one folder per row);
+        the rows loaded."""
+        if not os.path.exists(archive):
+            return []
+        kept = tempfile.mkdtemp(prefix="kept-", dir=self.root)
+        with tarfile.open(archive) as tar:
+            # The data filter (Python 3.12, backported to 3.10.12) refuses links and paths
+            # out of ``kept``; an interpreter without it extracts as before.
+            tar.extractall(kept, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+        for name in sorted(os.listdir(kept)):
+            self.kernels.setdefault(name, os.path.join(kept, name))
+        return sorted(self.kernels)
+
+    def save(self, archive: str) -> None:
+        """Every kept kernel cache into ``archive``, packed under another name and moved, so
+        that a run killed while packing leaves the last whole archive."""
+        with tarfile.open(archive + ".part", "w:xz") as tar:
+            for name, path in sorted(self.kernels.items()):
+                tar.add(path, arcname=name)
+        os.replace(archive + ".part", archive)
+
     def warm(self, others: Iterable[str]) -> dict[str, str]:
         """Fresh directories, the kernel cache holding the kernels ours built for ``others``."""
         dirs = self.fresh()
         for name in others:
             shutil.copytree(self.kernels[name], dirs[KERNEL_CACHE], dirs_exist_ok=True)
         return dirs
+
+
+def kernels_archive(result_path: str) -> str:
+    """Where the kernel caches kept for warm-kernel compiles travel beside a result file."""
+    return result_path + ".kernels.tar.xz"
 
 
 def run(args: argparse.Namespace, info: dict) -> dict:
@@ -730,6 +762,19 @@ def run(args: argparse.Namespace, info: dict) -> dict:
         zygote.serving(args.zygote),
     ):
         caches = Caches(root)
+        if args.resume and OURS not in args.redo:
+            loaded = caches.load(kernels_archive(args.resume))
+            if loaded:
+                print(f"== kept kernel caches of ours loaded: {', '.join(loaded)}", flush=True)
+                if args.json:  # the next call resumes from this run's file
+                    caches.save(kernels_archive(args.json))
+
+        def finished(bid: BlockId, side: str, dirs: dict[str, str]) -> None:
+            kept = len(caches.kernels)
+            caches.done(bid, side, dirs)
+            if args.json and len(caches.kernels) > kept:
+                caches.save(kernels_archive(args.json))
+
         for bid, side, i in plan + warm:
             if args.budget is not None and time.perf_counter() - start + longest > args.budget:
                 left.append(f"{bid.name} {side} #{i + 1}")
@@ -742,13 +787,13 @@ def run(args: argparse.Namespace, info: dict) -> dict:
                         dirs = caches.fresh()
                         print(f"== filling the kernel cache: {other.name} ours", flush=True)
                         run_child(other, args.mode, OURS, dirs, args.timeout)
-                        caches.done(other, OURS, dirs)
+                        finished(other, OURS, dirs)
                 dirs = caches.warm(o.name for o in others)
             else:
                 dirs = caches.fresh()
             print(f"== {bid.name} {side} #{i + 1}", flush=True)
             report = run_child(bid, args.mode, side, dirs, args.timeout, args.sample)
-            caches.done(bid, side, dirs)
+            finished(bid, side, dirs)
             longest = max(longest, time.perf_counter() - t0)
             runs.setdefault(bid.name, {}).setdefault(side, []).append(report)
             print(

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import tarfile
 import time
 import types
 from pathlib import Path
@@ -633,6 +635,44 @@ def test_a_compile_run_gives_every_child_empty_caches_and_warm_ones_the_other_ro
     redone = compile_bench.run(compile_bench.parser().parse_args(redo), {"device": "fake"})
     assert sorted({side for _, side, _, _ in seen}) == ["ours", "ours_warm_kernels"] and len(seen) == 3 * 2 * 2
     assert redone["rows"][0]["runs"]["fair_stock"] == result["rows"][0]["runs"]["fair_stock"]
+
+
+def test_a_compile_run_cut_into_calls_carries_ours_kernel_caches_beside_its_result(monkeypatch, tmp_path):
+    """A run's kept kernel caches travel beside its result file: a resumed run (another
+    call, a fresh machine) fills its warm-kernel compiles from them instead of compiling
+    ours again, and ``--redo ours`` drops them with ours' compiles."""
+    seen = []
+
+    def json_process(args, env, timeout):
+        spec = args[args.index("--child") + 1]
+        row, side = spec.rsplit(":", 2)[0], spec.rsplit(":", 1)[1]
+        kernels = Path(env["INDUCTOR_CUTEDSL_CACHE_DIR"])
+        seen.append((row, side, sorted(p.name for p in kernels.iterdir())))
+        if side.startswith("ours"):
+            (kernels / f"{row}.o").write_text(f"built by {side}")
+        return _report(20.0, 3 if side == "ours" else 0)
+
+    _fake_children(monkeypatch, json_process)
+    rows = ["--rows", "gpt2:small,bert:small,vit:small", "--pairs", "1"]
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    compile_bench.run(compile_bench.parser().parse_args(rows + ["--json", str(first)]), {})
+    archive = compile_bench.kernels_archive(str(first))
+    assert os.path.exists(archive) and not os.path.exists(archive + ".part")
+    seen.clear()
+    warm = rows + ["--warm-kernels", "--resume", str(first), "--json", str(second)]
+    result = compile_bench.run(compile_bench.parser().parse_args(warm), {})
+    names = [f"{r}:small:inference" for r in ("gpt2", "bert", "vit")]
+    assert [side for _, side, _ in seen] == ["ours_warm_kernels"] * 3, "no cold compile of ours ran again"
+    for row, _, kernels in seen:
+        assert kernels == sorted(f"{n}.o" for n in names if n != row)
+    assert result["rows"][0]["compiles"]["ours_warm_kernels"] == 1
+    # The kept caches are those of cold compiles, never a warm child's (which holds others' kernels).
+    with tarfile.open(compile_bench.kernels_archive(str(second))) as tar:
+        assert sorted(m.name for m in tar.getmembers() if m.isfile()) == sorted(f"{n}/{n}.o" for n in names)
+    seen.clear()
+    redo = rows + ["--warm-kernels", "--resume", str(first), "--json", str(second), "--redo", "ours"]
+    compile_bench.run(compile_bench.parser().parse_args(redo), {})
+    assert [side for _, side, _ in seen] == ["ours"] * 3 + ["ours_warm_kernels"] * 3, "ours' old kernels not loaded"
 
 
 def test_a_compile_run_refuses_a_stock_child_that_built_our_kernels(monkeypatch):
