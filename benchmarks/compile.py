@@ -461,8 +461,17 @@ def cold_plan(rows: list[BlockId], pairs: int, sides: list[str]) -> list[tuple[B
 
 
 def warm_plan(rows: list[BlockId], pairs: int) -> list[tuple[BlockId, str, int]]:
-    """The warm-kernel compiles, after every cold one (they need the other rows' kernels)."""
+    """The warm-kernel compiles (each needs the other rows' kernels from a cold compile)."""
     return [(bid, OURS_WARM, i) for i in range(pairs) for bid in rows]
+
+
+def full_plan(rows: list[BlockId], pairs: int, sides: list[str], warm: bool) -> list[tuple[BlockId, str, int]]:
+    """Every compile in the order it runs: each pair's cold compiles, then (``warm``) that
+    pair's warm-kernel ones. A run cut short by its budget then has a warm-kernel figure
+    for every row before it starts the second pairs (the first pair's cold compiles have
+    filled the kernel caches they need)."""
+    cold, hot = cold_plan(rows, pairs, sides), warm_plan(rows, pairs) if warm else []
+    return [step for i in range(pairs) for step in cold + hot if step[2] == i]
 
 
 def pending(plan: list[tuple[BlockId, str, int]], runs: dict[str, dict[str, list]]) -> list[tuple[BlockId, str, int]]:
@@ -745,8 +754,8 @@ def run(args: argparse.Namespace, info: dict) -> dict:
         for side in args.redo:
             reports.pop(side, None)
     sides = [FAIR_STOCK, OURS] + [DEFAULT_STOCK] * args.default_stock
-    plan = pending(cold_plan(args.rows, args.pairs, sides), runs)
-    warm = pending(warm_plan(args.rows, args.pairs), runs) if args.warm_kernels and len(args.rows) > 1 else []
+    warm = args.warm_kernels and len(args.rows) > 1
+    plan = pending(full_plan(args.rows, args.pairs, sides, warm), runs)
     if args.warm_kernels and len(args.rows) < 2:
         print("--warm-kernels needs two rows or more (the other rows fill the kernel cache): skipped")
     names = [bid.name for bid in args.rows]
@@ -775,7 +784,7 @@ def run(args: argparse.Namespace, info: dict) -> dict:
             if args.json and len(caches.kernels) > kept:
                 caches.save(kernels_archive(args.json))
 
-        for bid, side, i in plan + warm:
+        for bid, side, i in plan:
             if args.budget is not None and time.perf_counter() - start + longest > args.budget:
                 left.append(f"{bid.name} {side} #{i + 1}")
                 continue
