@@ -65,7 +65,7 @@ from inductor_cutedsl.cli.run import compile_options, print_report_and_exit
 from inductor_cutedsl.install import launch_environment
 
 from . import models, zygote
-from .harness import geomean_or_none, ratio, run_info, torch_ptxas, write_json
+from .harness import geomean_or_none, launch_api_calls, ratio, run_info, torch_ptxas, write_json
 from .models import DEFAULT_FAMILIES, FAMILIES, BlockId
 
 FAIR_STOCK, OURS, DEFAULT_STOCK, OURS_WARM = "fair_stock", "ours", "default_stock", "ours_warm_kernels"
@@ -182,9 +182,10 @@ def step_report(step) -> dict:
     """What a compiled step costs and why: ``step_ms`` (the time a caller sees), the
     host's state as it was timed (``step_host``: builds waited for, load), the GPU time
     of its kernels under the profiler (``step_gpu_ms``, with the longest kernels), and
-    ``cudagraph_skips``: graphs cudagraph trees refused to record in this process. A
-    step time well above its kernel time is the host's (or a skipped graph's), not the
-    selection's."""
+    ``cudagraph_skips``: graphs cudagraph trees refused to record in this process, and
+    ``step_launches``: graph replays and kernels launched alone per step. A step time well
+    above its kernel time is the host's (or a skipped graph's, or a wrapper run instead of
+    a replay), not the selection's."""
     from torch._dynamo.utils import counters
 
     from inductor_cutedsl.cli.report import kernel_times
@@ -195,6 +196,7 @@ def step_report(step) -> dict:
     out["step_gpu_ms"] = round(sum(k["ms"] for k in kernels), 4)
     out["step_kernels"] = kernels[:STEP_KERNELS]
     out["cudagraph_skips"] = int(counters["inductor"]["cudagraph_skips"])
+    out["step_launches"] = launch_api_calls(step, STEPS_PER_ROUND)
     return out
 
 

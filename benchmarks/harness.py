@@ -74,6 +74,44 @@ def graphed(fn: Callable[[], object]) -> Callable[[], None]:
     return timing.graphed_run(lambda: fn)
 
 
+#: The CUDA API calls that start GPU work, as the profiler names them: a CUDA graph's
+#: replay, and a kernel launched on its own (runtime and driver entry points; Triton and
+#: our launcher use the driver's, ATen the runtime's).
+GRAPH_LAUNCHES = frozenset({"cudaGraphLaunch", "cuGraphLaunch"})
+KERNEL_LAUNCHES = frozenset(
+    {"cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel", "cuLaunchKernel", "cuLaunchKernelEx"}
+)
+
+
+def launch_counts(events: Iterable[tuple[str, int]], calls: int) -> dict:
+    """Graph replays and kernels launched alone per call, from the profiler's host-side
+    events (``(name, count)`` over ``calls`` calls). A step compiled with CUDA graphs that
+    launches its kernels one by one ran its wrapper instead of a replay: its wall time is
+    then its host's, whatever its kernels cost."""
+    counted = {"graph_launches": 0, "kernel_launches": 0}
+    for name, count in events:
+        if name in GRAPH_LAUNCHES:
+            counted["graph_launches"] += count
+        elif name in KERNEL_LAUNCHES:
+            counted["kernel_launches"] += count
+    return {key: round(value / calls, 2) for key, value in counted.items()}
+
+
+def launch_api_calls(fn: Callable[[], object], calls: int = 10) -> dict:
+    """``launch_counts`` of ``calls`` calls of ``fn`` under the profiler (after one
+    untimed call)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    return launch_counts(((e.key, e.count) for e in prof.key_averages()), calls)
+
+
 def side_by_side_rounds(fns: dict, rounds: int = 5) -> dict:
     """Each function timed as plain calls in each of about ``rounds`` interleaved rounds
     (whole balanced designs): {name: [ms per round]}."""

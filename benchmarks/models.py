@@ -59,6 +59,7 @@ from inductor_cutedsl.timing import enqueue_ms, rotations
 from . import hf_blocks
 from .harness import (
     geomean_or_none,
+    launch_api_calls,
     plain,
     ratio,
     rel_err,
@@ -782,6 +783,11 @@ class GpuProbe:
                 runs[name].append(kernel_times(steps[name], calls=self.profile_calls, top=None, name_chars=None))
         return {name: merge_profiles(profiles) for name, profiles in runs.items()}
 
+    def launches(self, steps: dict) -> dict:
+        """Each step's graph replays and kernels launched alone, per call
+        (``harness.launch_api_calls``)."""
+        return {name: launch_api_calls(step, self.profile_calls) for name, step in steps.items()}
+
     def host_us(self, steps: dict, launches: dict) -> dict:
         """Host time per call: calls enqueued behind a GPU sleep long enough that the GPU
         starts none of them while the host times them (``gpu_busy`` says whether it held
@@ -916,6 +922,9 @@ def measure_block(
     launches = {b: sum(k["launches"] for k in prof[b]["kernels"]) for b in BACKENDS}
     row["host_us"] = {mode: probe.host_us({b: steps[b][mode] for b in BACKENDS}, launches) for mode in modes}
     row["host_ratio"] = {mode: ratio(h["ours"], h["stock"]) for mode, h in row["host_us"].items()}
+    # Whether each step replays its CUDA graphs or runs its wrapper (launching kernels one
+    # by one): a graphed step's wall time above its kernels' is the host's.
+    row["launches_per_call"] = {mode: probe.launches({b: steps[b][mode] for b in BACKENDS}) for mode in modes}
 
 
 def release() -> None:

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from benchmarks import models
+from benchmarks import harness, models
 from inductor_cutedsl import is_enabled
 
 TINY = 16  # the widths' divisor on the CPU (every family keeps whole heads)
@@ -416,6 +416,11 @@ class FakeProbe(models.GpuProbe):
             "ours": models.merge_profiles([_profile(("kernel_cutlass_kernel_inductor_cutedsl_0", 0.28))]),
         }
 
+    def launches(self, steps):
+        for step in steps.values():
+            step()
+        return {name: {"graph_launches": 0.0, "kernel_launches": 3.0 if name == "stock" else 2.0} for name in steps}
+
     def host_us(self, steps, launches):
         assert launches == {"stock": 2.0, "ours": 1.0}
         assert set(steps) == {"stock", "ours"} and all(callable(step) for step in steps.values())
@@ -468,6 +473,8 @@ def test_run_measures_every_block_and_goes_on_after_a_failure(tmp_path, capsys):
     assert gpt2["host_ratio"] == {mode: round(280 / 300, 4) for mode in models.MODES}
     assert result["host_ratio_max"] == round(280 / 300, 4) and gpt2["rel_err"]["ours_vs_stock"] == 0.0
     assert gpt2["wall_loop_speedup"] == {models.CUDAGRAPHS: 1.1, models.NO_CUDAGRAPHS: 1.1}
+    assert gpt2["launches_per_call"][models.CUDAGRAPHS]["ours"] == {"graph_launches": 0.0, "kernel_launches": 2.0}
+    assert set(gpt2["launches_per_call"]) == set(models.MODES)
     assert gpt2["host_state"]["builds_waited"] == 0 and gpt2["host_state"]["loadavg_1m"] >= 0
     assert gpt2["bound"] == 1.0 and gpt2["bound_note"]  # nothing compiled, so no wrapper code to read
     assert gpt2["gemm_kernels"]["ours"][0]["ours"] and not gpt2["gemm_kernels"]["stock"][0]["ours"]
@@ -601,6 +608,35 @@ def test_gpu_probe_measures_two_steps():
     assert len(host["round_ratios"]) == probe.host_rounds and all(r > 0 for r in host["round_ratios"])
 
 
+def test_launch_counts_tell_a_graph_replay_from_kernels_launched_one_by_one():
+    """Runtime and driver launches both count as kernels; a replay counts apart; other
+    API calls not at all; figures are per call."""
+    events = [
+        ("cudaGraphLaunch", 10),
+        ("cuLaunchKernel", 30),
+        ("cudaLaunchKernel", 10),
+        ("cuLaunchKernelEx", 5),
+        ("cudaLaunchKernelExC", 5),
+        ("cudaMemcpyAsync", 40),
+        ("cudaStreamSynchronize", 10),
+    ]
+    assert harness.launch_counts(events, 10) == {"graph_launches": 1.0, "kernel_launches": 5.0}
+    assert harness.launch_counts([], 4) == {"graph_launches": 0.0, "kernel_launches": 0.0}
+
+
+@pytest.mark.gpu
+def test_launch_api_calls_count_a_replay_and_an_eager_step_as_the_profiler_names_them():
+    a = torch.randn(512, 512, device="cuda", dtype=torch.bfloat16)
+
+    def eager():
+        return torch.relu(a @ a) + 1
+
+    eager_counts = harness.launch_api_calls(eager, calls=5)
+    assert eager_counts["graph_launches"] == 0 and eager_counts["kernel_launches"] >= 3
+    replay = harness.graphed(eager)
+    assert harness.launch_api_calls(replay, calls=5) == {"graph_launches": 1.0, "kernel_launches": 0.0}
+
+
 @pytest.mark.gpu
 def test_blocks_run_through_the_real_measurements_uncompiled(tmp_path):
     blocks = [models.BlockId("gpt2", "small", "inference"), models.BlockId("llama", "small", "train")]
@@ -612,6 +648,8 @@ def test_blocks_run_through_the_real_measurements_uncompiled(tmp_path):
         assert row["gpu_us"]["stock"] > 0 and row["bound"] == 1.0
         assert set(row["host_us"]) == set(models.MODES) and all(h["gpu_busy"] for h in row["host_us"].values())
         assert set(row["wall_ms"]) == set(models.MODES) and row["rel_err"]["ours_vs_stock"] == 0.0
+        # Uncompiled: every mode's step launches its kernels one by one.
+        assert all(c["ours"]["kernel_launches"] > 0 for c in row["launches_per_call"].values())
     assert result["device"] == torch.cuda.get_device_name()
 
 
