@@ -65,6 +65,12 @@ SCREEN = 1.15
 #: A call is clear (``clear_call``) when ours autotuned at least this much faster than
 #: every other choice: wider than autotuning's misordering of backends that run level.
 CLEAR_MARGIN = 0.97
+#: Bytes per millisecond above any Hopper part's memory bandwidth (the H200's is 4.8 TB/s):
+#: a separate epilogue kernel's traffic at this rate takes less time than it can.
+PEAK_BYTES_PER_MS = 5e9
+#: The least time a second kernel adds to a CUDA graph's replay besides its own work (its
+#: launch's gap), in ms.
+KERNEL_GAP_MS = 0.001
 #: Interleaved rounds of the side-by-side timings: with five ways, two rows of the
 #: balanced order and their reverses, so each way follows its neighbours from both sides
 #: (each round costs about 5 x 65 ms of compile time).
@@ -177,19 +183,35 @@ def _contenders(caller: GemmCaller, timings: dict, tr: Translation, triton: bool
     return {way: choice for way, choice in ways.items() if choice is not None}
 
 
-def clear_call(caller: GemmCaller, timings: dict, tr: Translation) -> bool:
-    """Whether our candidate fused with ``tr`` is the fastest way without measuring:
-    ours autotuned faster than every other choice by ``CLEAR_MARGIN``, and the chain
-    reads no M x N input and keeps no intermediate. Fused, the GEMM then writes its
-    output once with a few register operations more; every separate way adds a kernel
-    that reads and writes the output again, and a Triton template fused does the same
-    epilogue behind a slower GEMM. An M x N input makes the call close (it can slow a
-    cooperative tile's epilogue more than a separate kernel costs: docs/findings.md).
-    ``config.measure_clear_calls`` measures these too."""
+def clear_call(caller: GemmCaller, timings: dict, tr: Translation, triton: bool = True, floor_ms: float = 0.0) -> bool:
+    """Whether our candidate fused with ``tr`` is the fastest way without measuring: ours
+    autotuned faster by ``CLEAR_MARGIN`` than the least each other way can take, and the
+    chain reads no M x N input and keeps no intermediate. Fused, the GEMM then writes its
+    output once with a few register operations more. A separate way runs another choice's
+    GEMM and then a kernel that reads and writes the output again: at least that GEMM's
+    time and ``floor_ms`` (``separate_floor_ms``). A Triton template that may take the
+    epilogue (``triton``) does it behind its own GEMM: at least that GEMM's time. An
+    M x N input makes the call close (it can slow a cooperative tile's epilogue more than
+    a separate kernel costs: docs/findings.md). ``config.measure_clear_calls`` measures
+    these too."""
     if not may_be_clear(tr):
         return False
-    others = [t for c, t in timings.items() if not isinstance(c, GemmCaller)]
-    return not others or timings[caller] <= CLEAR_MARGIN * min(others)
+    least = [
+        t if triton and ir_access.is_triton_template_caller(c) else t + floor_ms
+        for c, t in timings.items()
+        if not isinstance(c, GemmCaller)
+    ]
+    return not least or timings[caller] <= CLEAR_MARGIN * min(least)
+
+
+def separate_floor_ms(buffer: Any, tr: Translation) -> float:
+    """A lower bound on what running the chain ``tr`` as its own kernel adds after the GEMM
+    writing ``buffer``: a kernel's gap, and reading the GEMM's output and writing the
+    chain's outputs once, at more than the device's memory bandwidth."""
+    graph = V.graph
+    layouts = [buffer.get_layout(), *(graph.get_buffer(name).get_layout() for name in tr.outputs)]
+    nbytes = sum(math.prod(ir_access.size_hint(s) for s in layout.size) * layout.dtype.itemsize for layout in layouts)
+    return KERNEL_GAP_MS + nbytes / PEAK_BYTES_PER_MS
 
 
 def may_be_clear(tr: Translation) -> bool:
@@ -265,7 +287,7 @@ def start_fused_build(
     caller, timings = _candidates(template.node)
     if caller is None:
         return
-    if clear_call(caller, timings, tr):  # decided without measuring: only its kernel is needed
+    if clear_call(caller, timings, tr, triton, separate_floor_ms(template.node, tr)):  # only its kernel is needed
         compiler.build_async(_fused(caller, tr)[1].spec, default_cache(), config.compile_workers)
         return
     contenders = _contenders(caller, timings, tr, triton)
@@ -463,9 +485,13 @@ def decide(
     if caller is None:
         log.info("%s: left to Inductor (no CuteDSL candidate within %.2fx of the fastest)", names, SCREEN)
         return None
-    if clear_call(caller, timings, tr):
+    if clear_call(caller, timings, tr, triton, separate_floor_ms(buffer, tr)):
         stats["clear"] += 1
-        log.info("%s: CuteDSL takes it, fused (a clear call: ours autotuned fastest, no M x N input)", names)
+        log.info(
+            "%s: CuteDSL takes it, fused (a clear call: ours autotuned faster than any other way can run, "
+            "no M x N input)",
+            names,
+        )
         return Decision("cutedsl", caller, consumer)
     contenders = _contenders(caller, timings, tr, triton)
     key = decision_key(buffer, contenders, tr, triton) if memo is not None else None
