@@ -710,6 +710,15 @@ def test_a_compile_run_refuses_a_stock_child_that_built_our_kernels(monkeypatch)
         compile_bench.run_child(bid, models.CUDAGRAPHS, "fair_stock", {}, 60)
 
 
+def test_a_resumed_compile_run_keeps_the_pairs_the_run_asked(monkeypatch, tmp_path):
+    _fake_children(monkeypatch, lambda args, env, timeout: _report(20.0, 3 if "ours" in args[-1] else 0))
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    rows = ["--rows", "gpt2:small", "--budget", "0"]
+    compile_bench.run(compile_bench.parser().parse_args(rows + ["--pairs", "2", "--json", str(first)]), {})
+    again = ["--pairs", "1", "--resume", str(first), "--json", str(second)]
+    assert compile_bench.run(compile_bench.parser().parse_args(rows + again), {})["pairs"] == 2
+
+
 def test_a_compile_run_within_a_budget_starts_nothing_it_cannot_finish(monkeypatch, capsys):
     _fake_children(monkeypatch, lambda args, env, timeout: pytest.fail("a child started"))
     args = compile_bench.parser().parse_args(["--rows", "gpt2:small", "--budget", "0"])
