@@ -632,7 +632,8 @@ def test_launch_api_calls_count_a_replay_and_an_eager_step_as_the_profiler_names
         return torch.relu(a @ a) + 1
 
     eager_counts = harness.launch_api_calls(eager, calls=5)
-    assert eager_counts["graph_launches"] == 0 and eager_counts["kernel_launches"] >= 3
+    # relu and add through the runtime at least (cuBLAS may launch through either API).
+    assert eager_counts["graph_launches"] == 0 and eager_counts["kernel_launches"] >= 2
     replay = harness.graphed(eager)
     assert harness.launch_api_calls(replay, calls=5) == {"graph_launches": 1.0, "kernel_launches": 0.0}
 
