@@ -701,13 +701,17 @@ class Caches:
     def fresh(self) -> dict[str, str]:
         return {key: tempfile.mkdtemp(prefix=key.lower() + "-", dir=self.root) for key in CACHE_DIRS}
 
-    def done(self, bid: BlockId, side: str, dirs: dict[str, str]) -> None:
-        """Remove a finished child's directories, keeping a first cold kernel cache of ours."""
+    def done(self, bid: BlockId, side: str, dirs: dict[str, str]) -> bool:
+        """Remove a finished child's directories, keeping a first cold kernel cache of ours;
+        whether it kept one."""
+        kept = False
         for key, path in dirs.items():
             if key == KERNEL_CACHE and side == OURS and bid.name not in self.kernels:
                 self.kernels[bid.name] = path
+                kept = True
             else:
                 shutil.rmtree(path, ignore_errors=True)
+        return kept
 
     def load(self, archive: str) -> list[str]:
         """The kept kernel caches of an earlier run's ``archive`` (one folder per row);
@@ -780,13 +784,12 @@ def run(args: argparse.Namespace, info: dict) -> dict:
             loaded = caches.load(kernels_archive(args.resume))
             if loaded:
                 print(f"== kept kernel caches of ours loaded: {', '.join(loaded)}", flush=True)
-                if args.json:  # the next call resumes from this run's file
-                    caches.save(kernels_archive(args.json))
+                source, target = kernels_archive(args.resume), args.json and kernels_archive(args.json)
+                if target and os.path.abspath(target) != os.path.abspath(source):
+                    shutil.copyfile(source, target)  # the next call resumes from this run's file
 
         def finished(bid: BlockId, side: str, dirs: dict[str, str]) -> None:
-            kept = len(caches.kernels)
-            caches.done(bid, side, dirs)
-            if args.json and len(caches.kernels) > kept:
+            if caches.done(bid, side, dirs) and args.json:
                 caches.save(kernels_archive(args.json))
 
         for bid, side, i in plan:
