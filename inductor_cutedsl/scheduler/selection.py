@@ -183,7 +183,7 @@ def _contenders(caller: GemmCaller, timings: dict, tr: Translation, triton: bool
     return {way: choice for way, choice in ways.items() if choice is not None}
 
 
-def clear_call(caller: GemmCaller, timings: dict, tr: Translation, triton: bool = True, floor_ms: float = 0.0) -> bool:
+def clear_call(caller: GemmCaller, timings: dict, tr: Translation, triton: bool, floor_ms: float) -> bool:
     """Whether our candidate fused with ``tr`` is the fastest way without measuring: ours
     autotuned faster by ``CLEAR_MARGIN`` than the least each other way can take, and the
     chain reads no M x N input and keeps no intermediate. Fused, the GEMM then writes its
