@@ -815,6 +815,29 @@ class AccuracyError(AssertionError):
     pass
 
 
+def decision_marks() -> tuple[int, int, int]:
+    """Where this process's logs of ours' decisions stand (``decisions_since``)."""
+    from inductor_cutedsl.lowering import fair_timing, gated
+    from inductor_cutedsl.scheduler import selection
+
+    return len(selection.decisions), len(gated.decisions), len(fair_timing.decisions)
+
+
+def decisions_since(marks: tuple[int, int, int]) -> dict:
+    """What the epilogue selection, the gated MLP's lowering and fair timing measured
+    and decided since ``marks`` (``decision_marks``), as plain JSON."""
+    from inductor_cutedsl.lowering import fair_timing, gated
+    from inductor_cutedsl.scheduler import selection
+
+    return plain(
+        {
+            "epilogue": selection.decisions[marks[0] :],
+            "gated": gated.decisions[marks[1] :],
+            "gemm": fair_timing.decisions[marks[2] :],
+        }
+    )
+
+
 def measure_block(
     bid: BlockId,
     row: dict,
@@ -835,8 +858,7 @@ def measure_block(
     compiles (a training step's backward compiles at its first backward), so it runs in
     its backend's state. Outputs are compared after two more calls, the first replay
     of a CUDA graph."""
-    from inductor_cutedsl.lowering import fair_timing, gated
-    from inductor_cutedsl.scheduler import scheduling, selection
+    from inductor_cutedsl.scheduler import scheduling
 
     block, x = make_block(bid.family, bid.size, device, dtype, scale)
     params = list(block.parameters())
@@ -856,7 +878,7 @@ def measure_block(
         with backend(name):
             for i, mode in enumerate(order):
                 fused_before = len(scheduling.fused_epilogues)
-                decided_before = (len(selection.decisions), len(gated.decisions), len(fair_timing.decisions))
+                decided_before = decision_marks()
                 step = make_step(compile_fn(target, mode), x, bid.run, params, uses_cudagraphs(mode))
                 # The first mode's compile is read: the second generates the same code again.
                 with captured_code(codes[name]) if i == 0 else contextlib.nullcontext():
@@ -866,14 +888,7 @@ def measure_block(
                 row["compile_s_in_process"][name][mode] = round(time.perf_counter() - t0, 1)
                 if name == "ours" and i == 0:  # (plain JSON: a size may be a sympy integer)
                     row["fused"] = plain(scheduling.fused_epilogues[fused_before:])
-                    # What the epilogue selection and the gated MLP's lowering measured.
-                    row["decisions"] = plain(
-                        {
-                            "epilogue": selection.decisions[decided_before[0] :],
-                            "gated": gated.decisions[decided_before[1] :],
-                            "gemm": fair_timing.decisions[decided_before[2] :],
-                        }
-                    )
+                    row["decisions"] = decisions_since(decided_before)
                 step()
                 outs[name][mode] = outputs(step)
                 steps[name][mode] = step

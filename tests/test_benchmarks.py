@@ -1273,6 +1273,35 @@ def test_the_host_profile_ranks_own_time_per_step_and_what_grew_in_ours(capsys):
         assert host_profile.main([]) is None and "needs a CUDA GPU" in capsys.readouterr().out
 
 
+def test_decisions_since_a_mark_are_each_logs_new_records_only():
+    """A row (or the host profile) reports the decisions of its own compiles: each of the
+    three logs sliced at its own mark, as plain JSON (a sympy size written as text)."""
+    import sympy
+
+    from benchmarks import models
+    from inductor_cutedsl.lowering import fair_timing, gated
+    from inductor_cutedsl.scheduler import selection
+
+    logs = (selection.decisions, gated.decisions, fair_timing.decisions)
+    saved = [list(log) for log in logs]
+    try:
+        selection.decisions.append({"old": 1})
+        marks = models.decision_marks()
+        selection.decisions.append({"size": sympy.Integer(256)})
+        gated.decisions.extend([{"way": "dual"}, {"way": "alternative"}])
+        fair_timing.decisions.append({"ours": "cutedsl_gemm_3"})
+        got = models.decisions_since(marks)
+        assert got == {
+            "epilogue": [{"size": "256"}],
+            "gated": [{"way": "dual"}, {"way": "alternative"}],
+            "gemm": [{"ours": "cutedsl_gemm_3"}],
+        }
+        json.dumps(got)
+    finally:
+        for log, old in zip(logs, saved, strict=True):
+            log[:] = old
+
+
 def test_coordesc_log_records_the_kernels_tuned_and_skips_templates(monkeypatch):
     """Inductor's own entry decides which kernels it tunes (a template returns at once);
     the log wraps the tuning that follows, which here sleeps each kernel's seconds."""

@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> dict | None:
         x.requires_grad_(True)
     target, params = models.target_of(block, bid.run), list(block.parameters())
     steps = {}
+    marks = models.decision_marks()
     for side in SIDES:
         t0 = time.perf_counter()
         with models.backend(side):
@@ -82,7 +83,8 @@ def main(argv: list[str] | None = None) -> dict | None:
         # Printed as each result comes: a call's time limit may stop the probe before its end.
         print(f"{side}: compiled and warm in {time.perf_counter() - t0:.1f} s", flush=True)
     probe = models.GpuProbe()
-    launches = {side: sum(k["launches"] for k in prof["kernels"]) for side, prof in probe.profile(steps).items()}
+    profiled = probe.profile(steps)
+    launches = {side: sum(k["launches"] for k in prof["kernels"]) for side, prof in profiled.items()}
     host = probe.host_us(steps, launches)
     print(f"launches per step {launches}; host us per step {host}", flush=True)
     profiles = {side: cProfile.Profile() for side in SIDES}
@@ -99,12 +101,20 @@ def main(argv: list[str] | None = None) -> dict | None:
         "host_us": host,
         "top": {side: [(name, round(us, 2)) for name, us in top(times[side], args.top)] for side in SIDES},
         "growth": [(name, round(s, 2), round(o, 2)) for name, s, o in growth(times["stock"], times["ours"], args.top)],
+        # Which kernels each side launches and what ours' autotunings measured: a host
+        # figure above stock's is often a choice (an ATen GEMM's launch), not a path.
+        "kernels": {side: prof["kernels"] for side, prof in profiled.items()},
+        "decisions": models.decisions_since(marks),
     }
     print(f"{bid.name} {args.mode}: host us per step {host}")
     for side in SIDES:
         print(f"\n{side}: own us per step (profiled)")
         for name, us in result["top"][side]:
             print(f"{us:10.2f}  {name}")
+    for side in SIDES:
+        print(f"\n{side}: kernels per step (launches, GPU us)")
+        for k in result["kernels"][side]:
+            print(f"{k['launches']:6.1f} {k['us']:8.1f}  {k['kernel'][:100]}")
     print("\ngrew most from stock to ours (stock us -> ours us)")
     for name, s, o in result["growth"]:
         print(f"{s:10.2f} -> {o:10.2f}  {name}")
