@@ -147,6 +147,39 @@ def enqueue_ms(fn: Callable[[], object], calls: int = 20) -> tuple[float, bool]:
     return seconds / calls * 1e3, pure
 
 
+def enqueue_each_ms(fns: Mapping[K, Callable[[], object]], calls: int = 10) -> dict[K, float] | None:
+    """``enqueue_ms`` of several functions behind one GPU sleep: each function's host
+    milliseconds per call, ``calls`` calls each in turn; None if the sleep ended before
+    the last call was enqueued, after the same retries. One sleep instead of one per
+    function: a compile times the launch paths of several choices per GEMM, and each
+    sleep costs milliseconds of compile time. ``calls`` times the functions' launches,
+    summed over all of them, must fit in the GPU's launch queue."""
+    for fn in fns.values():
+        fn()
+    t0 = time.perf_counter()
+    for fn in fns.values():
+        for _ in range(calls):
+            fn()
+    guess_ms = (time.perf_counter() - t0) * 1e3
+    cycles_per_ms = sleep_cycles_per_ms(torch.cuda.current_device())
+    out: dict[K, float] = {}
+    for attempt in range(1 + IMPURE_RETRIES):
+        torch.cuda.synchronize()
+        torch.cuda._sleep(int(cycles_per_ms * (2 * guess_ms + 5) * 4**attempt))
+        slept = torch.cuda.Event()
+        slept.record()
+        for key, fn in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            out[key] = (time.perf_counter() - t0) / calls * 1e3
+        if not slept.query():
+            torch.cuda.synchronize()
+            return out
+    torch.cuda.synchronize()
+    return None
+
+
 def balanced_rounds(count: int) -> int:
     """Rounds in one whole ``rotations`` design over ``count`` contenders."""
     return count if count % 2 == 0 else 2 * count

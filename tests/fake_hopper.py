@@ -80,6 +80,7 @@ def fake_hopper(
     triton_fused_ms: float = 0.2,
     side_ms: dict | None = None,
     gated_ms: tuple[float, float] = (0.1, 0.15),
+    launch_ms: Callable[[str], float] | None = None,
     pattern_matcher: bool = False,
 ) -> Iterator[dict]:
     """Inside: compiling for "cuda" works and yields ``{"code": wrapper source,
@@ -91,11 +92,15 @@ def fake_hopper(
     candidate (our other schedule's fused 1 us slower), ``triton_fused_ms`` a Triton
     candidate with the epilogue fused;
     ``side_ms`` overrides any of the selection's side-by-side figures by name;
-    ``gated_ms``: (our dual kernels, two GEMMs + pointwise) for a gated product. The
+    ``gated_ms``: (our dual kernels, two GEMMs + pointwise) for a gated product;
+    ``launch_ms(name)`` the host time of a launch of a run timed for host pacing
+    (``fair_timing.host_ms``; a gated product's ``dual<i>`` and ``alternative``), None: no
+    host time is taken, as where a launch's figure is never pure. The
     selection's benchmark modules (the epilogue kernel, the fused Triton template) are
     really generated; compiling and timing them is faked."""
     from triton.runtime.driver import driver as triton_driver
 
+    import inductor_cutedsl.lowering.fair_timing as fair_timing
     import inductor_cutedsl.lowering.gated as gated
     import inductor_cutedsl.scheduler.selection as selection
 
@@ -159,6 +164,9 @@ def fake_hopper(
         mock.patch.object(selection, "side_by_side_runs", side_by_side_runs),
         mock.patch.object(selection, "side_by_side_ms", side_by_side_ms),
         mock.patch("torch._inductor.scheduler.Scheduler.compile_kernel", compile_kernel),
+        mock.patch.object(
+            fair_timing, "host_ms", lambda makers: {name: launch_ms(name) for name in makers} if launch_ms else {}
+        ),
         mock.patch.object(
             gated,
             "measure",

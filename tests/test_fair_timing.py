@@ -47,8 +47,12 @@ def steady_runs(steady: dict) -> tuple:
 
 @pytest.fixture(autouse=True)
 def no_cuda_graphs(monkeypatch):
-    """Each run function here returns its own time; the timer just calls it."""
+    """Each run function here returns its own time; the timer just calls it. Launches
+    are timed only by the tests of host-paced ranking (``host_timed``)."""
+    from inductor_cutedsl import config
+
     monkeypatch.setattr(timing, "graph_median", lambda make_run, **measure: make_run())
+    monkeypatch.setattr(config, "host_paced", False)
 
 
 def test_ours_take_the_side_by_side_ratio_to_the_fastest_other():
@@ -205,53 +209,96 @@ def test_inductors_benchmark_pass_goes_through_the_rescale():
         inductor_cutedsl.enable()
 
 
-@pytest.mark.parametrize("cudagraphs", [False, True])
-def test_host_paced_ranking_without_cuda_graphs(monkeypatch, cudagraphs):
-    """With ``host_paced``, a compile without CUDA graphs ranks the re-timed choices by
-    the larger of GPU and host launch time: cuBLASLt's addmm, 3% faster on the GPU but
-    with a launch path longer than its kernel, loses to our launch; under CUDA graphs
-    (launch paths replayed away) the GPU ranking stands and no launch is timed."""
+def host_timed(monkeypatch, host: dict, cudagraphs: bool, impure_rounds=()) -> list:
+    """The rounds of launch timing, each the names in the order timed, as a list that
+    fills as they run: ``enqueue_each_ms`` reads ``host[name]`` (plus a round's own
+    microsecond of noise), and the GPU catches up with the rounds ``impure_rounds``."""
     from inductor_cutedsl import config
     from inductor_cutedsl.compat import settings
 
-    aten, mine = Other("addmm"), ours("a")
-    timings = {aten: 0.063, mine: 0.050}
-    run_fn, _ = steady_runs({aten: 0.0422, mine: 0.0434})
-    host = {"addmm": 0.060, "a": 0.015}
-    timed = []
+    monkeypatch.setattr(config, "host_paced", config.SETTINGS["host_paced"].default)
+    rounds: list[list[str]] = []
 
-    def fake_enqueue(run, calls=20):
-        timed.append(run)
-        return host[run.choice], True
+    def fake_enqueue_each(fns, calls=10):
+        rounds.append([run.choice for run in fns.values()])
+        if len(rounds) - 1 in impure_rounds:
+            return None
+        return {key: host[run.choice] + 0.001 * (len(rounds) % 2) for key, run in fns.items()}
 
+    monkeypatch.setattr(fair_timing, "enqueue_each_ms", fake_enqueue_each)
+    monkeypatch.setattr(settings, "compile_uses_cudagraphs", lambda: cudagraphs)
+    return rounds
+
+
+def named(run_fn):
     def named_run_fn(choice):
         run = run_fn(choice)
         run.choice = choice.name
         return run
 
-    monkeypatch.setattr(fair_timing, "enqueue_ms", fake_enqueue)
-    monkeypatch.setattr(settings, "compile_uses_cudagraphs", lambda: cudagraphs)
-    with config.patch(host_paced=True):
-        out = fair_timing.rescale(timings, named_run_fn)
+    return named_run_fn
+
+
+@pytest.mark.parametrize("cudagraphs", [False, True])
+def test_host_paced_ranking_without_cuda_graphs(monkeypatch, cudagraphs):
+    """A compile without CUDA graphs ranks the re-timed choices by GPU plus host launch
+    time (the setting's default): cuBLASLt's addmm, 3% faster on the GPU but with a launch path
+    four times ours, loses to our launch, and a Triton template 12% slower on the GPU
+    than ATen but with a short launch beats ATen too; under CUDA graphs (launch paths
+    replayed away) the GPU ranking stands and no launch is timed."""
+    aten, triton, mine = Other("addmm"), Other("triton"), ours("a")
+    timings = {aten: 0.063, triton: 0.064, mine: 0.050}
+    run_fn, _ = steady_runs({aten: 0.0422, triton: 0.0473, mine: 0.0434})
+    rounds = host_timed(monkeypatch, {"addmm": 0.060, "triton": 0.012, "a": 0.015}, cudagraphs)
+    out = fair_timing.rescale(timings, named(run_fn))
     if cudagraphs:
-        assert out[mine] > out[aten] and timed == []
+        assert out[mine] > out[aten] and out[triton] > out[aten] and rounds == []
         assert "host_ms" not in fair_timing.decisions[-1]
     else:
-        assert out[mine] < out[aten] and len(timed) == 2 * fair_timing.ROUNDS
-        assert fair_timing.decisions[-1]["host_ms"] == {"addmm": 0.06, "a": 0.015}
-        assert out[aten] == pytest.approx(0.063) and out[mine] == pytest.approx(0.063 * 0.0434 / 0.060, rel=1e-6)
+        assert out[mine] < out[triton] < out[aten]
+        # Every round times every contender, in interleaved orders.
+        assert len(rounds) == fair_timing.ROUNDS and all(sorted(r) == ["a", "addmm", "triton"] for r in rounds)
+        assert len({tuple(r) for r in rounds}) > 1
+        # The median round: rounds 1 and 3 read a microsecond more.
+        assert fair_timing.decisions[-1]["host_ms"] == {"addmm": 0.061, "triton": 0.013, "a": 0.016}
+        # Anchored at the fastest other's Inductor figure, as that other paces: the triton
+        # template at 0.0473 + 0.013.
+        paced = {aten: 0.1032, triton: 0.0603, mine: 0.0594}
+        for c in (aten, triton, mine):
+            assert out[c] == pytest.approx(0.063 * paced[c] / 0.0603, rel=1e-6)
 
 
-def test_host_paced_ranking_is_off_by_default(monkeypatch):
+def test_rounds_the_gpu_caught_up_with_are_dropped(monkeypatch):
+    aten, mine = Other("addmm"), ours("a")
+    run_fn, _ = steady_runs({aten: 0.0422, mine: 0.0434})
+    host_timed(monkeypatch, {"addmm": 0.060, "a": 0.015}, cudagraphs=False, impure_rounds=(0, 2))
+    out = fair_timing.rescale({aten: 0.063, mine: 0.050}, named(run_fn))
+    assert fair_timing.decisions[-1]["host_ms"] == {"addmm": 0.06, "a": 0.015}  # round 2 of 3 alone
+    assert out[mine] < out[aten]
+
+
+def test_no_pure_round_leaves_every_choice_at_its_gpu_time(monkeypatch):
+    """The GPU caught up with every round: charging only some choices their launches
+    would favour the others, so none is charged."""
+    aten, mine = Other("addmm"), ours("a")
+    run_fn, _ = steady_runs({aten: 0.0422, mine: 0.0434})
+    host_timed(monkeypatch, {"addmm": 0.060, "a": 0.015}, cudagraphs=False, impure_rounds=range(9))
+    out = fair_timing.rescale({aten: 0.063, mine: 0.050}, named(run_fn))
+    assert out[aten] == pytest.approx(0.063) and out[mine] == pytest.approx(0.063 * 0.0434 / 0.0422, rel=1e-6)
+    assert "host_ms" not in fair_timing.decisions[-1]
+
+
+def test_host_paced_ranking_can_be_turned_off(monkeypatch):
     from inductor_cutedsl import config
     from inductor_cutedsl.compat import settings
 
-    monkeypatch.setattr(fair_timing, "enqueue_ms", lambda run, calls=20: pytest.fail("timed a launch"))
+    monkeypatch.setattr(fair_timing, "enqueue_each_ms", lambda fns, calls=10: pytest.fail("timed a launch"))
     monkeypatch.setattr(settings, "compile_uses_cudagraphs", lambda: False)
-    assert config.host_paced is False
     aten, mine = Other("addmm"), ours("a")
     run_fn, _ = steady_runs({aten: 0.0422, mine: 0.0434})
-    out = fair_timing.rescale({aten: 0.063, mine: 0.050}, run_fn)
+    assert config.SETTINGS["host_paced"].default is True
+    with config.patch(host_paced=False):
+        out = fair_timing.rescale({aten: 0.063, mine: 0.050}, run_fn)
     assert out[mine] > out[aten]
 
 

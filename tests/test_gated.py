@@ -340,6 +340,50 @@ def test_alternative_measured_faster_keeps_two_gemms_and_a_pointwise_kernel():
     assert kernels(code) == (3, 0)
 
 
+def launches_of_one_and_three(name: str) -> float:
+    """Host ms of a gated product's run: one dual kernel, or two GEMMs and a pointwise kernel."""
+    return 0.006 if name.startswith("dual") else {"alternative": 0.03}[name]
+
+
+@pytest.mark.parametrize("cudagraphs", [False, True])
+def test_without_cuda_graphs_the_dual_kernel_saves_two_launches(cudagraphs):
+    """The alternative runs 10% faster on the GPU (0.10 against 0.11 ms) but launches three
+    kernels where the dual kernel launches one: a compile without CUDA graphs charges each
+    way its launches' host time too (0.006 against 0.03 ms) and keeps the dual kernel; under
+    CUDA graphs the replay drops the host time and the GPU ranking stands."""
+    before = len(gated.decisions)
+    with backend(), inductor_config.patch({"triton.cudagraphs": cudagraphs}):
+        code = generated_code(
+            llama_mlp,
+            (B, T, D),
+            (F4, D),
+            (F4, D),
+            (D, F4),
+            gated_ms=(0.11, 0.10),
+            launch_ms=launches_of_one_and_three,
+        )
+    (row,) = gated.decisions[before:]
+    assert row["dual_ms"] == pytest.approx(0.11) and row["alternative_ms"] == 0.10
+    if cudagraphs:
+        assert "dual=True" not in code and row["way"] == "alternative" and "host_ms" not in row
+    else:
+        assert "dual=True" in code and row["way"] == "dual"
+        assert row["host_ms"] == {"dual0": 0.006, "dual1": 0.006, "alternative": 0.03}
+
+
+def test_a_host_paced_decision_is_not_replayed_under_cuda_graphs(tmp_path):
+    """A product's decision is kept in the kernel cache by what it depends on: one taken
+    with the launches' host time counted must not decide a compile with CUDA graphs."""
+    shapes = [(B, T, D), (F4, D), (F4, D), (D, F4)]
+    with backend(), config.patch(persist_decisions=True, cache_dir=str(tmp_path)):
+        paced = len(gated.decisions)
+        generated_code(llama_mlp, *shapes, gated_ms=(0.11, 0.10), launch_ms=launches_of_one_and_three)
+        with inductor_config.patch({"triton.cudagraphs": True}):
+            code = generated_code(llama_mlp, *shapes, gated_ms=(0.11, 0.10))
+    assert [r["way"] for r in gated.decisions[paced:]] == ["dual", "alternative"]
+    assert "dual=True" not in code
+
+
 def test_dual_measurement_is_recorded():
     before = len(gated.decisions)
     with backend():

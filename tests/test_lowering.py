@@ -350,6 +350,30 @@ def test_candidate_hash_key_is_stable_per_kernel():
     assert caller(256, "x").hash_key() != caller(128, "x").hash_key()
 
 
+def test_candidate_hash_key_tells_how_choices_are_timed(monkeypatch):
+    """Fair timing ranks by GPU plus host time without CUDA graphs and by GPU time with
+    them, and Inductor's autotune cache keeps a pass's timings by hash_key across
+    compiles of one process: one key for both would let a compile without CUDA graphs
+    reuse a ranking that left out the launches' host time."""
+    from inductor_cutedsl import config
+    from inductor_cutedsl.compat import settings
+    from inductor_cutedsl.kernels import GemmConfig
+    from inductor_cutedsl.kernels import epilogue as E
+    from inductor_cutedsl.lowering.candidate import GemmCandidate
+    from inductor_cutedsl.lowering.template import GemmCaller
+    from inductor_cutedsl.runtime import KernelSpec
+
+    c = GemmCaller.__new__(GemmCaller)
+    c.candidate = GemmCandidate(KernelSpec(GemmConfig(), "bfloat16", "bfloat16", "k", "k", E.IDENTITY))
+    keys = {}
+    for graphs, paced in ((True, True), (True, False), (False, True), (False, False)):
+        monkeypatch.setattr(settings, "compile_uses_cudagraphs", lambda graphs=graphs: graphs)
+        with config.patch(host_paced=paced):
+            keys[graphs, paced] = c.hash_key()
+    assert keys[True, True] == keys[True, False]
+    assert len({keys[True, True], keys[False, True], keys[False, False]}) == 3
+
+
 def test_compile_workers_start_with_the_first_build_not_with_the_compilation(monkeypatch, tmp_path):
     """A compilation's start starts no worker (a warm start builds nothing, and the DSL
     imports must not run beside Dynamo's tracing); a build that hits the kernel cache

@@ -60,3 +60,56 @@ def test_a_measurement_without_a_length_takes_one_from_its_replays_time(monkeypa
     timing.graph_median(lambda: lambda: 0, rep=7, warmup=2)()
     timing.graph_median(lambda: lambda: 0, max_ms=20)()
     assert asked[-2:] == [(7, 2), (20, 20)]
+
+
+class FakeGpu:
+    """``torch.cuda``'s calls that ``enqueue_each_ms`` makes: the GPU's sleep ends before
+    the host's last call of an attempt where ``caught_up`` says so."""
+
+    def __init__(self, caught_up: list[bool]) -> None:
+        self.caught_up = caught_up
+        self.sleeps: list[int] = []
+        fake = self
+
+        class Event:
+            def record(self) -> None:
+                pass
+
+            def query(self) -> bool:
+                return fake.caught_up[len(fake.sleeps) - 1]
+
+        self.Event = Event
+
+    def _sleep(self, cycles: int) -> None:
+        self.sleeps.append(cycles)
+
+    def synchronize(self) -> None:
+        pass
+
+    def current_device(self) -> int:
+        return 0
+
+
+@pytest.mark.parametrize("caught_up", [[False], [True, False], [True, True, True]])
+def test_launch_paths_are_timed_behind_one_sleep_and_an_impure_attempt_again(monkeypatch, caught_up):
+    """Every function's calls of an attempt are enqueued behind one GPU sleep; an attempt
+    the GPU caught up with is taken again behind a sleep four times as long, and after
+    the last retry nothing is returned (a figure that includes waiting is no launch
+    path's)."""
+    gpu = FakeGpu(caught_up)
+    for name in ("Event", "_sleep", "synchronize", "current_device"):
+        monkeypatch.setattr(timing.torch.cuda, name, getattr(gpu, name))
+    monkeypatch.setattr(timing, "sleep_cycles_per_ms", lambda device: 1000.0)
+    calls: collections.Counter = collections.Counter()
+    fns = {name: (lambda name=name: calls.update([name])) for name in ("aten", "ours")}
+    got = timing.enqueue_each_ms(fns, calls=5)
+    attempts = len(gpu.sleeps)
+    expected = caught_up.index(False) + 1 if False in caught_up else 1 + timing.IMPURE_RETRIES
+    assert attempts == expected
+    assert all(b == pytest.approx(4 * a, abs=4) for a, b in zip(gpu.sleeps, gpu.sleeps[1:], strict=False))
+    # A first call, the guess's calls, then each attempt's.
+    assert calls == {"aten": 1 + 5 + 5 * attempts, "ours": 1 + 5 + 5 * attempts}
+    if caught_up[-1]:
+        assert got is None
+    else:
+        assert set(got) == {"aten", "ours"} and all(0 <= ms < 1 for ms in got.values())

@@ -8,7 +8,7 @@ import weakref
 import pytest
 import torch
 
-from inductor_cutedsl.timing import enqueue_ms, graphed_run
+from inductor_cutedsl.timing import enqueue_each_ms, enqueue_ms, graphed_run
 
 pytestmark = pytest.mark.gpu
 
@@ -47,3 +47,17 @@ def test_enqueue_time_is_the_launch_path_alone():
     assert pure_slow and slow > 3 * ms
     _, pure_sync = enqueue_ms(torch.cuda.synchronize, calls=3)
     assert not pure_sync
+
+
+def test_launch_paths_timed_behind_one_sleep_read_as_timed_alone():
+    """``enqueue_each_ms`` times several launch paths behind one sleep: each reads about
+    what ``enqueue_ms`` reads for it alone, in the same order; a sync is never pure."""
+    a = torch.randn(256, 256, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty_like(a)
+    one, eight = (lambda: torch.mm(a, a, out=out)), (lambda: [torch.mm(a, a, out=out) for _ in range(8)])
+    together = enqueue_each_ms({"one": one, "eight": eight})
+    assert together is not None and 0 < together["one"] < 1
+    assert together["eight"] > 3 * together["one"]
+    alone, pure = enqueue_ms(one)
+    assert pure and 0.3 < together["one"] / alone < 3
+    assert enqueue_each_ms({"one": one, "sync": torch.cuda.synchronize}, calls=3) is None

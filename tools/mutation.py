@@ -410,6 +410,51 @@ BUGS = [
         "timings[caller] <= 1.05 * min(least)",
         ("tests/test_fusion_codegen.py",),
     ),
+    Bug(
+        "host-pacing-takes-the-larger",
+        "inductor_cutedsl/lowering/fair_timing.py",
+        "paced = {i: side[i] + host.get(i, 0.0) for i in side}",
+        "paced = {i: max(side[i], host.get(i, 0.0)) for i in side}",
+        ("tests/test_fair_timing.py",),
+        "a choice with a short launch path but slower kernel loses to cuBLASLt's longer launch",
+    ),
+    Bug(
+        "impure-launch-timing-kept",
+        "inductor_cutedsl/timing.py",
+        "        if not slept.query():\n",
+        "        if True:\n",
+        ("tests/test_timing.py",),
+        "launch paths timed while the GPU had caught up (waiting counted as host time) are kept",
+    ),
+    Bug(
+        "host-pacing-keeps-impure-rounds",
+        "inductor_cutedsl/lowering/fair_timing.py",
+        "            for key, ms in (got or {}).items():",
+        "            for key, ms in (got or {k: 0.0 for k in runs}).items():",
+        ("tests/test_fair_timing.py",),
+    ),
+    Bug(
+        "autotune-key-without-regime",
+        "inductor_cutedsl/lowering/template.py",
+        'return f"{self.candidate.key()}@{regime()}"',
+        "return self.candidate.key()",
+        ("tests/test_lowering.py",),
+        "a compile without CUDA graphs reuses a ranking timed as replays",
+    ),
+    Bug(
+        "gated-decision-ignores-launches",
+        "inductor_cutedsl/lowering/gated.py",
+        "paced = {name: t + host.get(name, 0.0) for name, t in times.items()}",
+        "paced = dict(times)",
+        ("tests/test_gated.py",),
+    ),
+    Bug(
+        "gated-record-without-regime",
+        "inductor_cutedsl/lowering/gated.py",
+        "key = (*key, tuple(c.spec.key() for c in cands), fair_timing.regime())",
+        "key = (*key, tuple(c.spec.key() for c in cands))",
+        ("tests/test_gated.py",),
+    ),
     # The dtype table a kernel's operands, its epilogue's roundings and the loaded entry's
     # pointers read: on a GPU a wrong entry shows as wrong results; on CPU the table's tests.
     Bug(

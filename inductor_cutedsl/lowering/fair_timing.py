@@ -24,12 +24,21 @@ by do_bench's median. Inductor's benchmarker would time the host too: it records
 start event and then calls the run function, and its L2 flush is short, so a launch
 path slower than the flush shows up as kernel time.
 
-A compile without CUDA graphs launches each kernel from the host on every call, and a
-step of short GEMMs is then paced by the host: a choice costs the step the larger of
-its kernel's time and its launch's host time. With ``config.host_paced`` such a
-compile also times each re-timed choice's launch path (``timing.enqueue_ms``) and
-ranks them by that larger figure: a cuBLASLt ``addmm`` costs several times the host time
-of a Triton or CuteDSL launch (docs/findings.md).
+A compile without CUDA graphs launches each kernel from the host on every call. Where
+the step's launches take longer on the host than its kernels on the GPU (a few hundred
+tokens), each launch's host time is what the step pays, and the GPU time is hidden;
+where the GPU sets the pace, the other way round. A GEMM's autotuning cannot tell which
+holds for its step, so with ``config.host_paced`` (``host_paced()``) such a compile also
+times each re-timed choice's launch path (``timing.enqueue_each_ms``) and ranks them by the
+sum of their host and GPU times, which is what Inductor's own pass roughly charges: a
+cuBLASLt ``addmm`` costs several times the host time of a Triton or CuteDSL launch
+(docs/findings.md), and ranked by GPU time alone it won GEMMs that host-bound steps
+then paid for. A choice whose host time could not be taken leaves every contender at
+its GPU time: charging only the others would favour it.
+
+The timings land in Inductor's autotune cache keyed by each choice's ``hash_key``, and
+one process may compile a graph with CUDA graphs and again without: ours' key carries
+the regime (``regime()``), so that neither compile reuses the other's ranking.
 """
 
 from __future__ import annotations
@@ -44,7 +53,7 @@ from typing import Any
 from .. import config
 from ..compat import autotune, settings
 from ..errors import fallback
-from ..timing import enqueue_ms, measure_ms, side_by_side
+from ..timing import enqueue_each_ms, measure_ms, rotations, side_by_side
 from .template import GemmCaller
 
 log = logging.getLogger("inductor_cutedsl.lowering")
@@ -115,8 +124,8 @@ def _rescale(timings: dict[Any, float], run_fn: Callable[[Any], Callable[[], Any
         return timings
     finally:
         stats["measure_s"] += time.perf_counter() - t0
-    host = _host_ms(contenders, run_fn) if config.host_paced and not settings.compile_uses_cudagraphs() else {}
-    paced = {i: max(side[i], host.get(i, 0.0)) for i in side}
+    host = host_ms(makers) if host_paced() else {}
+    paced = {i: side[i] + host.get(i, 0.0) for i in side}
     anchor = min(paced[i] for i in range(len(close)))
     retimed = {c: best * paced[i] / anchor for i, c in enumerate(contenders)}
     scale = retimed[mine] / ours[mine]
@@ -142,6 +151,18 @@ def _rescale(timings: dict[Any, float], run_fn: Callable[[Any], Callable[[], Any
     return out
 
 
+def host_paced() -> bool:
+    """Whether this compile ranks re-timed choices by host and GPU time (module doc)."""
+    return config.host_paced and not settings.compile_uses_cudagraphs()
+
+
+def regime() -> str:
+    """How this compile's autotunings time choices: a part of ours' cache keys."""
+    if settings.compile_uses_cudagraphs():
+        return "replayed"
+    return "host-paced" if config.host_paced else "launched"
+
+
 def _replayed_lighter(ours: dict[Any, float], mine: Any) -> list:
     """Under CUDA graphs, our fastest stream-K candidate besides ``mine``, to be re-timed
     too. Inductor's pass times a launch's host path as kernel time (above), and a
@@ -155,21 +176,26 @@ def _replayed_lighter(ours: dict[Any, float], mine: Any) -> list:
     return [min(streamed, key=ours.__getitem__)] if streamed else []
 
 
-def _host_ms(contenders: list, run_fn: Callable[[Any], Callable[[], Any]]) -> dict[int, float]:
-    """Each contender's host milliseconds per launch (median of ``ROUNDS``), by index;
-    none for one whose figure is not pure (the GPU caught up) or that fails."""
-    out: dict[int, float] = {}
+def host_ms(makers: dict[Any, Callable[..., Callable[[], Any]]]) -> dict[Any, float]:
+    """Host milliseconds per launch of each run (``makers[key]()`` makes one), the median
+    of ``ROUNDS`` interleaved rounds, all runs of a round behind one GPU sleep
+    (``timing.enqueue_each_ms``), by key. A round the GPU caught up with is dropped; empty
+    if every round was, or a run fails: charging only some runs their launches would
+    favour the others."""
     t0 = time.perf_counter()
     try:
-        for i, c in enumerate(contenders):
-            run = run_fn(c)
-            figures = [enqueue_ms(run) for _ in range(ROUNDS)]
-            pure = [ms for ms, ok in figures if ok]
-            if pure:
-                out[i] = statistics.median_high(pure)
+        runs = {key: make() for key, make in makers.items()}
+        figures: dict[Any, list[float]] = {key: [] for key in runs}
+        for order in rotations(list(runs), ROUNDS):
+            got = enqueue_each_ms({key: runs[key] for key in order})
+            for key, ms in (got or {}).items():
+                figures[key].append(ms)
+        if not all(figures.values()):
+            log.info("no pure host time for %s: ranking by GPU time", ", ".join(map(str, runs)))
+            return {}
+        return {key: statistics.median_high(ms) for key, ms in figures.items()}
     except Exception as exc:  # the GPU times stand alone
         log.warning("host launch timing failed: %s", exc)
         return {}
     finally:
         stats["measure_s"] += time.perf_counter() - t0
-    return out

@@ -31,7 +31,7 @@ from ..runtime.launch import default_cache
 from ..runtime.spec import ALIGNMENT, KernelSpec
 from ..runtime.support import AB_DTYPES, FP8_DTYPES, OUT_DTYPES, device_reason
 from ..timing import side_by_side
-from . import gated_op  # noqa: F401  (registers the op this lowers)
+from . import fair_timing, gated_op  # noqa: F401  (gated_op registers the op this lowers)
 from .candidate import GemmCandidate
 from .gemm_choices import SKINNY_ROWS, SMALL_ROWS, operand_scale_mode
 from .template import gemm_template
@@ -139,6 +139,19 @@ def measure(runs: dict[str, Callable[[], Callable[[], object]]], device: Any) ->
         return side_by_side(runs, rounds=4)
 
 
+def _host_ms(times: dict[str, float], runs: dict, device: Any) -> dict[str, float]:
+    """In a compile whose steps the host may pace (``fair_timing.host_paced``), each run's
+    host time per launch, to be added to its GPU time: the dual kernel is one launch
+    where the alternative is three. The alternative's pointwise kernel launches through
+    Triton's Python launcher, slower than Inductor's generated launch, which leans the
+    call towards the dual kernel by a few microseconds. Empty otherwise."""
+    if not fair_timing.host_paced():
+        return {}
+    ran = {name: make for name, make in runs.items() if math.isfinite(times.get(name, math.inf))}
+    with torch.cuda.device(device):
+        return fair_timing.host_ms(ran)
+
+
 def _operands(shapes, dtype, device, has_bias) -> tuple:
     """Random x (M, K), gate and up weights (N, K) and the biases asked for."""
     (m, k), n = shapes
@@ -201,7 +214,8 @@ def _decide(
 ) -> GemmCandidate | None:
     """``decide`` for a product that measurement depends on as ``key`` says, timed as
     ``runs`` (``dual<i>`` per candidate, and ``alternative``) run it."""
-    key = (*key, tuple(c.spec.key() for c in cands))
+    # The regime too: without CUDA graphs the launches' host time counts (``_host_ms``).
+    key = (*key, tuple(c.spec.key() for c in cands), fair_timing.regime())
     memo = _measured.setdefault(V.graph, {})
     if key in memo:
         best = memo[key]
@@ -219,12 +233,14 @@ def _decide(
     t0 = time.perf_counter()
     with autotune.preserve_rng_state():
         times = measure(runs, device)
+        host = _host_ms(times, runs, device)
     stats["measure_s"] += time.perf_counter() - t0
-    best = min(range(len(cands)), key=lambda i: times.get(f"dual{i}", math.inf))
-    ours, other = times.get(f"dual{best}", math.inf), times.get("alternative", math.inf)
+    paced = {name: t + host.get(name, 0.0) for name, t in times.items()}
+    best = min(range(len(cands)), key=lambda i: paced.get(f"dual{i}", math.inf))
+    ours, other = paced.get(f"dual{best}", math.inf), paced.get("alternative", math.inf)
     (m, k), n = shapes
     log.info(
-        "gated %s %dx%dx%d: dual %s %.4f ms, two GEMMs + pointwise %.4f ms -> %s",
+        "gated %s %dx%dx%d: dual %s %.4f ms, two GEMMs + pointwise %.4f ms%s -> %s",
         activation,
         m,
         n,
@@ -232,6 +248,7 @@ def _decide(
         cands[best].spec.config.name(),
         ours,
         other,
+        " (GPU + host)" if host else "",
         "dual" if ours < other else "two GEMMs",
     )
     decisions.append(
@@ -239,8 +256,9 @@ def _decide(
             "shape": [m, n, k],
             "activation": activation,
             "form": form,
-            "dual_ms": ours,
-            "alternative_ms": other,
+            "dual_ms": times.get(f"dual{best}", math.inf),
+            "alternative_ms": times.get("alternative", math.inf),
+            **({"host_ms": host} if host else {}),
             "config": cands[best].spec.config.name(),
             # Every candidate's time, by config: what a shorter list would have lost.
             "candidates_ms": {c.spec.config.name(): times.get(f"dual{i}", math.inf) for i, c in enumerate(cands)},

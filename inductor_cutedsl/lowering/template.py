@@ -112,8 +112,12 @@ class GemmCaller(CuteDSLTemplateCaller):
 
     def hash_key(self) -> str:
         """The candidate's key (the stock key hashes the source, which names the kernel
-        by a running counter)."""
-        return self.candidate.key()
+        by a running counter) and how this compile times choices: Inductor's autotune
+        cache keeps a pass's timings by these keys, and fair timing ranks differently
+        with and without CUDA graphs (``fair_timing.regime``)."""
+        from .fair_timing import regime
+
+        return f"{self.candidate.key()}@{regime()}"
 
     def info_dict(self) -> dict[str, Any]:
         return {**super().info_dict(), "backend": "inductor_cutedsl"}
