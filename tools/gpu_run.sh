@@ -13,7 +13,10 @@
 #                                                 (round robin in name order): the whole suite takes
 #                                                 more than one call's 600 s, SHARD=1/2 and 2/2 two calls
 #   bash tools/gpu_run.sh bench NAME [ARGS]       python -m benchmarks.NAME ARGS --json $OUT/h200-NAME.json,
-#                                                 log $OUT/NAME.log
+#                                                 log $OUT/NAME.log; a benchmark that times kernels, not
+#                                                 compiles (KERNEL_BENCHES), loads the kernels of
+#                                                 .device/bench-kernels.tar.xz and returns its own
+#                                                 in $OUT/bench-kernels.tar.xz (carry it back)
 #   bash tools/gpu_run.sh job [ARGS]              the main job (python -m inductor_cutedsl), JSON and PNG in $OUT
 #   bash tools/gpu_run.sh inductor-tests [ARGS]   python -m tools.inductor_tests ARGS --json $OUT/inductor-tests.json
 #
@@ -60,6 +63,13 @@ TEST_KERNELS=test-kernels.tar.xz
 TEST_KERNELS_CAP=$((10 * 1024 * 1024))
 #: Seconds of LIMIT the tests step keeps for stopping pytest and packing what it built.
 PACK_S=45
+#: The benchmarks' kernel cache that travels between calls (bench step), and the
+#: benchmarks that use it: those that time kernels. A compile benchmark's cold compiles
+#: need empty caches (benchmarks/compile.py and warm_start.py keep their own).
+BENCH_KERNELS=bench-kernels.tar.xz
+KERNEL_BENCHES=" models decode fp8 epilogue gemm launch fuzz "
+#: Seconds of LIMIT the bench step keeps for packing (one process: nothing to stop).
+BENCH_PACK_S=15
 
 pack_kernels() {  # pack_kernels CACHE_DIR ARCHIVE: the cache's kernels, within the cap
     local dir=$1 archive=$2
@@ -73,7 +83,17 @@ pack_kernels() {  # pack_kernels CACHE_DIR ARCHIVE: the cache's kernels, within 
     if [ "$(stat -c %s "$archive")" -gt "$TEST_KERNELS_CAP" ]; then
         pack -newer .started || return 0
     fi
-    echo "== test kernels packed: $(tar tJf "$archive" | grep -c '\.o$') in $(stat -c %s "$archive") bytes (\$OUT/$(basename "$archive"))"
+    echo "== kernels packed: $(tar tJf "$archive" | grep -c '\.o$') in $(stat -c %s "$archive") bytes (\$OUT/$(basename "$archive"))"
+}
+
+carry_kernels() {  # carry_kernels CACHE_DIR ARCHIVE: the cache our kernels go to, with the archive's
+    local dir=$1 carried=$2
+    export INDUCTOR_CUTEDSL_CACHE_DIR=$dir
+    mkdir -p "$dir" && chmod 700 "$dir"
+    if [ -f "$carried" ] && tar xJf "$carried" -C "$dir"; then
+        echo "== kernels carried in: $(find "$dir" -name '*.o' | wc -l) ($carried)"
+    fi
+    touch "$dir/.started"
 }
 
 step=${1:?"a step: tests, bench NAME, job or inductor-tests"}
@@ -86,13 +106,7 @@ tests)
     # version and the architecture, so a kernel built from other code is never found.
     # Tests of building itself use caches of their own.
     cache=/tmp/inductor_cutedsl_test_cache_$(id -u)
-    export INDUCTOR_CUTEDSL_CACHE_DIR=$cache
-    mkdir -p "$cache" && chmod 700 "$cache"
-    carried=.device/$TEST_KERNELS
-    if [ -f "$carried" ] && tar xJf "$carried" -C "$cache"; then
-        echo "== test kernels carried in: $(find "$cache" -name '*.o' | wc -l)"
-    fi
-    touch "$cache/.started"
+    carry_kernels "$cache" ".device/$TEST_KERNELS"
     if [ -n "${SHARD:-}" ] && [ -z "${TESTS:-}" ]; then
         TESTS=$(find tests -maxdepth 1 -name 'test_*.py' | sort | awk -v i="${SHARD%/*}" -v n="${SHARD#*/}" '(NR - 1) % n == i - 1')
         echo "== shard $SHARD: $(echo "$TESTS" | wc -w) test files"
@@ -120,6 +134,17 @@ tests)
 bench)
     name=${1:?"bench NAME: one of benchmarks/*.py"}
     shift
+    case "$KERNEL_BENCHES" in
+    *" $name "*)
+        # Safe across calls as the tests' cache is (above); the kernels keep a row's
+        # compile from waiting for builds an earlier call made.
+        cache=/tmp/inductor_cutedsl_bench_cache_$(id -u)
+        carry_kernels "$cache" ".device/$BENCH_KERNELS"
+        LIMIT=$((LIMIT - BENCH_PACK_S)) logged "$name" python3 -m "benchmarks.$name" "$@" --json "$OUT/h200-$name.json"
+        rc=$?
+        pack_kernels "$cache" "$OUT/$BENCH_KERNELS"
+        exit "$rc" ;;
+    esac
     logged "$name" python3 -m "benchmarks.$name" "$@" --json "$OUT/h200-$name.json" ;;
 job)
     logged job python3 -m inductor_cutedsl --json "$OUT/h200-model.json" --png "$OUT/h200-model.png" "$@" ;;
