@@ -80,10 +80,18 @@ def _hopper_gpu() -> str | None:
     return None
 
 
+@pytest.hookimpl(trylast=True)  # after -m has deselected: the pairs are of tests that run
 def pytest_collection_modifyitems(config, items):
-    # Long tests first: xdist hands tests out in this order, so a minute-long test that
-    # started last would run alone at the end of the GPU suite (device time).
-    items.sort(key=lambda item: "long" not in item.keywords)
+    # Long tests first, each followed by a short one. xdist hands tests out in this order,
+    # each worker a run of consecutive ones: a minute-long test started last would run
+    # alone at the end of the GPU suite, and long tests side by side would run one after
+    # another on one worker (one GPU suite ran its seven long tests, 470 s, on one worker
+    # of twelve). tools/gpu_run.sh passes --maxschedchunk=1, so that each worker's first
+    # run is two tests: one long test each.
+    long = [item for item in items if "long" in item.keywords]
+    short = [item for item in items if "long" not in item.keywords]
+    items[:] = [test for pair in zip(long, short, strict=False) for test in pair] + long[len(short) :]
+    items += short[len(long) :]
     reason = _hopper_gpu()
     if reason is None:
         return

@@ -121,7 +121,9 @@ tests)
     # The suite stops PACK_S seconds before LIMIT: stopping 12 workers and packing their
     # kernels took more than 30 s, and a call's limit then killed the packing.
     # --durations: the slowest tests, where the suite's share of a session's device time goes.
-    LIMIT=$((LIMIT - PACK_S)) logged gpu-tests python3 -m pytest ${TESTS:-tests} -m gpu -n 8 -v -rfE -p no:cacheprovider --durations=30 "$@"
+    # --maxschedchunk=1: each worker's first tests are a long one and a short one
+    # (tests/conftest.py orders them so), then one at a time as it finishes them.
+    LIMIT=$((LIMIT - PACK_S)) logged gpu-tests python3 -m pytest ${TESTS:-tests} -m gpu -n 8 --maxschedchunk=1 -v -rfE -p no:cacheprovider --durations=30 "$@"
     rc=$?
     echo "== failed or errored:"
     grep -E "^\[gw[0-9]+\].* (FAILED|ERROR) " "$OUT/gpu-tests.log" | sed 's/.* \(FAILED\|ERROR\) /\1 /'
