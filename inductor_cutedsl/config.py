@@ -100,7 +100,7 @@ SETTINGS: dict[str, Setting] = {
     "dual_gemm": Setting(True, parse_bool, bool, "run gated MLPs as one dual-GEMM kernel where faster"),
     "fp8": Setting(True, parse_bool, bool, "offer candidates for fp8 torch._scaled_mm"),
     "fp8_dual": Setting(False, parse_bool, bool, "run fp8 gated MLPs as one fp8 dual-GEMM kernel where faster"),
-    "host_paced": Setting(True, parse_bool, bool, "without CUDA graphs, rank choices by GPU + host time"),
+    "host_paced": Setting(True, parse_bool, bool, "without CUDA graphs, rank GEMM decisions by GPU + host time"),
     "strict": Setting(False, parse_bool, bool, "raise on an internal failure instead of falling back"),
     "shared_cache": Setting(False, parse_bool, bool, "load kernels from a cache directory others may write"),
     "persist_decisions": Setting(True, parse_bool, bool, "reuse fusion and dual-GEMM decisions of earlier compiles"),
@@ -170,10 +170,11 @@ fp8: bool = _values["fp8"]
 #: (and what its candidates add to a compile) is unmeasured: it turns on once
 #: ``benchmarks.fp8``'s fused dual row and fp8 blocks show a gain.
 fp8_dual: bool = _values["fp8_dual"]
-#: In a compile without CUDA graphs, rank the GEMM choices that fair timing re-times by
-#: the sum of their GPU time and their host launch time (``INDUCTOR_CUTEDSL_HOST_PACED``;
-#: ``lowering/fair_timing.py``): ranked by GPU time alone, cuBLASLt won GEMMs whose
-#: launches host-bound steps then paid for, where stock's own pass picks Triton.
+#: In a compile without CUDA graphs, rank the GEMM choices that fair timing re-times, the
+#: ways of a GEMM's epilogue and the gated MLP's by the sum of their GPU time and their
+#: host launch time (``INDUCTOR_CUTEDSL_HOST_PACED``; ``lowering/fair_timing.py``): ranked
+#: by GPU time alone, cuBLASLt won GEMMs whose launches host-bound steps then paid for,
+#: where stock's own pass picks Triton.
 host_paced: bool = _values["host_paced"]
 #: An internal failure raises instead of falling back to stock Inductor for that GEMM
 #: (``INDUCTOR_CUTEDSL_STRICT``): on in the project's own tests and fuzz, so that they see

@@ -353,6 +353,62 @@ def test_the_selections_modules_skip_coordinate_descent_that_the_graphs_kernels_
     assert not inductor_config.coordinate_descent_tuning, "the setting is as it was"
 
 
+#: Host ms of a launch of each of the selection's ways: a separate way launches two
+#: kernels, cuBLAS's through cuBLASLt's long host path.
+LAUNCHES = {"fused": 0.008, "fused_alt": 0.008, "ours_separate": 0.016, "other_separate": 0.03, "triton_fused": 0.01}
+
+
+def measured_way(cudagraphs: bool, **fake) -> tuple[dict, str]:
+    """(the selection's record, the generated code) of relu(x @ w.t()) * 2 where cuBLAS
+    and the epilogue's kernel run 5% faster on the GPU than ours fused."""
+    from torch._inductor import config as inductor_config
+
+    from inductor_cutedsl.scheduler import selection
+
+    before = len(selection.decisions)
+    with inductor_config.patch({"triton.cudagraphs": cudagraphs}):
+        out = generation(
+            lambda x, w: torch.relu(x @ w.t()) * 2,
+            (M, K),
+            (N, K),
+            candidate_ms=by_backend(ours=0.10, aten=0.095, triton=0.12),
+            fused_ms=0.105,
+            side_ms={"ours_separate": 0.13, "other_separate": 0.100},
+            backends="ATEN,TRITON,CUTEDSL",
+            launch_ms=LAUNCHES.__getitem__,
+            **fake,
+        )
+    (row,) = selection.decisions[before:] or [{}]
+    return row, out["code"]
+
+
+@pytest.mark.parametrize("cudagraphs", [False, True])
+def test_without_cuda_graphs_each_way_is_charged_its_launches(cudagraphs):
+    """Without CUDA graphs, cuBLAS and the epilogue's kernel (0.100 + 0.03 ms of host) lose
+    to ours fused (0.105 + 0.008): a host-bound step pays each launch. Under CUDA graphs the
+    replays drop the host time and the GPU ranking stands."""
+    with backend():
+        row, code = measured_way(cudagraphs)
+    if cudagraphs:
+        assert row["way"] == "other_separate" and "host_ms" not in row
+        assert kernels(code) == (0, 1), "cuBLAS, then the epilogue in Triton"
+    else:
+        assert row["way"] == "fused" and row["host_ms"]["other_separate"] == 0.03
+        assert kernels(code) == (1, 0), "ours, fused"
+
+
+def test_a_host_paced_way_is_not_replayed_under_cuda_graphs(tmp_path):
+    """A decision kept in the kernel cache says what it depends on: one taken with the
+    launches' host time counted must not decide a compile with CUDA graphs."""
+    from inductor_cutedsl import config
+
+    with backend(), config.patch(persist_decisions=True, cache_dir=str(tmp_path)):
+        paced, _ = measured_way(cudagraphs=False)
+        replayed, code = measured_way(cudagraphs=True)
+    assert (paced.get("way"), replayed.get("way")) == ("fused", "other_separate")
+    assert kernels(code) == (0, 1)
+
+
 @pytest.mark.parametrize(
     ("what", "fn", "timing", "clear"),
     [

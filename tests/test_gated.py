@@ -341,8 +341,9 @@ def test_alternative_measured_faster_keeps_two_gemms_and_a_pointwise_kernel():
 
 
 def launches_of_one_and_three(name: str) -> float:
-    """Host ms of a gated product's run: one dual kernel, or two GEMMs and a pointwise kernel."""
-    return 0.006 if name.startswith("dual") else {"alternative": 0.03}[name]
+    """Host ms of a gated product's run: one dual kernel, or two GEMMs and a pointwise
+    kernel (and of any other way measured, such as the down projection's epilogue's)."""
+    return 0.006 if name.startswith("dual") else {"alternative": 0.03}.get(name, 0.01)
 
 
 @pytest.mark.parametrize("cudagraphs", [False, True])

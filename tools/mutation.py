@@ -455,6 +455,21 @@ BUGS = [
         "key = (*key, tuple(c.spec.key() for c in cands))",
         ("tests/test_gated.py",),
     ),
+    Bug(
+        "selection-ignores-launches",
+        "inductor_cutedsl/scheduler/selection.py",
+        "way = fastest_way({name: t + host.get(name, 0.0) for name, t in times.items()})",
+        "way = fastest_way(times)",
+        ("tests/test_fusion_codegen.py",),
+        "without CUDA graphs, a separate way's second launch costs a host-bound step nothing",
+    ),
+    Bug(
+        "selection-record-without-regime",
+        "inductor_cutedsl/scheduler/selection.py",
+        "record = repr((key, fair_timing.regime()))",
+        "record = repr(key)",
+        ("tests/test_fusion_codegen.py",),
+    ),
     # The dtype table a kernel's operands, its epilogue's roundings and the loaded entry's
     # pointers read: on a GPU a wrong entry shows as wrong results; on CPU the table's tests.
     Bug(

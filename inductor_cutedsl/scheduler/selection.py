@@ -22,9 +22,12 @@ three ways of running GEMM + epilogue, each really built and timed:
 
 All are measured side by side, as CUDA graph replays of the whole sequence (so the
 separate ways pay their second kernel's launch gap and tail, as in a model), timed by
-medians in interleaved rounds. Autotuning's figures only decide whether ours is worth
-a fused build: they are taken one choice after another as the GPU heats, so they
-can rank apart two backends that run level side by side.
+medians in interleaved rounds. In a compile without CUDA graphs each way is also
+charged its launches' host time (``fair_timing.host_paced``): a separate way launches
+two kernels where a fused one launches one, and a host-bound step pays for each.
+Autotuning's figures only decide whether ours is worth a fused build: they are taken
+one choice after another as the GPU heats, so they can rank apart two backends that
+run level side by side.
 
 The fastest way wins: ours fused renders our GEMM with the epilogue; Triton fused
 finalizes the MultiTemplateBuffer as that Triton template, with the epilogue fused;
@@ -47,6 +50,7 @@ import torch
 from .. import config
 from ..compat import autotune, codegen, ir_access
 from ..compat.lazy import V
+from ..lowering import fair_timing
 from ..lowering.candidate import GemmCandidate
 from ..lowering.template import GemmCaller
 from ..runtime import compiler, records
@@ -459,6 +463,16 @@ def side_by_side_ms(runs: dict[str, Maker], device: Any) -> dict[str, float]:
     return {name: times.get(name, math.inf) for name in WAYS}
 
 
+def _host_ms(runs: dict[str, Maker], times: dict[str, float], device: Any) -> dict[str, float]:
+    """In a compile whose steps the host may pace (``fair_timing.host_paced``), the host
+    time per launch of each way that ran, to be added to its GPU time; empty otherwise."""
+    if not fair_timing.host_paced():
+        return {}
+    ran = {name: make for name, make in runs.items() if math.isfinite(times.get(name, math.inf))}
+    with torch.cuda.device(device):
+        return fair_timing.host_ms(ran)
+
+
 def fastest_way(times: dict[str, float]) -> str | None:
     """The name in ``WAYS`` of the fastest finite time, or None."""
     finite = {name: t for name, t in times.items() if math.isfinite(t)}
@@ -501,8 +515,10 @@ def decide(
         log.info("%s: %s, as its graph's GEMMs of the same key were measured", names, way)
         return _decision(buffer, contenders, way, consumer)
     device = str(buffer.get_device())
+    # The regime too: without CUDA graphs the launches' host time counts (``_host_ms``).
+    record = repr((key, fair_timing.regime()))
     if memo is not None:
-        way = records.read("selection", repr(key), device)
+        way = records.read("selection", record, device)
         if way in contenders:
             memo[key] = way
             stats["recorded"] += 1
@@ -512,14 +528,15 @@ def decide(
     with autotune.preserve_rng_state():
         runs = side_by_side_runs(scheduler, template, contenders, tr, chain, early)
         times = side_by_side_ms(runs, buffer.get_device())
+        host = _host_ms(runs, times, buffer.get_device())
     stats["decide_s"] += time.perf_counter() - t0
-    way = fastest_way(times)
+    way = fastest_way({name: t + host.get(name, 0.0) for name, t in times.items()})
     if way is None:
         log.warning("%s: nothing measured; left to Inductor", names)
         return None
     if memo is not None:
         memo[key] = way
-        records.write("selection", repr(key), device, way)
+        records.write("selection", record, device, way)
     decision = _decision(buffer, contenders, way, consumer)
     configs = {w: c.gemm_config.name() for w, c in contenders.items() if isinstance(c, GemmCaller)}
     other = _fastest(timings, lambda c: not isinstance(c, GemmCaller))
@@ -528,6 +545,7 @@ def decide(
             "gemm": buffer.get_name(),
             "way": way,
             "ms": {k: round(v, 4) for k, v in times.items()},
+            **({"host_ms": {k: round(v, 4) for k, v in host.items()}} if host else {}),
             "configs": configs,
             # What autotuning said beforehand, and what the chain reads: a rule that
             # decides without measuring is checked against these records.
