@@ -268,6 +268,16 @@ def test_host_paced_ranking_without_cuda_graphs(monkeypatch, cudagraphs):
             assert out[c] == pytest.approx(0.063 * paced[c] / 0.0603, rel=1e-6)
 
 
+def test_a_long_gemm_is_ranked_by_gpu_time_alone(monkeypatch):
+    """Past ``HOST_BOUND_MS`` the kernel outlasts any launch path: no launch is timed."""
+    aten, mine = Other("addmm"), ours("a")
+    run_fn, _ = steady_runs({aten: 0.422, mine: 0.434})
+    rounds = host_timed(monkeypatch, {"addmm": 0.060, "a": 0.015}, cudagraphs=False)
+    out = fair_timing.rescale({aten: 0.63, mine: 0.50}, named(run_fn))
+    assert rounds == [] and out[mine] > out[aten] and "host_ms" not in fair_timing.decisions[-1]
+    assert fair_timing.HOST_BOUND_MS < 0.422
+
+
 def test_rounds_the_gpu_caught_up_with_are_dropped(monkeypatch):
     aten, mine = Other("addmm"), ours("a")
     run_fn, _ = steady_runs({aten: 0.0422, mine: 0.0434})

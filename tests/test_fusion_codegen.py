@@ -358,9 +358,10 @@ def test_the_selections_modules_skip_coordinate_descent_that_the_graphs_kernels_
 LAUNCHES = {"fused": 0.008, "fused_alt": 0.008, "ours_separate": 0.016, "other_separate": 0.03, "triton_fused": 0.01}
 
 
-def measured_way(cudagraphs: bool, **fake) -> tuple[dict, str]:
+def measured_way(cudagraphs: bool, scale: float = 1.0, **fake) -> tuple[dict, str]:
     """(the selection's record, the generated code) of relu(x @ w.t()) * 2 where cuBLAS
-    and the epilogue's kernel run 5% faster on the GPU than ours fused."""
+    and the epilogue's kernel run 5% faster on the GPU than ours fused (a GEMM of about
+    10 us, short enough for launches to count; ``scale`` times the GPU figures)."""
     from torch._inductor import config as inductor_config
 
     from inductor_cutedsl.scheduler import selection
@@ -371,9 +372,9 @@ def measured_way(cudagraphs: bool, **fake) -> tuple[dict, str]:
             lambda x, w: torch.relu(x @ w.t()) * 2,
             (M, K),
             (N, K),
-            candidate_ms=by_backend(ours=0.10, aten=0.095, triton=0.12),
-            fused_ms=0.105,
-            side_ms={"ours_separate": 0.13, "other_separate": 0.100},
+            candidate_ms=by_backend(ours=0.010 * scale, aten=0.0095 * scale, triton=0.012 * scale),
+            fused_ms=0.0105 * scale,
+            side_ms={"ours_separate": 0.013 * scale, "other_separate": 0.0100 * scale},
             backends="ATEN,TRITON,CUTEDSL",
             launch_ms=LAUNCHES.__getitem__,
             **fake,
@@ -384,8 +385,8 @@ def measured_way(cudagraphs: bool, **fake) -> tuple[dict, str]:
 
 @pytest.mark.parametrize("cudagraphs", [False, True])
 def test_without_cuda_graphs_each_way_is_charged_its_launches(cudagraphs):
-    """Without CUDA graphs, cuBLAS and the epilogue's kernel (0.100 + 0.03 ms of host) lose
-    to ours fused (0.105 + 0.008): a host-bound step pays each launch. Under CUDA graphs the
+    """Without CUDA graphs, cuBLAS and the epilogue's kernel (0.0100 + 0.03 ms of host) lose
+    to ours fused (0.0105 + 0.008): a host-bound step pays each launch. Under CUDA graphs the
     replays drop the host time and the GPU ranking stands."""
     with backend():
         row, code = measured_way(cudagraphs)
@@ -395,6 +396,15 @@ def test_without_cuda_graphs_each_way_is_charged_its_launches(cudagraphs):
     else:
         assert row["way"] == "fused" and row["host_ms"]["other_separate"] == 0.03
         assert kernels(code) == (1, 0), "ours, fused"
+
+
+def test_a_long_gemms_ways_are_not_charged_their_launches():
+    """At 100 us and more the GPU paces the step whatever the launches cost: no launch
+    is timed, and the GPU ranking stands without CUDA graphs too."""
+    with backend():
+        row, code = measured_way(cudagraphs=False, scale=10.0)
+    assert row["way"] == "other_separate" and "host_ms" not in row
+    assert kernels(code) == (0, 1)
 
 
 def test_a_host_paced_way_is_not_replayed_under_cuda_graphs(tmp_path):

@@ -34,7 +34,10 @@ sum of their host and GPU times, which is what Inductor's own pass roughly charg
 cuBLASLt ``addmm`` costs several times the host time of a Triton or CuteDSL launch
 (docs/findings.md), and ranked by GPU time alone it won GEMMs that host-bound steps
 then paid for. A choice whose host time could not be taken leaves every contender at
-its GPU time: charging only the others would favour it.
+its GPU time: charging only the others would favour it. Only short GEMMs are charged
+(``charges_launches``): a kernel longer than any launch path keeps the GPU busy while
+the host enqueues the next, so its step is paced by the GPU, and timing launches there
+would cost compile time for nothing.
 
 The timings land in Inductor's autotune cache keyed by each choice's ``hash_key``, and
 one process may compile a graph with CUDA graphs and again without: ours' key carries
@@ -124,7 +127,7 @@ def _rescale(timings: dict[Any, float], run_fn: Callable[[Any], Callable[[], Any
         return timings
     finally:
         stats["measure_s"] += time.perf_counter() - t0
-    host = host_ms(makers) if host_paced() else {}
+    host = host_ms(makers) if charges_launches(min(side.values())) else {}
     paced = {i: side[i] + host.get(i, 0.0) for i in side}
     anchor = min(paced[i] for i in range(len(close)))
     retimed = {c: best * paced[i] / anchor for i, c in enumerate(contenders)}
@@ -154,6 +157,19 @@ def _rescale(timings: dict[Any, float], run_fn: Callable[[Any], Callable[[], Any
 def host_paced() -> bool:
     """Whether this compile ranks re-timed choices by host and GPU time (module doc)."""
     return config.host_paced and not settings.compile_uses_cudagraphs()
+
+
+#: A GEMM whose fastest way runs longer than this on the GPU is not charged its launches:
+#: the longest launch path measured (cuBLASLt's ``addmm``, 0.045-0.065 ms of host) ends
+#: before such a kernel does, so the host never waits on the GPU's account there nor the
+#: GPU on the host's.
+HOST_BOUND_MS = 0.1
+
+
+def charges_launches(fastest_gpu_ms: float) -> bool:
+    """Whether a decision whose fastest contender runs ``fastest_gpu_ms`` on the GPU adds
+    each contender's launch host time (``host_ms``) to its GPU time."""
+    return host_paced() and fastest_gpu_ms < HOST_BOUND_MS
 
 
 def regime() -> str:

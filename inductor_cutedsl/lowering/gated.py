@@ -144,10 +144,11 @@ def _host_ms(times: dict[str, float], runs: dict, device: Any) -> dict[str, floa
     host time per launch, to be added to its GPU time: the dual kernel is one launch
     where the alternative is three. The alternative's pointwise kernel launches through
     Triton's Python launcher, slower than Inductor's generated launch, which leans the
-    call towards the dual kernel by a few microseconds. Empty otherwise."""
-    if not fair_timing.host_paced():
-        return {}
+    call towards the dual kernel by a few microseconds. Empty otherwise, and for products
+    too long for launches to matter (``fair_timing.charges_launches``)."""
     ran = {name: make for name, make in runs.items() if math.isfinite(times.get(name, math.inf))}
+    if not ran or not fair_timing.charges_launches(min(times[name] for name in ran)):
+        return {}
     with torch.cuda.device(device):
         return fair_timing.host_ms(ran)
 

@@ -465,10 +465,11 @@ def side_by_side_ms(runs: dict[str, Maker], device: Any) -> dict[str, float]:
 
 def _host_ms(runs: dict[str, Maker], times: dict[str, float], device: Any) -> dict[str, float]:
     """In a compile whose steps the host may pace (``fair_timing.host_paced``), the host
-    time per launch of each way that ran, to be added to its GPU time; empty otherwise."""
-    if not fair_timing.host_paced():
-        return {}
+    time per launch of each way that ran, to be added to its GPU time; empty otherwise,
+    and for GEMMs too long for launches to matter (``fair_timing.charges_launches``)."""
     ran = {name: make for name, make in runs.items() if math.isfinite(times.get(name, math.inf))}
+    if not ran or not fair_timing.charges_launches(min(times[name] for name in ran)):
+        return {}
     with torch.cuda.device(device):
         return fair_timing.host_ms(ran)
 
