@@ -85,9 +85,9 @@ def pytest_collection_modifyitems(config, items):
     # Long tests first, each followed by a short one. xdist hands tests out in this order,
     # each worker a run of consecutive ones: a minute-long test started last would run
     # alone at the end of the GPU suite, and long tests side by side would run one after
-    # another on one worker (one GPU suite ran its seven long tests, 470 s, on one worker
-    # of twelve). tools/gpu_run.sh passes --maxschedchunk=1, so that each worker's first
-    # run is two tests: one long test each.
+    # another on one worker (a GPU suite once ran all of its long tests on one worker).
+    # tools/gpu_run.sh passes --maxschedchunk=1, so that each worker's first run is two
+    # tests: one long test each.
     long = [item for item in items if "long" in item.keywords]
     short = [item for item in items if "long" not in item.keywords]
     items[:] = [test for pair in zip(long, short, strict=False) for test in pair] + long[len(short) :]

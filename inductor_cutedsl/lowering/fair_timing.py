@@ -160,9 +160,8 @@ def host_paced() -> bool:
 
 
 #: A GEMM whose fastest way runs longer than this on the GPU is not charged its launches:
-#: the longest launch path measured (cuBLASLt's ``addmm``, 0.045-0.065 ms of host) ends
-#: before such a kernel does, so the host never waits on the GPU's account there nor the
-#: GPU on the host's.
+#: the longest launch path measured (cuBLASLt's ``addmm``, docs/findings.md, Host time)
+#: ends well before such a kernel does, so the GPU, not the host, paces its step.
 HOST_BOUND_MS = 0.1
 
 
