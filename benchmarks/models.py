@@ -725,7 +725,10 @@ class GpuProbe:
 
     profile_rounds = 4  # profiles per contender, in a balanced order
     profile_calls = 10  # calls per profile
-    host_rounds = 4
+    #: Host rounds per contender: small steps' host ratios move between rounds by more
+    #: than the margins the targets ask (the rows' ``round_ratios``), and a round costs
+    #: only a few sleeps of milliseconds, so the medians take many.
+    host_rounds = 12
     max_queued_launches = 400  # well inside the GPU's launch queue: enqueueing never blocks
 
     def synchronize(self) -> None:
