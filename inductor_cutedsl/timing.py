@@ -125,26 +125,8 @@ def enqueue_ms(fn: Callable[[], object], calls: int = 20) -> tuple[float, bool]:
     in the GPU's launch queue, or enqueueing blocks. A host that stalls past the sleep (a
     loaded machine preempting the thread) makes the figure impure: it is taken again, up
     to ``IMPURE_RETRIES`` times, each behind a sleep four times as long."""
-    fn()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    guess_ms = (time.perf_counter() - t0) * 1e3
-    cycles_per_ms = sleep_cycles_per_ms(torch.cuda.current_device())
-    for attempt in range(1 + IMPURE_RETRIES):
-        torch.cuda.synchronize()
-        torch.cuda._sleep(int(cycles_per_ms * (2 * guess_ms + 5) * 4**attempt))
-        slept = torch.cuda.Event()
-        slept.record()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        seconds = time.perf_counter() - t0
-        pure = not slept.query()
-        if pure:
-            break
-    torch.cuda.synchronize()
-    return seconds / calls * 1e3, pure
+    ms, pure = _enqueued({0: fn}, calls)
+    return ms[0], pure
 
 
 def enqueue_each_ms(fns: Mapping[K, Callable[[], object]], calls: int = 10) -> dict[K, float] | None:
@@ -154,6 +136,14 @@ def enqueue_each_ms(fns: Mapping[K, Callable[[], object]], calls: int = 10) -> d
     function: a compile times the launch paths of several choices per GEMM, and each
     sleep costs milliseconds of compile time. ``calls`` times the functions' launches,
     summed over all of them, must fit in the GPU's launch queue."""
+    ms, pure = _enqueued(fns, calls)
+    return ms if pure else None
+
+
+def _enqueued(fns: Mapping[K, Callable[[], object]], calls: int) -> tuple[dict[K, float], bool]:
+    """Each function's host milliseconds per call, its ``calls`` calls enqueued in turn
+    behind one GPU sleep, and whether the sleep outlasted them all (``enqueue_ms``): the
+    last attempt's figures."""
     for fn in fns.values():
         fn()
     t0 = time.perf_counter()
@@ -173,11 +163,11 @@ def enqueue_each_ms(fns: Mapping[K, Callable[[], object]], calls: int = 10) -> d
             for _ in range(calls):
                 fn()
             out[key] = (time.perf_counter() - t0) / calls * 1e3
-        if not slept.query():
-            torch.cuda.synchronize()
-            return out
+        pure = not slept.query()
+        if pure:
+            break
     torch.cuda.synchronize()
-    return None
+    return out, pure
 
 
 def balanced_rounds(count: int) -> int:

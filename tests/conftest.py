@@ -90,8 +90,8 @@ def pytest_collection_modifyitems(config, items):
     # tests: one long test each.
     long = [item for item in items if "long" in item.keywords]
     short = [item for item in items if "long" not in item.keywords]
-    items[:] = [test for pair in zip(long, short, strict=False) for test in pair] + long[len(short) :]
-    items += short[len(long) :]
+    paired = [test for pair in zip(long, short, strict=False) for test in pair]
+    items[:] = paired + long[len(short) :] + short[len(long) :]
     reason = _hopper_gpu()
     if reason is None:
         return

@@ -46,12 +46,15 @@ the regime (``regime()``), so that neither compile reuses the other's ranking.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import statistics
 import time
 from collections.abc import Callable
 from typing import Any
+
+import torch
 
 from .. import config
 from ..compat import autotune, settings
@@ -127,7 +130,7 @@ def _rescale(timings: dict[Any, float], run_fn: Callable[[Any], Callable[[], Any
         return timings
     finally:
         stats["measure_s"] += time.perf_counter() - t0
-    host = host_ms(makers) if charges_launches(min(side.values())) else {}
+    host = launch_charges(makers, side)
     paced = {i: side[i] + host.get(i, 0.0) for i in side}
     anchor = min(paced[i] for i in range(len(close)))
     retimed = {c: best * paced[i] / anchor for i, c in enumerate(contenders)}
@@ -169,6 +172,20 @@ def charges_launches(fastest_gpu_ms: float) -> bool:
     """Whether a decision whose fastest contender runs ``fastest_gpu_ms`` on the GPU adds
     each contender's launch host time (``host_ms``) to its GPU time."""
     return host_paced() and fastest_gpu_ms < HOST_BOUND_MS
+
+
+def launch_charges(
+    makers: dict[Any, Callable[..., Callable[[], Any]]], gpu_ms: dict[Any, float], device: Any = None
+) -> dict[Any, float]:
+    """What host pacing adds to each run's GPU time ``gpu_ms[key]``: the host time of its
+    launch (``host_ms``, on ``device`` where given), for each run that ran; empty where
+    launches are not charged (``charges_launches``: none without host pacing, none for
+    a decision whose fastest run is long)."""
+    ran = {key: make for key, make in makers.items() if math.isfinite(gpu_ms.get(key, math.inf))}
+    if not ran or not charges_launches(min(gpu_ms[key] for key in ran)):
+        return {}
+    with torch.cuda.device(device) if device is not None else contextlib.nullcontext():
+        return host_ms(ran)
 
 
 def regime() -> str:

@@ -139,20 +139,6 @@ def measure(runs: dict[str, Callable[[], Callable[[], object]]], device: Any) ->
         return side_by_side(runs, rounds=4)
 
 
-def _host_ms(times: dict[str, float], runs: dict, device: Any) -> dict[str, float]:
-    """In a compile whose steps the host may pace (``fair_timing.host_paced``), each run's
-    host time per launch, to be added to its GPU time: the dual kernel is one launch
-    where the alternative is three. The alternative's pointwise kernel launches through
-    Triton's Python launcher, slower than Inductor's generated launch, which leans the
-    call towards the dual kernel by a few microseconds. Empty otherwise, and for products
-    too long for launches to matter (``fair_timing.charges_launches``)."""
-    ran = {name: make for name, make in runs.items() if math.isfinite(times.get(name, math.inf))}
-    if not ran or not fair_timing.charges_launches(min(times[name] for name in ran)):
-        return {}
-    with torch.cuda.device(device):
-        return fair_timing.host_ms(ran)
-
-
 def _operands(shapes, dtype, device, has_bias) -> tuple:
     """Random x (M, K), gate and up weights (N, K) and the biases asked for."""
     (m, k), n = shapes
@@ -215,7 +201,7 @@ def _decide(
 ) -> GemmCandidate | None:
     """``decide`` for a product that measurement depends on as ``key`` says, timed as
     ``runs`` (``dual<i>`` per candidate, and ``alternative``) run it."""
-    # The regime too: without CUDA graphs the launches' host time counts (``_host_ms``).
+    # The regime too: without CUDA graphs the launches' host time counts (``launch_charges``).
     key = (*key, tuple(c.spec.key() for c in cands), fair_timing.regime())
     memo = _measured.setdefault(V.graph, {})
     if key in memo:
@@ -234,7 +220,10 @@ def _decide(
     t0 = time.perf_counter()
     with autotune.preserve_rng_state():
         times = measure(runs, device)
-        host = _host_ms(times, runs, device)
+        # The dual kernel is one launch where the alternative is three. The alternative's
+        # pointwise kernel launches through Triton's Python launcher, slower than
+        # Inductor's generated launch: that leans the call towards the dual kernel a little.
+        host = fair_timing.launch_charges(runs, times, device)
     stats["measure_s"] += time.perf_counter() - t0
     paced = {name: t + host.get(name, 0.0) for name, t in times.items()}
     best = min(range(len(cands)), key=lambda i: paced.get(f"dual{i}", math.inf))

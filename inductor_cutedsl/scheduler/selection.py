@@ -463,17 +463,6 @@ def side_by_side_ms(runs: dict[str, Maker], device: Any) -> dict[str, float]:
     return {name: times.get(name, math.inf) for name in WAYS}
 
 
-def _host_ms(runs: dict[str, Maker], times: dict[str, float], device: Any) -> dict[str, float]:
-    """In a compile whose steps the host may pace (``fair_timing.host_paced``), the host
-    time per launch of each way that ran, to be added to its GPU time; empty otherwise,
-    and for GEMMs too long for launches to matter (``fair_timing.charges_launches``)."""
-    ran = {name: make for name, make in runs.items() if math.isfinite(times.get(name, math.inf))}
-    if not ran or not fair_timing.charges_launches(min(times[name] for name in ran)):
-        return {}
-    with torch.cuda.device(device):
-        return fair_timing.host_ms(ran)
-
-
 def fastest_way(times: dict[str, float]) -> str | None:
     """The name in ``WAYS`` of the fastest finite time, or None."""
     finite = {name: t for name, t in times.items() if math.isfinite(t)}
@@ -516,7 +505,7 @@ def decide(
         log.info("%s: %s, as its graph's GEMMs of the same key were measured", names, way)
         return _decision(buffer, contenders, way, consumer)
     device = str(buffer.get_device())
-    # The regime too: without CUDA graphs the launches' host time counts (``_host_ms``).
+    # The regime too: without CUDA graphs the launches' host time counts (``launch_charges``).
     record = repr((key, fair_timing.regime()))
     if memo is not None:
         way = records.read("selection", record, device)
@@ -529,7 +518,7 @@ def decide(
     with autotune.preserve_rng_state():
         runs = side_by_side_runs(scheduler, template, contenders, tr, chain, early)
         times = side_by_side_ms(runs, buffer.get_device())
-        host = _host_ms(runs, times, buffer.get_device())
+        host = fair_timing.launch_charges(runs, times, buffer.get_device())
     stats["decide_s"] += time.perf_counter() - t0
     way = fastest_way({name: t + host.get(name, 0.0) for name, t in times.items()})
     if way is None:
