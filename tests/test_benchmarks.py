@@ -1273,6 +1273,31 @@ def test_the_host_profile_ranks_own_time_per_step_and_what_grew_in_ours(capsys):
         assert host_profile.main([]) is None and "needs a CUDA GPU" in capsys.readouterr().out
 
 
+def test_the_host_profile_counts_built_in_calls_per_step_and_keeps_only_generated_wrappers(tmp_path, monkeypatch):
+    import cProfile
+
+    from tools import host_profile
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    generated = tmp_path / "cache" / "ab" / "wrapper.py"
+    generated.parent.mkdir(parents=True)
+    generated.write_text("def call(args):\n    return len(args)\n")
+    elsewhere = tmp_path / "other.py"
+    elsewhere.write_text("def call(args):\n    return len(args)\n")
+    namespaces: list[dict] = [{}, {}]
+    for path, ns in zip((generated, elsewhere), namespaces):
+        exec(compile(path.read_text(), str(path), "exec"), ns)
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(4):
+        namespaces[0]["call"]([1, 2])
+        namespaces[1]["call"]([1])
+    profile.disable()
+    counts = host_profile.calls_per_step(profile, steps=2)
+    assert counts["<built-in method builtins.len>"] == 4.0  # 8 calls over 2 steps
+    assert host_profile.wrappers(profile) == {str(generated): generated.read_text()}
+
+
 def test_decisions_since_a_mark_are_each_logs_new_records_only():
     """A row (or the host profile) reports the decisions of its own compiles: each of the
     three logs sliced at its own mark, as plain JSON (a sympy size written as text)."""

@@ -47,6 +47,33 @@ def growth(stock: dict[str, float], ours: dict[str, float], n: int) -> list[tupl
     return sorted(rows, key=lambda r: -(r[2] - r[1]))[:n]
 
 
+def wrappers(profile: cProfile.Profile) -> dict[str, str]:
+    """The sources of the generated wrapper modules whose ``call`` ran under ``profile``,
+    by path: what a side's step runs on the host, to be read side by side (which views it
+    rebuilds with ``reinterpret_tensor``, which launches it makes)."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    root = cache_dir()
+    stats = pstats.Stats(profile)
+    paths = {path for (path, _, name) in stats.stats if name == "call" and path.startswith(root)}  # type: ignore[attr-defined]
+    out = {}
+    for path in sorted(paths):
+        with open(path) as f:
+            out[path] = f.read()
+    return out
+
+
+def calls_per_step(profile: cProfile.Profile, steps: int) -> dict[str, float]:
+    """How often each built-in the wrapper calls ran per step (``reinterpret_tensor``,
+    ``empty_strided``, launches): counts, where own times only rank."""
+    stats = pstats.Stats(profile)
+    out = {}
+    for (path, _, name), (_, ncalls, _, _, _) in stats.stats.items():  # type: ignore[attr-defined]
+        if path == "~":
+            out[name] = round(ncalls / steps, 2)
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict | None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--block", default="hf-qwen2:small:train", help="FAMILY:SIZE:RUN (default: %(default)s)")
@@ -94,7 +121,9 @@ def main(argv: list[str] | None = None) -> dict | None:
             enqueue_ms(steps[side], host["calls"][side])
             profiles[side].disable()
     # enqueue_ms runs the step 2 * calls + 1 times: a first call, a guess, the timed calls.
-    times = {side: function_times(profiles[side], ROUNDS * (2 * host["calls"][side] + 1)) for side in SIDES}
+    profiled_steps = {side: ROUNDS * (2 * host["calls"][side] + 1) for side in SIDES}
+    times = {side: function_times(profiles[side], profiled_steps[side]) for side in SIDES}
+    builtins = {side: calls_per_step(profiles[side], profiled_steps[side]) for side in SIDES}
     result = {
         "block": bid.name,
         "mode": args.mode,
@@ -105,6 +134,14 @@ def main(argv: list[str] | None = None) -> dict | None:
         # figure above stock's is often a choice (an ATen GEMM's launch), not a path.
         "kernels": {side: prof["kernels"] for side, prof in profiled.items()},
         "decisions": models.decisions_since(marks),
+        # Built-ins whose count per step differs between the sides: the wrapper's views
+        # and allocations, where a host excess with no more launches comes from.
+        "builtin_calls": {
+            name: {side: builtins[side].get(name, 0.0) for side in SIDES}
+            for name in sorted(set(builtins["stock"]) | set(builtins["ours"]))
+            if builtins["stock"].get(name) != builtins["ours"].get(name)
+        },
+        "wrappers": {side: wrappers(profiles[side]) for side in SIDES},
     }
     print(f"{bid.name} {args.mode}: host us per step {host}")
     for side in SIDES:
@@ -115,6 +152,9 @@ def main(argv: list[str] | None = None) -> dict | None:
         print(f"\n{side}: kernels per step (launches, GPU us)")
         for k in result["kernels"][side]:
             print(f"{k['launches']:6.1f} {k['us']:8.1f}  {k['kernel'][:100]}")
+    print("\nbuilt-in calls per step that differ (stock -> ours)")
+    for name, counts in result["builtin_calls"].items():
+        print(f"{counts['stock']:10.2f} -> {counts['ours']:10.2f}  {name}")
     print("\ngrew most from stock to ours (stock us -> ours us)")
     for name, s, o in result["growth"]:
         print(f"{s:10.2f} -> {o:10.2f}  {name}")
