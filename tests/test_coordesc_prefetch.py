@@ -173,7 +173,11 @@ def test_a_kernel_the_tuner_never_tunes_goes_straight_to_the_tuner(tmp_path, mon
     once: the installed wrapper neither prefetches nor follows there, so a Triton GEMM's
     launch costs what it costs in stock."""
     calls = []
-    monkeypatch.setattr(th.CachingAutotuner, "coordinate_descent_tuning", lambda self, launcher, *a: launcher)
+
+    def tuner(self, launcher, *a):
+        return launcher
+
+    monkeypatch.setattr(th.CachingAutotuner, "coordinate_descent_tuning", tuner)
     monkeypatch.setattr(th.CachingAutotuner, "precompile", lambda self, *a, **k: None)
     monkeypatch.setattr(th.CachingAutotuner, "_precompile_config", lambda self, cfg: None)
     monkeypatch.setattr(cp, "_try", lambda fn, autotuner, *args: calls.append(fn.__name__))
@@ -184,9 +188,14 @@ def test_a_kernel_the_tuner_never_tunes_goes_straight_to_the_tuner(tmp_path, mon
         launcher = k.launchers[0]
         assert th.CachingAutotuner.coordinate_descent_tuning(k, launcher, 1, 2) is launcher
         assert calls == []
-        k.heuristic_type = HeuristicType.POINTWISE
-        assert th.CachingAutotuner.coordinate_descent_tuning(k, launcher, 1, 2) is launcher
+        # Its later launches call the tuner itself: no wrapper is left on their path.
+        assert vars(k)["coordinate_descent_tuning"].__func__ is tuner
+        assert k.coordinate_descent_tuning(launcher, 1, 2) is launcher
+        tuned = autotuner(tmp_path, Config({"XBLOCK": 256}, num_warps=4, num_stages=1))
+        tuned.heuristic_type = HeuristicType.POINTWISE
+        assert th.CachingAutotuner.coordinate_descent_tuning(tuned, launcher, 1, 2) is launcher
         assert calls == ["prefetch", "follow_improvements", "stop_following"], "a tuned kernel still prefetches"
+        assert "coordinate_descent_tuning" not in vars(tuned), "a tuned kernel keeps the wrapper"
     finally:
         cp.restore(originals)
 

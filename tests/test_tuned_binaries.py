@@ -218,17 +218,52 @@ def test_a_kernel_the_tuner_never_tunes_passes_through_without_a_record(monkeypa
     autotuner, launcher = tuned("0" * 52, found=False)
     autotuner.heuristic_type = getattr(HeuristicType, kind)
     asked = []
-    monkeypatch.setattr(th.CachingAutotuner, "coordinate_descent_tuning", lambda self, launcher: launcher)
+
+    def tuner(self, launcher):
+        return launcher
+
+    monkeypatch.setattr(th.CachingAutotuner, "coordinate_descent_tuning", tuner)
     monkeypatch.setattr(tb, "record", lambda *args: asked.append(args))
     original = tb.install()
     try:
         assert th.CachingAutotuner.coordinate_descent_tuning(autotuner, launcher) is launcher
         assert asked == []
-        autotuner.heuristic_type = HeuristicType.POINTWISE
-        assert th.CachingAutotuner.coordinate_descent_tuning(autotuner, launcher) is launcher
-        assert asked == [(autotuner, launcher)], "a kernel the tuner tunes is still recorded"
+        # Its later launches call the tuner itself, past the wrapper.
+        assert vars(autotuner)["coordinate_descent_tuning"].__func__ is tuner
+        other, _ = tuned("0" * 52, found=False)
+        other.heuristic_type = HeuristicType.POINTWISE
+        assert th.CachingAutotuner.coordinate_descent_tuning(other, launcher) is launcher
+        assert asked == [(other, launcher)], "a kernel the tuner tunes is still recorded"
+        assert "coordinate_descent_tuning" not in vars(other)
     finally:
         tb.restore(original)
+
+
+def test_a_template_launch_calls_the_tuner_itself_once_both_wrappers_are_installed(monkeypatch):
+    """With the prefetch's wrapper inside and the recorder outside (the install's order),
+    a template kernel's second launch asks the tuner itself: the one bound on the kernel
+    is the tuner both wrappers wrap, not the inner wrapper."""
+    from torch._inductor.runtime import triton_heuristics as th
+
+    from inductor_cutedsl.compat import coordesc_prefetch as cp
+
+    def tuner(self, launcher):
+        return launcher
+
+    monkeypatch.setattr(th.CachingAutotuner, "coordinate_descent_tuning", tuner)
+    monkeypatch.setattr(th.CachingAutotuner, "precompile", lambda self, *a, **k: None)
+    monkeypatch.setattr(th.CachingAutotuner, "_precompile_config", lambda self, cfg: None)
+    inner = cp.install()
+    outer = tb.install()
+    try:
+        assert inner is not None and outer is not None, "both wrappers are installed here"
+        autotuner, launcher = tuned("0" * 52, found=False)
+        autotuner.heuristic_type = HeuristicType.TEMPLATE
+        assert th.CachingAutotuner.coordinate_descent_tuning(autotuner, launcher) is launcher
+        assert vars(autotuner)["coordinate_descent_tuning"].__func__ is tuner
+    finally:
+        tb.restore(outer)
+        cp.restore(inner)
 
 
 def test_a_failure_to_record_is_a_fallback_and_the_winner_is_returned(tmp_path, monkeypatch, lenient):

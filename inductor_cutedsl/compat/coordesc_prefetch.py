@@ -25,6 +25,7 @@ import copy
 import functools
 import logging
 import os
+import types
 from typing import Any
 
 log = logging.getLogger("inductor_cutedsl.compile")
@@ -68,8 +69,11 @@ def install() -> Any:
     def wrapped_tuning(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
         # ``run`` asks a template kernel at every launch (its config is never marked as
         # found by the tuner), and the tuner answers at once: so must this, or each
-        # launch of a Triton GEMM pays for the checks below.
+        # launch of a Triton GEMM pays for the checks below. ``run`` looks the tuner up on
+        # the kernel first: bound there, its later launches call the tuner itself, past
+        # every wrapper (the kernel is no longer pickled once it launches).
         if self.heuristic_type in untuned:
+            self.coordinate_descent_tuning = types.MethodType(tuning, self)
             return tuning(self, launcher, *args, **kwargs)
         # A kernel that loaded with several configs starts from the one autotuning picked
         # at this first call: its first round is known only now.

@@ -40,6 +40,7 @@ import os
 import re
 import shutil
 import tempfile
+import types
 from typing import Any
 
 from . import artifacts as compat_artifacts
@@ -189,6 +190,9 @@ def install() -> Any:
     def coordinate_descent_tuning(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
         best = tuning(self, launcher, *args, **kwargs)
         if self.heuristic_type in untuned:  # asked at each launch of a template: nothing to record
+            # Later launches go to the tuner itself (``coordesc_prefetch``'s rule), unless
+            # a wrapper inside already bound the original there.
+            self.__dict__.setdefault("coordinate_descent_tuning", types.MethodType(tuning, self))
             return best
         try:
             record(self, best)
