@@ -15,6 +15,7 @@ import contextlib
 import math
 import types
 from collections.abc import Callable, Iterator
+from typing import Any
 from unittest import mock
 
 import torch
@@ -232,3 +233,47 @@ def launched(code: str, index: int = 0) -> dict:
     exec(calls[index], namespace)
     captured.pop("scope")  # the module's globals, where the launcher rebinds itself after a first launch
     return captured
+
+
+def run_on_cpu(code: str, inputs: list) -> list:
+    """Run generated wrapper ``code`` on CPU tensors ``inputs`` (its graph inputs, in
+    order), each of our kernels computed by the launcher's torch fallback
+    (``generated._reference_launcher``) with the launcher arguments its module gives:
+    what the wrapper's calls, buffers and views compute, checked without a GPU. Every
+    buffer the wrapper allocates starts as NaN. A Triton kernel's launch raises: use it
+    on graphs our kernels compute whole."""
+    from torch._inductor.codegen.cutedsl.cutedsl_kernel import CuteDSLKernelWrapper
+
+    from inductor_cutedsl.runtime import generated
+
+    def reference(spec, scalars=(), views=(), out_view=None, scope=None, name="_launch", **kwargs):
+        kwargs.pop("programmatic", None)
+        return generated._reference_launcher(spec, scalars, views, out_view, **kwargs)
+
+    class Kernels:
+        def cutedsl(self, name: str, source: str) -> Any:
+            module: dict = {}
+            with mock.patch.object(generated, "launcher", reference):
+                exec(compile(source, f"<{name}>", "exec"), module)
+            return CuteDSLKernelWrapper(module[f"{name}_main"])
+
+        def triton(self, name: str, *args: Any, **kwargs: Any) -> Any:
+            def run(*a: Any, **k: Any) -> None:
+                raise NotImplementedError(f"{name} is a Triton kernel: it does not run on CPU")
+
+            return types.SimpleNamespace(run=run)
+
+        def wait(self, scope: dict) -> None:
+            pass
+
+    def poisoned(size, stride, dtype):
+        return torch.empty_strided(size, stride, dtype=dtype).fill_(math.nan)
+
+    scope: dict = {"__name__": "generated_on_cpu", "_cpu_kernels": Kernels()}
+    exec(compile(code.replace("AsyncCompile()", "_cpu_kernels"), "<wrapper>", "exec"), scope)
+    scope.update(empty_strided_cuda=poisoned, get_raw_stream=lambda index: 0)
+    with (
+        mock.patch("torch.cuda._DeviceGuard", lambda index: contextlib.nullcontext()),
+        mock.patch("torch.cuda.set_device", lambda index: None),
+    ):
+        return list(scope["call"](list(inputs)))

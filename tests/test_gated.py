@@ -316,9 +316,12 @@ def test_phi3_fused_gate_up_reads_the_two_halves_of_one_weight():
         code = generated_code(phi3_mlp, (B, T, D), (2 * F4, D), (D, F4))
     assert kernels(code) == (2, 0)
     assert launched(code, 0)["spec"].dual
-    # Both B operands are views of the one weight, the up half F4 rows on.
+    # Both B operands read the one weight: the gate half from its start, passed as the
+    # weight itself (the launcher is given its layout), the up half F4 rows on, as a view.
     call = next(line for line in code.splitlines() if "cutedsl_fused_gated_mm" in line and ".run(" in line)
-    assert call.count("reinterpret_tensor(arg1_1") == 2 and f", {F4 * D})" in call
+    assert call.count("reinterpret_tensor(arg1_1") == 1 and f", {F4 * D})" in call
+    assert call.split(".run(")[1].startswith("arg0_1, arg1_1, reinterpret_tensor(arg1_1")
+    assert set(launched(code, 0)["layouts"]) == {"a", "b"}
 
 
 @pytest.mark.parametrize("act", ["gelu_tanh", "gelu_erf", "relu"])

@@ -168,7 +168,7 @@ def test_template_renders_valid_python_calling_our_launcher(has_c):
     names, operands = (("c", "a", "b"), ("c",)) if has_c else (("a", "b"), ())
     candidate = GemmCandidate(spec, names, operands, scalars=(0.5, 2.0) if has_c else ())
     code = env.from_string(SOURCE).render(
-        candidate=candidate, kernel_name="k", def_kernel=def_kernel, get_output=lambda: "out_ptr0"
+        candidate=candidate, kernel_name="k", def_kernel=def_kernel, get_output=lambda: "out_ptr0", input_nodes=()
     )
     compile(code, "<rendered>", "exec")
     assert "from inductor_cutedsl.runtime.generated import launcher" in code
@@ -181,6 +181,7 @@ def test_template_renders_valid_python_calling_our_launcher(has_c):
     namespace["launcher"] = lambda spec, **kw: captured.update(spec=spec, **kw)
     exec(call, namespace)
     assert captured.pop("scope") is namespace, "the launcher rebinds the module's own `_launch`"
+    # No input nodes here, so no operand is passed as its buffer (test_bound_operands.py).
     assert captured == {"spec": spec, "scalars": candidate.scalars, "views": candidate.views, "out_view": None}
 
 

@@ -50,14 +50,12 @@ def cuda_combined_scheduling() -> Any:
     return CUDACombinedScheduling
 
 
-def template_kernel(input_nodes: list, output_node: Any) -> Any:
-    """A CuteDSL template kernel to render with (the name is filled in at define time)."""
-    from torch._inductor.codegen.cutedsl.cutedsl_kernel import CuteDSLTemplateKernel
+def template_kernel(kernel_type: type, input_nodes: list, output_node: Any) -> Any:
+    """A CuteDSL template kernel of ``kernel_type`` (a ``CuteDSLTemplateKernel``) to
+    render with (the name is filled in at define time)."""
     from torch._inductor.utils import Placeholder
 
-    return CuteDSLTemplateKernel(
-        kernel_name=str(Placeholder.KERNEL_NAME), input_nodes=input_nodes, output_node=output_node
-    )
+    return kernel_type(kernel_name=str(Placeholder.KERNEL_NAME), input_nodes=input_nodes, output_node=output_node)
 
 
 def nodes_module(scheduler: Any, nodes: Sequence[Any], triton_choice: Any = None) -> tuple[Any, Any]:

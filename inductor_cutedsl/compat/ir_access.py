@@ -63,6 +63,30 @@ def freeze_layout(node: Any) -> None:
         node.freeze_layout()
 
 
+def bound_layout(node: Any) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(sizes, strides) of a template input read from its storage buffer's start, where
+    every one is a number and the view starts where the buffer does (offset 0); else
+    None. The generated kernel call then passes the buffer itself, and the launcher
+    reads it through these (``runtime.generated.launcher``'s ``layouts``), instead of
+    the wrapper rebuilding the view with ``reinterpret_tensor`` at every call."""
+    import sympy
+
+    while isinstance(node, ir.MutableBox):
+        node = node.data
+    if isinstance(node, ir.ReinterpretView):
+        layout = node.layout
+    elif isinstance(node, ir.BaseView):  # converted only where the call is generated
+        return None
+    else:
+        layout = node.get_layout()
+    if isinstance(layout, ir.FlexibleLayout):  # its strides may still change
+        return None
+    values = [*layout.size, *layout.stride, layout.offset]
+    if not all(isinstance(v, (int, sympy.Integer)) for v in values) or int(layout.offset) != 0:
+        return None
+    return tuple(int(v) for v in layout.size), tuple(int(v) for v in layout.stride)
+
+
 def device_of(node: Any) -> torch.device:
     return node.get_device()
 

@@ -58,6 +58,7 @@ _CLASSES = {
     "CuteDSLTemplate": ("torch._inductor.codegen.cutedsl.cutedsl_template", "CuteDSLTemplate"),
     "CuteDSLTemplateCaller": ("torch._inductor.codegen.cutedsl.cutedsl_template", "CuteDSLTemplateCaller"),
     "CuteDSLTemplateBuffer": ("torch._inductor.ir", "CuteDSLTemplateBuffer"),
+    "CuteDSLTemplateKernel": ("torch._inductor.codegen.cutedsl.cutedsl_kernel", "CuteDSLTemplateKernel"),
     "InductorChoices": ("torch._inductor.choices", "InductorChoices"),
     "OpsHandlerBase": ("torch._inductor.ops_handler", "DefaultHandler"),
 }

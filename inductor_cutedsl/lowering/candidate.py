@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from .. import config
 from ..runtime.spec import KernelSpec
@@ -18,6 +19,10 @@ from ..runtime.spec import KernelSpec
 #: How an epilogue tensor operand (or the output) is addressed: element (m, n, l) at
 #: offset + strides . (m, n, l), in elements of the tensor passed at launch.
 View = tuple[tuple[int, int, int], int]
+
+#: The kernel function's parameters that are GEMM operands (A, B, a dual kernel's up
+#: weight): those the generated call may pass as their storage buffers (``bound_layouts``).
+GEMM_OPERANDS = ("a", "b", "b_up")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,15 +69,32 @@ class GemmCandidate:
         parts = (self.spec.key(), self.input_names, self.operand_args, self.views, self.scalars, self.out_view)
         return "inductor_cutedsl-" + hashlib.sha256(repr(parts).encode()).hexdigest()[:32]
 
-    def launcher_source(self) -> str:
+    def launcher_source(self, input_nodes: Sequence[Any] = ()) -> str:
         """The arguments of ``runtime.generated.launcher`` as Python source (the names
         ``runtime.generated`` exports are in scope there). ``config.programmatic_launch``
         is read now, as the graph's code is generated: the code says how it launches,
-        so two compiles that differ in it are two modules."""
+        so two compiles that differ in it are two modules. ``input_nodes``: the
+        rendering kernel's, whose ``bound_layouts`` the launcher is given."""
         programmatic = ", programmatic=True" if config.programmatic_launch else ""
+        layouts = self.bound_layouts(input_nodes)
+        bound = f", layouts={layouts!r}" if layouts else ""
         return (
-            f"{self.spec!r}, scalars={self.scalars!r}, views={self.views!r}, out_view={self.out_view!r}{programmatic}"
+            f"{self.spec!r}, scalars={self.scalars!r}, views={self.views!r}, out_view={self.out_view!r}"
+            f"{programmatic}{bound}"
         )
+
+    def bound_layouts(self, input_nodes: Sequence[Any]) -> dict[str, tuple]:
+        """Per GEMM operand among ``input_nodes`` (in ``input_names`` order) that the
+        generated call passes as its storage buffer, the (sizes, strides) the launcher
+        reads it through (``compat.ir_access.bound_layout``: static, from the buffer's
+        start). The rest are passed as Inductor's views, as before."""
+        from ..compat import ir_access
+
+        found = {}
+        for name, node in zip(self.input_names, input_nodes):
+            if name in GEMM_OPERANDS and (layout := ir_access.bound_layout(node)) is not None:
+                found[name] = layout
+        return found
 
     def launcher(self) -> Callable[..., None]:
         """What the generated module's ``_launch`` is, made here (for timing it)."""

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..compat import ir_access
-from ..compat.lazy import CuteDSLTemplate, CuteDSLTemplateBuffer, CuteDSLTemplateCaller
+from ..compat.lazy import CuteDSLTemplate, CuteDSLTemplateBuffer, CuteDSLTemplateCaller, CuteDSLTemplateKernel
 from ..runtime import compiler
 from .candidate import GemmCandidate
 
@@ -35,11 +35,37 @@ stats = {"benchmark_s": 0.0}
 SOURCE = r"""
 # inductor_cutedsl kernel {{candidate.spec.key()}}
 from inductor_cutedsl.runtime.generated import launcher, precompile, KernelSpec, GemmConfig, Epilogue, EpilogueOperand
-_launch = launcher({{candidate.launcher_source()}}, scope=globals())
+_launch = launcher({{candidate.launcher_source(input_nodes)}}, scope=globals())
 {{kernel_name}}_precompile = precompile
 {{def_kernel(*candidate.input_names)}}
     _launch(a, b, {{get_output()}}{% for op in candidate.operand_args %}, {{op}}{% endfor %}{% if candidate.spec.dual %}, b_up=b_up{% endif %}, stream=stream)
 """
+
+
+class GemmTemplateKernel(CuteDSLTemplateKernel):
+    """Inductor's CuteDSL template kernel, calling our GEMM operands by their buffers.
+
+    Inductor's call of a CuteDSL kernel rebuilds each input view with
+    ``reinterpret_tensor`` at every call (a host cost per operand per launch, which a
+    Triton template's call does not pay). A GEMM operand whose layout is static and
+    starts at its buffer's start (``GemmCandidate.bound_layouts``) is passed as the
+    buffer; the rendered launcher reads it through that layout. Rule: the operands left
+    unwrapped here are exactly those the same render gave the launcher layouts for (one
+    rule, ``bound_layouts``, on the same nodes)."""
+
+    candidate: GemmCandidate | None = None
+
+    def render(self, template: Any, **kwargs: Any) -> Any:
+        self.candidate = kwargs.get("candidate")
+        return super().render(template, **kwargs)
+
+    def _get_reinterpret_view(self, node: Any) -> Any:
+        if self.candidate is not None:
+            bound = self.candidate.bound_layouts(self.input_nodes)
+            names = dict(zip(self.candidate.input_names, self.input_nodes))
+            if any(names.get(name) is node for name in bound):
+                return None
+        return super()._get_reinterpret_view(node)
 
 
 class GemmTemplateBuffer(CuteDSLTemplateBuffer):
@@ -136,6 +162,8 @@ class GemmCaller(CuteDSLTemplateCaller):
 
 
 class GemmTemplate(CuteDSLTemplate):
+    kernel_type = GemmTemplateKernel
+
     def generate(self, *, candidate: GemmCandidate, **kwargs: Any) -> GemmCaller:
         base = super().generate(candidate=candidate, **kwargs)
         caller = GemmCaller(

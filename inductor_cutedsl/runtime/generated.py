@@ -3,12 +3,14 @@
 A generated kernel module does, at import::
 
     from inductor_cutedsl.runtime.generated import launcher, KernelSpec, GemmConfig, Epilogue, EpilogueOperand
-    _launch = launcher(KernelSpec(...), scalars=(...), views=(...), out_view=...)
+    _launch = launcher(KernelSpec(...), scalars=(...), views=(...), out_view=..., layouts=...)
 
 which loads the kernel (memo, disk cache, or compile), and then, per call,
 ``_launch(a, b, out, *tensor_operands, stream=stream)`` (a dual kernel's up weight as
 ``b_up=``). Shapes and strides are
-read from the tensors, so one module serves every size of a dynamic graph. The spec
+read from the tensors, so one module serves every size of a dynamic graph; except
+where ``layouts`` fixes them for a GEMM operand of a static graph, whose call then
+passes the operand's storage buffer rather than a view rebuilt at every call. The spec
 is written as the dataclasses' own constructor calls (``lowering.candidate``), whose
 names this module exports.
 
@@ -29,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -46,6 +48,11 @@ from .support import OUT_DTYPES, declaration_reason, declared_args
 
 __all__ = ["launcher", "precompile", "KernelSpec", "GemmConfig", "Epilogue", "EpilogueOperand"]
 
+#: A GEMM operand's fixed (sizes, strides), read from the start of the tensor passed.
+Layout = tuple[tuple[int, ...], tuple[int, ...]]
+#: The launch arguments that are GEMM operands, which a ``layouts`` entry may name.
+OPERANDS = ("a", "b", "b_up")
+
 log = logging.getLogger("inductor_cutedsl.launch")
 
 # Bytes per element of an operand dtype (as ``EpilogueOperand.dtype`` names them).
@@ -60,12 +67,17 @@ def launcher(
     scope: dict[str, Any] | None = None,
     name: str = "_launch",
     programmatic: bool = False,
+    layouts: Mapping[str, Layout] | None = None,
 ) -> Callable[..., None]:
     """``scalars``: values of the epilogue's scalar operands, in declaration order;
     ``views``: per tensor operand, how to read it (see ``operand_args``); ``out_view``:
     how the output is written, where not as the GEMM's own (see ``CompiledGemm.launch``);
     ``programmatic``: launch as a programmatic dependent of the stream's previous kernel
-    (``config.programmatic_launch`` when the graph's code was generated).
+    (``config.programmatic_launch`` when the graph's code was generated);
+    ``layouts``: per GEMM operand (``a``, ``b``, ``b_up``) so named, the (sizes, strides)
+    it is read through from the start of the tensor passed (``read_through``): the
+    generated call passes the operand's buffer, and the launcher neither needs the
+    view built nor keys on its shape (``compat.ir_access.bound_layout``).
 
     ``scope``: the globals of the generated module that binds the launcher to ``name``.
     Given, every failure falls back to ``reference.run`` (see the module's docstring);
@@ -75,18 +87,21 @@ def launcher(
     they import each CuteDSL module of a compiled graph only to check its entry points
     (``_worker_compile_pycodecache_kernel``), and the parent imports it again to run it.
     A load there would start a CUDA context in every such worker."""
+    layouts = dict(layouts or {})
+    if set(layouts) - set(OPERANDS):
+        raise ValueError(f"layouts name {sorted(set(layouts) - set(OPERANDS))}, not GEMM operands {OPERANDS}")
     if scope is None:
-        return _launcher(spec, scalars, views, out_view, get_gemm(spec), programmatic)
+        return _launcher(spec, scalars, views, out_view, get_gemm(spec), programmatic, layouts)
     if environment.in_a_compile_worker():
         return _unlaunchable(spec)
     stage = "kernel build"
     try:
         path = None if is_loaded(spec) else build(spec, default_cache())[0]
         stage = "kernel load"
-        fast = _launcher(spec, scalars, views, out_view, get_gemm(spec, path=path), programmatic)
+        fast = _launcher(spec, scalars, views, out_view, get_gemm(spec, path=path), programmatic, layouts)
     except Exception as exc:
         fallback(stage, spec.describe(), exc, log)
-        return _reference_launcher(spec, scalars, views, out_view)
+        return _reference_launcher(spec, scalars, views, out_view, layouts)
     try:  # for save_cache_artifacts(): a warm start elsewhere then builds nothing
         artifacts.record(spec.key())
     except Exception:  # a cache artifact missed costs another machine a build, nothing here
@@ -97,7 +112,7 @@ def launcher(
             fast(*args, **kwargs)
         except Exception as exc:
             fallback("first launch", spec.describe(), exc, log)
-            scope[name] = _reference_launcher(spec, scalars, views, out_view)
+            scope[name] = _reference_launcher(spec, scalars, views, out_view, layouts)
             scope[name](*args, **kwargs)
         else:
             scope[name] = fast
@@ -121,19 +136,42 @@ def precompile(**shapes: Any) -> None:
     and the parent builds any that is missing where it loads the module."""
 
 
-def _reference_launcher(spec: KernelSpec, scalars: Sequence[float], views: Sequence, out_view) -> Callable[..., None]:
+def read_through(layouts: Mapping[str, Layout], a, b, b_up) -> tuple:
+    """(a, b, b_up) as the kernel reads them: each that ``layouts`` names, the view of
+    those sizes and strides from where the tensor passed starts, as the generated call
+    would have built it (``reinterpret_tensor`` at offset 0)."""
+    found = {"a": a, "b": b, "b_up": b_up}
+    for name, (sizes, strides) in layouts.items():
+        t = found[name]
+        if t is not None:
+            found[name] = t.as_strided(sizes, strides, t.storage_offset())
+    return found["a"], found["b"], found["b_up"]
+
+
+def _reference_launcher(
+    spec: KernelSpec, scalars: Sequence[float], views: Sequence, out_view, layouts: Mapping[str, Layout] | None = None
+) -> Callable[..., None]:
     """A launch function computing ``spec`` with torch operations (``reference.run``)."""
+    layouts = dict(layouts or {})
 
     def launch(a, b, out, *tensors, stream=None, b_up=None) -> None:
+        a, b, b_up = read_through(layouts, a, b, b_up)
         reference.run(spec, a, b, out, tensors, scalars, views, out_view, b_up=b_up)
 
     return launch
 
 
 def _launcher(
-    spec: KernelSpec, scalars: Sequence[float], views: Sequence, out_view, kernel, programmatic: bool
+    spec: KernelSpec,
+    scalars: Sequence[float],
+    views: Sequence,
+    out_view,
+    kernel,
+    programmatic: bool,
+    layouts: Mapping[str, Layout] | None = None,
 ) -> Callable[..., None]:
     """The fast launch function of loaded kernel ``kernel`` (see ``_Entries``)."""
+    layouts = dict(layouts or {})
     unpaired_kernel = functools.cache(lambda: get_gemm(unpaired(spec)))  # keyed and loaded once
     scalars = tuple(float(s) for s in scalars)
     views = tuple(views) or (None,) * sum(op.is_tensor for op in spec.epilogue.operands)
@@ -170,17 +208,19 @@ def _launcher(
             stream: int,
             b_up: torch.Tensor | None = None,
         ) -> None:
+            a, b, b_up = read_through(layouts, a, b, b_up)
             run, values = checked(a, b, tensors)
             run.launch(a, b, out, values, stream, out_view, b_up=b_up, programmatic=programmatic)
 
         return launch_stream_k
-    return _Entries(plan, out_view, checked, spec.dual, programmatic).launcher()
+    return _Entries(plan, out_view, checked, spec.dual, programmatic, layouts).launcher()
 
 
 class _Entries:
     """Per-call values a launcher reuses, keyed by what they are computed from.
 
-    Key: the sizes and strides of A and B (and a dual kernel's up weight's strides), the
+    Key: the sizes and strides of A and B (and a dual kernel's up weight's strides),
+    except for those whose layout the launcher was given (fixed: nothing to key), the
     output's strides, A's device, and per tensor operand its sizes and strides (where it
     is read as Inductor's view, not a translated one) and, where it is declared for
     paired or staged loads, its address modulo 16 (the declarations' alignments divide
@@ -194,13 +234,23 @@ class _Entries:
     #: Entries kept per launcher; a dynamic graph seeing more sizes than this starts over.
     LIMIT = 4096
 
-    def __init__(self, plan: tuple, out_view, checked: Callable, dual: bool, programmatic: bool) -> None:
+    def __init__(
+        self,
+        plan: tuple,
+        out_view,
+        checked: Callable,
+        dual: bool,
+        programmatic: bool,
+        layouts: Mapping[str, Layout] | None = None,
+    ) -> None:
         self.plan, self.out_view, self.checked, self.dual = plan, out_view, checked, dual
         self.programmatic = programmatic
+        self.layouts = dict(layouts or {})
         self.table: dict = {}
 
     def miss(self, key: tuple, a, b, out, tensors, b_up) -> tuple:
         """Work the entry out as a launch without reuse would, and keep it."""
+        a, b, b_up = read_through(self.layouts, a, b, b_up)
         run, values = self.checked(a, b, tensors)
         out_offset, sizes, up = run.layout(a, b, out, self.out_view, b_up, self.programmatic)
         lead: list = []
@@ -232,9 +282,10 @@ class _Entries:
         ops = [(op, view) for is_tensor, op, view in self.plan if is_tensor]
         names = [f"t{i}" for i in range(len(ops))]
         params = "".join(f"{t}, " for t in names)
-        key = ["a.shape", "a.stride()", "b.shape", "b.stride()", "out.stride()", "a.get_device()"]
-        if self.dual:
-            key.append("None if b_up is None else b_up.stride()")
+        key = [f"{t}.{attr}" for t in ("a", "b") if t not in self.layouts for attr in ("shape", "stride()")]
+        key += ["out.stride()", "a.get_device()"]
+        if self.dual:  # a missing up weight is refused at the miss (``layout``)
+            key.append("b_up is None" if "b_up" in self.layouts else "None if b_up is None else b_up.stride()")
         lines = []
         for t, (op, view) in zip(names, ops):
             offset = 0 if view is None else view[1] * _ITEMSIZE[op.dtype]

@@ -152,7 +152,7 @@ class CuteDSLFusionScheduling(CuteDSLScheduling):
         out = V.graph.get_buffer(tr.outputs[-1])
         fused = fuse(candidate, tr, STORE_DTYPES[out.get_dtype()])
         inputs += [V.graph.get_buffer(op.buffer) for op in tr.operands]
-        kernel = codegen.template_kernel(inputs, out)
+        kernel = codegen.template_kernel(gemm_template().kernel_type, inputs, out)
         src = kernel.render(gemm_template().template, candidate=fused).finalize_all()
         # Build now, in a worker: the generated module loads the kernel only after every
         # kernel of the graph is generated, so fused kernels compile in parallel meanwhile.
