@@ -478,6 +478,37 @@ BUGS = [
         "record = repr(key)",
         ("tests/test_fusion_codegen.py",),
     ),
+    # GEMM operands passed as their buffers: the launcher must read each through its layout,
+    # only views from the buffer's start may be passed so, and only the operands the render
+    # gave layouts.
+    Bug(
+        "bound-operand-read-as-passed",
+        "inductor_cutedsl/runtime/generated.py",
+        "            found[name] = t.as_strided(sizes, strides, t.storage_offset())",
+        "            found[name] = t",
+        ("tests/test_bound_operands.py",),
+    ),
+    Bug(
+        "offset-view-passed-as-its-buffer",
+        "inductor_cutedsl/compat/ir_access.py",
+        "if not all(isinstance(v, (int, sympy.Integer)) for v in values) or int(layout.offset) != 0:",
+        "if not all(isinstance(v, (int, sympy.Integer)) for v in values):",
+        ("tests/test_bound_operands.py",),
+    ),
+    Bug(
+        "every-view-passed-as-its-buffer",
+        "inductor_cutedsl/lowering/template.py",
+        "            if any(names.get(name) is node for name in bound):",
+        "            if True:",
+        ("tests/test_bound_operands.py",),
+    ),
+    Bug(
+        "template-tuner-left-wrapped",
+        "inductor_cutedsl/compat/coordesc_prefetch.py",
+        "            self.coordinate_descent_tuning = types.MethodType(tuning, self)\n",
+        "",
+        ("tests/test_coordesc_prefetch.py", "tests/test_tuned_binaries.py"),
+    ),
     # The dtype table a kernel's operands, its epilogue's roundings and the loaded entry's
     # pointers read: on a GPU a wrong entry shows as wrong results; on CPU the table's tests.
     Bug(
