@@ -57,6 +57,28 @@ def test_linear_stack_with_bias_runs_cutedsl_and_triton():
     assert rel_err(out, model(x).double()) < 2e-2
 
 
+def test_operands_passed_as_their_buffers_compute_the_graph():
+    """A 3-D activation read as 2-D and transposed weights are passed as their buffers
+    (no ``reinterpret_tensor`` in our calls), an A starting past its buffer's start keeps
+    its view, and both compute what eager computes in float64, on the first call and on
+    a later one (the launcher's reused entry)."""
+
+    def fn(x, w1, w2, w3):
+        h = torch.nn.functional.linear(x, w1)  # (B, T, D) activation, transposed weight
+        return h, torch.nn.functional.linear(h.reshape(500, 1024).narrow(-1, 512, 512), w2) @ w3.t()
+
+    x, w1, w2, w3 = bf16(2, 250, 1024), bf16(1024, 1024) * 0.03, bf16(768, 512) * 0.04, bf16(640, 768) * 0.04
+    ref_h = torch.nn.functional.linear(x.double(), w1.double())
+    ref_y = torch.nn.functional.linear(ref_h.reshape(500, 1024).narrow(-1, 512, 512), w2.double()) @ w3.double().t()
+    (h, y), codes = compile_cutedsl_only(fn)(x, w1, w2, w3)
+    calls = [line for line in "\n".join(codes).splitlines() if ".run(" in line and "cutedsl" in line]
+    assert len(calls) == 3
+    assert sum("reinterpret_tensor(" in call for call in calls) == 1, calls  # the offset A only
+    assert rel_err(h, ref_h) < 2e-2 and rel_err(y, ref_y) < 2e-2
+    (h, y), _ = compile_cutedsl_only(fn)(x, w1, w2, w3)  # the compiled code again
+    assert rel_err(h, ref_h) < 2e-2 and rel_err(y, ref_y) < 2e-2
+
+
 def test_bmm_and_baddbmm_attention_scores():
     q, k = bf16(16, 1000, 64), bf16(16, 1000, 64)
     bias = bf16(16, 1000, 1000)
