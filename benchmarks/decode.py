@@ -34,6 +34,11 @@ its own cache filled by the same prompt, and timed interleaved:
   model alone, stock against ours (``measure_site``), at the row's batch. The step's
   own figure above is the GEMMs' total; this one says which of them leaves the
   bandwidth unused;
+* ``copy_floor_us`` and ``copy_floor_fraction``: the step's Linear layers' bytes moved
+  by device copies of each layer's own size (``copy_floor``), their µs and the bandwidth
+  fraction they reach: the bound on ``gemm_bandwidth_fraction``, which counts against a
+  1 GB copy (a kernel moving a few MB spends much of its time starting and draining);
+  ``decode_speedup_copy_floor_bound``: stock's step with its GEMMs that fast;
 * with ``--programmatic``, a third side timed with the two: ours compiled with
   ``config.programmatic_launch`` (each GEMM starts as the kernel before it ends and
   prefetches its weight meanwhile), and ``programmatic_speedup`` = ours / that side.
@@ -41,7 +46,8 @@ its own cache filled by the same prompt, and timed interleaved:
   its bandwidth fraction understates it: its token time is the figure.
 
 Summary: ``decode_speedup_geomean``, ``decode_speedup_min``, ``decode_speedup_bound_geomean``
-and ``gemm_bandwidth_fraction_geomean`` (ours); with ``--sites``,
+``gemm_bandwidth_fraction_geomean`` (ours), ``copy_floor_fraction_geomean`` (its
+bound) and ``decode_speedup_copy_floor_bound_geomean``; with ``--sites``,
 ``site_bandwidth_fraction_geomean`` per side; with ``--programmatic``,
 ``programmatic_speedup_geomean`` and ``programmatic_decode_speedup_geomean`` (stock over
 the third side). Rows are written as they finish; ``--resume``
@@ -187,6 +193,31 @@ def l2_flush(probe: GpuProbe, device: str = "cuda") -> L2Flush:
 
     prof = probe.profile(dict.fromkeys(BACKENDS, run))
     return L2Flush(run, frozenset(k["kernel"] for side in BACKENDS for k in prof[side]["kernels"]))
+
+
+def copy_floor(model: nn.Module, rows: int, probe: GpuProbe, flush: L2Flush, device: str = "cuda") -> dict[int, float]:
+    """Per distinct least-bytes figure of the model's Linear layers at ``rows`` rows
+    (``Site.gemm_bytes``), the µs of one device copy moving as many bytes (read and
+    write counted, as ``copy_bandwidth`` counts them), each after the L2 flush, as a
+    decode step finds its weights: what a kernel of that size takes to stream its bytes,
+    its start and drain included. A GEMM moving a few MB cannot reach the bandwidth of a
+    1 GB copy; this is the fraction one of its own size reaches (``copy_floor_fraction``)."""
+    sizes = sorted({s.gemm_bytes(rows) for s in linear_sites(model)})
+    steps = {}
+    for nbytes in sizes:
+        src = torch.empty(nbytes // 2, dtype=torch.uint8, device=device)
+        dst = torch.empty_like(src)
+
+        def step(src=src, dst=dst) -> torch.Tensor:
+            flush.run()
+            return dst.copy_(src)
+
+        steps[f"copy {nbytes}"] = step
+    prof = probe.profile(steps)
+    return {
+        nbytes: sum(k["us"] for k in prof[f"copy {nbytes}"]["kernels"] if k["kernel"] not in flush.kernels)
+        for nbytes in sizes
+    }
 
 
 def measure_site(
@@ -431,8 +462,17 @@ def measure(
         row["gemm_bandwidth_note"] = "one row: Inductor decomposes mm into a reduction, no GEMM kernels to time"
     row["gpu_us"] = {side: prof[side]["us"] for side in sides}
     row["decode_speedup_bound"] = speedup_bound(row, copy_bps)
+    flush = l2_flush(probe, device)
+    if batch > 1:  # (at one row the GEMM kernels cover part of the bytes: no fraction)
+        floor = copy_floor(model, batch, probe, flush, device)
+        floor_us = sum(floor[s.gemm_bytes(batch)] * len(s.modules) for s in linear_sites(model))
+        row["copy_floor_us"] = round(floor_us, 2)
+        row["copy_floor_fraction"] = round(nbytes / (floor_us / 1e6) / copy_bps, 4) if floor_us else None
+        # The step speed-up if stock's GEMMs took no longer than those copies.
+        gpu, gemm = row["gpu_us"]["stock"], row["gemm_us"]["stock"]
+        if floor_us and gemm:
+            row["decode_speedup_copy_floor_bound"] = round(gpu / (gpu - gemm + min(gemm, floor_us)), 4)
     if sites:
-        flush = l2_flush(probe, device)
         row["gemm_sites"] = [
             measure_site(s, batch, probe, copy_bps, flush, device=device, compile_fn=compile_fn)
             for s in linear_sites(model)
@@ -453,6 +493,7 @@ def summarize(rows: list[dict], info: dict) -> dict:
         r["gemm_bandwidth_fraction"]["stock"] for r in ok if r.get("gemm_bandwidth_fraction", {}).get("stock")
     ]
     site_fractions = [s["bandwidth_fraction"] for r in ok for s in r.get("gemm_sites", ())]
+    floor = measured("copy_floor_fraction")
     programmatic = {key: measured(key) for key in ("programmatic_speedup", "programmatic_decode_speedup")}
     return {
         **info,
@@ -461,6 +502,10 @@ def summarize(rows: list[dict], info: dict) -> dict:
         "decode_speedup_bound_geomean": geomean_or_none(bound),
         "gemm_bandwidth_fraction_geomean": geomean_or_none(fraction),
         "stock_gemm_bandwidth_fraction_geomean": geomean_or_none(stock_fraction),
+        # The fraction copies of each Linear's own size reach: what any kernel streaming
+        # those bytes can reach, the bound beside the GEMMs' fraction.
+        "copy_floor_fraction_geomean": geomean_or_none(floor),
+        "decode_speedup_copy_floor_bound_geomean": geomean_or_none(measured("decode_speedup_copy_floor_bound")),
         **(
             {
                 "site_bandwidth_fraction_geomean": {

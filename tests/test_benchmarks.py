@@ -1037,6 +1037,15 @@ class _DecodeProbe:
         return {"stock": 1.2, "ours": 1.0, "round_ratios": [1.2]}
 
     def profile(self, steps):
+        if all(name.startswith("copy ") for name in steps):  # ``copy_floor``: after the flush
+            for step in steps.values():
+                step()
+            # A copy moving N bytes in N / 2000 µs (2 GB/s), behind the flush's kernel.
+            flush = {"kernel": "triton_poi_0", "launches": 1.0, "us": 60.0}
+            return {
+                name: {"us": 0.0, "kernels": [flush, {"kernel": "Memcpy DtoD", "us": int(name.split()[1]) / 2e3}]}
+                for name in steps
+            }
         others = [{"kernel": f"triton_poi_{i}", "launches": 1.0, "us": 0.1 * i} for i in range(10)]
         return {
             side: {"us": 10.0, "kernels": [{"kernel": name, "launches": 3.0, "us": us}, *others]}
@@ -1082,6 +1091,12 @@ def test_a_decode_row_runs_both_sides_against_a_filled_static_cache():
     assert [k["kernel"] for k in row["other_kernels"]["ours"]] == [f"triton_poi_{i}" for i in range(9, 1, -1)]
     assert row["gemm_bandwidth_fraction"]["ours"] == round(row["gemm_bytes"] / 6e-6 / 1e9, 4)
     assert row["decode_speedup_bound"] == decode.speedup_bound(row, 1e9)
+    # Each Linear's bytes as a copy of its own size, the flush's kernel left out: at 2 GB/s
+    # against a copy bandwidth of 1 GB/s, the floor's fraction is 2.
+    assert row["copy_floor_us"] == round(row["gemm_bytes"] / 2e3, 2) and row["copy_floor_fraction"] == 2.0
+    # Stock's 10 µs step with its 8 µs of GEMMs as fast as those copies.
+    floor_us = row["gemm_bytes"] / 2e3
+    assert row["decode_speedup_copy_floor_bound"] == round(10.0 / (10.0 - 8.0 + min(8.0, floor_us)), 4)
     # Stock's 10 µs step with its 8 µs of GEMMs moving 4 MB at 2 TB/s (2 µs) instead; GEMMs
     # already at the copy bandwidth leave nothing to gain.
     step = {"batch": 16, "gpu_us": {"stock": 10.0}, "gemm_us": {"stock": 8.0}, "gemm_bytes": 4_000_000}
@@ -1092,6 +1107,8 @@ def test_a_decode_row_runs_both_sides_against_a_filled_static_cache():
     assert result["decode_speedup_geomean"] == 1.2 and result["decode_speedup_min"] == 1.2
     assert one["decode_speedup_bound"] is None and result["decode_speedup_bound_geomean"] == row["decode_speedup_bound"]
     assert result["gemm_bandwidth_fraction_geomean"] == row["gemm_bandwidth_fraction"]["ours"]
+    assert "copy_floor_fraction" not in one and result["copy_floor_fraction_geomean"] == 2.0
+    assert result["decode_speedup_copy_floor_bound_geomean"] == row["decode_speedup_copy_floor_bound"]
 
 
 class _ProgrammaticProbe(_DecodeProbe):

@@ -151,7 +151,7 @@ def _decode(d: dict) -> list[str]:
     rows = []
     for r in d["rows"]:
         if "error" in r:
-            rows.append([r["row"], f"FAILED: {fmt(r['error'][:120])}"] + [""] * 5)
+            rows.append([r["row"], f"FAILED: {fmt(r['error'][:120])}"] + [""] * 6)
             continue
         rows.append(
             [
@@ -161,6 +161,7 @@ def _decode(d: dict) -> list[str]:
                 r.get("decode_speedup_bound"),
                 pair(r.get("gemm_us")),
                 pair(r.get("gemm_bandwidth_fraction")),
+                r.get("copy_floor_fraction"),
                 r.get("gemm_bytes"),
             ]
         )
@@ -173,6 +174,7 @@ def _decode(d: dict) -> list[str]:
                 "bound: stock with GEMMs at copy bandwidth (`decode_speedup_bound`)",
                 "GEMM µs per step stock / ours",
                 "GEMM bandwidth / copy bandwidth, stock / ours",
+                "its bound: copies of each Linear's size (`copy_floor_fraction`)",
                 "GEMM bytes per step",
             ],
             rows,
@@ -624,6 +626,11 @@ SECTIONS = [
             ("bound: stock's step with its GEMMs at copy bandwidth, geomean", "decode_speedup_bound_geomean"),
             ("our GEMMs' bandwidth / copy bandwidth, geomean", "gemm_bandwidth_fraction_geomean"),
             ("stock GEMMs' bandwidth / copy bandwidth, geomean", "stock_gemm_bandwidth_fraction_geomean"),
+            ("bound: copies of each Linear's size / copy bandwidth, geomean", "copy_floor_fraction_geomean"),
+            (
+                "bound: stock's step with its GEMMs as fast as those copies, geomean",
+                "decode_speedup_copy_floor_bound_geomean",
+            ),
             (
                 "each Linear shape alone, ours: bandwidth / copy bandwidth, geomean",
                 "site_bandwidth_fraction_geomean.ours",
