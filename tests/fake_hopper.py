@@ -251,7 +251,7 @@ def run_on_cpu(code: str, inputs: list) -> list:
         return generated._reference_launcher(spec, scalars, views, out_view, **kwargs)
 
     class Kernels:
-        def cutedsl(self, name: str, source: str) -> Any:
+        def cutedsl(self, name: str, source: str, *args: Any, **kwargs: Any) -> Any:  # 2.14 on: precompile metadata
             module: dict = {}
             with mock.patch.object(generated, "launcher", reference):
                 exec(compile(source, f"<{name}>", "exec"), module)
