@@ -398,10 +398,6 @@ def outputs(step: Callable[[], list[torch.Tensor]]) -> list[torch.Tensor]:
     return [t.detach().clone() for t in step()]
 
 
-def max_err(outs: list[torch.Tensor], refs: list[torch.Tensor]) -> float:
-    return max(rel_err(o, r) for o, r in zip(outs, refs, strict=True))
-
-
 def uses_cudagraphs(mode: str) -> bool:
     return bool(torch._inductor.list_mode_options(mode).get("triton.cudagraphs", False))
 
@@ -897,18 +893,29 @@ def measure_block(
                 steps[name][mode] = step
     analysis = {b: analyse_wrappers(codes[b]) for b in BACKENDS}
     row["gemm_sites"] = {b: [list(g) for g in analysis[b].gemms] for b in BACKENDS}
-    row["rel_err"] = {
-        "stock_vs_eager": max(max_err(outs["stock"][m], eager) for m in modes),
-        "ours_vs_eager": max(max_err(outs["ours"][m], eager) for m in modes),
-        "ours_vs_stock": max(max_err(outs["ours"][m], outs["stock"][m]) for m in modes),
-    }
-    # Ours must match stock within bf16 tolerance, and be no further from eager than the
-    # tolerance or than twice stock's own distance (bf16 gradients of eager and of any
-    # compile differ by rounding alone).
-    limits = {"ours_vs_stock": TOLERANCE, "ours_vs_eager": max(TOLERANCE, 2 * row["rel_err"]["stock_vs_eager"])}
-    for key, limit in limits.items():
-        if not row["rel_err"][key] < limit:
-            raise AccuracyError(f"{bid.name}: {key} rel err {row['rel_err'][key]:.3e} >= {limit:.3e}")
+    # Per output (a training step's loss, then each gradient): its distances, the worst
+    # over the modes. The row's figures are the worst outputs'.
+    per_output = [
+        {
+            "stock_vs_eager": max(rel_err(outs["stock"][m][i], ref) for m in modes),
+            "ours_vs_eager": max(rel_err(outs["ours"][m][i], ref) for m in modes),
+            "ours_vs_stock": max(rel_err(outs["ours"][m][i], outs["stock"][m][i]) for m in modes),
+        }
+        for i, ref in enumerate(eager)
+    ]
+    row["rel_err"] = {key: max(errs[key] for errs in per_output) for key in per_output[0]}
+    row["rel_err_outputs"] = [{key: round(err, 5) for key, err in errs.items()} for errs in per_output]
+    # Each output of ours must match stock within bf16 tolerance and be no further from
+    # eager than that, unless stock's own compile is further from eager on that output: a
+    # bf16 gradient whose value is a small difference of large terms (a query or key
+    # projection's under near-uniform attention) differs between any two compiles and
+    # eager by rounding alone. Ours is then held to twice stock's own distance, output by
+    # output, so a wrong output that stock computes well still fails.
+    for i, errs in enumerate(per_output):
+        limit = max(TOLERANCE, 2 * errs["stock_vs_eager"])
+        for key in ("ours_vs_stock", "ours_vs_eager"):
+            if not errs[key] < limit:
+                raise AccuracyError(f"{bid.name}: output {i} {key} rel err {errs[key]:.3e} >= {limit:.3e}")
     del eager, outs
 
     row["host_state"] = probe.quiet()

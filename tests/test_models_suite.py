@@ -443,6 +443,54 @@ def run_on_cpu(blocks, path, compile_fn=lambda target, mode: target, **kw):
     )
 
 
+def test_a_training_row_holds_each_gradient_to_stocks_own_distance_from_eager(tmp_path):
+    """Per output: where stock's compile is itself far from eager on a gradient (one that
+    is a small difference of large terms), ours may differ from both by as much; where
+    stock computes a gradient well, ours must too. Gradients are perturbed through hooks
+    that see which side's compiled function ran the step."""
+    from inductor_cutedsl.runtime import compiler
+
+    compiler.wait_idle(timeout=600)
+    side = {"now": "eager"}
+    noise: dict = {}  # (side, parameter index) -> relative size of the noise added to its gradient
+
+    def compile_fn(target, mode):
+        name = "ours" if is_enabled() else "stock"
+        params = list(target.parameters())
+        for i, p in enumerate(params):
+            if not hasattr(p, "_noised"):
+                p._noised = True
+
+                def hook(grad, i=i):
+                    size = noise.get((side["now"], i), 0.0)
+                    return grad + size * grad.norm() * torch.randn_like(grad) / grad.numel() ** 0.5 if size else grad
+
+                p.register_hook(hook)
+
+        def run(x):
+            side["now"] = name
+            return target(x)
+
+        return run
+
+    def row(stock_noise: dict, ours_noise: dict, path: str) -> dict:
+        noise.clear()
+        noise.update({("stock", i): n for i, n in stock_noise.items()})
+        noise.update({("ours", i): n for i, n in ours_noise.items()})
+        side["now"] = "eager"
+        torch._dynamo.reset()
+        return run_on_cpu([models.BlockId("llama", "small", "train")], path, compile_fn)["rows"][0]
+
+    # Parameter 1's gradient: stock 100% off eager, ours as far off in another direction.
+    noisy = row({1: 1.0}, {1: 1.0}, str(tmp_path / "noisy.json"))
+    assert "error" not in noisy, noisy.get("error")
+    assert noisy["rel_err_outputs"][3]["stock_vs_eager"] > 0.5  # outputs: loss, x's gradient, then parameters
+    assert noisy["rel_err"]["ours_vs_stock"] > 0.5
+    # Parameter 2's gradient: stock right, ours 10% off.
+    wrong = row({1: 1.0}, {2: 0.1}, str(tmp_path / "wrong.json"))
+    assert "AccuracyError" in wrong["error"] and "output 4" in wrong["error"]
+
+
 def test_run_measures_every_block_and_goes_on_after_a_failure(tmp_path, capsys):
     blocks = [
         models.BlockId("gpt2", "small", "inference"),
