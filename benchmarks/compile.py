@@ -384,7 +384,7 @@ def child(
     if run == "train":
         x.requires_grad_(True)
     marks["model_build"] = time.time() - t_block
-    fn = torch.compile(models.target_of(block, run), options=compile_options(mode))
+    fn = torch.compile(models.target_of(block, run, x), options=compile_options(mode))
     step = models.make_step(fn, x, run, list(block.parameters()), models.uses_cudagraphs(mode))
     sampler = WallSampler(events=compile_events()) if sample else None
     t0 = time.perf_counter()

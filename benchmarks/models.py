@@ -268,14 +268,29 @@ class Block(nn.Module):
 
 
 class ScalarLoss(nn.Module):
-    """A training step's loss over the block's output: one scalar to backpropagate."""
+    """A training step's loss over the block's output: its projection on a fixed random
+    direction, one scalar to backpropagate.
 
-    def __init__(self, block: nn.Module) -> None:
+    The loss must depend on every weight. A norm of the output (``mean(out**2)``) does
+    not: where the block ends in a normalisation, as a transformers body ends in its final
+    RMSNorm, that norm is fixed by the last norm's weight alone, so every other gradient
+    is zero in exact arithmetic and any bf16 compile returns rounding noise for it, which
+    no accuracy check can judge. A random direction makes each gradient a real quantity."""
+
+    def __init__(self, block: nn.Module, shape: torch.Size, device: torch.device | str, seed: int = 0) -> None:
         super().__init__()
         self.block = block
+        g = torch.Generator().manual_seed(seed)
+        # Unit norm over the whole output: the loss and its gradients keep the scale of
+        # one output element, whatever the row's token count.
+        direction = torch.randn(shape, generator=g, dtype=torch.float32)
+        self.register_buffer("direction", (direction / direction.norm()).to(device))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.block(x).float().square().mean()
+        out = self.block(x)
+        if out.shape != self.direction.shape:
+            raise ValueError(f"the block's output {tuple(out.shape)} is not the loss's {tuple(self.direction.shape)}")
+        return (out.float() * self.direction).sum()
 
 
 def make_block(
@@ -343,9 +358,14 @@ def describe(bid: BlockId, scale: int = 1) -> dict:
 # What one call runs
 
 
-def target_of(block: nn.Module, run: str) -> nn.Module:
-    """What is compiled: the block, or for a training step the block with its loss."""
-    return block if run == "inference" else ScalarLoss(block)
+def target_of(block: nn.Module, run: str, x: torch.Tensor) -> nn.Module:
+    """What is compiled: the block, or for a training step the block with its loss (whose
+    direction takes the shape of one eager output)."""
+    if run == "inference":
+        return block
+    with torch.no_grad():
+        shape = block(x).shape
+    return ScalarLoss(block, shape, x.device)
 
 
 def make_step(
@@ -864,7 +884,7 @@ def measure_block(
     params = list(block.parameters())
     if bid.run == "train":
         x.requires_grad_(True)
-    target = target_of(block, bid.run)
+    target = target_of(block, bid.run, x)
     eager = outputs(make_step(target, x, bid.run, params))
     order = sorted(modes, key=lambda m: uses_cudagraphs(m))
     steps: dict = {b: {} for b in BACKENDS}

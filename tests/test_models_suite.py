@@ -46,9 +46,32 @@ def test_block_runs_forward_and_backward(family):
         (out,) = models.make_step(block, x, "inference", params)()
     assert out.shape == (*f.small, f.hidden // TINY) and torch.isfinite(out).all()
     x.requires_grad_(True)
-    loss, dx, *grads = models.make_step(models.target_of(block, "train"), x, "train", params)()
+    loss, dx, *grads = models.make_step(models.target_of(block, "train", x), x, "train", params)()
     assert loss.dim() == 0 and dx.shape == x.shape
     assert len(grads) == len(params) and all(g is not None and torch.isfinite(g).all() for g in [dx, *grads])
+
+
+@pytest.mark.parametrize("family", ["hf-llama", "llama", "gpt2"])
+def test_the_training_loss_depends_on_every_weight(family):
+    """A training row's gradients are real quantities, not rounding noise: in float64, the
+    loss moves with every Linear's weight and with the input, not only with the last norm's
+    weight. A loss that
+    only the final normalisation fixes (``mean(out**2)`` over a body ending in its final
+    RMSNorm) makes every other gradient zero in exact arithmetic (relative size ~1e-9)."""
+    if family.startswith("hf-"):
+        pytest.importorskip("transformers")
+    block, x = models.make_block(family, "small", device="cpu", dtype=torch.float64, scale=TINY)
+    x.requires_grad_(True)
+    params = dict(block.named_parameters())
+    loss, dx, *grads = models.make_step(models.target_of(block, "train", x), x, "train", list(params.values()))()
+    # How far the loss moves when a tensor moves by its own size: |grad| * |tensor|.
+    moves = {name: (g.norm() * p.norm()).item() for (name, p), g in zip(params.items(), grads, strict=True)}
+    linears = [n for n, m in block.named_modules() if isinstance(m, torch.nn.Linear)]
+    assert linears and min(moves[f"{n}.weight"] for n in linears) > 1e-4 * max(moves.values())
+    assert (dx.norm() * x.norm()).item() > 1e-4 * max(moves.values())
+    # The same block and input give the same loss: the direction is fixed, not drawn anew.
+    again = models.make_step(models.target_of(block, "train", x), x, "train", list(params.values()))()[0]
+    assert again.item() == loss.item()
 
 
 def test_families_are_written_as_their_models_are():

@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     block, x = models.make_block(bid.family, bid.size)
     if bid.run == "train":
         x.requires_grad_(True)
-    target, params = models.target_of(block, bid.run), list(block.parameters())
+    target, params = models.target_of(block, bid.run, x), list(block.parameters())
     steps = {}
     marks = models.decision_marks()
     for side in SIDES:
