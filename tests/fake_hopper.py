@@ -277,3 +277,24 @@ def run_on_cpu(code: str, inputs: list) -> list:
         mock.patch("torch.cuda.set_device", lambda index: None),
     ):
         return list(scope["call"](list(inputs)))
+
+
+def fuzz_program_on_cpu(p: Any) -> tuple[str, dict | None]:
+    """A random program of the fuzz (``benchmarks.fuzz.make_program``) generated for the
+    faked H200 with its backends, then run through its whole wrapper on CPU
+    (``run_on_cpu``) against float64 with the fuzzer's own tolerances: the wrapper code
+    and the values off float64 (``fuzz._errors``: empty where all are right), or None in
+    their place where a Triton kernel stayed in the wrapper (it does not run here)."""
+    from benchmarks import fuzz
+
+    t = p.inputs("cpu")
+    names = sorted(t)
+    params = ", ".join(f"t{i}" for i in range(len(names)))
+    # Positional parameters, as Inductor's symbolic trace of the function needs.
+    fn = eval(f"lambda {params}: p.run(dict(zip(names, ({params},))))", {"p": p, "names": names})
+    code = generated_code(fn, *[tuple(t[n].shape) for n in names], dtype=t[names[0]].dtype, backends=p.backends)
+    if "@triton.jit" in code:
+        return code, None
+    got = run_on_cpu(code, [t[n] for n in names])
+    refs, eager_errs = fuzz.references(p, "cpu")
+    return code, fuzz._errors(p, {None: [got]}, refs, eager_errs)

@@ -34,3 +34,21 @@ def test_programs_with_inputs_of_several_dtypes_are_skipped():
     fp8 = next(p for p in (fuzz.make_model_program(i) for i in range(100)) if p.kind == "scaled")
     assert len({t.dtype for t in fp8.inputs("cpu").values()}) > 1
     assert sweep.compile_one(fp8).startswith("skipped")
+
+
+def test_numerics_reports_a_wrong_value_and_fails_the_sweep(monkeypatch, capsys):
+    """``--numerics``: a program whose wrapper computes a value off float64 is reported
+    and fails the sweep; one that keeps a Triton kernel is compiled, not judged."""
+    import fake_hopper
+
+    monkeypatch.setenv("INDUCTOR_CUTEDSL_STRICT", "0")  # main sets it: restored after the test
+    monkeypatch.setenv("INDUCTOR_CUTEDSL_PERSIST_DECISIONS", "0")
+    answers = iter([("code", {(None, 0, 0): (1.0, "value 0: rel err 1.0")}), ("code", None), ("code", {})])
+    monkeypatch.setattr(fake_hopper, "fuzz_program_on_cpu", lambda p: next(answers))
+    assert sweep.main(["--numerics", "--programs", "1"]) == 1
+    assert "WRONG value 0: rel err 1.0" in capsys.readouterr().out
+    assert sweep.compute_one(fuzz.make_program(1)) == (
+        "ok (a Triton kernel stays in the wrapper: compiled, not run)",
+        False,
+    )
+    assert sweep.compute_one(fuzz.make_program(2)) == ("ok, computed on CPU within tolerance", False)

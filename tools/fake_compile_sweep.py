@@ -5,6 +5,7 @@ supports (only the GPU runs them; this is the part a torch upgrade breaks first)
     python -m tools.fake_compile_sweep                      # 200 random programs
     python -m tools.fake_compile_sweep --model-programs 100 --programs 0
     python -m tools.fake_compile_sweep --first 200 --programs 1000   # beyond the tested ones
+    python -m tools.fake_compile_sweep --numerics --first 23 --programs 500  # and their values
     /tmp/v215/bin/python -m tools.fake_compile_sweep        # under another torch's venv
 
 Each program of ``benchmarks.fuzz`` (``make_program``, ``make_model_program``) is traced
@@ -15,6 +16,13 @@ inside our code raises instead of falling back, and counts. Programs whose input
 dtypes (fp8 with its scales) are skipped: the fake compile gives every input one dtype; so
 are those that run a CUDA operation while traced, outside our code. Exits 1 if any
 program crashed.
+
+``--numerics`` checks values too, where the CPU can: a random program whose wrapper our
+kernels compute whole (no Triton kernel left) runs through it on CPU, each launch
+computed by the launcher's torch fallback, against float64 with the fuzzer's
+tolerances; a value off its tolerance fails the sweep as a crash does. It checks the
+lowering, the epilogue's translation and the wrapper's calls, not the kernels (the GPU
+fuzz does); ``tests/test_fuzz_wrappers_cpu.py`` runs a fixed set of such programs.
 """
 
 from __future__ import annotations
@@ -52,6 +60,23 @@ def compile_one(program) -> str:
     return "ok" if "code" in out else "no code generated"
 
 
+def compute_one(program) -> tuple[str, bool]:
+    """``--numerics``: a random program compiled as ``compile_one`` does and, where our
+    kernels compute its whole wrapper, run on CPU against float64 with the fuzzer's
+    tolerances (``fake_hopper.fuzz_program_on_cpu``): (status, whether a value was
+    wrong). A model program (several sizes, gradients) is compiled only."""
+    from fake_hopper import fuzz_program_on_cpu
+
+    if not hasattr(program, "run") or len({t.dtype for t in program.inputs("cpu").values()}) != 1:
+        return compile_one(program), False
+    _, bad = fuzz_program_on_cpu(program)
+    if bad is None:
+        return "ok (a Triton kernel stays in the wrapper: compiled, not run)", False
+    if bad:
+        return "WRONG " + "; ".join(description for _, description in bad.values()), True
+    return "ok, computed on CPU within tolerance", False
+
+
 def needs_a_gpu(exc: BaseException, trace: str) -> bool:
     """Whether ``exc`` is the CUDA runtime refusing a real operation (one the program
     runs on a device tensor while it is traced, such as a rotary table), raised outside
@@ -66,6 +91,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--first", type=int, default=0, help="index of the first program of each kind (default %(default)s)"
     )
+    ap.add_argument(
+        "--numerics",
+        action="store_true",
+        help="also run each random program our kernels compute whole through its wrapper on CPU, "
+        "against float64 (a value off its tolerance fails the sweep)",
+    )
     args = ap.parse_args(argv)
     os.environ["INDUCTOR_CUTEDSL_STRICT"] = "1"
     os.environ.setdefault("INDUCTOR_CUTEDSL_PERSIST_DECISIONS", "0")
@@ -77,11 +108,16 @@ def main(argv: list[str] | None = None) -> int:
 
     work = [fuzz.make_program(args.first + i) for i in range(args.programs)]
     work += [fuzz.make_model_program(args.first + i) for i in range(args.model_programs)]
-    crashed = []
+    crashed, wrong = [], []
     for program in work:
         t0 = time.perf_counter()
         try:
-            status = compile_one(program)
+            if args.numerics:
+                status, off = compute_one(program)
+                if off:
+                    wrong.append(program.label)
+            else:
+                status = compile_one(program)
         except Exception as exc:
             trace = traceback.format_exc()
             if needs_a_gpu(exc, trace):
@@ -92,8 +128,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{program.label}: {status} ({time.perf_counter() - t0:.1f} s)", flush=True)
     for label, trace in crashed:
         print(f"===== {label}\n{trace[-4000:]}")
-    print(f"torch {torch.__version__}: {len(work)} programs, {len(crashed)} crashed")
-    return 1 if crashed else 0
+    summary = f"torch {torch.__version__}: {len(work)} programs, {len(crashed)} crashed"
+    print(summary + (f", {len(wrong)} computed a wrong value" if args.numerics else ""))
+    return 1 if crashed or wrong else 0
 
 
 if __name__ == "__main__":

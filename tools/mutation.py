@@ -1,11 +1,11 @@
 """Targeted mutation run: plant known bugs in the package, one at a time, and check that the
 CPU tests meant to catch each one fail.
 
-Each bug is a small textual patch of one file of the package or of the benchmarks' harness
-(``old`` -> ``new``, ``old`` found exactly once). It is applied to a temporary copy of the
-repository (the checkout's tracked and unignored files, as they are now), the bug's test
-files run there with ``-x -q`` and a timeout, and the file is restored before the next bug:
-nothing is ever written to the checkout. A bug is *killed* when its tests fail (a timeout
+Each bug is a small textual patch of one file of the package, the benchmarks' harness or
+the tools (``old`` -> ``new``, ``old`` found exactly once). It is applied to a temporary
+copy of the repository (the checkout's tracked and unignored files, as they are now), the
+bug's test files run there with ``-x -q`` and a timeout, and the file is restored before the
+next bug: nothing is ever written to the checkout. A bug is *killed* when its tests fail (a timeout
 counts, marked as such), and *survives* when they pass.
 
 Before any bug, the tests of the selection run once on the unpatched copy: a kill only
@@ -1085,6 +1085,14 @@ BUGS = [
         "        return out.float().square().mean()",
         ("tests/test_models_suite.py",),
         "a training row's loss that the final norm fixes: every other gradient is rounding noise",
+    ),
+    Bug(
+        "numerics-sweep-ignores-wrong-values",
+        "tools/fake_compile_sweep.py",
+        "                if off:\n",
+        "                if False:\n",
+        ("tests/test_fake_compile_sweep.py",),
+        "the CPU sweep's --numerics reports a wrong value but passes",
     ),
     Bug(
         "fp8-accuracy-reference-drops-row-scales",
