@@ -60,14 +60,19 @@ def trainer(
     block, sample = models.make_block(family, size, seed=0)
     if reference:
         block = block.to(torch.float64)
+    dtype = next(block.parameters()).dtype
+    # The model suite's training loss (``models.ScalarLoss``), one that moves every weight:
+    # the output's projection on a fixed direction, of one eager output's shape.
+    with torch.no_grad():
+        shape = block(sample.to(dtype)).shape
+    direction = models.loss_direction(shape, sample.device, torch.promote_types(dtype, torch.float32))
     wrapped = wrap_model(block, wrap)
     compiled = wrapped if reference else models.compile_block(wrapped, MODE)
     opt = torch.optim.SGD(block.parameters(), lr=lr)
-    dtype = next(block.parameters()).dtype
 
     def step(x: torch.Tensor, grads: list[torch.Tensor] | None = None) -> torch.Tensor:
         out = compiled(x.to(dtype))
-        loss = widened(out).square().mean()
+        loss = (widened(out) * direction).sum()
         loss.backward()
         if grads is not None:
             grads.extend(widened(g).cpu() for g in full_tensors([p.grad for p in block.parameters()]))

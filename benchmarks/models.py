@@ -267,6 +267,17 @@ class Block(nn.Module):
         return x + self.mlp(self.norm2(x))
 
 
+def loss_direction(
+    shape: torch.Size, device: torch.device | str, dtype: torch.dtype = torch.float32, seed: int = 0
+) -> torch.Tensor:
+    """The fixed random direction a training loss projects a block's output on
+    (``ScalarLoss``): seeded, the same values in every dtype, of unit norm over the whole
+    output, so that the loss and its gradients keep the scale of one output element
+    whatever the token count."""
+    direction = torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return (direction / direction.norm()).to(device=device, dtype=dtype)
+
+
 class ScalarLoss(nn.Module):
     """A training step's loss over the block's output: its projection on a fixed random
     direction, one scalar to backpropagate.
@@ -280,11 +291,7 @@ class ScalarLoss(nn.Module):
     def __init__(self, block: nn.Module, shape: torch.Size, device: torch.device | str, seed: int = 0) -> None:
         super().__init__()
         self.block = block
-        g = torch.Generator().manual_seed(seed)
-        # Unit norm over the whole output: the loss and its gradients keep the scale of
-        # one output element, whatever the row's token count.
-        direction = torch.randn(shape, generator=g, dtype=torch.float32)
-        self.register_buffer("direction", (direction / direction.norm()).to(device))
+        self.register_buffer("direction", loss_direction(shape, device, seed=seed))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.block(x)

@@ -169,6 +169,34 @@ def test_distributed_benchmark_rows_take_each_rounds_slowest_rank():
     assert distributed.summarize_wrap("fsdp2", ranks, None)["kernels_built_twice"] == 1
 
 
+def test_distributed_trainer_steps_on_the_model_suites_loss(monkeypatch):
+    """A step's loss is the output's projection on ``models.loss_direction`` (one that moves
+    every weight), the same for the float64 reference as for the compiled run; the
+    gradients it hands back are those of that loss. On CPU, unwrapped and uncompiled."""
+    pytest.importorskip("transformers")  # a body ending in its final norm
+    real_make_block = models.make_block
+    monkeypatch.setattr(
+        models, "make_block", lambda f, s, seed=0: real_make_block(f, s, "cpu", torch.float32, scale=16, seed=seed)
+    )
+    monkeypatch.setattr(distributed, "wrap_model", lambda block, wrap: block)
+    monkeypatch.setattr(models, "compile_block", lambda block, mode: block)
+    runs = {}
+    for reference in (False, True):
+        block, sample, step = distributed.trainer("ddp", "hf-llama", "small", lr=0.0, reference=reference)
+        grads: list[torch.Tensor] = []
+        loss = step(sample, grads)
+        out = block(sample.to(next(block.parameters()).dtype)).double()
+        direction = models.loss_direction(out.shape, "cpu", torch.float64)
+        assert loss.item() == pytest.approx((out * direction).sum().item(), rel=1e-5, abs=1e-7)
+        runs[reference] = grads
+    (fp32, fp64) = runs[False], runs[True]
+    assert len(fp32) == len(fp64) == len(list(block.parameters()))
+    # Every gradient is a real quantity (float32 against float64), not rounding noise.
+    assert all(
+        torch.linalg.norm(a.double() - b) <= 1e-3 * torch.linalg.norm(b) for a, b in zip(fp32, fp64, strict=True)
+    )
+
+
 def test_distributed_benchmark_says_it_needs_a_gpu(capsys):
     if torch.cuda.is_available():
         pytest.skip("has a GPU")

@@ -74,6 +74,18 @@ def test_the_training_loss_depends_on_every_weight(family):
     assert again.item() == loss.item()
 
 
+def test_the_loss_direction_is_fixed_of_unit_norm_and_the_same_in_every_dtype():
+    """The direction a training loss projects on (also the distributed benchmark's, whose
+    float64 reference must project on the same values as the compiled run)."""
+    d32 = models.loss_direction((3, 5, 7), "cpu")
+    d64 = models.loss_direction((3, 5, 7), "cpu", torch.float64)
+    assert d32.dtype == torch.float32 and d64.dtype == torch.float64 and d32.shape == (3, 5, 7)
+    assert torch.equal(d32, d64.float()) and abs(d64.norm().item() - 1.0) < 1e-12
+    assert torch.equal(models.loss_direction((3, 5, 7), "cpu"), d32)
+    assert not torch.equal(models.loss_direction((3, 5, 7), "cpu", seed=1), d32)
+    assert 0.3 < (d64 > 0).double().mean().item() < 0.7
+
+
 def test_families_are_written_as_their_models_are():
     def linears(family):
         block, _ = models.make_block(family, "small", device="cpu", dtype=torch.float32, scale=TINY)

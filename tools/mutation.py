@@ -1087,6 +1087,14 @@ BUGS = [
         "a training row's loss that the final norm fixes: every other gradient is rounding noise",
     ),
     Bug(
+        "distributed-loss-is-the-output-norm",
+        "benchmarks/distributed.py",
+        "        loss = (widened(out) * direction).sum()",
+        "        loss = widened(out).square().mean()",
+        ("tests/test_benchmarks.py",),
+        "the distributed benchmark's loss fixed by the final norm: its gradients are rounding noise",
+    ),
+    Bug(
         "numerics-sweep-ignores-wrong-values",
         "tools/fake_compile_sweep.py",
         "                if off:\n",
