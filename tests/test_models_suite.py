@@ -55,9 +55,9 @@ def test_block_runs_forward_and_backward(family):
 def test_the_training_loss_depends_on_every_weight(family):
     """A training row's gradients are real quantities, not rounding noise: in float64, the
     loss moves with every Linear's weight and with the input, not only with the last norm's
-    weight. A loss that
-    only the final normalisation fixes (``mean(out**2)`` over a body ending in its final
-    RMSNorm) makes every other gradient zero in exact arithmetic (relative size ~1e-9)."""
+    weight. A loss that only the final normalisation fixes (``mean(out**2)`` over a body
+    ending in its final RMSNorm) makes every other gradient zero in exact arithmetic
+    (relative size ~1e-9)."""
     if family.startswith("hf-"):
         pytest.importorskip("transformers")
     block, x = models.make_block(family, "small", device="cpu", dtype=torch.float64, scale=TINY)
