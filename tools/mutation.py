@@ -18,7 +18,9 @@ means something if they pass there.
     python tools/mutation.py --gpu        # on a machine with an sm_90 GPU: the gpu_only bugs too
 
 Bugs marked ``gpu_only`` change what only a GPU shows (the kernel's own code, DSL types);
-their tests are the GPU tests that catch them, and a CPU run lists them as not run.
+their tests are the GPU tests that catch them, and a CPU run lists them as not run. Bugs
+with ``torch_before`` are ones only older torch releases can show (a newer one does the
+same itself): under a newer torch they are listed as not run.
 """
 
 from __future__ import annotations
@@ -54,6 +56,17 @@ class Bug:
     #: A bug in the cache itself may write entries that mislead later runs: it gets a
     #: kernel cache of its own.
     own_cache: bool = False
+    #: (major, minor): a bug that only releases of torch before this one can show (a later
+    #: one does the same thing itself); on those it is listed as not run.
+    torch_before: tuple[int, int] | None = None
+
+
+def torch_release() -> tuple[int, int]:
+    """The (major, minor) release of the torch the tests run on (this interpreter's)."""
+    from importlib.metadata import version
+
+    major, minor = version("torch").split(".")[:2]
+    return int(major), int(minor)
 
 
 VALUES = "tests/test_epilogue_values.py"
@@ -596,6 +609,8 @@ BUGS = [
         "from . import native\nimport cutlass.cute  # noqa: F401\n",
         ("tests/test_import_time.py",),
         "the compiling process imports the DSL with our launch module",
+        # From 2.14 on, Inductor's own CUDA scheduling imports the DSL in that process.
+        torch_before=(2, 14),
     ),
     Bug(
         "triton-pruned-without-our-candidates",
@@ -1344,7 +1359,10 @@ def main(argv: list[str] | None = None) -> int:
         for bug in selected:
             print(f"{bug.name:40} {bug.path:50} {' '.join(bug.tests)}{'  (gpu only)' if bug.gpu_only else ''}")
         return 0
-    to_run = [b for b in selected if args.gpu or not b.gpu_only]
+    release = torch_release()
+    to_run = [
+        b for b in selected if (args.gpu or not b.gpu_only) and (b.torch_before is None or release < b.torch_before)
+    ]
     skipped = [b for b in selected if b not in to_run]
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
 
@@ -1379,7 +1397,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{'bug':{width}}  {'file':34}  {'result':17}  {'seconds':>7}  first failing test")
     for bug in selected:
         if bug in skipped:
-            print(f"{bug.name:{width}}  {bug.path.removeprefix('inductor_cutedsl/'):34}  {'gpu only, not run':17}")
+            why = (
+                "gpu only, not run"
+                if bug.gpu_only and not args.gpu
+                else f"torch<{'.'.join(map(str, bug.torch_before))} only"
+            )
+            print(f"{bug.name:{width}}  {bug.path.removeprefix('inductor_cutedsl/'):34}  {why:17}")
             continue
         result, secs, out = results[bug.name]
         print(
@@ -1389,9 +1412,12 @@ def main(argv: list[str] | None = None) -> int:
     killed = [b for b in to_run if results[b.name][0].startswith("killed")]
     failed = [b for b in to_run if not results[b.name][0].startswith("killed")]
     rate = 100.0 * len(killed) / len(to_run) if to_run else 100.0
+    gpu_skipped = [b for b in skipped if b.gpu_only and not args.gpu]
+    old_torch = [b for b in skipped if b not in gpu_skipped]
     print(
         f"\nkill rate: {len(killed)}/{len(to_run)} ({rate:.0f}%)"
-        + (f"; {len(skipped)} gpu-only bugs not run (--gpu runs them)" if skipped else "")
+        + (f"; {len(gpu_skipped)} gpu-only bugs not run (--gpu runs them)" if gpu_skipped else "")
+        + (f"; {len(old_torch)} not run on torch {'.'.join(map(str, release))}" if old_torch else "")
     )
     for bug in failed:
         print(f"\n{bug.name} {results[bug.name][0]} ({bug.what or bug.path}); its tests said:\n{results[bug.name][2]}")
