@@ -14,15 +14,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import config
-from ..runtime.spec import KernelSpec
+from ..runtime.spec import GEMM_OPERANDS, KernelSpec
 
 #: How an epilogue tensor operand (or the output) is addressed: element (m, n, l) at
 #: offset + strides . (m, n, l), in elements of the tensor passed at launch.
 View = tuple[tuple[int, int, int], int]
-
-#: The kernel function's parameters that are GEMM operands (A, B, a dual kernel's up
-#: weight): those the generated call may pass as their storage buffers (``bound_layouts``).
-GEMM_OPERANDS = ("a", "b", "b_up")
 
 
 @dataclasses.dataclass(frozen=True)

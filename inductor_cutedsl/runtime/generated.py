@@ -43,15 +43,13 @@ from ..kernels.epilogue import Epilogue, EpilogueOperand
 from . import artifacts, reference
 from .compiler import build
 from .launch import default_cache, get_gemm, is_loaded
-from .spec import ALIGNMENT, KernelSpec
+from .spec import ALIGNMENT, GEMM_OPERANDS, KernelSpec
 from .support import OUT_DTYPES, declaration_reason, declared_args
 
 __all__ = ["launcher", "precompile", "KernelSpec", "GemmConfig", "Epilogue", "EpilogueOperand"]
 
 #: A GEMM operand's fixed (sizes, strides), read from the start of the tensor passed.
 Layout = tuple[tuple[int, ...], tuple[int, ...]]
-#: The launch arguments that are GEMM operands, which a ``layouts`` entry may name.
-OPERANDS = ("a", "b", "b_up")
 
 log = logging.getLogger("inductor_cutedsl.launch")
 
@@ -88,8 +86,8 @@ def launcher(
     (``_worker_compile_pycodecache_kernel``), and the parent imports it again to run it.
     A load there would start a CUDA context in every such worker."""
     layouts = dict(layouts or {})
-    if set(layouts) - set(OPERANDS):
-        raise ValueError(f"layouts name {sorted(set(layouts) - set(OPERANDS))}, not GEMM operands {OPERANDS}")
+    if set(layouts) - set(GEMM_OPERANDS):
+        raise ValueError(f"layouts name {sorted(set(layouts) - set(GEMM_OPERANDS))}, not GEMM operands {GEMM_OPERANDS}")
     if scope is None:
         return _launcher(spec, scalars, views, out_view, get_gemm(spec), programmatic, layouts)
     if environment.in_a_compile_worker():

@@ -15,6 +15,10 @@ from ..kernels.epilogue import Epilogue, EpilogueOperand
 
 # Bytes every TMA base pointer and leading stride is compiled to assume.
 ALIGNMENT = 16
+#: The launch parameters that are GEMM operands (A, B, a dual kernel's up weight): those a
+#: generated call may pass as their storage buffers, read through fixed layouts
+#: (``generated.launcher``'s ``layouts``).
+GEMM_OPERANDS = ("a", "b", "b_up")
 KERNEL_DIR = Path(__file__).resolve().parent.parent / "kernels"
 
 
