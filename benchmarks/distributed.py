@@ -62,10 +62,8 @@ def trainer(
         block = block.to(torch.float64)
     dtype = next(block.parameters()).dtype
     # The model suite's training loss (``models.ScalarLoss``), one that moves every weight:
-    # the output's projection on a fixed direction, of one eager output's shape.
-    with torch.no_grad():
-        shape = block(sample.to(dtype)).shape
-    direction = models.loss_direction(shape, sample.device, torch.promote_types(dtype, torch.float32))
+    # the output's projection on a fixed direction.
+    direction = models.output_direction(block, sample.to(dtype), torch.promote_types(dtype, torch.float32))
     wrapped = wrap_model(block, wrap)
     compiled = wrapped if reference else models.compile_block(wrapped, MODE)
     opt = torch.optim.SGD(block.parameters(), lr=lr)

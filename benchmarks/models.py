@@ -278,6 +278,13 @@ def loss_direction(
     return (direction / direction.norm()).to(device=device, dtype=dtype)
 
 
+def output_direction(block: nn.Module, x: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """``loss_direction`` in the shape of the block's output on ``x`` (one eager call)."""
+    with torch.no_grad():
+        shape = block(x).shape
+    return loss_direction(shape, x.device, dtype)
+
+
 class ScalarLoss(nn.Module):
     """A training step's loss over the block's output: its projection on a fixed random
     direction, one scalar to backpropagate.
@@ -288,10 +295,10 @@ class ScalarLoss(nn.Module):
     is zero in exact arithmetic and any bf16 compile returns rounding noise for it, which
     no accuracy check can judge. A random direction makes each gradient a real quantity."""
 
-    def __init__(self, block: nn.Module, shape: torch.Size, device: torch.device | str, seed: int = 0) -> None:
+    def __init__(self, block: nn.Module, direction: torch.Tensor) -> None:
         super().__init__()
         self.block = block
-        self.register_buffer("direction", loss_direction(shape, device, seed=seed))
+        self.register_buffer("direction", direction)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.block(x)
@@ -368,11 +375,7 @@ def describe(bid: BlockId, scale: int = 1) -> dict:
 def target_of(block: nn.Module, run: str, x: torch.Tensor) -> nn.Module:
     """What is compiled: the block, or for a training step the block with its loss (whose
     direction takes the shape of one eager output)."""
-    if run == "inference":
-        return block
-    with torch.no_grad():
-        shape = block(x).shape
-    return ScalarLoss(block, shape, x.device)
+    return block if run == "inference" else ScalarLoss(block, output_direction(block, x))
 
 
 def make_step(
