@@ -5,8 +5,8 @@ Each bug is a small textual patch of one file of the package, the benchmarks' ha
 the tools (``old`` -> ``new``, ``old`` found exactly once). It is applied to a temporary
 copy of the repository (the checkout's tracked and unignored files, as they are now), the
 bug's test files run there with ``-x -q`` and a timeout, and the file is restored before the
-next bug: nothing is ever written to the checkout. A bug is *killed* when its tests fail (a timeout
-counts, marked as such), and *survives* when they pass.
+next bug: nothing is ever written to the checkout. A bug is *killed* when its tests fail (a
+timeout counts, marked as such), and *survives* when they pass.
 
 Before any bug, the tests of the selection run once on the unpatched copy: a kill only
 means something if they pass there.
@@ -67,6 +67,20 @@ def torch_release() -> tuple[int, int]:
 
     major, minor = version("torch").split(".")[:2]
     return int(major), int(minor)
+
+
+#: What a run without ``--gpu`` says of a gpu_only bug.
+GPU_ONLY = "gpu only, not run"
+
+
+def not_run_reason(bug: Bug, gpu: bool, release: tuple[int, int]) -> str | None:
+    """Why ``bug`` is not run here (``gpu``: the gpu_only bugs are; ``release``: the torch
+    the tests run on), or None where it is."""
+    if bug.gpu_only and not gpu:
+        return GPU_ONLY
+    if bug.torch_before is not None and release >= bug.torch_before:
+        return f"torch<{'.'.join(map(str, bug.torch_before))} only"
+    return None
 
 
 VALUES = "tests/test_epilogue_values.py"
@@ -1360,10 +1374,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{bug.name:40} {bug.path:50} {' '.join(bug.tests)}{'  (gpu only)' if bug.gpu_only else ''}")
         return 0
     release = torch_release()
-    to_run = [
-        b for b in selected if (args.gpu or not b.gpu_only) and (b.torch_before is None or release < b.torch_before)
-    ]
-    skipped = [b for b in selected if b not in to_run]
+    skipped = {b.name: why for b in selected if (why := not_run_reason(b, args.gpu, release)) is not None}
+    to_run = [b for b in selected if b.name not in skipped]
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
 
     with tempfile.TemporaryDirectory(prefix="mutation_") as tmp:
@@ -1396,13 +1408,8 @@ def main(argv: list[str] | None = None) -> int:
     width = max(len(b.name) for b in selected)
     print(f"\n{'bug':{width}}  {'file':34}  {'result':17}  {'seconds':>7}  first failing test")
     for bug in selected:
-        if bug in skipped:
-            why = (
-                "gpu only, not run"
-                if bug.gpu_only and not args.gpu
-                else f"torch<{'.'.join(map(str, bug.torch_before))} only"
-            )
-            print(f"{bug.name:{width}}  {bug.path.removeprefix('inductor_cutedsl/'):34}  {why:17}")
+        if bug.name in skipped:
+            print(f"{bug.name:{width}}  {bug.path.removeprefix('inductor_cutedsl/'):34}  {skipped[bug.name]:17}")
             continue
         result, secs, out = results[bug.name]
         print(
@@ -1412,12 +1419,15 @@ def main(argv: list[str] | None = None) -> int:
     killed = [b for b in to_run if results[b.name][0].startswith("killed")]
     failed = [b for b in to_run if not results[b.name][0].startswith("killed")]
     rate = 100.0 * len(killed) / len(to_run) if to_run else 100.0
-    gpu_skipped = [b for b in skipped if b.gpu_only and not args.gpu]
-    old_torch = [b for b in skipped if b not in gpu_skipped]
+    gpu_skipped = sum(why == GPU_ONLY for why in skipped.values())
     print(
         f"\nkill rate: {len(killed)}/{len(to_run)} ({rate:.0f}%)"
-        + (f"; {len(gpu_skipped)} gpu-only bugs not run (--gpu runs them)" if gpu_skipped else "")
-        + (f"; {len(old_torch)} not run on torch {'.'.join(map(str, release))}" if old_torch else "")
+        + (f"; {gpu_skipped} gpu-only bugs not run (--gpu runs them)" if gpu_skipped else "")
+        + (
+            f"; {len(skipped) - gpu_skipped} not run on torch {'.'.join(map(str, release))}"
+            if len(skipped) > gpu_skipped
+            else ""
+        )
     )
     for bug in failed:
         print(f"\n{bug.name} {results[bug.name][0]} ({bug.what or bug.path}); its tests said:\n{results[bug.name][2]}")
