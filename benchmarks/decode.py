@@ -60,6 +60,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import statistics
@@ -462,9 +463,10 @@ def measure(
         row["gemm_bandwidth_note"] = "one row: Inductor decomposes mm into a reduction, no GEMM kernels to time"
     row["gpu_us"] = {side: prof[side]["us"] for side in sides}
     row["decode_speedup_bound"] = speedup_bound(row, copy_bps)
-    flush = l2_flush(probe, device)
+    # Built once, where a copy floor or the sites need it (not at one row without sites).
+    flush = functools.cache(lambda: l2_flush(probe, device))
     if batch > 1:  # (at one row the GEMM kernels cover part of the bytes: no fraction)
-        floor = copy_floor(model, batch, probe, flush, device)
+        floor = copy_floor(model, batch, probe, flush(), device)
         floor_us = sum(floor[s.gemm_bytes(batch)] * len(s.modules) for s in linear_sites(model))
         row["copy_floor_us"] = round(floor_us, 2)
         row["copy_floor_fraction"] = round(nbytes / (floor_us / 1e6) / copy_bps, 4) if floor_us else None
@@ -474,7 +476,7 @@ def measure(
             row["decode_speedup_copy_floor_bound"] = round(gpu / (gpu - gemm + min(gemm, floor_us)), 4)
     if sites:
         row["gemm_sites"] = [
-            measure_site(s, batch, probe, copy_bps, flush, device=device, compile_fn=compile_fn)
+            measure_site(s, batch, probe, copy_bps, flush(), device=device, compile_fn=compile_fn)
             for s in linear_sites(model)
         ]
     return row
