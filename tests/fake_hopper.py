@@ -279,6 +279,15 @@ def run_on_cpu(code: str, inputs: list) -> list:
         return list(scope["call"](list(inputs)))
 
 
+def traced_function(program: Any, names: list[str]) -> Callable:
+    """A fuzz program (``benchmarks.fuzz``) as a function of its inputs in ``names``
+    order, with one named parameter each (FX cannot trace ``*args`` into a dict)."""
+    params = ", ".join(f"a{j}" for j in range(len(names)))
+    scope = {"program": program, "names": names}
+    exec(f"def run({params}):\n    return program.forward(dict(zip(names, ({params},))))", scope)
+    return scope["run"]
+
+
 def fuzz_program_on_cpu(p: Any) -> tuple[str, dict | None]:
     """A random program of the fuzz (``benchmarks.fuzz.make_program``) generated for the
     faked H200 with its backends, then run through its whole wrapper on CPU
@@ -289,9 +298,7 @@ def fuzz_program_on_cpu(p: Any) -> tuple[str, dict | None]:
 
     t = p.inputs("cpu")
     names = sorted(t)
-    params = ", ".join(f"t{i}" for i in range(len(names)))
-    # Positional parameters, as Inductor's symbolic trace of the function needs.
-    fn = eval(f"lambda {params}: p.run(dict(zip(names, ({params},))))", {"p": p, "names": names})
+    fn = traced_function(p, names)
     code = generated_code(fn, *[tuple(t[n].shape) for n in names], dtype=t[names[0]].dtype, backends=p.backends)
     if "@triton.jit" in code:
         return code, None

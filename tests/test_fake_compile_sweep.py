@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fake_hopper
 import torch
 
 from benchmarks import fuzz
@@ -14,7 +15,7 @@ def test_the_traced_function_passes_each_input_by_its_name():
     program = fuzz.make_program(0)
     inputs = program.inputs("cpu")
     names = sorted(inputs)
-    run = sweep.traced_function(program, names)
+    run = fake_hopper.traced_function(program, names)
     expected = program.forward(inputs)
     got = run(*(inputs[n] for n in names))
     assert len(got) == len(expected)
@@ -39,8 +40,6 @@ def test_programs_with_inputs_of_several_dtypes_are_skipped():
 def test_numerics_reports_a_wrong_value_and_fails_the_sweep(monkeypatch, capsys):
     """``--numerics``: a program whose wrapper computes a value off float64 is reported
     and fails the sweep; one that keeps a Triton kernel is compiled, not judged."""
-    import fake_hopper
-
     monkeypatch.setenv("INDUCTOR_CUTEDSL_STRICT", "0")  # main sets it: restored after the test
     monkeypatch.setenv("INDUCTOR_CUTEDSL_PERSIST_DECISIONS", "0")
     answers = iter([("code", {(None, 0, 0): (1.0, "value 0: rel err 1.0")}), ("code", None), ("code", {})])

@@ -37,18 +37,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def traced_function(program, names: list[str]):
-    """``program`` as a function of its inputs in ``names`` order, with one named
-    parameter each (FX cannot trace ``*args`` into a dict)."""
-    params = ", ".join(f"a{j}" for j in range(len(names)))
-    scope = {"program": program, "names": names}
-    exec(f"def run({params}):\n    return program.forward(dict(zip(names, ({params},))))", scope)
-    return scope["run"]
-
-
 def compile_one(program) -> str:
     """ "ok", "skipped: ..." or raises."""
-    from fake_hopper import generation
+    from fake_hopper import generation, traced_function
 
     inputs = program.inputs("cpu")
     names = sorted(inputs)
