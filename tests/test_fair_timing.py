@@ -127,6 +127,41 @@ def test_aten_is_re_timed_even_well_behind_in_inductors_pass():
     assert fair_timing.rescale(slow, run_fn)[cublas] == slow[cublas] and "mm" not in measured
 
 
+def template(name: str):
+    """A Triton template choice as the autotuner sees it."""
+    from torch._inductor.select_algorithm import TritonTemplateCaller
+
+    caller = TritonTemplateCaller.__new__(TritonTemplateCaller)
+    caller.name = name
+    return caller
+
+
+def test_a_triton_template_anchors_the_scale_inductors_fusion_benchmark_reads():
+    """A 256x8960x1536 autotuning of a Qwen2-class training step: Inductor's pass read the
+    templates 1.4x and cuBLAS 2.9x above their replays. The fastest template side by side
+    keeps its own figure and cuBLAS reads its side-by-side ratio to it, so the unfused way
+    Inductor's epilogue benchmark weighs (the fastest choice's figure plus the epilogue's)
+    is on the scale of the fused template it times. Anchored at cuBLAS instead, cuBLAS read
+    0.0386 ms, the template's figure."""
+    t1, t2, cublas, mine = template("t1"), template("t2"), aten("mm"), ours("a")
+    timings = {t1: 0.0386, t2: 0.0437, cublas: 0.0511, mine: 0.0298}
+    run_fn, measured = steady_runs({t1: 0.0276, t2: 0.0318, cublas: 0.0176, mine: 0.0232})
+    out = fair_timing.rescale(timings, run_fn)
+    assert set(measured) == {"t1", "t2", "mm", "a"}
+    assert out[t1] == pytest.approx(0.0386)
+    assert out[t2] == pytest.approx(0.0386 * 0.0318 / 0.0276)
+    assert out[cublas] == pytest.approx(0.0386 * 0.0176 / 0.0276)
+    assert out[mine] == pytest.approx(0.0386 * 0.0232 / 0.0276)
+    assert min(out, key=out.get) is cublas
+    # The template that anchors is the fastest side by side, not the fastest in the pass.
+    timings = {t1: 0.0386, t2: 0.0400, cublas: 0.0511, mine: 0.0298}
+    run_fn, _ = steady_runs({t1: 0.0300, t2: 0.0280, cublas: 0.0176, mine: 0.0232})
+    out = fair_timing.rescale(timings, run_fn)
+    assert out[t2] == pytest.approx(0.0400)
+    assert out[t1] == pytest.approx(0.0400 * 0.0300 / 0.0280)
+    assert out[cublas] == pytest.approx(0.0400 * 0.0176 / 0.0280)
+
+
 def test_short_gemms_get_short_measurements_and_a_wider_net():
     """A GEMM of a few microseconds: Inductor's figures are mostly overhead, so choices
     within a few microseconds of the fastest are re-timed, each measured briefly."""

@@ -446,6 +446,14 @@ BUGS = [
         "a choice with a short launch path but slower kernel loses to cuBLASLt's longer launch",
     ),
     Bug(
+        "fair-timing-anchored-at-the-fastest",
+        "inductor_cutedsl/lowering/fair_timing.py",
+        "    if templates:\n",
+        "    if templates and False:\n",
+        ("tests/test_fair_timing.py",),
+        "cuBLAS takes the fastest template's figure: Inductor's epilogue benchmark then fuses into a slower template",
+    ),
+    Bug(
         "impure-launch-timing-kept",
         "inductor_cutedsl/timing.py",
         "        pure = not slept.query()\n",

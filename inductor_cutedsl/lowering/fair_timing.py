@@ -13,11 +13,18 @@ fastest other, at most ``OTHERS``) and the fastest ATen choice even well behind
 (within ``ATEN_FAR``), in interleaved rounds. ATen so: Inductor's pass times its host
 launch path too (see below), which on a GEMM of a few tens of microseconds can read
 cuBLAS far slower than it runs (docs/findings.md), and a choice never re-timed
-cannot win. The re-timed choices then take the side-by-side ratios, anchored at the
-fastest other's time: the fastest of them side by side reads that time. Our other
-candidates keep their order among themselves (one factor for all of ours), but for a
-stream-K one under CUDA graphs, re-timed too (``_replayed_lighter``); others not
-re-timed keep Inductor's times, which are slower than the anchor.
+cannot win. The re-timed choices then take the side-by-side ratios to one of them, the
+anchor, which keeps Inductor's figure: the fastest Triton template side by side where
+one was re-timed, else the fastest choice side by side, which reads the fastest other's
+figure. A Triton template, because Inductor's epilogue-fusion benchmark times a fused
+template as its pass timed the unfused ones and compares it with the fastest choice's
+figure plus the epilogue kernel's; anchored at the fastest choice, a cuBLAS GEMM that
+ran in two thirds of the fastest template's time took that template's figure, the
+unfused way read slow, and a fused template twice as slow as cuBLAS and the epilogue
+kernel together won (docs/findings.md, Fused epilogues). Our other candidates keep
+their order among themselves (one factor for all of ours), but for a stream-K one under
+CUDA graphs, re-timed too (``_replayed_lighter``); others not re-timed keep Inductor's
+times.
 
 Side by side, each runs as a CUDA graph replay of its benchmark run function, timed
 by do_bench's median. Inductor's benchmarker would time the host too: it records its
@@ -57,7 +64,7 @@ from typing import Any
 import torch
 
 from .. import config
-from ..compat import autotune, settings
+from ..compat import autotune, ir_access, settings
 from ..errors import fallback
 from ..timing import enqueue_each_ms, measure_ms, rotations, side_by_side
 from .template import GemmCaller
@@ -132,8 +139,8 @@ def _rescale(timings: dict[Any, float], run_fn: Callable[[Any], Callable[[], Any
         stats["measure_s"] += time.perf_counter() - t0
     host = launch_charges(makers, side)
     paced = {i: side[i] + host.get(i, 0.0) for i in side}
-    anchor = min(paced[i] for i in range(len(close)))
-    retimed = {c: best * paced[i] / anchor for i, c in enumerate(contenders)}
+    anchor, level = _anchor(close, paced, others)
+    retimed = {c: level * paced[i] / paced[anchor] for i, c in enumerate(contenders)}
     scale = retimed[mine] / ours[mine]
     decisions.append(
         {
@@ -155,6 +162,17 @@ def _rescale(timings: dict[Any, float], run_fn: Callable[[Any], Callable[[], Any
     out = {c: t * scale if c in ours else t for c, t in timings.items()}
     out.update({c: retimed[c] for c in (*close, *replayed)})
     return out
+
+
+def _anchor(close: list, paced: dict[int, float], others: dict[Any, float]) -> tuple[int, float]:
+    """(the index in ``close`` of the re-timed choice the others are scaled to, the time
+    it keeps): the fastest Triton template side by side (``paced``) at its own figure in
+    Inductor's pass, else the fastest choice at the fastest other's figure (module doc)."""
+    templates = [i for i, c in enumerate(close) if ir_access.is_triton_template_caller(c)]
+    if templates:
+        i = min(templates, key=paced.__getitem__)
+        return i, others[close[i]]
+    return min(range(len(close)), key=paced.__getitem__), min(others.values())
 
 
 def host_paced() -> bool:
