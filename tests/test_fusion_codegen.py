@@ -432,8 +432,15 @@ def test_a_host_paced_way_is_not_replayed_under_cuda_graphs(tmp_path):
         ("a bias row, cuBLAS faster by less", lambda x, w, b: torch.relu(x @ w.t() + b), (0.0108, 0.0104, 0.12), True),
         # A Triton template takes the epilogue behind its own GEMM: no kernel's cost added.
         ("Triton fuses, a bias row", lambda x, w, b: torch.relu(x @ w.t() + b), (0.0108, 0.12, 0.0109), False),
+        # Ours clearly fastest, but the chain quantizes to an 8-bit output: measured.
+        (
+            "an e4m3 output, a bias row",
+            lambda x, w, b: ((x @ w.t() + b) * 2).clamp(-448, 448).to(torch.float8_e4m3fn),
+            (0.100, 0.105, 0.12),
+            False,
+        ),
     ],
-    ids=["clear", "mxn-input", "close", "triton-faster", "separate-costs-more", "triton-fuses"],
+    ids=["clear", "mxn-input", "close", "triton-faster", "separate-costs-more", "triton-fuses", "fp8-output"],
 )
 def test_a_clear_call_is_decided_fused_without_measuring(what, fn, timing, clear, caplog):
     """Where ours autotuned clearly fastest and the chain reads no M x N input, fused

@@ -431,6 +431,14 @@ BUGS = [
         "an epilogue reading an M x N input decided fused without measuring",
     ),
     Bug(
+        "fp8-output-is-a-clear-call",
+        "inductor_cutedsl/scheduler/selection.py",
+        "get_dtype().itemsize < 2 for name in tr.outputs",
+        "get_dtype().itemsize < 1 for name in tr.outputs",
+        ("tests/test_fusion_codegen.py",),
+        "a quantizing epilogue is fused into our kernel unmeasured, where cuBLAS and a separate kernel ran faster",
+    ),
+    Bug(
         "clear-call-without-margin",
         "inductor_cutedsl/scheduler/selection.py",
         "timings[caller] <= CLEAR_MARGIN * min(least)",

@@ -220,8 +220,12 @@ def separate_floor_ms(buffer: Any, tr: Translation) -> float:
 
 def may_be_clear(tr: Translation) -> bool:
     """Whether a chain can be a clear call (``clear_call``) for some timings: the part of
-    the rule that reads no timings."""
+    the rule that reads no timings. A chain writing an 8-bit output never is: its
+    quantizing epilogue is more than a few register operations to our kernel, which fused
+    ran slower than cuBLAS and a separate kernel together (docs/findings.md, fp8)."""
     if config.measure_clear_calls or tr.kept:
+        return False
+    if any(V.graph.get_buffer(name).get_dtype().itemsize < 2 for name in tr.outputs):
         return False
     return not any(_reads_m_by_n(op) for op in tr.operands)
 
