@@ -31,12 +31,11 @@ from collections.abc import Callable, Iterable
 import torch
 
 from . import models
-from .harness import run_info, write_json
+from .harness import BACKENDS, run_info, write_json
 
 WORLD = 2
 WRAPS = ("ddp", "fsdp2")
 MODE = "max-autotune-no-cudagraphs"
-BACKENDS = ("stock", "ours")
 
 
 def wrap_model(block: torch.nn.Module, wrap: str) -> torch.nn.Module:

@@ -21,7 +21,16 @@ from inductor_cutedsl.install import reenabled
 from inductor_cutedsl.scheduler import scheduling, selection
 
 from .gemm import SHAPES
-from .harness import geomean, graphed, rel_err, run_info, side_by_side, stock_on_torch_ptxas, write_json
+from .harness import (
+    BACKENDS,
+    geomean,
+    graphed,
+    rel_err,
+    run_info,
+    side_by_side,
+    stock_on_torch_ptxas,
+    write_json,
+)
 
 PATTERNS = {
     "addmm_gelu_tanh": (
@@ -45,6 +54,7 @@ PATTERNS = {
     ),
 }
 TOLERANCE = 2e-2
+COMPILE_FIRST_HELP = "which side compiles first in each case (default stock; see measure_case)"
 
 
 def _bf16(*shape: int, scale: float = 1.0) -> torch.Tensor:
@@ -61,7 +71,7 @@ def _compile_and_run(fn, args, ours: bool):
         return compiled, compiled(*args)
 
 
-def run_case(name: str, m: int, n: int, k: int) -> dict:
+def run_case(name: str, m: int, n: int, k: int, first: str = "stock") -> dict:
     fn, make = PATTERNS[name]
     args = make(m, n, k)
     x, w = args[:2]
@@ -73,21 +83,23 @@ def run_case(name: str, m: int, n: int, k: int) -> dict:
             out.addmm_(args[2], args[3].t())
         return out
 
-    return measure_case(name, (m, n, k), fn, args, gemm_alone)
+    return measure_case(name, (m, n, k), fn, args, gemm_alone, first=first)
 
 
-def measure_case(name: str, shape, fn, args, gemm_alone, tolerance: float = TOLERANCE) -> dict:
+def measure_case(name: str, shape, fn, args, gemm_alone, tolerance: float = TOLERANCE, first: str = "stock") -> dict:
     """Eager, stock max-autotune and ours of ``fn(*args)``, each checked against eager
     within ``tolerance`` and timed side by side, with ``gemm_alone`` (the pattern's
-    GEMM by cuBLAS) for the free-epilogue bound."""
+    GEMM by cuBLAS) for the free-epilogue bound. ``first`` compiles first: rows whose two
+    sides ran the same kernels have read slower for the side compiled second (NOTES.md),
+    and the row records the order (``compiled_first``)."""
     m, n, k = shape
     torch.compiler.reset()  # the previous case's graphs; never between stock and ours (compile_options)
     with torch.no_grad():
         ref = fn(*args)
         compiled = {}
         fused_before, decided_before = len(scheduling.fused_epilogues), len(selection.decisions)
-        for label, ours in (("stock", False), ("ours", True)):
-            compiled[label], out = _compile_and_run(fn, args, ours)
+        for label in sorted(BACKENDS, key=lambda b: b != first):
+            compiled[label], out = _compile_and_run(fn, args, label == "ours")
             err = rel_err(out, ref)
             if not err < tolerance:
                 raise AssertionError(f"{name} {m}x{n}x{k} {label}: rel err {err:.3e} vs eager")
@@ -110,6 +122,7 @@ def measure_case(name: str, shape, fn, args, gemm_alone, tolerance: float = TOLE
     return {
         "pattern": name,
         "shape": [m, n, k],
+        "compiled_first": first,
         "eager_ms": round(times["eager"], 4),
         "stock_ms": round(times["stock"], 4),
         "ours_ms": round(times["ours"], 4),
@@ -131,6 +144,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--shapes", default=None, help="indices into the shape list, e.g. 0,3 (default: all)")
     ap.add_argument("--sizes", default=None, help="MxNxK,... instead of the shape list")
     ap.add_argument("--patterns", default=",".join(PATTERNS), help="comma-separated (default %(default)s)")
+    ap.add_argument("--compile-first", choices=BACKENDS, default="stock", help=COMPILE_FIRST_HELP)
     args = ap.parse_args(argv)
     shapes = SHAPES if args.shapes is None else [SHAPES[int(i)] for i in args.shapes.split(",")]
     if args.sizes:
@@ -139,7 +153,7 @@ def main(argv: list[str] | None = None) -> dict:
     rows: list[dict] = []
     for name in args.patterns.split(","):
         for m, n, k in shapes:
-            row = run_case(name, m, n, k)
+            row = run_case(name, m, n, k, args.compile_first)
             rows.append(row)
             fused = "; ".join(",".join(ops) for ops in row["fused_into_cutedsl"]) or "-"
             fused += "".join(f" [{d['way']}: {d['ms']} {d['configs']}]" for d in row["selection"])

@@ -54,7 +54,17 @@ from inductor_cutedsl.runtime.compiler import build_many
 from inductor_cutedsl.runtime.launch import default_cache
 from inductor_cutedsl.timing import bench
 
-from .harness import geomean, graphed, rel_err, run_info, side_by_side, stock_on_torch_ptxas, write_json
+from .epilogue import COMPILE_FIRST_HELP, TOLERANCE, measure_case
+from .harness import (
+    BACKENDS,
+    geomean,
+    graphed,
+    rel_err,
+    run_info,
+    side_by_side,
+    stock_on_torch_ptxas,
+    write_json,
+)
 
 # (M, N, K): LLM Linear layers (LLaMA-3 8B / 70B widths) at prefill token counts.
 SHAPES = [
@@ -246,10 +256,8 @@ FUSED_SHAPES = [(4096, 4096, 4096), (8192, 14336, 4096), (8192, 4096, 14336)]
 FUSED_TOLERANCE = {"scaled_fp8_out": 5e-2}
 
 
-def fused_rows(shapes) -> list[dict]:
+def fused_rows(shapes, first: str = "stock") -> list[dict]:
     from inductor_cutedsl import config
-
-    from .epilogue import TOLERANCE, measure_case
 
     rows = []
     for name, (fn, extra) in FUSED.items():
@@ -265,7 +273,8 @@ def fused_rows(shapes) -> list[dict]:
 
             # The fp8 dual kernel is measured here whether or not it is on by default.
             with config.patch(fp8_dual=True):
-                row = measure_case(name, (m, n, k), fn, args, gemm_alone, FUSED_TOLERANCE.get(name, TOLERANCE))
+                tolerance = FUSED_TOLERANCE.get(name, TOLERANCE)
+                row = measure_case(name, (m, n, k), fn, args, gemm_alone, tolerance, first=first)
             rows.append(row)
             print(
                 f"{name:>18} {m}x{n}x{k}: eager {row['eager_ms']:.4f} stock {row['stock_ms']:.4f} "
@@ -445,6 +454,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--shapes", default=None, help="MxNxK,... instead of the default LLM shapes")
     ap.add_argument("--fused", action="store_true", help="also the fused patterns (compiled three ways)")
     ap.add_argument("--fused-only", action="store_true", help="only the fused patterns (and --block)")
+    ap.add_argument("--compile-first", choices=BACKENDS, default="stock", help=COMPILE_FIRST_HELP)
     ap.add_argument(
         "--accuracy",
         action="store_true",
@@ -509,7 +519,7 @@ def main(argv: list[str] | None = None) -> dict:
         "rows": rows,
     }
     if (args.fused or args.fused_only) and not (args.block_only or args.accuracy_only):
-        fused = fused_rows(FUSED_SHAPES)
+        fused = fused_rows(FUSED_SHAPES, args.compile_first)
         result.update(
             {
                 "fused_geomean_vs_max_autotune": round(geomean(r["vs_max_autotune"] for r in fused), 4),

@@ -39,6 +39,10 @@ def torch_ptxas() -> str | None:
     return path if os.path.exists(path) else None
 
 
+#: The two sides every benchmark compares, in the order they compile by default.
+BACKENDS = ("stock", "ours")
+
+
 def stock_on_torch_ptxas() -> str | None:
     """Let stock compile in this process as fair stock does (``benchmarks.compile``):
     with ``TRITON_PTXAS_PATH`` at torch's ptxas, set so that ``disable()`` leaves it.

@@ -59,6 +59,7 @@ from inductor_cutedsl.timing import enqueue_ms, rotations
 
 from . import hf_blocks
 from .harness import (
+    BACKENDS,
     geomean_or_none,
     launch_api_calls,
     plain,
@@ -185,7 +186,6 @@ SIZES = ("prefill", "small")
 RUNS = ("inference", "train")
 CUDAGRAPHS, NO_CUDAGRAPHS = "max-autotune", "max-autotune-no-cudagraphs"
 MODES = (CUDAGRAPHS, NO_CUDAGRAPHS)
-BACKENDS = ("stock", "ours")
 
 
 class Attention(nn.Module):

@@ -130,6 +130,30 @@ def test_fp8_accuracy_row_measures_against_the_dequantized_float64_product():
     assert row["unwritten"] == float("inf")
 
 
+@pytest.mark.parametrize("first", ["stock", "ours"])
+def test_an_epilogue_case_compiles_the_side_asked_first_and_says_so(monkeypatch, first):
+    """Rows whose two sides ran the same kernels read slower for the side compiled second:
+    ``--compile-first`` picks that side, and each row records it."""
+    from benchmarks import epilogue
+
+    compiled: list[bool] = []
+
+    def compile_and_run(fn, args, ours):
+        compiled.append(ours)
+        return fn, fn(*args)
+
+    monkeypatch.setattr(epilogue, "_compile_and_run", compile_and_run)
+    monkeypatch.setattr(epilogue, "graphed", lambda fn: fn)
+    monkeypatch.setattr(epilogue, "side_by_side", lambda fns: {name: 1.0 + i for i, name in enumerate(fns)})
+    monkeypatch.setattr(epilogue, "kernel_times", lambda fn, top: [])
+    monkeypatch.setattr(epilogue, "ran_cutedsl", lambda kernels: False)
+    x = torch.randn(4, 4, dtype=torch.float64)
+    row = epilogue.measure_case("add", (4, 4, 4), lambda a: a + 1, (x,), lambda: x, first=first)
+    assert compiled == ([True, False] if first == "ours" else [False, True])
+    assert row["compiled_first"] == first
+    assert row["vs_max_autotune"] == round(2.0 / 3.0, 4)  # stock's time over ours'
+
+
 def test_fp8_model_rows_summary():
     """The fp8 model rows' summary: geomeans over every block of stock / ours and of
     stock's bf16 / ours, the first block kept under its earlier keys."""

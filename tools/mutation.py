@@ -1124,6 +1124,14 @@ BUGS = [
         "the compile benchmark's kernel-time ratio reads ours / stock, so slower kernels read as faster",
     ),
     Bug(
+        "epilogue-case-ignores-compile-first",
+        "benchmarks/epilogue.py",
+        "for label in sorted(BACKENDS, key=lambda b: b != first):",
+        "for label in BACKENDS:",
+        ("tests/test_benchmarks.py",),
+        "--compile-first changes nothing: every row compiles stock first",
+    ),
+    Bug(
         "training-loss-is-the-output-norm",
         "benchmarks/models.py",
         "        return (out.float() * self.direction).sum()",
