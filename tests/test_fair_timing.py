@@ -162,6 +162,20 @@ def test_a_triton_template_anchors_the_scale_inductors_fusion_benchmark_reads():
     assert out[cublas] == pytest.approx(0.0400 * 0.0176 / 0.0280)
 
 
+def test_the_fastest_re_timed_choice_reads_at_most_the_fastest_others_figure():
+    """The template fastest side by side was read slower in Inductor's pass than another:
+    kept at its own figure it would read above every choice left out of the re-timing
+    that Inductor read faster, which could then win unmeasured. It reads the fastest
+    other's figure instead, and the rest their ratios to it."""
+    t_read_fast, t_runs_fast, mine = template("t0"), template("t1"), ours("a")
+    timings = {t_read_fast: 0.0400, t_runs_fast: 0.0430, mine: 0.0500}
+    run_fn, _ = steady_runs({t_read_fast: 0.0300, t_runs_fast: 0.0250, mine: 0.0280})
+    out = fair_timing.rescale(timings, run_fn)
+    assert out[t_runs_fast] == pytest.approx(0.0400)
+    assert out[t_read_fast] == pytest.approx(0.0400 * 0.0300 / 0.0250)
+    assert out[mine] == pytest.approx(0.0400 * 0.0280 / 0.0250)
+
+
 def test_short_gemms_get_short_measurements_and_a_wider_net():
     """A GEMM of a few microseconds: Inductor's figures are mostly overhead, so choices
     within a few microseconds of the fastest are re-timed, each measured briefly."""

@@ -462,6 +462,14 @@ BUGS = [
         "cuBLAS takes the fastest template's figure: Inductor's epilogue benchmark then fuses into a slower template",
     ),
     Bug(
+        "fair-timing-template-reads-above-the-fastest",
+        "inductor_cutedsl/lowering/fair_timing.py",
+        "factor = min(factor, others[close[i]] / paced[i])",
+        "factor = others[close[i]] / paced[i]",
+        ("tests/test_fair_timing.py",),
+        "the re-timed winner reads above choices never re-timed, which can then win unmeasured",
+    ),
+    Bug(
         "impure-launch-timing-kept",
         "inductor_cutedsl/timing.py",
         "        pure = not slept.query()\n",

@@ -16,7 +16,8 @@ cuBLAS far slower than it runs (docs/findings.md), and a choice never re-timed
 cannot win. The re-timed choices then take the side-by-side ratios to one of them, the
 anchor, which keeps Inductor's figure: the fastest Triton template side by side where
 one was re-timed, else the fastest choice side by side, which reads the fastest other's
-figure. A Triton template, because Inductor's epilogue-fusion benchmark times a fused
+figure; that is also as slow as the fastest re-timed choice may read (``_scale``). A
+Triton template, because Inductor's epilogue-fusion benchmark times a fused
 template as its pass timed the unfused ones and compares it with the fastest choice's
 figure plus the epilogue kernel's; anchored at the fastest choice, a cuBLAS GEMM that
 ran in two thirds of the fastest template's time took that template's figure, the
@@ -139,8 +140,8 @@ def _rescale(timings: dict[Any, float], run_fn: Callable[[Any], Callable[[], Any
         stats["measure_s"] += time.perf_counter() - t0
     host = launch_charges(makers, side)
     paced = {i: side[i] + host.get(i, 0.0) for i in side}
-    anchor, level = _anchor(close, paced, others)
-    retimed = {c: level * paced[i] / paced[anchor] for i, c in enumerate(contenders)}
+    factor = _scale(close, paced, others)
+    retimed = {c: factor * paced[i] for i, c in enumerate(contenders)}
     scale = retimed[mine] / ours[mine]
     decisions.append(
         {
@@ -164,15 +165,19 @@ def _rescale(timings: dict[Any, float], run_fn: Callable[[Any], Callable[[], Any
     return out
 
 
-def _anchor(close: list, paced: dict[int, float], others: dict[Any, float]) -> tuple[int, float]:
-    """(the index in ``close`` of the re-timed choice the others are scaled to, the time
-    it keeps): the fastest Triton template side by side (``paced``) at its own figure in
-    Inductor's pass, else the fastest choice at the fastest other's figure (module doc)."""
+def _scale(close: list, paced: dict[int, float], others: dict[Any, float]) -> float:
+    """Milliseconds of Inductor's pass per millisecond side by side (``paced``, by index in
+    ``close``): the fastest Triton template side by side keeps its own figure (module
+    doc), but the fastest of ``close`` side by side reads no more than the fastest other's
+    figure, which it does where no template was re-timed. So no choice left out of the
+    re-timing (each read at or above that figure) can win unmeasured."""
+    fastest = min(paced[i] for i in range(len(close)))
+    factor = min(others.values()) / fastest
     templates = [i for i, c in enumerate(close) if ir_access.is_triton_template_caller(c)]
     if templates:
         i = min(templates, key=paced.__getitem__)
-        return i, others[close[i]]
-    return min(range(len(close)), key=paced.__getitem__), min(others.values())
+        factor = min(factor, others[close[i]] / paced[i])
+    return factor
 
 
 def host_paced() -> bool:
