@@ -21,16 +21,7 @@ from inductor_cutedsl.install import reenabled
 from inductor_cutedsl.scheduler import scheduling, selection
 
 from .gemm import SHAPES
-from .harness import (
-    BACKENDS,
-    geomean,
-    graphed,
-    rel_err,
-    run_info,
-    side_by_side,
-    stock_on_torch_ptxas,
-    write_json,
-)
+from .harness import BACKENDS, geomean, graphed, rel_err, run_info, side_by_side, stock_on_torch_ptxas, write_json
 
 PATTERNS = {
     "addmm_gelu_tanh": (

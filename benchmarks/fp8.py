@@ -55,16 +55,7 @@ from inductor_cutedsl.runtime.launch import default_cache
 from inductor_cutedsl.timing import bench
 
 from .epilogue import COMPILE_FIRST_HELP, TOLERANCE, measure_case
-from .harness import (
-    BACKENDS,
-    geomean,
-    graphed,
-    rel_err,
-    run_info,
-    side_by_side,
-    stock_on_torch_ptxas,
-    write_json,
-)
+from .harness import BACKENDS, geomean, graphed, rel_err, run_info, side_by_side, stock_on_torch_ptxas, write_json
 
 # (M, N, K): LLM Linear layers (LLaMA-3 8B / 70B widths) at prefill token counts.
 SHAPES = [
