@@ -140,7 +140,7 @@ def _rescale(timings: dict[Any, float], run_fn: Callable[[Any], Callable[[], Any
         stats["measure_s"] += time.perf_counter() - t0
     host = launch_charges(makers, side)
     paced = {i: side[i] + host.get(i, 0.0) for i in side}
-    factor = _scale(close, paced, others)
+    factor = _scale(close, paced, others, best)
     retimed = {c: factor * paced[i] for i, c in enumerate(contenders)}
     scale = retimed[mine] / ours[mine]
     decisions.append(
@@ -165,14 +165,14 @@ def _rescale(timings: dict[Any, float], run_fn: Callable[[Any], Callable[[], Any
     return out
 
 
-def _scale(close: list, paced: dict[int, float], others: dict[Any, float]) -> float:
+def _scale(close: list, paced: dict[int, float], others: dict[Any, float], best: float) -> float:
     """Milliseconds of Inductor's pass per millisecond side by side (``paced``, by index in
     ``close``): the fastest Triton template side by side keeps its own figure (module
-    doc), but the fastest of ``close`` side by side reads no more than the fastest other's
-    figure, which it does where no template was re-timed. So no choice left out of the
-    re-timing (each read at or above that figure) can win unmeasured."""
+    doc), but the fastest of ``close`` side by side reads no more than ``best``, the
+    fastest other's figure, which it does where no template was re-timed. So no choice
+    left out of the re-timing (each read at or above that figure) can win unmeasured."""
     fastest = min(paced[i] for i in range(len(close)))
-    factor = min(others.values()) / fastest
+    factor = best / fastest
     templates = [i for i, c in enumerate(close) if ir_access.is_triton_template_caller(c)]
     if templates:
         i = min(templates, key=paced.__getitem__)
