@@ -433,8 +433,8 @@ BUGS = [
     Bug(
         "fp8-output-is-a-clear-call",
         "inductor_cutedsl/scheduler/selection.py",
-        "get_dtype().itemsize < 2 for name in tr.outputs",
-        "get_dtype().itemsize < 1 for name in tr.outputs",
+        "get_dtype() in FP8_DTYPES for name in tr.outputs",
+        "get_dtype() in () for name in tr.outputs",
         ("tests/test_fusion_codegen.py",),
         "a quantizing epilogue is fused into our kernel unmeasured, where cuBLAS and a separate kernel ran faster",
     ),

@@ -55,7 +55,7 @@ from ..lowering.candidate import GemmCandidate
 from ..lowering.template import GemmCaller
 from ..runtime import compiler, records
 from ..runtime.launch import default_cache
-from ..runtime.support import STORE_DTYPES
+from ..runtime.support import FP8_DTYPES, STORE_DTYPES
 from ..timing import Maker, side_by_side
 from . import fusion
 from .epilogue_translation import Translation
@@ -220,12 +220,12 @@ def separate_floor_ms(buffer: Any, tr: Translation) -> float:
 
 def may_be_clear(tr: Translation) -> bool:
     """Whether a chain can be a clear call (``clear_call``) for some timings: the part of
-    the rule that reads no timings. A chain writing an 8-bit output never is: its
+    the rule that reads no timings. A chain writing an fp8 output never is: its
     quantizing epilogue is more than a few register operations to our kernel, which fused
     ran slower than cuBLAS and a separate kernel together (docs/findings.md, fp8)."""
     if config.measure_clear_calls or tr.kept:
         return False
-    if any(V.graph.get_buffer(name).get_dtype().itemsize < 2 for name in tr.outputs):
+    if any(V.graph.get_buffer(name).get_dtype() in FP8_DTYPES for name in tr.outputs):
         return False
     return not any(_reads_m_by_n(op) for op in tr.operands)
 
