@@ -45,6 +45,7 @@ import re
 import statistics
 import time
 import traceback
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 
 import torch
@@ -659,9 +660,29 @@ def _min(values: list[float]) -> float | None:
     return min(values) if values else None
 
 
+def stamped(result: dict) -> list[dict]:
+    """A result file's rows, each naming the card it ran on: a row from before rows
+    recorded theirs ran on the file's (if it names one: merging a row of a file that
+    names none must not erase the card an earlier file's row named)."""
+    card = {"device": result["device"]} if result.get("device") else {}
+    return [{**card, **row} for row in result["rows"]]
+
+
+def suite_device(rows: list[dict], info: dict) -> str | None:
+    """Where the rows ran: the one card, or each card with its count of rows. A suite
+    that takes several sessions' device calls gets whichever card each call is lent; its
+    ratios hold row by row (each row measures both sides on one card), and the file
+    says which card each row's figures come from."""
+    counts = Counter(r.get("device") or info.get("device") for r in rows)
+    counts.pop(None, None)
+    if len(counts) <= 1:
+        return next(iter(counts), info.get("device"))
+    return " and ".join(f"{card} ({n} row{'s' * (n != 1)})" for card, n in sorted(counts.items()))
+
+
 def summarize(rows: list[dict], info: dict) -> dict:
     """The result file: summary figures over the rows that measured them (a failed row
-    counts in none), then the rows, then where it ran."""
+    counts in none), then the rows, then where they ran (``suite_device``)."""
     ok = [r for r in rows if "error" not in r]
     gpu = [r["gpu_speedup"] for r in ok if r.get("gpu_speedup") is not None]
     bound = [r["bound"] for r in ok if r.get("bound") is not None]
@@ -679,7 +700,7 @@ def summarize(rows: list[dict], info: dict) -> dict:
         "host_ratio_max": max(host) if host else None,
         "host_ratio_geomean": geomean_or_none(host),
         "rows": rows,
-        "device": info.get("device"),
+        "device": suite_device(rows, info),
         "torch": info.get("torch"),
     }
 
@@ -705,7 +726,7 @@ def merge_rows(rows: Iterable[dict]) -> list[dict]:
 def combine(results: list[dict]) -> dict:
     """Several result files as one, summary figures computed again over the merged rows."""
     info = next(({"device": r.get("device"), "torch": r.get("torch")} for r in results if r.get("device")), {})
-    return summarize(merge_rows(row for r in results for row in r["rows"]), info)
+    return summarize(merge_rows(row for r in results for row in stamped(r)), info)
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -1048,7 +1069,7 @@ def run_blocks(
             )
             left.append(bid.name)
             continue
-        row = describe(bid, measure_kw.get("scale", 1))
+        row = {**describe(bid, measure_kw.get("scale", 1)), "device": info.get("device")}
         t0 = time.perf_counter()
         print(f"== {bid.name} ({row['tokens']} tokens)", flush=True)
         try:
@@ -1217,7 +1238,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     prior = None
     if args.resume and os.path.exists(args.resume):
         with open(args.resume) as f:
-            prior = json.load(f)["rows"]
+            prior = stamped(json.load(f))
     return run_blocks(
         blocks,
         args.modes,

@@ -392,6 +392,7 @@ def test_combine_merges_partial_runs(tmp_path, capsys):
     assert [r["block"] for r in combined["rows"]] == ["gpt2:small:inference", "llama:small:inference"]
     gpt2, llama = combined["rows"]
     assert "error" not in gpt2 and gpt2["gpu_speedup"] == 1.2 and gpt2["host_us"] == {"stock": 300.0, "ours": 280.0}
+    assert gpt2["device"] == "H200"  # a later file that names no card leaves the row's
     assert "error" not in llama and llama["gpu_speedup"] == 1.05
     assert combined["gpu_speedup_min"] == 1.05
     assert combined["gpu_speedup_geomean"] == pytest.approx((1.2 * 1.05) ** 0.5, abs=1e-4)
@@ -653,6 +654,34 @@ def test_a_resumed_run_keeps_earlier_rows_and_measures_the_rest(tmp_path):
     assert result["gpu_speedup_min"] == pytest.approx(1.25) and result["gpu_speedup_geomean"] == pytest.approx(
         (1.3 * 1.25) ** 0.5, abs=1e-4
     )
+
+
+def test_a_suite_resumed_on_another_card_names_the_card_of_each_row(tmp_path):
+    """A suite spans device calls, and each call gets whichever card is lent: rows keep
+    the card they ran on, rows of a file from before rows named one take the file's, and
+    the summary names every card with its count of rows (one card: its name alone)."""
+    earlier = models.summarize([_row("gpt2:small:inference", 1.3, 1.4, 1.2, 1.0)], {"device": "H200"})
+    earlier["rows"][0].pop("device", None)  # written before rows named their card
+    path = tmp_path / "earlier.json"
+    models.write_json(earlier, str(path))
+    blocks = [models.BlockId("gpt2", "small", "inference"), models.BlockId("vit", "small", "inference")]
+    out = tmp_path / "next.json"
+    result = run_on_cpu(blocks, str(out), info={"device": "H100"}, prior=models.stamped(json.loads(path.read_text())))
+    assert [(r["block"], r["device"]) for r in result["rows"]] == [
+        ("gpt2:small:inference", "H200"),
+        ("vit:small:inference", "H100"),
+    ]
+    assert result["device"] == "H100 (1 row) and H200 (1 row)"
+    assert json.loads(out.read_text())["device"] == result["device"]
+    # Combined with a file of the same card's rows: the counts add up.
+    models.write_json(
+        models.summarize([_row("llama:small:inference", 1.0, 1.1, 1.0, 1.0)], {"device": "H100"}), str(path)
+    )
+    models.main(["--combine", str(out), str(path), "--json", str(out)])
+    assert json.loads(out.read_text())["device"] == "H100 (2 rows) and H200 (1 row)"
+    # One card, or rows that name none: the card alone.
+    assert models.summarize([_row("gpt2:small:inference", 1, 1, 1, 1)], {"device": "H200"})["device"] == "H200"
+    assert models.summarize([], {"device": "H200"})["device"] == "H200"
 
 
 def test_a_budget_starts_only_the_blocks_expected_to_end_within_it(monkeypatch, capsys):

@@ -1148,6 +1148,22 @@ BUGS = [
         "a training row's loss that the final norm fixes: every other gradient is rounding noise",
     ),
     Bug(
+        "resumed-suite-rows-lose-their-card",
+        "benchmarks/models.py",
+        '    card = {"device": result["device"]} if result.get("device") else {}',
+        '    card = {"device": result.get("device")}',
+        ("tests/test_models_suite.py",),
+        "a partial file that names no card erases the card an earlier file's rows ran on",
+    ),
+    Bug(
+        "suite-rows-name-no-card",
+        "benchmarks/models.py",
+        '        row = {**describe(bid, measure_kw.get("scale", 1)), "device": info.get("device")}',
+        '        row = describe(bid, measure_kw.get("scale", 1))',
+        ("tests/test_models_suite.py",),
+        "a suite resumed on another card says nothing of which card each row ran on",
+    ),
+    Bug(
         "distributed-loss-is-the-output-norm",
         "benchmarks/distributed.py",
         "        loss = (widened(out) * direction).sum()",
