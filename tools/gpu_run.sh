@@ -3,7 +3,7 @@
 # the CuTe DSL bundle of .device/ (set up as ../shared/device/README.md says). Logs and
 # result files go to $OUT, the folder that comes back.
 #
-#   bash tools/gpu_run.sh tests [PYTEST ARGS]     the GPU tests (-m gpu -n 8 -v), log $OUT/gpu-tests.log, failures last,
+#   bash tools/gpu_run.sh tests [PYTEST ARGS]     the GPU tests (-m gpu -n 12 -v), log $OUT/gpu-tests.log, failures last,
 #                                                 the kernels they built in $OUT/test-kernels.tar.xz (carry it back
 #                                                 in .device/ and the next call loads them instead of building) and
 #                                                 their specs in $OUT/test-specs.jsonl (carry it too: after a kernel
@@ -123,7 +123,7 @@ tests)
     # --durations: the slowest tests, where the suite's share of a session's device time goes.
     # --maxschedchunk=1: each worker's first tests are a long one and a short one
     # (tests/conftest.py orders them so), then one at a time as it finishes them.
-    LIMIT=$((LIMIT - PACK_S)) logged gpu-tests python3 -m pytest ${TESTS:-tests} -m gpu -n 8 --maxschedchunk=1 -v -rfE -p no:cacheprovider --durations=30 "$@"
+    LIMIT=$((LIMIT - PACK_S)) logged gpu-tests python3 -m pytest ${TESTS:-tests} -m gpu -n 12 --maxschedchunk=1 -v -rfE -p no:cacheprovider --durations=30 "$@"
     rc=$?
     echo "== failed or errored:"
     grep -E "^\[gw[0-9]+\].* (FAILED|ERROR) " "$OUT/gpu-tests.log" | sed 's/.* \(FAILED\|ERROR\) /\1 /'
