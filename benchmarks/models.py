@@ -773,11 +773,10 @@ class GpuProbe:
 
     profile_rounds = 4  # profiles per contender, in a balanced order
     profile_calls = 10  # calls per profile
-    #: Host rounds per contender: a training step's host ratio moves between rounds by
-    #: 0.76-1.24 (the rows' ``round_ratios``, three calls a round), so a median of 12 still
-    #: strayed by about 0.04, past the margin ``host_ratio_max`` is judged at, over 48
-    #: figures a suite has. The median's error falls as the root of the rounds, and a
-    #: round costs a sleep and a few calls (at most about 70 ms for the largest step).
+    #: Host rounds per contender: a training step's ratio moves between rounds by about a
+    #: quarter either way (the rows' ``round_ratios``; findings.md, Host time), and
+    #: ``host_ratio_max`` is judged over every row and mode: the median's error falls as
+    #: the root of the rounds, and a round costs only a sleep and a few calls.
     host_rounds = 40
     max_queued_launches = 400  # well inside the GPU's launch queue: enqueueing never blocks
 
