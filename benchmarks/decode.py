@@ -71,7 +71,17 @@ from typing import Any
 import torch
 from torch import nn
 
-from .harness import geomean_or_none, plain, ratio, rel_err, run_info, stock_on_torch_ptxas, write_json
+from .harness import (
+    geomean_or_none,
+    plain,
+    ratio,
+    rel_err,
+    run_info,
+    stamped,
+    stock_on_torch_ptxas,
+    suite_device,
+    write_json,
+)
 from .models import BACKENDS, CUDAGRAPHS, GpuProbe, backend, comma_choices, compile_block, gemm_kernels, release
 
 
@@ -482,6 +492,11 @@ def measure(
     return row
 
 
+#: What a row's figures rest on that differs between cards: each row names its own
+#: (``harness.stamped``), as a run resumed in another call may be lent another card.
+ROW_RUN_KEYS = ("device", "copy_bandwidth_gbps")
+
+
 def summarize(rows: list[dict], info: dict) -> dict:
     ok = [r for r in rows if "error" not in r]
 
@@ -499,6 +514,7 @@ def summarize(rows: list[dict], info: dict) -> dict:
     programmatic = {key: measured(key) for key in ("programmatic_speedup", "programmatic_decode_speedup")}
     return {
         **info,
+        "device": suite_device(rows, info),
         "decode_speedup_geomean": geomean_or_none(speed),
         "decode_speedup_min": min(speed) if speed else None,
         "decode_speedup_bound_geomean": geomean_or_none(bound),
@@ -578,7 +594,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     rows: list[dict] = []
     if args.resume and os.path.exists(args.resume):
         with open(args.resume) as f:
-            rows = [r for r in json.load(f)["rows"] if "error" not in r]
+            rows = [r for r in stamped(json.load(f), ROW_RUN_KEYS) if "error" not in r]
     done = {r["row"] for r in rows}
     info = {**run_info(), "copy_bandwidth_gbps": round(copy_bandwidth() / 1e9, 1)}
     probe = GpuProbe()
@@ -607,7 +623,7 @@ def main(argv: list[str] | None = None) -> dict | None:
                 row = {"row": f"{name}:b{batch}", "error": f"{type(exc).__name__}: {exc}"[:2000]}
             finally:
                 release()
-            row["row_s"] = round(time.perf_counter() - t0, 1)
+            row = {**{key: info.get(key) for key in ROW_RUN_KEYS}, **row, "row_s": round(time.perf_counter() - t0, 1)}
             row_seconds.append(row["row_s"])
             rows.append(row)
             print(json.dumps({k: row.get(k) for k in ("row", "decode_speedup", "gemm_bandwidth_fraction", "error")}))

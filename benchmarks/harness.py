@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections import Counter
 from collections.abc import Callable, Iterable
 
 from inductor_cutedsl import timing
@@ -25,7 +26,9 @@ __all__ = [
     "run_info",
     "side_by_side",
     "side_by_side_rounds",
+    "stamped",
     "stock_on_torch_ptxas",
+    "suite_device",
     "torch_ptxas",
     "write_json",
 ]
@@ -150,6 +153,27 @@ def geomean_or_none(values: Iterable[float]) -> float | None:
 def ratio(a: float | None, b: float | None) -> float | None:
     """``a / b`` to 4 places, or None where either is missing (or ``b`` is 0)."""
     return round(a / b, 4) if a is not None and b else None
+
+
+def stamped(result: dict, keys: Iterable[str] = ("device",)) -> list[dict]:
+    """A result file's rows, each naming the card it ran on (and the other run-level
+    ``keys`` its figures rest on): a row from before rows recorded them takes the file's
+    (where it names them: merging a row of a file that names none must not erase what an
+    earlier file's row named)."""
+    run = {key: result[key] for key in keys if result.get(key)}
+    return [{**run, **row} for row in result["rows"]]
+
+
+def suite_device(rows: list[dict], info: dict) -> str | None:
+    """Where the rows ran: the one card, or each card with its count of rows. A run that
+    takes several device calls (``--resume``) gets whichever card each call is lent; its
+    ratios hold row by row (each row measures both sides on one card), and the file
+    says which card each row's figures come from."""
+    counts = Counter(r.get("device") or info.get("device") for r in rows)
+    counts.pop(None, None)
+    if len(counts) <= 1:
+        return next(iter(counts), info.get("device"))
+    return " and ".join(f"{card} ({n} row{'s' * (n != 1)})" for card, n in sorted(counts.items()))
 
 
 def report_row(result: dict, row: dict, path: str | None) -> None:

@@ -45,7 +45,6 @@ import re
 import statistics
 import time
 import traceback
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 
 import torch
@@ -68,7 +67,9 @@ from .harness import (
     rel_err,
     run_info,
     side_by_side_rounds,
+    stamped,
     stock_on_torch_ptxas,
+    suite_device,
     write_json,
 )
 
@@ -658,26 +659,6 @@ def fusion_bound(profile: dict, absorbable: Iterable[str]) -> tuple[float | None
 
 def _min(values: list[float]) -> float | None:
     return min(values) if values else None
-
-
-def stamped(result: dict) -> list[dict]:
-    """A result file's rows, each naming the card it ran on: a row from before rows
-    recorded theirs ran on the file's (if it names one: merging a row of a file that
-    names none must not erase the card an earlier file's row named)."""
-    card = {"device": result["device"]} if result.get("device") else {}
-    return [{**card, **row} for row in result["rows"]]
-
-
-def suite_device(rows: list[dict], info: dict) -> str | None:
-    """Where the rows ran: the one card, or each card with its count of rows. A suite
-    that takes several sessions' device calls gets whichever card each call is lent; its
-    ratios hold row by row (each row measures both sides on one card), and the file
-    says which card each row's figures come from."""
-    counts = Counter(r.get("device") or info.get("device") for r in rows)
-    counts.pop(None, None)
-    if len(counts) <= 1:
-        return next(iter(counts), info.get("device"))
-    return " and ".join(f"{card} ({n} row{'s' * (n != 1)})" for card, n in sorted(counts.items()))
 
 
 def summarize(rows: list[dict], info: dict) -> dict:

@@ -1210,6 +1210,40 @@ def test_a_decode_row_with_programmatic_launches_times_a_third_side_compiled_wit
     assert "programmatic_speedup_geomean" not in decode.summarize([{**row, "programmatic_speedup": None}], {})
 
 
+def test_a_decode_run_resumed_on_another_card_keeps_each_rows_card_and_copy_bandwidth(monkeypatch, tmp_path):
+    """A decode run resumed in a call lent another card: the earlier rows keep the card
+    and copy bandwidth their fractions were measured against (a file from before rows
+    named them lends its own), the new rows name the card they ran on, and the summary
+    names both cards."""
+    from benchmarks import decode
+
+    earlier = {"device": "H200", "copy_bandwidth_gbps": 4194.0, "rows": [{"row": "llama:b4", "decode_speedup": 1.06}]}
+    path = tmp_path / "earlier.json"
+    path.write_text(json.dumps(earlier))
+    monkeypatch.setattr(decode.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(decode, "stock_on_torch_ptxas", lambda: None)
+    monkeypatch.setattr(decode, "run_info", lambda: {"device": "H100", "torch": "2.11"})
+    monkeypatch.setattr(decode, "copy_bandwidth", lambda: 3.0e12)
+    monkeypatch.setattr(decode, "GpuProbe", lambda: None)
+    monkeypatch.setattr(decode, "release", lambda: None)
+    measured = []
+
+    def measure(name, batch, layers, probe, bandwidth, **kw):
+        measured.append((name, batch, bandwidth))
+        return {"row": f"{name}:b{batch}", "decode_speedup": 1.02}
+
+    monkeypatch.setattr(decode, "measure", measure)
+    out = tmp_path / "next.json"
+    result = decode.main(["--models", "llama", "--batches", "4,16", "--resume", str(path), "--json", str(out)])
+    assert measured == [("llama", 16, 3.0e12)]  # the earlier row is not measured again
+    assert [(r["row"], r["device"], r["copy_bandwidth_gbps"]) for r in result["rows"]] == [
+        ("llama:b4", "H200", 4194.0),
+        ("llama:b16", "H100", 3000.0),
+    ]
+    assert result["device"] == "H100 (1 row) and H200 (1 row)"
+    assert json.loads(out.read_text())["device"] == result["device"]
+
+
 def test_decode_sites_group_the_linear_layers_by_shape_and_stream_their_weights():
     from benchmarks import decode
 
