@@ -20,6 +20,7 @@ __all__ = [
     "geomean",
     "geomean_or_none",
     "graphed",
+    "median_interval",
     "ratio",
     "rel_err",
     "report_row",
@@ -153,6 +154,22 @@ def geomean_or_none(values: Iterable[float]) -> float | None:
 def ratio(a: float | None, b: float | None) -> float | None:
     """``a / b`` to 4 places, or None where either is missing (or ``b`` is 0)."""
     return round(a / b, 4) if a is not None and b else None
+
+
+def median_interval(values: Iterable[float], confidence: float = 0.95) -> tuple[float, float] | None:
+    """An interval that holds the median of the distribution ``values`` were drawn from
+    with at least ``confidence``: the order statistics the binomial places about it. It
+    assumes independent draws and no shape, which is what interleaved timing rounds are
+    (their ratios have long, uneven tails). None where too few values reach the
+    confidence (fewer than 6 at 95%)."""
+    xs = sorted(values)
+    n, k, tail = len(xs), 0, 0.0
+    # The interval [x_(k), x_(n+1-k)] (1-based) misses the median with probability
+    # 2 P(Binomial(n, 1/2) < k): take the largest k that keeps each tail within its half.
+    while k < n and tail + math.comb(n, k) / 2**n <= (1 - confidence) / 2:
+        tail += math.comb(n, k) / 2**n
+        k += 1
+    return (xs[k - 1], xs[n - k]) if k else None
 
 
 def stamped(result: dict, keys: Iterable[str] = ("device",)) -> list[dict]:

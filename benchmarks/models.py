@@ -62,6 +62,7 @@ from .harness import (
     BACKENDS,
     geomean_or_none,
     launch_api_calls,
+    median_interval,
     plain,
     ratio,
     rel_err,
@@ -661,14 +662,31 @@ def _min(values: list[float]) -> float | None:
     return min(values) if values else None
 
 
+def with_host_interval(row: dict) -> dict:
+    """``row`` with ``host_ratio_interval``: per mode, the 95% interval of its host round
+    ratios' median (``harness.median_interval``), where it kept its rounds. The rounds
+    of one step spread a quarter either way, so a host ratio a little above 1 may be
+    noise; an interval wholly above 1 is host time ours added."""
+    intervals = {}
+    for mode, host in row.get("host_us", {}).items():
+        # A file from before host time was per mode holds one flat {"stock", "ours"}.
+        rounds = host.get("round_ratios") if isinstance(host, dict) else None
+        interval = median_interval(v for v in rounds or [] if v is not None)
+        if interval:
+            intervals[mode] = list(interval)
+    return {**row, "host_ratio_interval": intervals} if intervals else row
+
+
 def summarize(rows: list[dict], info: dict) -> dict:
     """The result file: summary figures over the rows that measured them (a failed row
     counts in none), then the rows, then where they ran (``suite_device``)."""
+    rows = [with_host_interval(r) for r in rows]
     ok = [r for r in rows if "error" not in r]
     gpu = [r["gpu_speedup"] for r in ok if r.get("gpu_speedup") is not None]
     bound = [r["bound"] for r in ok if r.get("bound") is not None]
     wall = {mode: [r["wall_speedup"][mode] for r in ok if mode in r.get("wall_speedup", {})] for mode in MODES}
     host = [v for r in ok for v in r.get("host_ratio", {}).values() if v is not None]
+    host_low = [low for r in ok for low, _ in r.get("host_ratio_interval", {}).values()]
     return {
         "gpu_speedup_geomean": geomean_or_none(gpu),
         "gpu_speedup_min": _min(gpu),
@@ -680,6 +698,9 @@ def summarize(rows: list[dict], info: dict) -> dict:
         # Ours over stock, every row in every mode: above 1 is host time we added.
         "host_ratio_max": max(host) if host else None,
         "host_ratio_geomean": geomean_or_none(host),
+        # The highest low end of the rows' 95% intervals: above 1, some row and mode
+        # costs the host more than stock beyond what its rounds' spread explains.
+        "host_ratio_interval_low_max": max(host_low) if host_low else None,
         "rows": rows,
         "device": suite_device(rows, info),
         "torch": info.get("torch"),
@@ -1088,9 +1109,14 @@ def _block_line(row: dict) -> str:
         parts.append(f"load {row['host_state']['loadavg_1m']} after {row['host_state']['builds_waited']} builds")
     for mode, host in row.get("host_us", {}).items():
         spread = host.get("round_ratios")
+        interval = with_host_interval(row).get("host_ratio_interval", {}).get(mode)
+        spread_text = ""
+        if spread:
+            spread_text = f" (rounds {min(spread)}-{max(spread)}" + (
+                f", median within {interval[0]}-{interval[1]} at 95%)" if interval else ")"
+            )
         parts.append(
-            f"host {mode} {host['stock']}/{host['ours']} us = {row.get('host_ratio', {}).get(mode)}x"
-            + (f" (rounds {min(spread)}-{max(spread)})" if spread else "")
+            f"host {mode} {host['stock']}/{host['ours']} us = {row.get('host_ratio', {}).get(mode)}x" + spread_text
         )
     return ", ".join(parts) or "-"
 

@@ -872,6 +872,10 @@ def test_the_performance_page_reads_host_ratios_of_both_result_shapes():
     flat = {"host_us": {"stock": 200.0, "ours": 250.0, "calls": {}, "gpu_busy": True}}
     assert perf_doc.host_ratios(flat) == {"max-autotune-no-cudagraphs": 1.25}
     assert perf_doc.host_ratios({}) == {} and perf_doc.host_ratios({"host_us": {"stock": 0.0, "ours": 1.0}}) == {}
+    # With the interval of its rounds' median beside it, where the row kept its rounds.
+    both["host_ratio_interval"] = {"max-autotune": [0.91, 1.04]}
+    assert perf_doc.host_cell(both, "max-autotune") == "0.97 (0.91-1.04)"
+    assert perf_doc.host_cell(both, "max-autotune-no-cudagraphs") == 1.02
 
 
 # --- benchmarks/warm_start.py -----------------------------------------------------------

@@ -25,6 +25,7 @@ SUMMARY_KEYS = {
     "wall_speedup_min_no_cudagraphs",
     "host_ratio_max",
     "host_ratio_geomean",
+    "host_ratio_interval_low_max",
     "rows",
     "device",
     "torch",
@@ -363,6 +364,45 @@ def test_summary_from_rows():
     assert result["wall_speedup_geomean_cudagraphs"] == pytest.approx(1.05**0.5, abs=1e-4)
     json.dumps(result)
     assert models.summarize([], {})["gpu_speedup_geomean"] is None
+
+
+def test_the_median_interval_takes_the_binomial_order_statistics():
+    """The distribution-free 95% interval of a median: from 40 rounds the 14th and 27th
+    smallest, from 12 the 3rd and 10th (the tables' values), in any input order; too few
+    rounds give none rather than a narrower interval."""
+    forty = [float(v) for v in range(40, 0, -1)]
+    assert harness.median_interval(forty) == (14.0, 27.0)
+    assert harness.median_interval([float(v) for v in (7, 3, 12, 1, 9, 5, 11, 2, 8, 4, 10, 6)]) == (3.0, 10.0)
+    assert harness.median_interval(range(1, 7)) == (1, 6) and harness.median_interval(range(1, 6)) is None
+    assert harness.median_interval([]) is None
+
+
+def _host(*rounds):
+    return {"stock": 100.0, "ours": 100.0 * sorted(rounds)[len(rounds) // 2], "round_ratios": list(rounds)}
+
+
+def test_the_summary_says_whether_any_host_ratio_is_above_stock_beyond_its_rounds():
+    """A row and mode whose rounds all read ours slower has an interval above 1; one whose
+    rounds scatter about 1 (even with a median above 1) does not, and the summary's
+    ``host_ratio_interval_low_max`` is the highest low end. A failed row counts in none,
+    and a file's flat ``host_us`` (before host time was per mode) has no interval."""
+    slower = _host(1.06, 1.09, 1.05, 1.08, 1.07, 1.11, 1.04, 1.10, 1.06, 1.12, 1.07, 1.05)
+    scattered = _host(0.78, 1.24, 0.95, 1.10, 1.02, 0.91, 1.30, 0.86, 1.05, 1.01, 0.97, 1.15)
+    rows = [
+        _row("gpt2:small:inference", 1.1, 1.2, 1.0, 1.0, host_us={models.CUDAGRAPHS: scattered}),
+        _row("llama:small:train", 1.0, 1.1, 1.0, 1.0, host_us={models.NO_CUDAGRAPHS: slower}),
+        {"block": "phi3:small:inference", "error": "x", "host_us": {models.CUDAGRAPHS: _host(*[2.0] * 12)}},
+        _row("bert:small:inference", 1.0, 1.0, 1.0, 1.0, host_us={"stock": 200.0, "ours": 250.0}),
+    ]
+    result = models.summarize(rows, {})
+    gpt2, llama, _, bert = result["rows"]
+    assert gpt2["host_ratio_interval"] == {models.CUDAGRAPHS: [0.91, 1.15]}
+    assert llama["host_ratio_interval"] == {models.NO_CUDAGRAPHS: [1.05, 1.1]}
+    assert "host_ratio_interval" not in bert
+    assert result["host_ratio_interval_low_max"] == 1.05
+    assert models.summarize(rows[:1], {})["host_ratio_interval_low_max"] == 0.91
+    assert models.summarize(rows[2:], {})["host_ratio_interval_low_max"] is None
+    assert "median within 1.05-1.1 at 95%" in models._block_line(llama)
 
 
 def test_combine_merges_partial_runs(tmp_path, capsys):

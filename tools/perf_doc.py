@@ -104,6 +104,14 @@ def host_ratios(row: dict) -> dict:
     return {}
 
 
+def host_cell(row: dict, mode: str) -> object:
+    """A row's host ratio in ``mode``, with the 95% interval of its rounds' median where
+    the row kept its rounds (``host_ratio_interval``)."""
+    value = host_ratios(row).get(mode)
+    interval = row.get("host_ratio_interval", {}).get(mode)
+    return f"{fmt(value)} ({fmt(interval[0])}-{fmt(interval[1])})" if interval and value is not None else value
+
+
 def _models(d: dict) -> list[str]:
     rows = []
     for r in d["rows"]:
@@ -121,8 +129,8 @@ def _models(d: dict) -> list[str]:
                 r.get("bound"),
                 wall.get("max-autotune"),
                 wall.get("max-autotune-no-cudagraphs"),
-                host_ratios(r).get("max-autotune"),
-                host_ratios(r).get("max-autotune-no-cudagraphs"),
+                host_cell(r, "max-autotune"),
+                host_cell(r, "max-autotune-no-cudagraphs"),
                 f"{fmt(sum(k['launches'] for k in ours if k['ours']))} / {fmt(sum(k['launches'] for k in ours))}",
                 len(r.get("fused", [])),
             ]
@@ -137,7 +145,7 @@ def _models(d: dict) -> list[str]:
                 "bound (`bound`)",
                 "wall × CUDA graphs",
                 "wall × no graphs",
-                "host ours / stock, CUDA graphs (`host_ratio`)",
+                "host ours / stock, CUDA graphs (`host_ratio`, 95% interval)",
                 "host ours / stock, no graphs",
                 "our GEMM launches / all (`gemm_kernels.ours`)",
                 "epilogues fused (`fused`)",
@@ -578,7 +586,8 @@ SECTIONS = [
         "(`max-autotune-no-cudagraphs`); bound = stock's GPU time over stock's less the pointwise kernels "
         "that read a GEMM's output (what fused epilogues could gain at most). Speed ratios are stock / ours: "
         "above 1, ours is faster. Host = the host's time per call or step, enqueued behind a busy GPU, as "
-        "ours / stock: above 1, ours costs the host more. Compile time is the next section's.",
+        "ours / stock: above 1, ours costs the host more; beside it, the 95% interval of the median of its "
+        "interleaved rounds' ratios. Compile time is the next section's.",
         [
             ("GPU time, geomean", "gpu_speedup_geomean"),
             ("GPU time, lowest", "gpu_speedup_min"),
@@ -589,6 +598,7 @@ SECTIONS = [
             ("wall time without CUDA graphs, lowest", "wall_speedup_min_no_cudagraphs"),
             ("host time ours / stock, highest", "host_ratio_max"),
             ("host time ours / stock, geomean", "host_ratio_geomean"),
+            ("host time ours / stock, highest low end of a 95% interval", "host_ratio_interval_low_max"),
         ],
         _models,
     ),
