@@ -662,25 +662,40 @@ def _min(values: list[float]) -> float | None:
     return min(values) if values else None
 
 
-def with_host_interval(row: dict) -> dict:
-    """``row`` with ``host_ratio_interval``: per mode, the 95% interval of its host round
-    ratios' median (``harness.median_interval``), where it kept its rounds. The rounds
-    of one step spread a quarter either way, so a host ratio a little above 1 may be
-    noise; an interval wholly above 1 is host time ours added."""
-    intervals = {}
+def with_host_figures(row: dict) -> dict:
+    """``row`` with its host figures worked out from its rounds, per mode:
+    ``host_ratio``, the median of the rounds' ours / stock, and ``host_ratio_interval``,
+    the 95% interval of that median (``harness.median_interval``).
+
+    The rounds, not the two sides' medians: both sides of one round share the host's
+    state (clock, other load), which moves between rounds by a quarter either way, and
+    the ratio of two medians taken over such rounds can fall far from every round's
+    ratio. The interval says when a ratio above 1 is more than that noise. A mode whose
+    rounds were not kept keeps the ratio it was written with, or else takes the ratio
+    of its two sides' times."""
+    ratios, intervals = dict(row.get("host_ratio", {})), {}
     for mode, host in row.get("host_us", {}).items():
         # A file from before host time was per mode holds one flat {"stock", "ours"}.
-        rounds = host.get("round_ratios") if isinstance(host, dict) else None
-        interval = median_interval(v for v in rounds or [] if v is not None)
+        rounds = [v for v in host.get("round_ratios") or [] if v is not None] if isinstance(host, dict) else []
+        if rounds:
+            ratios[mode] = round(statistics.median(rounds), 4)
+        elif isinstance(host, dict) and mode not in ratios:
+            ratios[mode] = ratio(host.get("ours"), host.get("stock"))
+        interval = median_interval(rounds)
         if interval:
             intervals[mode] = list(interval)
-    return {**row, "host_ratio_interval": intervals} if intervals else row
+    out = dict(row)
+    if ratios:
+        out["host_ratio"] = ratios
+    if intervals:
+        out["host_ratio_interval"] = intervals
+    return out
 
 
 def summarize(rows: list[dict], info: dict) -> dict:
     """The result file: summary figures over the rows that measured them (a failed row
     counts in none), then the rows, then where they ran (``suite_device``)."""
-    rows = [with_host_interval(r) for r in rows]
+    rows = [with_host_figures(r) for r in rows]
     ok = [r for r in rows if "error" not in r]
     gpu = [r["gpu_speedup"] for r in ok if r.get("gpu_speedup") is not None]
     bound = [r["bound"] for r in ok if r.get("bound") is not None]
@@ -1009,7 +1024,7 @@ def measure_block(
     # that fit in the launch queue (a graph's replay takes no more than its kernels).
     launches = {b: sum(k["launches"] for k in prof[b]["kernels"]) for b in BACKENDS}
     row["host_us"] = {mode: probe.host_us({b: steps[b][mode] for b in BACKENDS}, launches) for mode in modes}
-    row["host_ratio"] = {mode: ratio(h["ours"], h["stock"]) for mode, h in row["host_us"].items()}
+    row.update(with_host_figures(row))
     # Whether each step replays its CUDA graphs or runs its wrapper (launching kernels one
     # by one): a graphed step's wall time above its kernels' is the host's.
     row["launches_per_call"] = {mode: probe.launches({b: steps[b][mode] for b in BACKENDS}) for mode in modes}
@@ -1109,7 +1124,7 @@ def _block_line(row: dict) -> str:
         parts.append(f"load {row['host_state']['loadavg_1m']} after {row['host_state']['builds_waited']} builds")
     for mode, host in row.get("host_us", {}).items():
         spread = host.get("round_ratios")
-        interval = with_host_interval(row).get("host_ratio_interval", {}).get(mode)
+        interval = row.get("host_ratio_interval", {}).get(mode)
         spread_text = ""
         if spread:
             spread_text = f" (rounds {min(spread)}-{max(spread)}" + (

@@ -1188,6 +1188,14 @@ BUGS = [
         "a host ratio's interval is narrower than 95%, and noise reads as host time ours added",
     ),
     Bug(
+        "host-ratio-is-the-ratio-of-medians",
+        "benchmarks/models.py",
+        "            ratios[mode] = round(statistics.median(rounds), 4)",
+        '            ratios[mode] = ratio(host.get("ours"), host.get("stock"))',
+        ("tests/test_models_suite.py",),
+        "a host ratio is the ratio of the sides' medians, which can fall far from every round's ratio",
+    ),
+    Bug(
         "host-interval-low-max-is-the-lowest",
         "benchmarks/models.py",
         '        "host_ratio_interval_low_max": max(host_low) if host_low else None,',
