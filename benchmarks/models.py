@@ -658,6 +658,42 @@ def fusion_bound(profile: dict, absorbable: Iterable[str]) -> tuple[float | None
     return (round(profile["us"] / rest, 4) if rest > 0 else None), rows
 
 
+#: The chrome trace's categories of GPU work: kernels, copies and fills.
+GPU_TRACE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def timeline_of(trace: dict) -> list[dict]:
+    """The GPU work of a profiler's chrome trace in the order it ran: each kernel, copy
+    or fill with its start (µs after the first began), its duration and the idle time
+    before it (``gap_us``, negative where it overlapped the one before). A kernel that
+    reads slow in the profile's sums may be waiting on, or running beside, what came
+    before it; the sums cannot say, the order can."""
+    events = sorted(
+        (float(e["ts"]), float(e.get("dur", 0.0)), e["name"])
+        for e in trace.get("traceEvents", [])
+        if e.get("ph") == "X" and e.get("cat") in GPU_TRACE_CATEGORIES
+    )
+    out: list[dict] = []
+    for ts, dur, name in events:
+        start = ts - events[0][0]
+        gap = start - (out[-1]["start_us"] + out[-1]["us"]) if out else 0.0
+        out.append({"kernel": name, "start_us": round(start, 2), "us": round(dur, 2), "gap_us": round(gap, 2)})
+    return out
+
+
+def dump_block(directory: str, bid: BlockId, codes: dict, timelines: dict) -> str:
+    """Write what a block's figures rest on beside them: each backend's wrapper code (the
+    kernels' sources) and its profiled mode's GPU timeline, to
+    ``directory/BLOCK.json.gz``; returns the path."""
+    import gzip
+
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, bid.name.replace(":", "-") + ".json.gz")
+    with gzip.open(path, "wt") as f:
+        json.dump({"block": bid.name, "wrappers": codes, "timelines": timelines}, f)
+    return path
+
+
 def _min(values: list[float]) -> float | None:
     return min(values) if values else None
 
@@ -843,6 +879,28 @@ class GpuProbe:
             out["round_ratios"] = [round(s / o, 4) for s, o in zip(rounds["stock"], rounds["ours"], strict=True)]
         return out
 
+    trace_calls = 3  # calls of a timeline (``timeline``)
+
+    def timeline(self, step: Callable[[], object]) -> list[dict]:
+        """The GPU's work through ``trace_calls`` calls of ``step`` (after one more),
+        in order (``timeline_of``)."""
+        import tempfile
+
+        from torch.profiler import ProfilerActivity
+        from torch.profiler import profile as profiler
+
+        step()
+        self.synchronize()
+        with profiler(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(self.trace_calls):
+                step()
+            self.synchronize()
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "trace.json")
+            prof.export_chrome_trace(path)
+            with open(path) as f:
+                return timeline_of(json.load(f))
+
     def profile(self, steps: dict) -> dict:
         """Each step's kernels under the profiler, merged over interleaved rounds
         (``merge_profiles``): a kernel's time depends on the clock the one before left."""
@@ -918,6 +976,7 @@ def measure_block(
     scale: int = 1,
     compile_fn: Callable = compile_block,
     first: str = "stock",
+    dump: str | None = None,
 ) -> None:
     """Fill ``row`` with the block's figures (as far as it gets: an exception leaves
     what was measured before it).
@@ -926,7 +985,8 @@ def measure_block(
     code has no graph partitions to follow); stock under ``disable()``. The first call
     compiles (a training step's backward compiles at its first backward), so it runs in
     its backend's state. Outputs are compared after two more calls, the first replay
-    of a CUDA graph."""
+    of a CUDA graph. With ``dump`` (a directory) the wrapper code and the profiled
+    mode's GPU timeline of each backend are written there (``dump_block``)."""
     from inductor_cutedsl.scheduler import scheduling
 
     block, x = make_block(bid.family, bid.size, device, dtype, scale)
@@ -1019,6 +1079,9 @@ def measure_block(
         row["bound_note"] = "no wrapper code captured: the bound counts no kernel"
     row["gemm_kernels"] = {b: gemm_kernels(prof[b]["kernels"]) for b in BACKENDS}
     row["kernels"] = {b: prof[b]["kernels"] for b in BACKENDS}
+    if dump:
+        timelines = {b: probe.timeline(steps[b][profiled]) for b in BACKENDS}
+        row["dump"] = os.path.basename(dump_block(dump, bid, codes, timelines))
     # Host time in every mode: a CUDA graph's replay still runs the wrapper's Python and,
     # in training, autograd between the two graphs. The profiled launches bound the calls
     # that fit in the launch queue (a graph's replay takes no more than its kernels).
@@ -1221,6 +1284,12 @@ def parser() -> argparse.ArgumentParser:
         "the blocks left are listed for a --resume run",
     )
     ap.add_argument(
+        "--dump",
+        metavar="DIR",
+        help="write each block's wrapper code and GPU timeline (kernels in the order they ran, "
+        "with the gaps between them) of both backends to DIR/BLOCK.json.gz",
+    )
+    ap.add_argument(
         "--combine",
         nargs="+",
         metavar="FILE",
@@ -1268,6 +1337,7 @@ def main(argv: list[str] | None = None) -> dict | None:
         retry_failed=args.retry_failed,
         budget=args.budget,
         first=args.compile_first,
+        dump=args.dump,
     )
 
 

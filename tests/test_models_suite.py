@@ -366,6 +366,29 @@ def test_summary_from_rows():
     assert models.summarize([], {})["gpu_speedup_geomean"] is None
 
 
+def test_a_timeline_orders_the_gpu_work_and_measures_the_gaps_between():
+    """Kernels, copies and fills of a chrome trace in the order they started, from the
+    first: each with the idle time before it, negative where it overlapped the one
+    before; the host's events are not the GPU's."""
+    trace = {
+        "traceEvents": [
+            {"ph": "X", "cat": "kernel", "name": "triton_poi_rotary", "ts": 1040.0, "dur": 28.5},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 900.0, "dur": 500.0},
+            {"ph": "X", "cat": "kernel", "name": "kernel_inductor_cutedsl_gemm", "ts": 1000.0, "dur": 35.0},
+            {"ph": "X", "cat": "gpu_memset", "name": "Memset (Device)", "ts": 1060.0, "dur": 2.0},
+            {"ph": "i", "cat": "kernel", "name": "an instant", "ts": 1001.0},
+            {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoD", "ts": 1100.25, "dur": 1.5},
+        ]
+    }
+    assert models.timeline_of(trace) == [
+        {"kernel": "kernel_inductor_cutedsl_gemm", "start_us": 0.0, "us": 35.0, "gap_us": 0.0},
+        {"kernel": "triton_poi_rotary", "start_us": 40.0, "us": 28.5, "gap_us": 5.0},
+        {"kernel": "Memset (Device)", "start_us": 60.0, "us": 2.0, "gap_us": -8.5},
+        {"kernel": "Memcpy DtoD", "start_us": 100.25, "us": 1.5, "gap_us": 38.25},
+    ]
+    assert models.timeline_of({}) == []
+
+
 def test_the_median_interval_takes_the_binomial_order_statistics():
     """The distribution-free 95% interval of a median: from 40 rounds the 14th and 27th
     smallest, from 12 the 3rd and 10th (the tables' values), in any input order; too few
@@ -514,6 +537,10 @@ class FakeProbe(models.GpuProbe):
         assert set(steps) == {"stock", "ours"} and all(callable(step) for step in steps.values())
         return {"stock": 300.0, "ours": 280.0, "calls": {"stock": 20, "ours": 20}, "gpu_busy": True}
 
+    def timeline(self, step):
+        step()
+        return [{"kernel": "nvjet_tst_gemm", "start_us": 0.0, "us": 30.0, "gap_us": 0.0}]
+
 
 def run_on_cpu(blocks, path, compile_fn=lambda target, mode: target, **kw):
     """``run_blocks`` on the CPU: tiny float32 blocks, the fake probe's figures."""
@@ -577,6 +604,24 @@ def test_a_training_row_holds_each_gradient_to_stocks_own_distance_from_eager(tm
     # Parameter 2's gradient: stock right, ours 10% off.
     wrong = row({1: 1.0}, {2: 0.1}, str(tmp_path / "wrong.json"))
     assert "AccuracyError" in wrong["error"] and "output 4" in wrong["error"]
+
+
+def test_a_dumped_block_keeps_both_backends_wrappers_and_timelines(tmp_path):
+    """With ``dump``, each block's wrapper code (what compiled through Inductor wrote)
+    and the profiled mode's timeline of each backend go to one file per block, named in
+    the row; without it, nothing is written."""
+    import gzip
+
+    dump = tmp_path / "dump"
+    blocks = [models.BlockId("gpt2", "small", "inference")]
+    (row,) = run_on_cpu(blocks, str(tmp_path / "a.json"), dump=str(dump))["rows"]
+    assert row["dump"] == "gpt2-small-inference.json.gz"
+    with gzip.open(dump / row["dump"], "rt") as f:
+        dumped = json.load(f)
+    assert dumped["block"] == "gpt2:small:inference" and set(dumped["wrappers"]) == set(models.BACKENDS)
+    assert dumped["timelines"] == {b: FakeProbe().timeline(lambda: None) for b in models.BACKENDS}
+    (plain_row,) = run_on_cpu(blocks, str(tmp_path / "b.json"))["rows"]
+    assert "dump" not in plain_row and sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.json", "dump"]
 
 
 def test_run_measures_every_block_and_goes_on_after_a_failure(tmp_path, capsys):

@@ -1188,6 +1188,22 @@ BUGS = [
         "a host ratio's interval is narrower than 95%, and noise reads as host time ours added",
     ),
     Bug(
+        "timeline-gap-from-the-previous-start",
+        "benchmarks/models.py",
+        '        gap = start - (out[-1]["start_us"] + out[-1]["us"]) if out else 0.0',
+        '        gap = start - out[-1]["start_us"] if out else 0.0',
+        ("tests/test_models_suite.py",),
+        "a timeline reads a kernel's predecessor's run as idle time before it",
+    ),
+    Bug(
+        "timeline-keeps-the-hosts-events",
+        "benchmarks/models.py",
+        '        if e.get("ph") == "X" and e.get("cat") in GPU_TRACE_CATEGORIES',
+        '        if e.get("ph") == "X"',
+        ("tests/test_models_suite.py",),
+        "a timeline mixes the host's operators with the GPU's kernels",
+    ),
+    Bug(
         "host-ratio-is-the-ratio-of-medians",
         "benchmarks/models.py",
         "            ratios[mode] = round(statistics.median(rounds), 4)",
