@@ -1018,6 +1018,10 @@ def measure_block(
                 if name == "ours" and i == 0:  # (plain JSON: a size may be a sympy integer)
                     row["fused"] = plain(scheduling.fused_epilogues[fused_before:])
                     row["decisions"] = decisions_since(decided_before)
+                if name == "ours":
+                    # Each mode decides apart (fair timing's regime), and the GPU figures
+                    # are the CUDA-graph mode's: its decisions are the ones they rest on.
+                    row.setdefault("decisions_by_mode", {})[mode] = decisions_since(decided_before)
                 step()
                 outs[name][mode] = outputs(step)
                 steps[name][mode] = step

@@ -651,6 +651,9 @@ def test_run_measures_every_block_and_goes_on_after_a_failure(tmp_path, capsys):
     assert gpt2["gpu_speedup"] == pytest.approx(350 / 280, abs=1e-4)
     # GPU figures from the mode whose choices both sides rank by GPU time; both modes kept.
     assert gpt2["profiled_mode"] == models.CUDAGRAPHS and set(gpt2["gpu_speedup_by_mode"]) == set(models.MODES)
+    # Ours' decisions of each mode's compile, the profiled mode's among them.
+    assert set(gpt2["decisions_by_mode"]) == set(models.MODES)
+    assert all(set(d) == {"epilogue", "gated", "gemm"} for d in gpt2["decisions_by_mode"].values())
     assert gpt2["wall_speedup"] == {models.CUDAGRAPHS: 1.25, models.NO_CUDAGRAPHS: 1.25}
     assert set(gpt2["host_us"]) == set(models.MODES) and gpt2["host_us"][models.CUDAGRAPHS]["stock"] == 300.0
     assert gpt2["host_ratio"] == {mode: round(280 / 300, 4) for mode in models.MODES}
