@@ -1188,6 +1188,22 @@ BUGS = [
         "a host ratio's interval is narrower than 95%, and noise reads as host time ours added",
     ),
     Bug(
+        "timeline-busy-counts-an-overlap-twice",
+        "tools/timeline_compare.py",
+        "            busy += stop - end",
+        "            busy += stop - start",
+        ("tests/test_timeline_compare.py",),
+        "the GPU's busy time counts a kernel that started before the previous ended from its start",
+    ),
+    Bug(
+        "timeline-predecessor-is-the-kernel-itself",
+        "tools/timeline_compare.py",
+        '            before.setdefault(item["kernel"], Counter())[timeline[i - 1]["kernel"]] += 1',
+        '            before.setdefault(item["kernel"], Counter())[timeline[i]["kernel"]] += 1',
+        ("tests/test_timeline_compare.py",),
+        "a slow kernel is reported as running after itself, hiding what it waited on",
+    ),
+    Bug(
         "timeline-gap-from-the-previous-start",
         "benchmarks/models.py",
         '        gap = start - (out[-1]["start_us"] + out[-1]["us"]) if out else 0.0',
