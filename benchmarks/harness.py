@@ -166,8 +166,10 @@ def median_interval(values: Iterable[float], confidence: float = 0.95) -> tuple[
     n, k, tail = len(xs), 0, 0.0
     # The interval [x_(k), x_(n+1-k)] (1-based) misses the median with probability
     # 2 P(Binomial(n, 1/2) < k): take the largest k that keeps each tail within its half.
-    while k < n and tail + math.comb(n, k) / 2**n <= (1 - confidence) / 2:
+    while k < n:
         tail += math.comb(n, k) / 2**n
+        if tail > (1 - confidence) / 2:
+            break
         k += 1
     return (xs[k - 1], xs[n - k]) if k else None
 

@@ -711,11 +711,12 @@ def with_host_figures(row: dict) -> dict:
     of its two sides' times."""
     ratios, intervals = dict(row.get("host_ratio", {})), {}
     for mode, host in row.get("host_us", {}).items():
-        # A file from before host time was per mode holds one flat {"stock", "ours"}.
-        rounds = [v for v in host.get("round_ratios") or [] if v is not None] if isinstance(host, dict) else []
+        if not isinstance(host, dict):  # a file from before host time was per mode: one flat {"stock", "ours"}
+            continue
+        rounds = [v for v in host.get("round_ratios") or [] if v is not None]
         if rounds:
             ratios[mode] = round(statistics.median(rounds), 4)
-        elif isinstance(host, dict) and mode not in ratios:
+        elif mode not in ratios:
             ratios[mode] = ratio(host.get("ours"), host.get("stock"))
         interval = median_interval(rounds)
         if interval:
@@ -1015,13 +1016,14 @@ def measure_block(
                     step()
                     probe.synchronize()
                 row["compile_s_in_process"][name][mode] = round(time.perf_counter() - t0, 1)
-                if name == "ours" and i == 0:  # (plain JSON: a size may be a sympy integer)
-                    row["fused"] = plain(scheduling.fused_epilogues[fused_before:])
-                    row["decisions"] = decisions_since(decided_before)
                 if name == "ours":
                     # Each mode decides apart (fair timing's regime), and the GPU figures
                     # are the CUDA-graph mode's: its decisions are the ones they rest on.
-                    row.setdefault("decisions_by_mode", {})[mode] = decisions_since(decided_before)
+                    decided = decisions_since(decided_before)
+                    row.setdefault("decisions_by_mode", {})[mode] = decided
+                    if i == 0:  # (plain JSON: a size may be a sympy integer)
+                        row["fused"] = plain(scheduling.fused_epilogues[fused_before:])
+                        row["decisions"] = decided
                 step()
                 outs[name][mode] = outputs(step)
                 steps[name][mode] = step
@@ -1192,13 +1194,10 @@ def _block_line(row: dict) -> str:
     for mode, host in row.get("host_us", {}).items():
         spread = host.get("round_ratios")
         interval = row.get("host_ratio_interval", {}).get(mode)
-        spread_text = ""
-        if spread:
-            spread_text = f" (rounds {min(spread)}-{max(spread)}" + (
-                f", median within {interval[0]}-{interval[1]} at 95%)" if interval else ")"
-            )
+        within = f", median within {interval[0]}-{interval[1]} at 95%" if interval else ""
         parts.append(
-            f"host {mode} {host['stock']}/{host['ours']} us = {row.get('host_ratio', {}).get(mode)}x" + spread_text
+            f"host {mode} {host['stock']}/{host['ours']} us = {row.get('host_ratio', {}).get(mode)}x"
+            + (f" (rounds {min(spread)}-{max(spread)}{within})" if spread else "")
         )
     return ", ".join(parts) or "-"
 
