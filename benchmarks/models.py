@@ -662,22 +662,42 @@ def fusion_bound(profile: dict, absorbable: Iterable[str]) -> tuple[float | None
 GPU_TRACE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 
 
+def launch_of(event: dict) -> str | None:
+    """A kernel event's launch shape, ``"grid X,Y,Z block X,Y,Z regs R smem S"``, from the
+    trace's arguments (None for copies and fills, which have none). Two kernels of one
+    source that run at different speeds ran different autotuned configs where their
+    shapes differ, and the same config elsewhere (placement, or what ran beside them)."""
+    args = event.get("args") or {}
+    if "grid" not in args or "block" not in args:
+        return None
+    dims = " ".join(f"{key} {','.join(str(v) for v in args[key])}" for key in ("grid", "block"))
+    return f"{dims} regs {args.get('registers per thread', '?')} smem {args.get('shared memory', '?')}"
+
+
 def timeline_of(trace: dict) -> list[dict]:
     """The GPU work of a profiler's chrome trace in the order it ran: each kernel, copy
-    or fill with its start (µs after the first began), its duration and the idle time
-    before it (``gap_us``, negative where it overlapped the one before). A kernel that
-    reads slow in the profile's sums may be waiting on, or running beside, what came
-    before it; the sums cannot say, the order can."""
+    or fill with its start (µs after the first began), its duration, the idle time
+    before it (``gap_us``, negative where it overlapped the one before) and, for a
+    kernel, its launch shape (``launch_of``). A kernel that reads slow in the profile's
+    sums may be waiting on, or running beside, what came before it, or running another
+    config; the sums cannot say, the order and the shapes can."""
+    # Ordered by start alone: a copy's shape (None) does not compare with a kernel's.
     events = sorted(
-        (float(e["ts"]), float(e.get("dur", 0.0)), e["name"])
-        for e in trace.get("traceEvents", [])
-        if e.get("ph") == "X" and e.get("cat") in GPU_TRACE_CATEGORIES
+        (
+            (float(e["ts"]), float(e.get("dur", 0.0)), e["name"], launch_of(e))
+            for e in trace.get("traceEvents", [])
+            if e.get("ph") == "X" and e.get("cat") in GPU_TRACE_CATEGORIES
+        ),
+        key=lambda event: event[0],
     )
     out: list[dict] = []
-    for ts, dur, name in events:
+    for ts, dur, name, launch in events:
         start = ts - events[0][0]
         gap = start - (out[-1]["start_us"] + out[-1]["us"]) if out else 0.0
-        out.append({"kernel": name, "start_us": round(start, 2), "us": round(dur, 2), "gap_us": round(gap, 2)})
+        entry = {"kernel": name, "start_us": round(start, 2), "us": round(dur, 2), "gap_us": round(gap, 2)}
+        if launch is not None:
+            entry["launch"] = launch
+        out.append(entry)
     return out
 
 

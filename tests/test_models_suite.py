@@ -369,24 +369,35 @@ def test_summary_from_rows():
 def test_a_timeline_orders_the_gpu_work_and_measures_the_gaps_between():
     """Kernels, copies and fills of a chrome trace in the order they started, from the
     first: each with the idle time before it, negative where it overlapped the one
-    before; the host's events are not the GPU's."""
+    before, and a kernel with its launch shape; the host's events are not the GPU's."""
+    shape = {"grid": [64, 1, 1], "block": [256, 1, 1], "registers per thread": 40, "shared memory": 0}
     trace = {
         "traceEvents": [
-            {"ph": "X", "cat": "kernel", "name": "triton_poi_rotary", "ts": 1040.0, "dur": 28.5},
+            {"ph": "X", "cat": "kernel", "name": "triton_poi_rotary", "ts": 1040.0, "dur": 28.5, "args": shape},
             {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 900.0, "dur": 500.0},
             {"ph": "X", "cat": "kernel", "name": "kernel_inductor_cutedsl_gemm", "ts": 1000.0, "dur": 35.0},
-            {"ph": "X", "cat": "gpu_memset", "name": "Memset (Device)", "ts": 1060.0, "dur": 2.0},
+            {"ph": "X", "cat": "gpu_memset", "name": "Memset (Device)", "ts": 1060.0, "dur": 2.0, "args": {}},
             {"ph": "i", "cat": "kernel", "name": "an instant", "ts": 1001.0},
             {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoD", "ts": 1100.25, "dur": 1.5},
         ]
     }
     assert models.timeline_of(trace) == [
         {"kernel": "kernel_inductor_cutedsl_gemm", "start_us": 0.0, "us": 35.0, "gap_us": 0.0},
-        {"kernel": "triton_poi_rotary", "start_us": 40.0, "us": 28.5, "gap_us": 5.0},
+        {
+            "kernel": "triton_poi_rotary",
+            "start_us": 40.0,
+            "us": 28.5,
+            "gap_us": 5.0,
+            "launch": "grid 64,1,1 block 256,1,1 regs 40 smem 0",
+        },
         {"kernel": "Memset (Device)", "start_us": 60.0, "us": 2.0, "gap_us": -8.5},
         {"kernel": "Memcpy DtoD", "start_us": 100.25, "us": 1.5, "gap_us": 38.25},
     ]
     assert models.timeline_of({}) == []
+    # Without the occupancy figures a shape still names its grid and block.
+    assert models.launch_of({"args": {"grid": [8, 2, 1], "block": [128, 1, 1]}}) == (
+        "grid 8,2,1 block 128,1,1 regs ? smem ?"
+    )
 
 
 def test_the_median_interval_takes_the_binomial_order_statistics():

@@ -9,7 +9,9 @@ profiled step). Prints per side the GPU's busy time (the union of its work's int
 the sum of the work's durations (what the suite's GPU figure adds up), their difference
 (time counted twice: work that started before the work before it ended) and the idle
 time between; then the kernels whose time differs most between the sides, matched by
-name, each with what ran just before it and the gap after that.
+name, each with what ran just before it, the gap after that and its launch shapes (where
+one source runs at two speeds with one shape, it ran one config; with two, the
+autotuner picked differently).
 """
 
 from __future__ import annotations
@@ -50,9 +52,12 @@ def totals(timeline: list[dict]) -> dict[str, float]:
 
 def per_kernel(timeline: list[dict]) -> dict[str, dict]:
     """Each kernel name's total time, runs, what ran just before it (the most frequent
-    predecessor) and its mean gap after that."""
+    predecessor), its mean gap after that and its launch shapes (grid, block, registers
+    and shared memory; each distinct one, most frequent first; none for copies and
+    fills)."""
     out: dict[str, dict] = {}
     before: dict[str, Counter] = {}
+    shapes: dict[str, Counter] = {}
     for i, item in enumerate(timeline):
         entry = out.setdefault(item["kernel"], {"us": 0.0, "runs": 0, "gap_us": 0.0})
         entry["us"] += item["us"]
@@ -60,10 +65,13 @@ def per_kernel(timeline: list[dict]) -> dict[str, dict]:
         entry["gap_us"] += item["gap_us"]
         if i:
             before.setdefault(item["kernel"], Counter())[timeline[i - 1]["kernel"]] += 1
+        if item.get("launch"):
+            shapes.setdefault(item["kernel"], Counter())[item["launch"]] += 1
     for name, entry in out.items():
         entry["gap_us"] = round(entry["gap_us"] / entry["runs"], 2)
         entry["us"] = round(entry["us"], 2)
         entry["after"] = before[name].most_common(1)[0][0] if name in before else None
+        entry["launches"] = [shape for shape, _ in shapes[name].most_common()] if name in shapes else []
     return out
 
 
@@ -98,6 +106,7 @@ def report(dump: dict, top: int) -> str:
                     f"    {side:5}  {entry['us']:9.1f} us {entry['runs']:3d} runs  "
                     f"gap {entry['gap_us']:7.2f}  after {after}"
                 )
+                lines.extend(f"           launch {shape}" for shape in entry["launches"])
     return "\n".join(lines)
 
 
