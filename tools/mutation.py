@@ -1220,6 +1220,22 @@ BUGS = [
         "a timeline mixes the host's operators with the GPU's kernels",
     ),
     Bug(
+        "timeline-launch-drops-the-grid",
+        "benchmarks/models.py",
+        """    dims = " ".join(f"{key} {','.join(str(v) for v in args[key])}" for key in ("grid", "block"))""",
+        """    dims = " ".join(f"{key} {','.join(str(v) for v in args[key])}" for key in ("block",))""",
+        ("tests/test_models_suite.py",),
+        "two configs of one source that differ only in their grid read as one launch shape",
+    ),
+    Bug(
+        "timeline-launches-keep-only-the-usual-shape",
+        "tools/timeline_compare.py",
+        '        entry["launches"] = [shape for shape, _ in shapes[name].most_common()] if name in shapes else []',
+        '        entry["launches"] = [shape for shape, _ in shapes[name].most_common(1)] if name in shapes else []',
+        ("tests/test_timeline_compare.py",),
+        "a kernel the autotuner ran with two configs shows one, hiding the choice that differed",
+    ),
+    Bug(
         "host-ratio-is-the-ratio-of-medians",
         "benchmarks/models.py",
         "            ratios[mode] = round(statistics.median(rounds), 4)",
