@@ -986,6 +986,28 @@ def decisions_since(marks: tuple[int, int, int]) -> dict:
     )
 
 
+#: Inductor's loggers of a Triton kernel's tuning at its first call: each config's timing
+#: (``CachingAutotuner.benchmark_all_configs``), coordinate descent's steps and the winner.
+TUNING_LOGGERS = ("torch._inductor.runtime.triton_heuristics", "torch._inductor.runtime.coordinate_descent_tuner")
+#: Marks in the tuning log: the block, backend and mode whose first call tunes next.
+tuning_log = logging.getLogger("benchmarks.models.tuning")
+
+
+def log_tuning(path: str) -> logging.Handler:
+    """Write Inductor's tuning log (``TUNING_LOGGERS`` at DEBUG) and the compiles' marks
+    (``tuning_log``) to ``path``, not to the screen; returns the handler. Two kernels of
+    one source that run different configs were tuned apart: the timings each config
+    measured say whether the tuner saw the difference the profile sees."""
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(relativeCreated)d %(name)s: %(message)s"))
+    for name in (*TUNING_LOGGERS, tuning_log.name):
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.DEBUG)
+        logger.addHandler(handler)
+        logger.propagate = False
+    return handler
+
+
 def measure_block(
     bid: BlockId,
     row: dict,
@@ -1029,6 +1051,7 @@ def measure_block(
             for i, mode in enumerate(order):
                 fused_before = len(scheduling.fused_epilogues)
                 decided_before = decision_marks()
+                tuning_log.info("%s %s %s", bid.name, name, mode)
                 step = make_step(compile_fn(target, mode), x, bid.run, params, uses_cudagraphs(mode))
                 # The first mode's compile is read: the second generates the same code again.
                 with captured_code(codes[name]) if i == 0 else contextlib.nullcontext():
@@ -1313,6 +1336,12 @@ def parser() -> argparse.ArgumentParser:
         "with the gaps between them) of both backends to DIR/BLOCK.json.gz",
     )
     ap.add_argument(
+        "--log-tuning",
+        metavar="FILE",
+        help="write Inductor's tuning of the Triton kernels (each config's timing, coordinate "
+        "descent's steps), each compile marked by block, backend and mode, to FILE",
+    )
+    ap.add_argument(
         "--combine",
         nargs="+",
         metavar="FILE",
@@ -1341,6 +1370,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     # Our lowering's and scheduler's decisions, with their reasons, go to the log.
     logging.basicConfig(format="%(name)s: %(message)s")
     logging.getLogger("inductor_cutedsl").setLevel(logging.INFO)
+    if args.log_tuning:
+        log_tuning(args.log_tuning)
     torch._dynamo.config.automatic_dynamic_shapes = False
     torch._dynamo.config.fail_on_recompile_limit_hit = True
     stock_on_torch_ptxas()

@@ -635,6 +635,38 @@ def test_a_dumped_block_keeps_both_backends_wrappers_and_timelines(tmp_path):
     assert "dump" not in plain_row and sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.json", "dump"]
 
 
+def test_the_tuning_log_holds_the_tuners_records_after_each_compiles_mark(tmp_path, capsys):
+    """``--log-tuning``: Inductor's tuner records (DEBUG) go to the file, not the screen,
+    each after the mark of the compile whose first call tuned: block, backend, mode, the
+    first backend first."""
+    import logging
+
+    path = tmp_path / "tuning.log"
+    handler = models.log_tuning(str(path))
+    tuner = logging.getLogger(models.TUNING_LOGGERS[1])
+    try:
+
+        def compile_fn(target, mode):
+            tuner.debug("tuned for %s %s", "ours" if is_enabled() else "stock", mode)
+            return target
+
+        blocks = [models.BlockId("gpt2", "small", "inference")]
+        run_on_cpu(blocks, str(tmp_path / "a.json"), compile_fn, first="ours")
+    finally:
+        for name in (*models.TUNING_LOGGERS, models.tuning_log.name):
+            logging.getLogger(name).removeHandler(handler)
+            logging.getLogger(name).propagate = True
+        handler.close()
+    lines = [line.split(" ", 1)[1] for line in path.read_text().splitlines()]
+    expected = []
+    for side in ("ours", "stock"):
+        for mode in sorted(models.MODES, key=models.uses_cudagraphs):
+            expected += [f"benchmarks.models.tuning: gpt2:small:inference {side} {mode}"]
+            expected += [f"{models.TUNING_LOGGERS[1]}: tuned for {side} {mode}"]
+    assert lines == expected
+    assert "tuned for" not in capsys.readouterr().err
+
+
 def test_run_measures_every_block_and_goes_on_after_a_failure(tmp_path, capsys):
     blocks = [
         models.BlockId("gpt2", "small", "inference"),
