@@ -718,47 +718,59 @@ def _min(values: list[float]) -> float | None:
     return min(values) if values else None
 
 
-def with_host_figures(row: dict) -> dict:
-    """``row`` with its host figures worked out from its rounds, per mode:
-    ``host_ratio``, the median of the rounds' ours / stock, and ``host_ratio_interval``,
-    the 95% interval of that median (``harness.median_interval``).
+#: Ratios worked out from interleaved rounds (``with_round_figures``): the figure, the
+#: timings it comes from, and whether it reads ours / stock (host) or stock / ours (wall).
+ROUND_FIGURES = (("host_ratio", "host_us", "ours"), ("wall_speedup", "wall_ms", "stock"))
+
+
+def with_round_figures(row: dict) -> dict:
+    """``row`` with its host and wall figures worked out from its rounds, per mode:
+    ``host_ratio`` (ours / stock) and ``wall_speedup`` (stock / ours), each the median of
+    its rounds' ratios, and ``host_ratio_interval`` and ``wall_speedup_interval``, the
+    95% interval of that median (``harness.median_interval``).
 
     The rounds, not the two sides' medians: both sides of one round share the host's
     state (clock, other load), which moves between rounds by a quarter either way, and
     the ratio of two medians taken over such rounds can fall far from every round's
-    ratio. The interval says when a ratio above 1 is more than that noise. A mode whose
+    ratio. The interval says when a ratio beyond 1 is more than that noise. A mode whose
     rounds were not kept keeps the ratio it was written with, or else takes the ratio
     of its two sides' times."""
-    ratios, intervals = dict(row.get("host_ratio", {})), {}
-    for mode, host in row.get("host_us", {}).items():
-        if not isinstance(host, dict):  # a file from before host time was per mode: one flat {"stock", "ours"}
-            continue
-        rounds = [v for v in host.get("round_ratios") or [] if v is not None]
-        if rounds:
-            ratios[mode] = round(statistics.median(rounds), 4)
-        elif mode not in ratios:
-            ratios[mode] = ratio(host.get("ours"), host.get("stock"))
-        interval = median_interval(rounds)
-        if interval:
-            intervals[mode] = list(interval)
     out = dict(row)
-    if ratios:
-        out["host_ratio"] = ratios
-    if intervals:
-        out["host_ratio_interval"] = intervals
+    for figure, timings, numerator in ROUND_FIGURES:
+        denominator = "stock" if numerator == "ours" else "ours"
+        ratios, intervals = dict(row.get(figure, {})), {}
+        for mode, times in row.get(timings, {}).items():
+            if not isinstance(times, dict):  # a file from before host time was per mode: one flat {"stock", "ours"}
+                continue
+            rounds = [v for v in times.get("round_ratios") or [] if v is not None]
+            if rounds:
+                ratios[mode] = round(statistics.median(rounds), 4)
+            elif mode not in ratios:
+                ratios[mode] = ratio(times.get(numerator), times.get(denominator))
+            interval = median_interval(rounds)
+            if interval:
+                intervals[mode] = list(interval)
+        if ratios:
+            out[figure] = ratios
+        if intervals:
+            out[f"{figure}_interval"] = intervals
     return out
 
 
 def summarize(rows: list[dict], info: dict) -> dict:
     """The result file: summary figures over the rows that measured them (a failed row
     counts in none), then the rows, then where they ran (``suite_device``)."""
-    rows = [with_host_figures(r) for r in rows]
+    rows = [with_round_figures(r) for r in rows]
     ok = [r for r in rows if "error" not in r]
     gpu = [r["gpu_speedup"] for r in ok if r.get("gpu_speedup") is not None]
     bound = [r["bound"] for r in ok if r.get("bound") is not None]
     wall = {mode: [r["wall_speedup"][mode] for r in ok if mode in r.get("wall_speedup", {})] for mode in MODES}
     host = [v for r in ok for v in r.get("host_ratio", {}).values() if v is not None]
     host_low = [low for r in ok for low, _ in r.get("host_ratio_interval", {}).values()]
+    wall_high = {
+        mode: [r["wall_speedup_interval"][mode][1] for r in ok if mode in r.get("wall_speedup_interval", {})]
+        for mode in MODES
+    }
     return {
         "gpu_speedup_geomean": geomean_or_none(gpu),
         "gpu_speedup_min": _min(gpu),
@@ -767,6 +779,10 @@ def summarize(rows: list[dict], info: dict) -> dict:
         "wall_speedup_min_cudagraphs": _min(wall[CUDAGRAPHS]),
         "wall_speedup_geomean_no_cudagraphs": geomean_or_none(wall[NO_CUDAGRAPHS]),
         "wall_speedup_min_no_cudagraphs": _min(wall[NO_CUDAGRAPHS]),
+        # The lowest high end of the rows' 95% intervals: below 1, some row runs slower
+        # than stock beyond what its rounds' spread explains.
+        "wall_speedup_interval_high_min_cudagraphs": _min(wall_high[CUDAGRAPHS]),
+        "wall_speedup_interval_high_min_no_cudagraphs": _min(wall_high[NO_CUDAGRAPHS]),
         # Ours over stock, every row in every mode: above 1 is host time we added.
         "host_ratio_max": max(host) if host else None,
         "host_ratio_geomean": geomean_or_none(host),
@@ -1136,7 +1152,7 @@ def measure_block(
     # that fit in the launch queue (a graph's replay takes no more than its kernels).
     launches = {b: sum(k["launches"] for k in prof[b]["kernels"]) for b in BACKENDS}
     row["host_us"] = {mode: probe.host_us({b: steps[b][mode] for b in BACKENDS}, launches) for mode in modes}
-    row.update(with_host_figures(row))
+    row.update(with_round_figures(row))
     # Whether each step replays its CUDA graphs or runs its wrapper (launching kernels one
     # by one): a graphed step's wall time above its kernels' is the host's.
     row["launches_per_call"] = {mode: probe.launches({b: steps[b][mode] for b in BACKENDS}) for mode in modes}
@@ -1219,6 +1235,13 @@ def run_blocks(
     return result
 
 
+def _rounds_note(row: dict, figure: str, mode: str, spread: list[float]) -> str:
+    """The rounds' range of a row's ``figure`` in ``mode``, and its median's 95% interval."""
+    interval = row.get(f"{figure}_interval", {}).get(mode)
+    within = f", median within {interval[0]}-{interval[1]} at 95%" if interval else ""
+    return f"rounds {min(spread)}-{max(spread)}{within}"
+
+
 def _block_line(row: dict) -> str:
     if "error" in row:
         return f"FAILED {row['error'][:300]}"
@@ -1230,17 +1253,17 @@ def _block_line(row: dict) -> str:
         )
     for mode, speedup in row.get("wall_speedup", {}).items():
         spread = row.get("wall_ms", {}).get(mode, {}).get("round_ratios")
-        parts.append(f"wall {mode} {speedup}x" + (f" (rounds {min(spread)}-{max(spread)})" if spread else ""))
+        parts.append(
+            f"wall {mode} {speedup}x" + (f" ({_rounds_note(row, 'wall_speedup', mode, spread)})" if spread else "")
+        )
     parts += [f"loop {mode} {speedup}x" for mode, speedup in row.get("wall_loop_speedup", {}).items()]
     if "host_state" in row:
         parts.append(f"load {row['host_state']['loadavg_1m']} after {row['host_state']['builds_waited']} builds")
     for mode, host in row.get("host_us", {}).items():
         spread = host.get("round_ratios")
-        interval = row.get("host_ratio_interval", {}).get(mode)
-        within = f", median within {interval[0]}-{interval[1]} at 95%" if interval else ""
         parts.append(
             f"host {mode} {host['stock']}/{host['ours']} us = {row.get('host_ratio', {}).get(mode)}x"
-            + (f" (rounds {min(spread)}-{max(spread)}{within})" if spread else "")
+            + (f" ({_rounds_note(row, 'host_ratio', mode, spread)})" if spread else "")
         )
     return ", ".join(parts) or "-"
 

@@ -876,6 +876,10 @@ def test_the_performance_page_reads_host_ratios_of_both_result_shapes():
     both["host_ratio_interval"] = {"max-autotune": [0.91, 1.04]}
     assert perf_doc.host_cell(both, "max-autotune") == "0.97 (0.91-1.04)"
     assert perf_doc.host_cell(both, "max-autotune-no-cudagraphs") == 1.02
+    # A wall speed-up the same way, from its own interval, not the host's.
+    both["wall_speedup_interval"] = {"max-autotune-no-cudagraphs": [0.88, 0.95]}
+    assert perf_doc.round_cell(both, "wall_speedup", "max-autotune-no-cudagraphs", 0.91) == "0.91 (0.88-0.95)"
+    assert perf_doc.round_cell(both, "wall_speedup", "max-autotune", 1.05) == 1.05
 
 
 # --- benchmarks/warm_start.py -----------------------------------------------------------

@@ -26,6 +26,8 @@ SUMMARY_KEYS = {
     "host_ratio_max",
     "host_ratio_geomean",
     "host_ratio_interval_low_max",
+    "wall_speedup_interval_high_min_cudagraphs",
+    "wall_speedup_interval_high_min_no_cudagraphs",
     "rows",
     "device",
     "torch",
@@ -449,6 +451,39 @@ def test_host_ratios_are_their_rounds_medians_with_an_interval_that_says_what_is
     assert worked["host_ratio"] == {models.CUDAGRAPHS: 0.99, models.NO_CUDAGRAPHS: 1.02}
     assert worked["host_ratio_interval"] == {models.CUDAGRAPHS: [0.96, 1.01]}
     assert models.summarize([row], {})["host_ratio_max"] == 1.02
+
+
+def test_wall_speedups_are_their_rounds_medians_with_an_interval_that_says_what_is_below_stock():
+    """The wall figure is the host figure's statistic read the other way (stock / ours):
+    the median of the rounds' ratios, not the ratio of the sides' medians (one H100 row's
+    medians gave 0.851 where its rounds' median was 0.906), with the 95% interval of that
+    median; the summary's ``wall_speedup_interval_high_min_*`` is the lowest high end
+    (below 1: slower beyond the rounds' spread). A mode without rounds keeps the ratio it
+    was written with, or else takes stock / ours of its times."""
+    rounds = [0.9992, 0.401, 0.7923, 1.1618, 1.1586, 0.8561, 0.8999, 0.6289, 0.9112, 0.9828]
+    noisy = {"stock": 0.1468, "ours": 0.1726, "round_ratios": rounds}
+    slower = {"stock": 1.0, "ours": 1.1, "round_ratios": [0.90, 0.92, 0.91, 0.93, 0.89, 0.90, 0.92, 0.91]}
+    row = _row(
+        "gpt2:small:inference", 1.18, 1.07, 0.8505, 1.2, wall_ms={models.CUDAGRAPHS: noisy, models.NO_CUDAGRAPHS: {}}
+    )
+    faster = {"stock": 1.25, "ours": 1.0, "round_ratios": [1.2, 1.25, 1.3, 1.22, 1.28, 1.21, 1.27, 1.24]}
+    slow = _row(
+        "bert:small:inference", 1.0, 1.0, 1.0, 1.0, wall_ms={models.NO_CUDAGRAPHS: slower, models.CUDAGRAPHS: faster}
+    )
+    bare = {"block": "vit:small:inference", "wall_ms": {models.CUDAGRAPHS: {"stock": 2.0, "ours": 1.6}}}
+    result = models.summarize([row, slow, bare], {})
+    gpt2, bert, vit = result["rows"]
+    assert gpt2["wall_speedup"] == {models.CUDAGRAPHS: 0.9056, models.NO_CUDAGRAPHS: 1.2}
+    assert gpt2["wall_speedup_interval"] == {models.CUDAGRAPHS: [0.6289, 1.1586]}
+    assert bert["wall_speedup"][models.NO_CUDAGRAPHS] == 0.91
+    assert bert["wall_speedup_interval"] == {models.NO_CUDAGRAPHS: [0.89, 0.93], models.CUDAGRAPHS: [1.2, 1.3]}
+    assert vit["wall_speedup"] == {models.CUDAGRAPHS: 1.25} and "wall_speedup_interval" not in vit
+    assert result["wall_speedup_min_cudagraphs"] == 0.9056
+    assert result["wall_speedup_interval_high_min_cudagraphs"] == 1.1586
+    assert result["wall_speedup_interval_high_min_no_cudagraphs"] == 0.93
+    assert "median within 0.6289-1.1586 at 95%" in models._block_line(gpt2)
+    # The host figures are untouched by the wall's: no rounds of host time, no interval.
+    assert "host_ratio_interval" not in gpt2 and result["host_ratio_interval_low_max"] is None
 
 
 def test_combine_merges_partial_runs(tmp_path, capsys):

@@ -104,12 +104,16 @@ def host_ratios(row: dict) -> dict:
     return {}
 
 
-def host_cell(row: dict, mode: str) -> object:
-    """A row's host ratio in ``mode``, with the 95% interval of its rounds' median where
-    the row kept its rounds (``host_ratio_interval``)."""
-    value = host_ratios(row).get(mode)
-    interval = row.get("host_ratio_interval", {}).get(mode)
+def round_cell(row: dict, figure: str, mode: str, value: object) -> object:
+    """A row's ratio ``value`` of ``figure`` in ``mode``, with the 95% interval of its
+    rounds' median where the row kept its rounds (``FIGURE_interval``)."""
+    interval = row.get(f"{figure}_interval", {}).get(mode)
     return f"{fmt(value)} ({fmt(interval[0])}-{fmt(interval[1])})" if interval and value is not None else value
+
+
+def host_cell(row: dict, mode: str) -> object:
+    """A row's host ratio in ``mode``, with its interval (``round_cell``)."""
+    return round_cell(row, "host_ratio", mode, host_ratios(row).get(mode))
 
 
 def _models(d: dict) -> list[str]:
@@ -127,8 +131,8 @@ def _models(d: dict) -> list[str]:
                 pair(r.get("gpu_us")),
                 r.get("gpu_speedup"),
                 r.get("bound"),
-                wall.get("max-autotune"),
-                wall.get("max-autotune-no-cudagraphs"),
+                round_cell(r, "wall_speedup", "max-autotune", wall.get("max-autotune")),
+                round_cell(r, "wall_speedup", "max-autotune-no-cudagraphs", wall.get("max-autotune-no-cudagraphs")),
                 host_cell(r, "max-autotune"),
                 host_cell(r, "max-autotune-no-cudagraphs"),
                 f"{fmt(sum(k['launches'] for k in ours if k['ours']))} / {fmt(sum(k['launches'] for k in ours))}",
@@ -143,7 +147,7 @@ def _models(d: dict) -> list[str]:
                 "GPU µs stock / ours (`gpu_us`)",
                 "GPU × (`gpu_speedup`)",
                 "bound (`bound`)",
-                "wall × CUDA graphs",
+                "wall × CUDA graphs (`wall_speedup`, 95% interval)",
                 "wall × no graphs",
                 "host ours / stock, CUDA graphs (`host_ratio`, 95% interval)",
                 "host ours / stock, no graphs",
@@ -596,6 +600,14 @@ SECTIONS = [
             ("wall time with CUDA graphs, lowest", "wall_speedup_min_cudagraphs"),
             ("wall time without CUDA graphs, geomean", "wall_speedup_geomean_no_cudagraphs"),
             ("wall time without CUDA graphs, lowest", "wall_speedup_min_no_cudagraphs"),
+            (
+                "wall time with CUDA graphs, lowest high end of a 95% interval",
+                "wall_speedup_interval_high_min_cudagraphs",
+            ),
+            (
+                "wall time without CUDA graphs, lowest high end of a 95% interval",
+                "wall_speedup_interval_high_min_no_cudagraphs",
+            ),
             ("host time ours / stock, highest", "host_ratio_max"),
             ("host time ours / stock, geomean", "host_ratio_geomean"),
             ("host time ours / stock, highest low end of a 95% interval", "host_ratio_interval_low_max"),
