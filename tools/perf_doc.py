@@ -584,14 +584,15 @@ SECTIONS = [
         "h200-models.json",
         "Model suite",
         "python -m benchmarks.models --json benchmarks/results/h200-models.json",
-        "Transformer blocks of six model families (small: at most 256 tokens; prefill: about 4096), "
-        "inference and training steps, compiled with stock max-autotune and with ours in one process and "
-        "timed interleaved on the same tensors. GPU = the sum of kernel times under the profiler "
-        "(`max-autotune-no-cudagraphs`); bound = stock's GPU time over stock's less the pointwise kernels "
-        "that read a GEMM's output (what fused epilogues could gain at most). Speed ratios are stock / ours: "
-        "above 1, ours is faster. Host = the host's time per call or step, enqueued behind a busy GPU, as "
-        "ours / stock: above 1, ours costs the host more; beside it, the 95% interval of the median of its "
-        "interleaved rounds' ratios. Compile time is the next section's.",
+        "Transformer blocks of seven `transformers` model classes (small: at most 256 tokens; prefill: about "
+        "4096), inference and training steps, compiled with stock max-autotune and with ours in one process and "
+        "timed interleaved on the same tensors. GPU = the sum of kernel times under the profiler, in the mode "
+        "`profiled_mode` names (`max-autotune`, with CUDA graphs); bound = stock's GPU time over stock's less the "
+        "pointwise kernels that read a GEMM's output (what fused epilogues could gain at most). Speed ratios are "
+        "stock / ours: above 1, ours is faster. Host = the host's time per call or step, enqueued behind a busy "
+        "GPU, as ours / stock: above 1, ours costs the host more. Wall and host figures are the medians of their "
+        "interleaved rounds' ratios, each beside the 95% interval of that median. Compile time is the next "
+        "section's.",
         [
             ("GPU time, geomean", "gpu_speedup_geomean"),
             ("GPU time, lowest", "gpu_speedup_min"),
