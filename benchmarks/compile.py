@@ -17,10 +17,10 @@ the other. The sides:
   choices twice in some compiles (docs/findings.md). Ours aligns the two as it
   installs; a ratio against stock with that bug would credit ours with fixing
   Inductor's process set-up, not with compiling faster. Likewise fair stock keeps its
-  cached coordinate-descent results on a warm start
-  (``compat.autotune.carry_coordinate_descent``, which ours installs): torch 2.11 tunes
-  again what its artifacts carry, and every release to 2.15 looks for a static
-  autotuner's tuning under the cache directory it was compiled in.
+  cached coordinate-descent results (``compat.autotune.carry_coordinate_descent``, which
+  ours installs): every release to 2.15 loses the mark of a winner a compile worker read,
+  torch 2.11 tunes again what its artifacts carry, and every release to 2.15 looks for a
+  static autotuner's tuning under the cache directory it was compiled in.
 * ``ours``: the backend installed.
 * ``default_stock`` (``--default-stock``): stock as a user starts it.
 * ``ours_warm_kernels`` (``--warm-kernels``): ours with the kernel cache holding what

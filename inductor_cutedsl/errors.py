@@ -31,9 +31,11 @@ STAGES = (
     "kernel build",
     "kernel load",
     "first launch",
-    # Keeping a Triton kernel's cached coordinate-descent config on a warm start
-    # (``compat.autotune.carry_coordinate_descent``): stock then tunes it again.
+    # Keeping a Triton kernel's cached coordinate-descent config on a warm start, or
+    # through a compile worker (``compat.autotune.carry_coordinate_descent``): stock then
+    # tunes it again.
     "warm start",
+    "tuned config",
 )
 
 

@@ -12,6 +12,7 @@ its first call tunes again). On torch 2.11 that holds only through
 
 from __future__ import annotations
 
+import pickle
 import types
 
 import pytest
@@ -147,19 +148,110 @@ def test_the_backend_install_carries_where_torch_drops_the_result_and_disable_re
     try:
         before = th.CachingAutotuner.recheck_autotune_cache
         scale_before = th.CachingAutotuner._dynamic_scale_rblock
+        unpickle_before = th.CachingAutotuner.restore_after_unpickle
         assert not getattr(before, "carries_coordesc", False)
+        assert not getattr(unpickle_before, "carries_coordesc", False)
         inductor_cutedsl.enable()
         install._install_rest()
         # Every release re-homes the kernel path; before 2.13 the scaling is carried too.
         assert getattr(th.CachingAutotuner.recheck_autotune_cache, "carries_coordesc", False)
+        assert getattr(th.CachingAutotuner.restore_after_unpickle, "carries_coordesc", False)
         assert autotune.carry_coordinate_descent() is None  # installed once
         scales = getattr(th.CachingAutotuner._dynamic_scale_rblock, "carries_coordesc", False)
         assert scales == (releases.torch_release() < (2, 13))
         inductor_cutedsl.disable()
         assert th.CachingAutotuner.recheck_autotune_cache is before
         assert th.CachingAutotuner._dynamic_scale_rblock is scale_before
+        assert th.CachingAutotuner.restore_after_unpickle is unpickle_before
     finally:
         inductor_cutedsl.enable()
+
+
+class Unpickled:
+    """A kernel as it comes back from a compile worker: what ``restore_after_unpickle``
+    and ``mark_cached_winner`` read. Its one config went through a pickle; its cache hook
+    is the worker's ``AutotuneCache.save``, bound, as Inductor pickles it."""
+
+    def __init__(self, path: str, generated: list, config: Config, state: str = "hit", meta: dict = META) -> None:
+        self.inductor_meta = dict(meta)
+        self.autotune_cache_info = {"autotune_cache_state": state}
+        self.compile_results = [types.SimpleNamespace(config=pickle.loads(pickle.dumps(config)))]
+        cache = AutotuneCache.create(META, path, th.hash_configs(generated))
+        assert cache is not None
+        self.save_cache_hook = pickle.loads(pickle.dumps(cache.save))
+        self.fn = types.SimpleNamespace()
+        self.launchers: list = []
+
+
+def unpickled_config(tuner: Unpickled):
+    th.CachingAutotuner.restore_after_unpickle(tuner, None)
+    return only_config(tuner)
+
+
+def test_a_triton_config_loses_its_mark_in_a_pickle():
+    """The stock bug the carry works around: a winner read in a compile worker comes back
+    to the compiling process without its mark."""
+    tuned = Config({"XBLOCK": 512}, num_warps=8, num_stages=1)
+    tuned.found_by_coordesc = True
+    assert not getattr(pickle.loads(pickle.dumps(tuned)), "found_by_coordesc", False)
+
+
+def test_a_kernel_back_from_a_compile_worker_keeps_its_cached_winners_mark(tmp_path, carried):
+    """The worker read the winner (a hit) and compiled it alone: the parent marks it again,
+    so the first call runs it untuned; its launchers, where it has some, too. Stock
+    leaves it unmarked: the first call tunes again, from the winner."""
+    import inductor_cutedsl
+
+    start = Config({"XBLOCK": 128}, num_warps=4, num_stages=1)
+    tuned = Config({"XBLOCK": 512}, num_warps=8, num_stages=1)
+    path = cold(tmp_path, [start], tuned)
+    tuner = Unpickled(path, [start], tuned)
+    tuner.launchers = [types.SimpleNamespace(config=tuner.compile_results[0].config)]
+    got = unpickled_config(tuner)
+    assert got.kwargs == {"XBLOCK": 512} and getattr(got, "found_by_coordesc", False)
+    assert getattr(tuner.launchers[0].config, "found_by_coordesc", False)
+    inductor_cutedsl.disable()
+    try:
+        assert not getattr(unpickled_config(Unpickled(path, [start], tuned)), "found_by_coordesc", False)
+    finally:
+        inductor_cutedsl.enable()
+
+
+@pytest.mark.parametrize("case", ["not by coordinate descent", "a miss", "another config", "no coordinate descent"])
+def test_only_a_cached_coordinate_descent_winner_is_marked(tmp_path, carried, case):
+    """The mark says the config is what coordinate descent found for these generated
+    configs: a winner autotuning picked among several, a kernel whose compile missed the
+    cache, a config other than the cached one, a kernel not tuned by coordinate descent
+    stay as they came."""
+    start = Config({"XBLOCK": 128}, num_warps=4, num_stages=1)
+    tuned = Config({"XBLOCK": 512}, num_warps=8, num_stages=1)
+    path = cold(tmp_path, [start], tuned, by_coordesc=case != "not by coordinate descent")
+    tuner = Unpickled(
+        path,
+        [start],
+        start if case == "another config" else tuned,
+        state="miss" if case == "a miss" else "hit",
+        meta={"autotune_local_cache": True} if case == "no coordinate descent" else META,
+    )
+    assert not getattr(unpickled_config(tuner), "found_by_coordesc", False)
+
+
+def test_a_failure_marking_the_winner_leaves_the_kernel_as_stock_left_it(tmp_path, carried, lenient, monkeypatch):
+    from inductor_cutedsl import errors
+
+    start = Config({"XBLOCK": 128}, num_warps=4, num_stages=1)
+    tuned = Config({"XBLOCK": 512}, num_warps=8, num_stages=1)
+    tuner = Unpickled(cold(tmp_path, [start], tuned), [start], tuned)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("planted")
+
+    monkeypatch.setattr(autotune, "mark_cached_winner", broken)
+    before = len(errors.fallbacks)
+    got = unpickled_config(tuner)
+    assert got.kwargs == {"XBLOCK": 512} and not getattr(got, "found_by_coordesc", False)
+    assert tuner.fn._hash_lock is not None, "the original restore ran"
+    assert errors.fallbacks[before:] and errors.fallbacks[-1]["stage"] == "tuned config"
 
 
 class Reduction:

@@ -107,26 +107,32 @@ _DROPS_COORDESC_BEFORE = (2, 13)
 
 
 def carry_coordinate_descent() -> Any:
-    """Make a warm start keep the configs coordinate descent found; returns what
+    """Make a later compile keep the configs coordinate descent found; returns what
     ``restore_coordinate_descent`` needs (None where nothing was changed).
 
     With max-autotune, Inductor tunes each Triton pointwise and reduction kernel by
     coordinate descent at the graph's first call and saves the winner in its autotune
-    cache, which torch's portable artifacts carry. A kernel loaded from the FX graph cache
-    as a static autotuner reads that cache back in ``recheck_autotune_cache``, and two
-    stock bugs make the first call tune again, the larger part of a warm start
-    (docs/findings.md):
+    cache, marked as found by it, so that a later compile of the same kernel runs the
+    winner untuned. Three stock bugs tune it again, which costs compile time (coordinate
+    descent is the largest phase of a cold compile, docs/findings.md) and, since the
+    tuner's timings are the host's, leaves another config each time:
 
-    * on every release to 2.15 (read in its source), the autotuner was pickled with the
-      kernel's path on the machine that compiled it, so it looks for the cache entry in
-      that machine's cache directory, not in this one's, where the artifacts were loaded:
-      the path is re-homed first (``rehome_kernel_path``);
-    * before 2.13 it takes the cached config only if it compiled several, and then without
-      its ``found_by_coordesc`` mark; and a reduction whose cached winner uses many
+    * a kernel compiled in Inductor's compile workers reads the winner there and comes
+      back pickled; ``triton.Config`` pickles its own fields only, so the mark is lost on
+      every release to 2.15 (read in its source; triton 3.6 to 3.8) and the first call
+      tunes again from the winner: the mark is set again as the kernel is unpickled
+      (``mark_cached_winner``);
+    * a kernel loaded from the FX graph cache as a static autotuner reads the winner in
+      ``recheck_autotune_cache``; on every release to 2.15 the autotuner was pickled
+      with the kernel's path on the machine that compiled it, so it looks for the entry
+      in that machine's cache directory, not in this one's, where torch's portable
+      artifacts were loaded: the path is re-homed first (``rehome_kernel_path``);
+    * before 2.13 that warm path takes the cached config only if it compiled several,
+      and then without its mark; and a reduction whose cached winner uses many
       registers is scaled again (``_dynamic_scale_rblock``) and so tuned again.
 
-    These are fixes of stock's, not a speed of ours: the compile benchmarks give fair stock
-    the same fix."""
+    These are fixes of stock's, not a speed of ours: the benchmarks give fair stock the
+    same fixes."""
     try:
         from torch._inductor.runtime import triton_heuristics
     except ImportError:  # no Triton: nothing is tuned
@@ -134,15 +140,33 @@ def carry_coordinate_descent() -> Any:
 
     from . import releases
 
-    release = releases.torch_release()
     cls = triton_heuristics.CachingAutotuner
+    originals = {}
+    unpickle = cls.__dict__.get("restore_after_unpickle")
+    if unpickle is not None and not getattr(unpickle, "carries_coordesc", False):
+
+        def restore_after_unpickle(self: Any, *args: Any, **kwargs: Any) -> Any:
+            out = unpickle(self, *args, **kwargs)
+            try:
+                mark_cached_winner(self)
+            except Exception as exc:  # the kernel is left as stock leaves it: tuned again
+                from ..errors import fallback
+
+                fallback("tuned config", _kernel_name(self), exc)
+            return out
+
+        restore_after_unpickle.carries_coordesc = True  # type: ignore[attr-defined]
+        cls.restore_after_unpickle = restore_after_unpickle
+        originals["restore_after_unpickle"] = unpickle
+
+    release = releases.torch_release()
     original = cls.__dict__.get("recheck_autotune_cache")
     if release is None or original is None or getattr(original, "carries_coordesc", False):
-        return None
+        return originals or None
     drops = release < _DROPS_COORDESC_BEFORE
     original_scale: Any = cls.__dict__.get("_dynamic_scale_rblock") if drops else None
     if drops and original_scale is None:
-        return None
+        return originals or None
 
     def recheck_autotune_cache(self: Any, reload_kernel_from_src: Callable[[], Any]) -> None:
         # The cache is keyed on the configs compiled cold, which the original may narrow.
@@ -169,16 +193,55 @@ def carry_coordinate_descent() -> Any:
 
     recheck_autotune_cache.carries_coordesc = True  # type: ignore[attr-defined]
     cls.recheck_autotune_cache = recheck_autotune_cache
+    originals["recheck_autotune_cache"] = original
     if drops:
         _dynamic_scale_rblock.carries_coordesc = True  # type: ignore[attr-defined]
         cls._dynamic_scale_rblock = _dynamic_scale_rblock
-    return original, original_scale
+        originals["_dynamic_scale_rblock"] = original_scale
+    return originals
+
+
+def mark_cached_winner(autotuner: Any) -> None:
+    """Mark a kernel's one config as found by coordinate descent where the kernel's
+    autotune cache holds it as the winner coordinate descent found (the entry its
+    compile read: ``autotune_cache_state`` "hit"), so that its first call runs it
+    untuned, as the compile meant. Any other kernel is left as it is."""
+    from torch._inductor.runtime.triton_heuristics import triton_config_to_hashable
+
+    meta = autotuner.inductor_meta
+    if not meta.get("coordinate_descent_tuning"):
+        return
+    if (getattr(autotuner, "autotune_cache_info", None) or {}).get("autotune_cache_state") != "hit":
+        return
+    results = getattr(autotuner, "compile_results", None) or []
+    if len(results) != 1 or getattr(results[0].config, "found_by_coordesc", False):
+        return
+    # The hook is the entry's own AutotuneCache (``save``, bound), keyed on the configs
+    # the kernel was generated with.
+    cache = getattr(getattr(autotuner, "save_cache_hook", None), "__self__", None)
+    if cache is None:
+        return
+    config = results[0].config
+    best = cache.read_best(meta, [config])
+    if best is None or not getattr(best, "found_by_coordesc", False):
+        return
+    wanted = triton_config_to_hashable(best)
+    if triton_config_to_hashable(config) != wanted:
+        return
+    config.found_by_coordesc = True
+    for launcher in getattr(autotuner, "launchers", None) or []:
+        if triton_config_to_hashable(launcher.config) == wanted:
+            launcher.config.found_by_coordesc = True
+
+
+def _kernel_name(autotuner: Any) -> str:
+    return str(autotuner.inductor_meta.get("kernel_name", "a Triton kernel"))
 
 
 def _fell_back(autotuner: Any, exc: Exception) -> None:
     from ..errors import fallback
 
-    fallback("warm start", str(autotuner.inductor_meta.get("kernel_name", "a Triton kernel")), exc)
+    fallback("warm start", _kernel_name(autotuner), exc)
 
 
 def rehome_kernel_path(autotuner: Any) -> None:
@@ -201,14 +264,12 @@ def rehome_kernel_path(autotuner: Any) -> None:
 
 
 def restore_coordinate_descent(originals: Any) -> None:
-    if originals is not None:
+    if originals:
         from torch._inductor.runtime import triton_heuristics
 
         cls = triton_heuristics.CachingAutotuner
-        recheck, scale = originals
-        cls.recheck_autotune_cache = recheck
-        if scale is not None:
-            cls._dynamic_scale_rblock = scale
+        for name, original in originals.items():
+            setattr(cls, name, original)
 
 
 def keep_tuned_config(autotuner: Any, reload_kernel_from_src: Callable[[], Any], compiled: list[Any]) -> None:
