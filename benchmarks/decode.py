@@ -78,7 +78,7 @@ from .harness import (
     rel_err,
     run_info,
     stamped,
-    stock_on_torch_ptxas,
+    stock_as_fair_stock,
     suite_device,
     write_json,
 )
@@ -590,7 +590,7 @@ def main(argv: list[str] | None = None) -> dict | None:
         print("benchmarks.decode needs a CUDA GPU: nothing measured")
         return None
     torch._dynamo.config.automatic_dynamic_shapes = False
-    stock_on_torch_ptxas()
+    stock_as_fair_stock()
     rows: list[dict] = []
     if args.resume and os.path.exists(args.resume):
         with open(args.resume) as f:

@@ -21,7 +21,7 @@ from inductor_cutedsl.install import reenabled
 from inductor_cutedsl.scheduler import scheduling, selection
 
 from .gemm import SHAPES
-from .harness import BACKENDS, geomean, graphed, rel_err, run_info, side_by_side, stock_on_torch_ptxas, write_json
+from .harness import BACKENDS, geomean, graphed, rel_err, run_info, side_by_side, stock_as_fair_stock, write_json
 
 PATTERNS = {
     "addmm_gelu_tanh": (
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> dict:
     shapes = SHAPES if args.shapes is None else [SHAPES[int(i)] for i in args.shapes.split(",")]
     if args.sizes:
         shapes = [tuple(int(x) for x in s.split("x")) for s in args.sizes.split(",")]
-    stock_on_torch_ptxas()
+    stock_as_fair_stock()
     rows: list[dict] = []
     for name in args.patterns.split(","):
         for m, n, k in shapes:

@@ -55,7 +55,7 @@ from inductor_cutedsl.runtime.launch import default_cache
 from inductor_cutedsl.timing import bench
 
 from .epilogue import COMPILE_FIRST_HELP, TOLERANCE, measure_case
-from .harness import BACKENDS, geomean, graphed, rel_err, run_info, side_by_side, stock_on_torch_ptxas, write_json
+from .harness import BACKENDS, geomean, graphed, rel_err, run_info, side_by_side, stock_as_fair_stock, write_json
 
 # (M, N, K): LLM Linear layers (LLaMA-3 8B / 70B widths) at prefill token counts.
 SHAPES = [
@@ -473,7 +473,7 @@ def main(argv: list[str] | None = None) -> dict:
     if not torch.cuda.is_available():
         print("no CUDA GPU: nothing to measure")
         return {}
-    stock_on_torch_ptxas()
+    stock_as_fair_stock()
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
     promote = not args.fast_accum
     if args.block_only:

@@ -28,8 +28,11 @@ time is ``benchmarks.compile``'s (fresh processes, empty caches): the compiles h
 share one process and its caches, and stock compiles on torch's ptxas as fair stock
 does (``harness.stock_on_torch_ptxas``): it spares the device stock's doubled template
 compiles, and stock's choices are benchmarked as a user of a torch without the
-mismatch would have them. Results are rewritten after every block, so a run cut
-short keeps its rows; ``--combine`` merges partial runs.
+mismatch would have them. Both sides keep their Triton kernels' tuned configs across
+compiles, as fair stock does (``harness.stock_keeps_tuned_configs``): the backend
+compiled second runs the configs the first one's tuning found for the kernels both
+generate. Results are rewritten after every block, so a run cut short keeps its rows;
+``--combine`` merges partial runs.
 """
 
 from __future__ import annotations
@@ -69,7 +72,7 @@ from .harness import (
     run_info,
     side_by_side_rounds,
     stamped,
-    stock_on_torch_ptxas,
+    stock_as_fair_stock,
     suite_device,
     write_json,
 )
@@ -1397,7 +1400,7 @@ def main(argv: list[str] | None = None) -> dict | None:
         log_tuning(args.log_tuning)
     torch._dynamo.config.automatic_dynamic_shapes = False
     torch._dynamo.config.fail_on_recompile_limit_hit = True
-    stock_on_torch_ptxas()
+    stock_as_fair_stock()
     blocks = select(args.blocks, args.runs)
     if not blocks:
         print("no block to measure: training runs only for " + ", ".join(f for f in FAMILIES if FAMILIES[f].train))

@@ -862,6 +862,40 @@ def test_the_performance_page_shows_each_files_figures_and_refuses_a_file_it_has
         perf_doc.render(results)
 
 
+def test_stock_keeps_its_tuned_configs_in_a_benchmarks_process():
+    """The coordinate-descent carry fair stock runs with stays in under ``disable()``, so
+    that the stock side of a one-process benchmark keeps its Triton kernels' tuned configs
+    as ours does (and the side compiled second runs the first's); it goes in once, and
+    what it returns takes it out."""
+    pytest.importorskip("triton")
+    from torch._inductor.runtime import triton_heuristics as th
+
+    import inductor_cutedsl
+    from benchmarks import harness
+    from inductor_cutedsl import install
+    from inductor_cutedsl.compat import autotune
+
+    inductor_cutedsl.disable()
+    stock = th.CachingAutotuner.restore_after_unpickle
+    assert not getattr(stock, "carries_coordesc", False)
+    inductor_cutedsl.enable()
+    saved = harness.stock_keeps_tuned_configs()
+    try:
+        assert inductor_cutedsl.is_enabled() and saved
+        install._install_rest()
+        for _ in range(2):
+            inductor_cutedsl.disable()
+            assert getattr(th.CachingAutotuner.restore_after_unpickle, "carries_coordesc", False)
+            inductor_cutedsl.enable()
+            install._install_rest()
+        assert harness.stock_keeps_tuned_configs() is None, "in once"
+    finally:
+        inductor_cutedsl.disable()
+        autotune.restore_coordinate_descent(saved)
+        assert th.CachingAutotuner.restore_after_unpickle is stock
+        inductor_cutedsl.enable()
+
+
 def test_the_performance_page_reads_host_ratios_of_both_result_shapes():
     """Rows that timed the host in every mode carry ``host_ratio``; older files hold
     one flat ``host_us`` (without CUDA graphs), whose ratio the page works out."""
@@ -1229,7 +1263,7 @@ def test_a_decode_run_resumed_on_another_card_keeps_each_rows_card_and_copy_band
     path = tmp_path / "earlier.json"
     path.write_text(json.dumps(earlier))
     monkeypatch.setattr(decode.torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(decode, "stock_on_torch_ptxas", lambda: None)
+    monkeypatch.setattr(decode, "stock_as_fair_stock", lambda: None)
     monkeypatch.setattr(decode, "run_info", lambda: {"device": "H100", "torch": "2.11"})
     monkeypatch.setattr(decode, "copy_bandwidth", lambda: 3.0e12)
     monkeypatch.setattr(decode, "GpuProbe", lambda: None)

@@ -1188,6 +1188,40 @@ BUGS = [
         "a host ratio's interval is narrower than 95%, and noise reads as host time ours added",
     ),
     Bug(
+        "tuned-config-marked-without-a-cache-hit",
+        "inductor_cutedsl/compat/autotune.py",
+        """    if (getattr(autotuner, "autotune_cache_info", None) or {}).get("autotune_cache_state") != "hit":
+        return
+    results""",
+        """    results""",
+        ("tests/test_coordesc_carry.py",),
+        "a kernel whose compile missed the cache is marked as tuned from an entry written later",
+    ),
+    Bug(
+        "tuned-config-marked-though-autotuning-picked-it",
+        "inductor_cutedsl/compat/autotune.py",
+        '    if best is None or not getattr(best, "found_by_coordesc", False):',
+        "    if best is None:",
+        ("tests/test_coordesc_carry.py",),
+        "a config autotuning picked among several is marked as coordinate descent's: it is never tuned",
+    ),
+    Bug(
+        "tuned-config-marks-another-config",
+        "inductor_cutedsl/compat/autotune.py",
+        "    if triton_config_to_hashable(config) != wanted:\n        return\n",
+        "",
+        ("tests/test_coordesc_carry.py",),
+        "a kernel's config other than the cached winner is marked as tuned",
+    ),
+    Bug(
+        "stock-keeps-tuned-configs-only-while-ours-is-on",
+        "benchmarks/harness.py",
+        "    disable()  # takes ours' carry out, which a later disable() would take out again\n",
+        "",
+        ("tests/test_benchmarks.py",),
+        "a benchmark's stock side tunes its Triton kernels again while ours keeps its configs",
+    ),
+    Bug(
         "timeline-busy-counts-an-overlap-twice",
         "tools/timeline_compare.py",
         "            busy += stop - end",
