@@ -18,7 +18,7 @@ the other. The sides:
   installs; a ratio against stock with that bug would credit ours with fixing
   Inductor's process set-up, not with compiling faster. Likewise fair stock keeps its
   cached coordinate-descent results (``compat.autotune.carry_coordinate_descent``, which
-  ours installs): every release to 2.15 loses the mark of a winner a compile worker read,
+  ours installs): torch 2.11 and 2.14 lose the mark of a winner a compile worker read,
   torch 2.11 tunes again what its artifacts carry, and every release to 2.15 looks for a
   static autotuner's tuning under the cache directory it was compiled in.
 * ``ours``: the backend installed.

@@ -118,10 +118,10 @@ def carry_coordinate_descent() -> Any:
     tuner's timings are the host's, leaves another config each time:
 
     * a kernel compiled in Inductor's compile workers reads the winner there and comes
-      back pickled; ``triton.Config`` pickles its own fields only, so the mark is lost on
-      every release to 2.15 (read in its source; triton 3.6 to 3.8) and the first call
-      tunes again from the winner: the mark is set again as the kernel is unpickled
-      (``mark_cached_winner``);
+      back pickled; ``triton.Config`` restores its own fields only, so the mark is lost
+      (checked with torch 2.11 and triton 3.6, torch 2.14 and triton 3.8; neither sets
+      it again on this path) and the first call tunes again from the winner: the mark is
+      set again as the kernel is unpickled (``mark_cached_winner``);
     * a kernel loaded from the FX graph cache as a static autotuner reads the winner in
       ``recheck_autotune_cache``; on every release to 2.15 the autotuner was pickled
       with the kernel's path on the machine that compiled it, so it looks for the entry
