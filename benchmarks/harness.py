@@ -7,11 +7,12 @@ accuracy and result files are the main job's (``inductor_cutedsl.cli.report``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from inductor_cutedsl import timing
@@ -60,6 +61,23 @@ def stock_as_fair_stock() -> None:
     stock_keeps_tuned_configs()
 
 
+@contextlib.contextmanager
+def ours_out() -> Iterator[None]:
+    """Our backend taken out for the body and put back after if it was in: a fix of
+    stock's that the body installs is then not in ``enable()``'s record of what it
+    changed, so that a later ``disable()`` (the stock side of a benchmark) leaves it, and
+    ``enable()`` finds it in and changes nothing."""
+    from inductor_cutedsl import disable, enable, is_enabled
+
+    was_enabled = is_enabled()
+    disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            enable()
+
+
 def stock_keeps_tuned_configs() -> Any:
     """Let stock keep its Triton kernels' tuned configs in this process as fair stock
     does (``benchmarks.compile``): ``compat.autotune.carry_coordinate_descent``,
@@ -71,16 +89,10 @@ def stock_keeps_tuned_configs() -> Any:
     host-bound timings, the stock side's under ``disable()`` too, so a kernel both sides
     generate runs another config on each (docs/findings.md, Timing); with it, the
     backend compiled second runs the configs the first one's tuning found."""
-    from inductor_cutedsl import disable, enable, is_enabled
     from inductor_cutedsl.compat.autotune import carry_coordinate_descent
 
-    was_enabled = is_enabled()
-    disable()  # takes ours' carry out, which a later disable() would take out again
-    try:
+    with ours_out():  # ours' own carry out first: a later disable() would take it out
         return carry_coordinate_descent()
-    finally:
-        if was_enabled:
-            enable()  # finds it in: nothing of ours to take out
 
 
 def stock_on_torch_ptxas() -> str | None:
@@ -93,22 +105,17 @@ def stock_on_torch_ptxas() -> str | None:
     mismatch ``compat.environment.align_triton_ptxas`` fixes for ours). That costs
     device time and no figure: these benchmarks time the compiled code, and compile time
     is measured by ``benchmarks.compile`` against fair stock and default stock."""
-    from inductor_cutedsl import disable, enable, is_enabled
-
     path = torch_ptxas()
     if path is None:
         return None
-    was_enabled = is_enabled()
-    disable()  # undoes our own alignment, which a later disable() would undo again
-    os.environ["TRITON_PTXAS_PATH"] = path
-    try:
-        from triton.backends.nvidia import compiler as nvidia
-    except ImportError:
-        pass
-    else:  # Triton reads the version once per process: read it again, from this path
-        getattr(nvidia.get_ptxas_version, "cache_clear", lambda: None)()
-    if was_enabled:
-        enable()  # finds the path set: nothing of ours to undo
+    with ours_out():  # ours' own alignment out first: a later disable() would undo it
+        os.environ["TRITON_PTXAS_PATH"] = path
+        try:
+            from triton.backends.nvidia import compiler as nvidia
+        except ImportError:
+            pass
+        else:  # Triton reads the version once per process: read it again, from this path
+            getattr(nvidia.get_ptxas_version, "cache_clear", lambda: None)()
     return path
 
 

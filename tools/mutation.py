@@ -1216,8 +1216,9 @@ BUGS = [
     Bug(
         "stock-keeps-tuned-configs-only-while-ours-is-on",
         "benchmarks/harness.py",
-        "    disable()  # takes ours' carry out, which a later disable() would take out again\n",
-        "",
+        "    with ours_out():  # ours' own carry out first: a later disable() would take it out\n"
+        "        return carry_coordinate_descent()\n",
+        "    return carry_coordinate_descent()\n",
         ("tests/test_benchmarks.py",),
         "a benchmark's stock side tunes its Triton kernels again while ours keeps its configs",
     ),
