@@ -52,3 +52,42 @@ def test_a_kernel_lists_each_launch_shape_it_ran_most_frequent_first():
     timeline = [_k("rotary", 0.0, 30.0, 0.0, SLOW), _k("rotary", 40.0, 9.0, 10.0, FAST)]
     timeline.append(_k("rotary", 60.0, 9.0, 11.0, FAST))
     assert timeline_compare.per_kernel(timeline)["rotary"]["launches"] == [FAST, SLOW]
+
+
+def _wrapper(*kernels):
+    """A wrapper's text compiling each (name, body) as Inductor's does."""
+    return "\n".join(f"{n} = async_compile.triton('{n}', '''\n{body}\n''', device_str='cuda')" for n, body in kernels)
+
+
+def test_kernels_of_one_source_on_both_sides_are_counted_by_whether_they_ran_one_shape(capsys, tmp_path):
+    """Only a kernel both sides compiled from the same text counts: ``norm`` (two shapes)
+    and ``rotary`` (one) do; ``add`` differs in text and ``mul`` has two texts on a side
+    (a forward's and a backward's kernel of one name)."""
+    stock = [
+        _k("norm", 0.0, 10.0, 0.0, FAST),
+        _k("rotary", 10.0, 5.0, 0.0, FAST),
+        _k("add", 15.0, 2.0, 0.0, FAST),
+        _k("mul", 17.0, 2.0, 0.0, FAST),
+    ]
+    ours = [
+        _k("norm", 0.0, 40.0, 0.0, SLOW),
+        _k("rotary", 40.0, 6.0, 0.0, FAST),
+        _k("add", 46.0, 9.0, 0.0, SLOW),
+        _k("mul", 55.0, 9.0, 0.0, SLOW),
+    ]
+    wrappers = {
+        "stock": [_wrapper(("norm", "n1"), ("rotary", "r1"), ("add", "a1"), ("mul", "m1")), _wrapper(("mul", "m2"))],
+        "ours": [_wrapper(("norm", "n1"), ("rotary", "r1"), ("add", "a2"), ("mul", "m1"))],
+    }
+    dump = {"block": "hf-x:small:train", "wrappers": wrappers, "timelines": {"stock": stock, "ours": ours}}
+    rows = timeline_compare.same_source(dump)
+    assert [(r["kernel"], r["one_shape"]) for r in rows] == [("norm", False), ("rotary", True)]
+    assert rows[0]["stock_us"] == 10.0 and rows[0]["ours_launches"] == [SLOW]
+    assert timeline_compare.kernel_source(wrappers["stock"][0], "rotary").endswith("r1\n")
+    assert timeline_compare.kernel_source(wrappers["stock"][1], "rotary") is None
+    path = tmp_path / "b.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump(dump, f)
+    timeline_compare.main([str(path), "--top", "3"])
+    out = capsys.readouterr().out.split("one source:")[1]
+    assert out.startswith(" 2, 1 with one launch shape") and f"launch {SLOW}" in out and "rotary" not in out

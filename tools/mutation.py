@@ -1239,6 +1239,22 @@ BUGS = [
         "a slow kernel is reported as running after itself, hiding what it waited on",
     ),
     Bug(
+        "same-source-matches-kernels-by-name-only",
+        "tools/timeline_compare.py",
+        "        if len(sources[0]) != 1 or sources[0] != sources[1]:\n",
+        "        if len(sources[0]) != 1:\n",
+        ("tests/test_timeline_compare.py",),
+        "two sides' kernels of one name but different code count as one source, a shape difference blamed on tuning",
+    ),
+    Bug(
+        "same-source-shape-compares-a-side-with-itself",
+        "tools/timeline_compare.py",
+        '                "one_shape": stock["launches"] == ours["launches"],\n',
+        '                "one_shape": stock["launches"] == stock["launches"],\n',
+        ("tests/test_timeline_compare.py",),
+        "every same-source kernel reads as one launch shape on both sides, hiding a tuning difference",
+    ),
+    Bug(
         "timeline-gap-from-the-previous-start",
         "benchmarks/models.py",
         '        gap = start - (out[-1]["start_us"] + out[-1]["us"]) if out else 0.0',

@@ -11,7 +11,12 @@ the sum of the work's durations (what the suite's GPU figure adds up), their dif
 time between; then the kernels whose time differs most between the sides, matched by
 name, each with what ran just before it, the gap after that and its launch shapes (where
 one source runs at two speeds with one shape, it ran one config; with two, the
-autotuner picked differently).
+autotuner picked differently). Last, the Triton kernels both sides compiled from one
+source (same name, same text in the wrappers): how many ran one launch shape on both
+sides, and those that did not. Inductor tunes these kernels in each compile; a kernel
+whose tuned config is carried (``compat.autotune.carry_coordinate_descent``, given to
+stock too by ``benchmarks.harness.stock_as_fair_stock``) runs one shape on both sides,
+so a source with two shapes is a difference of tuning, not of the backends' code.
 """
 
 from __future__ import annotations
@@ -88,6 +93,42 @@ def compare(timelines: dict[str, list[dict]], top: int) -> list[dict]:
     return [{"kernel": name, **{side: kernels[side].get(name) for side in SIDES}} for name in ranked[:top]]
 
 
+def kernel_source(wrapper: str, name: str) -> str | None:
+    """The text ``name`` was compiled from in one wrapper (its ``async_compile.triton``
+    call's source), or None where the wrapper compiles no kernel of that name."""
+    start = wrapper.find(f"async_compile.triton('{name}', '''")
+    if start < 0:
+        return None
+    end = wrapper.find("''', device_str", start)
+    return wrapper[start:end] if end > 0 else None
+
+
+def same_source(dump: dict) -> list[dict]:
+    """The Triton kernels both sides ran from one source, each with its time and launch
+    shapes per side and ``one_shape`` (the sides ran the same shapes), the largest time
+    difference first. A name compiled from two sources on a side (a forward's and a
+    backward's kernel of one name) is left out: its timeline mixes them."""
+    kernels = {side: per_kernel(dump["timelines"].get(side, [])) for side in SIDES}
+    rows = []
+    for name in set(kernels["stock"]) & set(kernels["ours"]):
+        sources = [
+            {text for wrapper in dump["wrappers"].get(side, []) if (text := kernel_source(wrapper, name))}
+            for side in SIDES
+        ]
+        if len(sources[0]) != 1 or sources[0] != sources[1]:
+            continue
+        stock, ours = kernels["stock"][name], kernels["ours"][name]
+        rows.append(
+            {
+                "kernel": name,
+                "one_shape": stock["launches"] == ours["launches"],
+                **{f"{side}_us": kernels[side][name]["us"] for side in SIDES},
+                **{f"{side}_launches": kernels[side][name]["launches"] for side in SIDES},
+            }
+        )
+    return sorted(rows, key=lambda r: -abs(r["ours_us"] - r["stock_us"]))
+
+
 def report(dump: dict, top: int) -> str:
     lines = [f"{dump.get('block')}: GPU timelines, µs over the traced calls"]
     for side in SIDES:
@@ -107,6 +148,17 @@ def report(dump: dict, top: int) -> str:
                     f"gap {entry['gap_us']:7.2f}  after {after}"
                 )
                 lines.extend(f"           launch {shape}" for shape in entry["launches"])
+    shared = same_source(dump)
+    apart = [row for row in shared if not row["one_shape"]]
+    lines.append(
+        f"Triton kernels both sides compiled from one source: {len(shared)}, "
+        f"{len(shared) - len(apart)} with one launch shape on both sides; the others (stock | ours):"
+    )
+    for row in apart[:top]:
+        lines.append(f"  {row['kernel'][:110]}")
+        for side in SIDES:
+            shapes = "; ".join(row[f"{side}_launches"]) or "-"
+            lines.append(f"    {side:5}  {row[f'{side}_us']:9.1f} us  launch {shapes}")
     return "\n".join(lines)
 
 
