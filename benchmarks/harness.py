@@ -163,11 +163,12 @@ def launch_api_calls(fn: Callable[[], object], calls: int = 10) -> dict:
     return launch_counts(((e.key, e.count) for e in prof.key_averages()), calls)
 
 
-def side_by_side_rounds(fns: dict, rounds: int = 5) -> dict:
-    """Each function timed as plain calls in each of about ``rounds`` interleaved rounds
-    (whole balanced designs): {name: [ms per round]}."""
+def side_by_side_rounds(fns: dict, rounds: int = 5, rep_ms: int | None = None) -> dict:
+    """Each function timed as plain calls (``rep_ms`` of them, the timing module's
+    default if None) in each of about ``rounds`` interleaved rounds (whole balanced
+    designs): {name: [ms per round]}."""
     makers = {name: (lambda fn=fn: fn) for name, fn in fns.items()}
-    return timing.side_by_side_rounds(makers, rounds, graphs=False, whole_designs=True)
+    return timing.side_by_side_rounds(makers, rounds, graphs=False, rep=rep_ms, whole_designs=True)
 
 
 def side_by_side(fns: dict, rounds: int = 5) -> dict:

@@ -880,6 +880,28 @@ def test_a_budget_starts_only_the_blocks_expected_to_end_within_it(monkeypatch, 
     assert "not started (run again with --resume): gpt2:small:train" in capsys.readouterr().out
 
 
+def test_wall_rounds_are_many_short_interleaved_windows_each_with_its_ratio(monkeypatch):
+    """The wall figure's rounds: ``wall_rounds`` windows per side of ``wall_rep_ms`` of
+    calls each, interleaved, and each round's stock / ours, in round order."""
+    from inductor_cutedsl import timing
+
+    reps, clock = [], iter(range(1, 1000))
+
+    def bench(fn, rep=100, warmup=25):
+        reps.append(rep)
+        return fn() * next(clock)
+
+    monkeypatch.setattr(timing, "bench", bench)
+    probe = models.GpuProbe()
+    wall = probe.wall_ms({"stock": lambda: 2.0, "ours": lambda: 1.0})
+    assert reps == [probe.wall_rep_ms] * 2 * probe.wall_rounds and probe.wall_rounds >= 30
+    ratios = wall["round_ratios"]
+    assert len(ratios) == probe.wall_rounds
+    # The clock ticks once a window: round 0 runs stock (2 x 1) then ours (1 x 2), round 1
+    # ours (1 x 3) then stock (2 x 4).
+    assert ratios[0] == round(2 * 1 / 2, 4) and ratios[1] == round(2 * 4 / 3, 4)
+
+
 # --- on the GPU: the measurements themselves (no compile) ---------------------------------
 
 

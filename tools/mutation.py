@@ -1239,6 +1239,14 @@ BUGS = [
         "a slow kernel is reported as running after itself, hiding what it waited on",
     ),
     Bug(
+        "wall-rounds-keep-the-long-default-window",
+        "benchmarks/models.py",
+        "        rounds = side_by_side_rounds(steps, self.wall_rounds, self.wall_rep_ms)\n",
+        "        rounds = side_by_side_rounds(steps, self.wall_rounds)\n",
+        ("tests/test_models_suite.py",),
+        "the wall figure's rounds run 200 ms windows, four times the time the suite budgets for them",
+    ),
+    Bug(
         "same-source-matches-kernels-by-name-only",
         "tools/timeline_compare.py",
         "        if len(sources[0]) != 1 or sources[0] != sources[1]:\n",
