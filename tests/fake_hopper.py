@@ -197,17 +197,28 @@ def fake_hopper(
         yield out
 
 
-def generation(fn: Callable, *shapes: tuple[int, ...], dtype=torch.bfloat16, **fake) -> dict:
+def generation(
+    fn: Callable, *shapes: tuple[int, ...], dtype=torch.bfloat16, example_values: bool = False, **fake
+) -> dict:
     """What ``fake_hopper`` yields once Inductor has generated ``fn``'s code for fake CUDA
-    inputs of ``shapes``."""
+    inputs of ``shapes``. ``example_values``: the traced graph's nodes carry their values'
+    shapes as Dynamo's graphs do (``meta["example_value"]``), for the pre-grad passes that
+    read them."""
     from torch._inductor.compile_fx import compile_fx
     from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
     with fake_hopper(**fake) as out:
-        with FakeTensorMode():
+        gm = torch.fx.symbolic_trace(fn)
+        with FakeTensorMode() as mode:
             args = [torch.empty(s, device="cuda", dtype=dtype) for s in shapes]
+            if example_values:
+                FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*args)
+                for node in gm.graph.nodes:
+                    if isinstance(node.meta.get("val"), torch.Tensor):
+                        node.meta["example_value"] = node.meta["val"]
         try:
-            compile_fx(torch.fx.symbolic_trace(fn), args)
+            compile_fx(gm, args)
         except Exception as exc:
             if "code" not in out:
                 raise

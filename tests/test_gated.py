@@ -12,6 +12,7 @@ from fake_hopper import generated_code, launched
 from test_fusion_codegen import backend, kernels
 from torch._inductor import config as inductor_config
 
+import inductor_cutedsl
 from inductor_cutedsl import config
 from inductor_cutedsl.lowering import gated, gated_rewrite
 
@@ -289,6 +290,25 @@ def test_nothing_is_rewritten_without_max_autotune_or_when_off():
         assert gated_rewrite.rewrite(gm.graph) == 0
 
 
+@pytest.mark.parametrize(
+    "shape,coordesc,count",
+    [((1, 1, 16), True, 0), ((1, 16), True, 0), ((1, 1, 16), False, 1), ((2, 1, 16), True, 1), ((1, 3, 16), True, 1)],
+    ids=["decode_row", "flat_row", "no_coordesc", "two_rows", "three_tokens"],
+)
+def test_a_one_row_product_is_left_to_inductors_reduction_where_it_decomposes_mm(shape, coordesc, count):
+    """Coordinate descent on, Inductor decomposes a one-row mm into a multiply and a sum;
+    such a product keeps its Linears, with eager's values. Any other row count, or the
+    tuning off (no decomposition), is rewritten."""
+    fn = two_linears(F.silu)
+    args = [f64(*shape), f64(24, 16), f64(24, 16), f64(24), f64(24)]
+    with inductor_config.patch(coordinate_descent_tuning=coordesc):
+        gm, replaced = rewritten(fn, *args)
+    assert replaced == count
+    targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    assert (F.linear in targets) == (count == 0)
+    torch.testing.assert_close(gm(*args), fn(*args))
+
+
 B, T, D, F4 = 2, 500, 1024, 4096  # a model's (batch, tokens), hidden and MLP widths
 
 
@@ -332,6 +352,24 @@ def test_biases_and_other_activations(act):
     spec = launched(code, 0)["spec"]
     assert spec.dual and spec.epilogue.name.startswith(f"gated_{act}_bias_gate_bias_up")
     assert [op.kind for op in spec.epilogue.operands] == ["row", "row"]
+
+
+def test_a_decode_step_at_batch_one_compiles_its_mlp_as_stock_does():
+    """At one row under max-autotune (coordinate descent on), stock computes the MLP's
+    GEMMs as reductions; ours generates the same kernels, no dual GEMM and none of ours.
+    At two rows the dual kernel is back."""
+    shapes = [(F4, D), (F4, D), (D, F4)]
+    with inductor_config.patch(coordinate_descent_tuning=True):
+        with backend():
+            one = generated_code(llama_mlp, (1, 1, D), *shapes, example_values=True)
+            two = generated_code(llama_mlp, (2, 1, D), *shapes, example_values=True)
+        inductor_cutedsl.disable()
+        try:
+            stock = generated_code(llama_mlp, (1, 1, D), *shapes, example_values=True)
+        finally:
+            inductor_cutedsl.enable()
+    assert "gated_mm" not in one and kernels(one) == kernels(stock) and kernels(one)[0] == 0
+    assert launched(two, 0)["spec"].dual
 
 
 def test_alternative_measured_faster_keeps_two_gemms_and_a_pointwise_kernel():

@@ -310,11 +310,36 @@ def _erase_unread(graph: torch.fx.Graph, roots: list[torch.fx.Node]) -> None:
         work.extend(inputs)
 
 
+def _one_row(x: Any) -> bool:
+    """Whether the Linear input ``x`` is known, from its example value, to hold one row
+    (every dim but the last of static size 1)."""
+    value = x.meta.get("example_value") if isinstance(x, torch.fx.Node) else None
+    shape = getattr(value, "shape", None)
+    return shape is not None and len(shape) >= 1 and all(type(d) is int and d == 1 for d in shape[:-1])
+
+
+def _decomposed_by_inductor(args: tuple) -> bool:
+    """Whether stock Inductor turns this product's GEMMs into reductions: with coordinate
+    descent tuning on (max-autotune), its decomposition of ``mm`` computes a one-row
+    product as a broadcast multiply and a sum, and the scheduler fuses the gate's, the
+    up's and their product into one reduction kernel (decode at batch 1). Rule: such a
+    product is left to that path. Replaced by our op, its GEMMs would be lowered as GEMMs
+    instead of being decomposed, and would run slower than the reduction, 0.92x stock on
+    a Qwen2-class decode step at batch 1 (docs/findings.md, Decode)."""
+    from torch._inductor import config as inductor_config
+
+    return bool(inductor_config.coordinate_descent_tuning) and _one_row(args[0])
+
+
 def _insert(graph: torch.fx.Graph, mul: torch.fx.Node, made: list[torch.fx.Node]) -> torch.fx.Node | None:
     """Insert before ``mul`` the op of the gated product it is (``gated_mm``, or
     ``gated_scaled_mm`` for fp8) and what reads its result as ``mul`` (appended to
-    ``made``); None where ``mul`` is no gated product."""
+    ``made``); None where ``mul`` is no gated product, or one stock Inductor computes
+    as a reduction (``_decomposed_by_inductor``)."""
     args, view = _match(mul), None
+    if args is not None and _decomposed_by_inductor(args):
+        log.info("gated product %s: one row, left to Inductor's mm decomposition", mul.name)
+        return None
     target = torch.ops.inductor_cutedsl.gated_mm.default
     if args is None:
         scaled = _match_scaled(mul)
