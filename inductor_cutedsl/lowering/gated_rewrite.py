@@ -325,7 +325,7 @@ def _decomposed_by_inductor(args: tuple) -> bool:
     up's and their product into one reduction kernel (decode at batch 1). Rule: such a
     product is left to that path. Replaced by our op, its GEMMs would be lowered as GEMMs
     instead of being decomposed, and would run slower than the reduction, 0.92x stock on
-    a Qwen2-class decode step at batch 1 (docs/findings.md, Decode)."""
+    a Qwen2-class decode step at batch 1 (docs/findings.md, The GEMM kernel)."""
     from torch._inductor import config as inductor_config
 
     return bool(inductor_config.coordinate_descent_tuning) and _one_row(args[0])
