@@ -10,9 +10,9 @@
 #                                                 change, python -m tools.rebuild_kernels builds them again on CPU);
 #                                                 TESTS="tests/test_a.py ..." runs those files only;
 #                                                 SHARD=I/N runs the I-th of N shares of the test files
-#                                                 (round robin in name order), for a suite that outgrows
-#                                                 one call: the 780 GPU tests took 343 s on an H100
-#                                                 with no kernels carried, so one call runs them all
+#                                                 (round robin in name order): with no kernels carried
+#                                                 the suite takes 340-580 s, SHARD=1/2 and 2/2 two calls;
+#                                                 with them carried, one call (CONTRIBUTING.md)
 #   bash tools/gpu_run.sh bench NAME [ARGS]       python -m benchmarks.NAME ARGS --json $OUT/h200-NAME.json,
 #                                                 log $OUT/NAME.log; a benchmark that times kernels, not
 #                                                 compiles (KERNEL_BENCHES), loads the kernels of
