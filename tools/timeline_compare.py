@@ -138,9 +138,9 @@ def tuned_apart_us(rows: list[dict], one_shape: bool) -> float:
 
 def report(dump: dict, top: int) -> str:
     lines = [f"{dump.get('block')}: GPU timelines, µs over the traced calls"]
+    figures = {side: totals(dump["timelines"].get(side, [])) for side in SIDES}
     for side in SIDES:
-        figures = totals(dump["timelines"].get(side, []))
-        lines.append(f"  {side:5}  " + "  ".join(f"{key} {value:10.1f}" for key, value in figures.items()))
+        lines.append(f"  {side:5}  " + "  ".join(f"{key} {value:10.1f}" for key, value in figures[side].items()))
     lines.append("kernels whose time differs most (stock | ours: µs, runs, mean gap before; what ran before):")
     for row in compare(dump["timelines"], top):
         lines.append(f"  {row['kernel'][:110]}")
@@ -161,9 +161,8 @@ def report(dump: dict, top: int) -> str:
         f"Triton kernels both sides compiled from one source: {len(shared)}, "
         f"{len(shared) - len(apart)} with one launch shape on both sides"
     )
-    total = {side: totals(dump["timelines"].get(side, []))["sum_us"] for side in SIDES}
     lines.append(
-        f"  ours - stock, µs: {total['ours'] - total['stock']:.1f} in all, of it "
+        f"  ours - stock, µs: {figures['ours']['sum_us'] - figures['stock']['sum_us']:.1f} in all, of it "
         f"{tuned_apart_us(shared, one_shape=False):.1f} in those with other shapes (tuned apart) and "
         f"{tuned_apart_us(shared, one_shape=True):.1f} in those with one; the others (stock | ours):"
     )
