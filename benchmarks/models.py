@@ -435,6 +435,12 @@ def outputs(step: Callable[[], list[torch.Tensor]]) -> list[torch.Tensor]:
     return [t.detach().clone() for t in step()]
 
 
+def profiled_mode(modes: list[str]) -> str:
+    """The mode whose profile gives a row's GPU figures: with CUDA graphs where the row
+    runs it, as a user's ``max-autotune`` does."""
+    return CUDAGRAPHS if CUDAGRAPHS in modes else modes[0]
+
+
 def uses_cudagraphs(mode: str) -> bool:
     return bool(torch._inductor.list_mode_options(mode).get("triton.cudagraphs", False))
 
@@ -1048,8 +1054,11 @@ def measure_block(
     """Fill ``row`` with the block's figures (as far as it gets: an exception leaves
     what was measured before it).
 
-    Each backend compiles once per mode, the mode without CUDA graphs first (its wrapper
-    code has no graph partitions to follow); stock under ``disable()``. The first call
+    Each backend compiles once per mode, the mode without CUDA graphs first; stock under
+    ``disable()``. The wrapper code read (which GEMMs ran, the bound's kernels, the dump)
+    is the profiled mode's: each mode's compile autotunes and fuses apart and numbers
+    its kernels in its own order, so another mode's kernel names can miss the profile's
+    kernels or name others. The first call
     compiles (a training step's backward compiles at its first backward), so it runs in
     its backend's state. Outputs are compared after two more calls, the first replay
     of a CUDA graph. With ``dump`` (a directory) the wrapper code and the profiled
@@ -1063,6 +1072,7 @@ def measure_block(
     target = target_of(block, bid.run, x)
     eager = outputs(make_step(target, x, bid.run, params))
     order = sorted(modes, key=lambda m: uses_cudagraphs(m))
+    profiled = profiled_mode(modes)
     steps: dict = {b: {} for b in BACKENDS}
     outs: dict = {b: {} for b in BACKENDS}
     codes: dict = {b: [] for b in BACKENDS}
@@ -1077,8 +1087,7 @@ def measure_block(
                 decided_before = decision_marks()
                 tuning_log.info("%s %s %s", bid.name, name, mode)
                 step = make_step(compile_fn(target, mode), x, bid.run, params, uses_cudagraphs(mode))
-                # The first mode's compile is read: the second generates the same code again.
-                with captured_code(codes[name]) if i == 0 else contextlib.nullcontext():
+                with captured_code(codes[name]) if mode == profiled else contextlib.nullcontext():
                     t0 = time.perf_counter()
                     step()
                     probe.synchronize()
@@ -1140,7 +1149,6 @@ def measure_block(
     for mode_prof in profs.values():
         if any(CUTEDSL_KERNEL in k["kernel"] for k in mode_prof["stock"]["kernels"]):
             raise AssertionError(f"{bid.name}: the stock compile ran CuteDSL kernels: the comparison would be void")
-    profiled = CUDAGRAPHS if CUDAGRAPHS in modes else modes[0]
     prof = profs[profiled]
     row["profiled_mode"] = profiled
     row["gpu_speedup_by_mode"] = {mode: ratio(p["stock"]["us"], p["ours"]["us"]) for mode, p in profs.items()}

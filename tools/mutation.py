@@ -1271,6 +1271,14 @@ BUGS = [
         "a one-token decode step of batch 2 is taken for one row",
     ),
     Bug(
+        "bound-reads-the-first-modes-wrapper",
+        "benchmarks/models.py",
+        "with captured_code(codes[name]) if mode == profiled else",
+        "with captured_code(codes[name]) if i == 0 else",
+        ("tests/test_models_suite.py",),
+        "the bound's kernels are named from the mode compiled first, not the profiled one",
+    ),
+    Bug(
         "tuned-apart-sums-every-same-source-kernel",
         "tools/timeline_compare.py",
         'sum(r["ours_us"] - r["stock_us"] for r in rows if r["one_shape"] == one_shape)',
