@@ -1058,11 +1058,11 @@ def measure_block(
     ``disable()``. The wrapper code read (which GEMMs ran, the bound's kernels, the dump)
     is the profiled mode's: each mode's compile autotunes and fuses apart and numbers
     its kernels in its own order, so another mode's kernel names can miss the profile's
-    kernels or name others. The first call
-    compiles (a training step's backward compiles at its first backward), so it runs in
-    its backend's state. Outputs are compared after two more calls, the first replay
-    of a CUDA graph. With ``dump`` (a directory) the wrapper code and the profiled
-    mode's GPU timeline of each backend are written there (``dump_block``)."""
+    kernels or name others. The first call compiles (a training step's backward
+    compiles at its first backward), so it runs in its backend's state. Outputs are
+    compared after two more calls, the first replay of a CUDA graph. With ``dump`` (a
+    directory) the wrapper code and the profiled mode's GPU timeline of each backend are
+    written there (``dump_block``)."""
     from inductor_cutedsl.scheduler import scheduling
 
     block, x = make_block(bid.family, bid.size, device, dtype, scale)
