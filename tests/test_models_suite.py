@@ -594,7 +594,7 @@ def run_on_cpu(blocks, path, compile_fn=lambda target, mode: target, **kw):
         blocks,
         list(models.MODES),
         path,
-        probe=FakeProbe(),
+        probe=kw.pop("probe", None) or FakeProbe(),
         info=kw.pop("info", {"device": "cpu"}),
         device="cpu",
         dtype=torch.float32,
@@ -952,28 +952,6 @@ def test_launch_api_calls_count_a_replay_and_an_eager_step_as_the_profiler_names
     assert harness.launch_api_calls(replay, calls=5) == {"graph_launches": 1.0, "kernel_launches": 0.0}
 
 
-class _FakeProbe:
-    """A probe that times nothing: each mode's step reads a fixed profile (``steps``: the
-    stock steps made, by mode), every other figure level."""
-
-    def __init__(self, profiles: dict):
-        self.profiles, self.steps = profiles, {}
-
-    def synchronize(self):
-        pass
-
-    def quiet(self):
-        return {}
-
-    def profile(self, steps):
-        return self.profiles[next(mode for mode, s in self.steps.items() if s is steps["stock"])]
-
-    def wall_ms(self, steps, *rest):
-        return {"stock": 1.0, "ours": 1.0}
-
-    loop_ms = host_us = launches = wall_ms
-
-
 def _wrapper_reading_a_gemm_into(kernel: str) -> str:
     return f"""
     def call(self, args):
@@ -985,29 +963,14 @@ def _wrapper_reading_a_gemm_into(kernel: str) -> str:
 """
 
 
-def test_the_bound_reads_the_profiled_modes_wrapper_code(monkeypatch):
+def test_the_bound_reads_the_profiled_modes_wrapper_code(tmp_path):
     """Each mode's compile numbers its kernels apart: the bound's kernels (and the GEMMs
     a row lists) come from the wrapper of the mode whose profile the row reports, never
     from the other mode's, whose names would miss the profile or name other kernels."""
     from torch._inductor.graph import GraphLowering
 
     names = {models.CUDAGRAPHS: "triton_poi_fused_gelu_view_10", models.NO_CUDAGRAPHS: "triton_poi_fused_gelu_view_12"}
-    # The other mode's name is in each profile too, as another kernel: reading the wrong
-    # wrapper changes the bound rather than only emptying it.
-    profiles = {
-        mode: {
-            side: {
-                "us": 10.0,
-                "kernels": [
-                    {"kernel": names[mode], "launches": 1.0, "us": 2.0},
-                    {"kernel": names[other], "launches": 1.0, "us": 5.0},
-                ],
-            }
-            for side in models.BACKENDS
-        }
-        for mode, other in zip(models.MODES, reversed(models.MODES))
-    }
-    probe = _FakeProbe(profiles)
+    ran = {}  # the mode of the compiled step called last
 
     def compile_fn(target, mode):
         def compiled(x):
@@ -1015,28 +978,30 @@ def test_the_bound_reads_the_profiled_modes_wrapper_code(monkeypatch):
             if not compiled.done and GraphLowering.save_output_code is not None:
                 GraphLowering.save_output_code(_wrapper_reading_a_gemm_into(names[mode]))
             compiled.done = True
+            ran["mode"] = mode
             return target(x)
 
-        compiled.done, compiled.mode = False, mode
+        compiled.done = False
         return compiled
 
-    real_make_step = models.make_step
+    class ModeProfiles(FakeProbe):
+        # The other mode's name is in each profile too, as another kernel: reading the
+        # wrong wrapper changes the bound rather than only emptying it.
+        def profile(self, steps):
+            steps["stock"]()
+            mode = ran["mode"]
+            other = next(m for m in models.MODES if m != mode)
+            return {
+                "stock": models.merge_profiles([_profile((names[mode], 0.002), (names[other], 0.005))]),
+                "ours": models.merge_profiles([_profile(("kernel_cutlass_kernel_inductor_cutedsl_0", 0.007))]),
+            }
 
-    def make_step(fn, x, run, params, cudagraphs=False):
-        step = real_make_step(fn, x, run, params, cudagraphs)
-        if hasattr(fn, "mode") and not is_enabled():  # stock's compiled step
-            probe.steps[fn.mode] = step
-        return step
-
-    monkeypatch.setattr(models, "make_step", make_step)
-    row: dict = {}
-    bid = models.BlockId("gpt2", "small", "inference")
-    models.measure_block(
-        bid, row, list(models.MODES), probe, device="cpu", dtype=torch.float32, scale=TINY, compile_fn=compile_fn
-    )
+    block = models.BlockId("gpt2", "small", "inference")
+    row = run_on_cpu([block], None, compile_fn=compile_fn, probe=ModeProfiles())["rows"][0]
+    assert "error" not in row, row["error"]
     assert row["profiled_mode"] == models.CUDAGRAPHS
     assert [k["kernel"] for k in row["bound_kernels"]] == [names[models.CUDAGRAPHS]]
-    assert row["bound"] == pytest.approx(10.0 / 8.0, abs=1e-4)
+    assert row["bound"] == pytest.approx(7.0 / 5.0, abs=1e-4)
     assert row["gemm_sites"]["stock"] == [["extern", "mm"]]
 
 
