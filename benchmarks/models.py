@@ -1055,10 +1055,11 @@ def measure_block(
     what was measured before it).
 
     Each backend compiles once per mode, the mode without CUDA graphs first; stock under
-    ``disable()``. The wrapper code read (which GEMMs ran, the bound's kernels, the dump)
-    is the profiled mode's: each mode's compile autotunes and fuses apart and numbers
-    its kernels in its own order, so another mode's kernel names can miss the profile's
-    kernels or name others. The first call compiles (a training step's backward
+    ``disable()``. The wrapper code read (which GEMMs ran, the bound's kernels, the dump),
+    the row's ``fused`` epilogues and its ``decisions`` are the profiled mode's: each
+    mode's compile autotunes and fuses apart and numbers its kernels in its own order,
+    so another mode's kernel names can miss the profile's kernels or name others, and its
+    decisions need not be the ones the profile's kernels rest on. The first call compiles (a training step's backward
     compiles at its first backward), so it runs in its backend's state. Outputs are
     compared after two more calls, the first replay of a CUDA graph. With ``dump`` (a
     directory) the wrapper code and the profiled mode's GPU timeline of each backend are
@@ -1082,7 +1083,7 @@ def measure_block(
     row["compiled_first"] = first
     for name in sorted(BACKENDS, key=lambda b: b != first):
         with backend(name):
-            for i, mode in enumerate(order):
+            for mode in order:
                 fused_before = len(scheduling.fused_epilogues)
                 decided_before = decision_marks()
                 tuning_log.info("%s %s %s", bid.name, name, mode)
@@ -1097,7 +1098,7 @@ def measure_block(
                     # are the CUDA-graph mode's: its decisions are the ones they rest on.
                     decided = decisions_since(decided_before)
                     row.setdefault("decisions_by_mode", {})[mode] = decided
-                    if i == 0:  # (plain JSON: a size may be a sympy integer)
+                    if mode == profiled:  # (plain JSON: a size may be a sympy integer)
                         row["fused"] = plain(scheduling.fused_epilogues[fused_before:])
                         row["decisions"] = decided
                 step()

@@ -1052,3 +1052,30 @@ def test_loop_ms_times_back_to_back_calls_interleaved():
     out = models.GpuProbe.loop_ms(probe, {n: step(n) for n in calls}, calls=5, rounds=2)
     assert calls == {"stock": 12, "ours": 12}  # a warm-up call and five timed, per round
     assert out["stock"] > out["ours"] > 0.9
+
+
+def test_a_rows_fused_epilogues_and_decisions_are_the_profiled_modes():
+    """Each mode's compile decides and fuses apart: the row's ``fused`` and ``decisions``
+    (what its GPU figures rest on) are those of the mode it profiles, not of the mode
+    compiled first."""
+    from inductor_cutedsl.lowering import fair_timing
+    from inductor_cutedsl.scheduler import scheduling
+
+    def compile_fn(target, mode):
+        def compiled(x):
+            # ours' first call compiles: each mode records a decision and a fusion of its own
+            if is_enabled() and not compiled.done:
+                fair_timing.decisions.append({"mode": mode})
+                scheduling.fused_epilogues.append({"ops": [mode]})
+            compiled.done = True
+            return target(x)
+
+        compiled.done = False
+        return compiled
+
+    row = run_on_cpu([models.BlockId("gpt2", "small", "inference")], None, compile_fn=compile_fn)["rows"][0]
+    assert "error" not in row, row["error"]
+    profiled = row["profiled_mode"]
+    assert profiled == models.CUDAGRAPHS and models.NO_CUDAGRAPHS in row["decisions_by_mode"]
+    assert row["decisions"]["gemm"] == [{"mode": profiled}] == row["decisions_by_mode"][profiled]["gemm"]
+    assert row["fused"] == [{"ops": [profiled]}]

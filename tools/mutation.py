@@ -1274,9 +1274,17 @@ BUGS = [
         "bound-reads-the-first-modes-wrapper",
         "benchmarks/models.py",
         "with captured_code(codes[name]) if mode == profiled else",
-        "with captured_code(codes[name]) if i == 0 else",
+        "with captured_code(codes[name]) if mode == order[0] else",
         ("tests/test_models_suite.py",),
         "the bound's kernels are named from the mode compiled first, not the profiled one",
+    ),
+    Bug(
+        "row-decisions-from-the-first-mode",
+        "benchmarks/models.py",
+        "if mode == profiled:  # (plain JSON",
+        "if mode == order[0]:  # (plain JSON",
+        ("tests/test_models_suite.py",),
+        "a row's fused epilogues and decisions are the mode compiled first's, not the profiled one's",
     ),
     Bug(
         "tuned-apart-sums-every-same-source-kernel",
