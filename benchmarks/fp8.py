@@ -11,10 +11,11 @@ its time over ours. Accumulation as ``_scaled_mm``'s default (``use_fast_accum=F
 ours promotes the fp8 partial sums every k-tile) unless ``--fast-accum``.
 
 ``--fused`` adds the fused patterns (scaled GEMM + bias + GELU, scaled GEMM + silu *
-gate, scaled GEMM whose result is cast to fp8 with a static scale for the next layer,
-and a gated MLP's two scaled GEMMs of one input and their product, ours one fp8 dual
-kernel), each eager, with stock max-autotune and with ours, timed as CUDA graphs side
-by side with the bound a free epilogue would reach (``benchmarks.epilogue.measure_case``).
+gate, scaled GEMM + residual, scaled GEMM whose result is cast to fp8 with a static
+scale for the next layer, and a gated MLP's two scaled GEMMs of one input and their
+product, ours one fp8 dual kernel; ``--cases`` picks some), each eager, with stock
+max-autotune and with ours, timed as CUDA graphs side by side with the bound a free
+epilogue would reach (``benchmarks.epilogue.measure_case``).
 ``--accuracy`` adds the error beside the speed: at K from 1024 to 32768 (M = N = 1024,
 row-wise scales), the relative norm error against float64 of the dequantized operands,
 of ``_scaled_mm`` and of our kernel, promoting and with fast accumulation
@@ -214,6 +215,12 @@ def _bias_gelu(a, b, sa, sb, c):
     return F.gelu(torch._scaled_mm(a, b, sa, sb, bias=c, out_dtype=torch.bfloat16), approximate="tanh")
 
 
+def _residual(a, b, sa, sb, r):
+    """A projection whose output joins the residual stream (attention's output, the MLP's down
+    projection): the add read in the epilogue instead of a kernel of its own."""
+    return torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16) + r
+
+
 def _fp8_for_next_layer(a, b, sa, sb, inv_scale):
     y = torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)
     return (y * inv_scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
@@ -236,6 +243,7 @@ def _up_weight(m: int, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
 FUSED = {
     "scaled_bias_gelu": (_bias_gelu, lambda m, n, k: torch.randn(n, device="cuda").to(torch.bfloat16)),
     "scaled_silu_gate": (_silu_gate, lambda m, n, k: torch.randn(m, n, device="cuda").to(torch.bfloat16)),
+    "scaled_residual": (_residual, lambda m, n, k: torch.randn(m, n, device="cuda").to(torch.bfloat16)),
     "scaled_fp8_out": (_fp8_for_next_layer, lambda m, n, k: 1 / 64),
     "scaled_gated_dual": (_gated_dual, _up_weight),
 }
@@ -247,11 +255,12 @@ FUSED_SHAPES = [(4096, 4096, 4096), (8192, 14336, 4096), (8192, 4096, 14336)]
 FUSED_TOLERANCE = {"scaled_fp8_out": 5e-2}
 
 
-def fused_rows(shapes, first: str = "stock") -> list[dict]:
+def fused_rows(shapes, first: str = "stock", cases=tuple(FUSED)) -> list[dict]:
     from inductor_cutedsl import config
 
     rows = []
-    for name, (fn, extra) in FUSED.items():
+    for name in cases:
+        fn, extra = FUSED[name]
         for m, n, k in shapes:
             a, b, sa, sb = operands(m, n, k, "row")
             args = (a, b, sa, sb, extra(m, n, k))
@@ -445,6 +454,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--shapes", default=None, help="MxNxK,... instead of the default LLM shapes")
     ap.add_argument("--fused", action="store_true", help="also the fused patterns (compiled three ways)")
     ap.add_argument("--fused-only", action="store_true", help="only the fused patterns (and --block)")
+    ap.add_argument(
+        "--cases",
+        default=",".join(FUSED),
+        metavar="NAME[,...]",
+        help="the fused patterns measured (default: all of them, %(default)s)",
+    )
     ap.add_argument("--compile-first", choices=BACKENDS, default="stock", help=COMPILE_FIRST_HELP)
     ap.add_argument(
         "--accuracy",
@@ -470,6 +485,9 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     if args.configs < 1 or args.workers < 1:
         ap.error("--configs and --workers must be at least 1")
+    cases = tuple(args.cases.split(","))
+    if unknown := sorted(set(cases) - set(FUSED)):
+        ap.error(f"--cases: unknown patterns {unknown}, not in {list(FUSED)}")
     if not torch.cuda.is_available():
         print("no CUDA GPU: nothing to measure")
         return {}
@@ -510,7 +528,7 @@ def main(argv: list[str] | None = None) -> dict:
         "rows": rows,
     }
     if (args.fused or args.fused_only) and not (args.block_only or args.accuracy_only):
-        fused = fused_rows(FUSED_SHAPES, args.compile_first)
+        fused = fused_rows(FUSED_SHAPES, args.compile_first, cases)
         result.update(
             {
                 "fused_geomean_vs_max_autotune": round(geomean(r["vs_max_autotune"] for r in fused), 4),

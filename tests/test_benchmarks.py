@@ -1591,3 +1591,19 @@ def test_the_autotune_log_names_each_choices_config():
     assert compile_bench.our_config(ExternKernelCaller()) is None
     assert compile_bench.our_config(CuteDSLGemmCaller()) == GemmConfig(128, 64, 1, 1).name()
     assert [compile_bench.choice_kind(c()) for c in (TritonTemplateCaller, ExternKernelCaller)] == ["triton", "aten"]
+
+
+def test_fp8_fused_residual_pattern_is_the_projection_plus_the_residual():
+    """The residual pattern adds the residual stream to the scaled product (a planted
+    sign or a dropped scale reads far off the float64 reference), and ``--cases`` refuses
+    a pattern it does not know before it looks for a GPU."""
+    torch.manual_seed(0)
+    a = (torch.randn(32, 64) * 4).to(torch.float8_e4m3fn)
+    b = (torch.randn(48, 64) * 4).to(torch.float8_e4m3fn).t()
+    sa, sb = torch.rand(32, 1) + 0.5, torch.rand(1, 48) + 0.5
+    r = (torch.randn(32, 48) * 100).to(torch.bfloat16)  # as large as the product
+    ref = fp8.dequantized_reference(a, b, sa, sb) + r.double()
+    out = fp8.FUSED["scaled_residual"][0](a, b, sa, sb, r)
+    assert (out.double() - ref).norm() / ref.norm() < 1e-2
+    with pytest.raises(SystemExit):
+        fp8.main(["--fused-only", "--cases", "scaled_residual,scaled_nope"])
