@@ -1,0 +1,117 @@
+"""Where a promoting fp8 GEMM's time goes, ours beside ``torch._scaled_mm`` (cuBLASLt).
+
+    python -m tools.fp8_profile --shape 8192x8192x8192 --json OUT.json
+    ncu --profile-from-start off --section SpeedOfLight ... python -m tools.fp8_profile --ncu
+
+Times one config in every promotion mode it has registers for (fast accumulation
+included) side by side with ``_scaled_mm`` promoting and fast, on the same tensors, and
+states what promotion costs per k-tile: (promoting - fast) milliseconds over the
+k-tiles one SM runs (``k_tile_us``), against the time one k-tile's wgmmas take
+(``k_tile_mma_us``, the fast kernel's time per k-tile). With ``--ncu`` each way runs
+once between ``cudaProfilerStart``/``Stop`` after its warm-up, so Nsight Compute
+(``--profile-from-start off``) profiles exactly one launch of each, in ``WAYS`` order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+
+import torch
+
+from benchmarks.fp8 import FP8, operands
+from benchmarks.harness import rel_err, side_by_side, write_json
+from inductor_cutedsl.kernels import GemmConfig
+from inductor_cutedsl.kernels import epilogue as E
+from inductor_cutedsl.kernels.config import PROMOTE_MODES, SMS, fitted_swizzle
+from inductor_cutedsl.runtime import KernelSpec, get_gemm
+from inductor_cutedsl.timing import bench
+
+#: Our configs profiled: the promoting leaders at the large shapes (128x128 and 128x192,
+#: paired along M) and the fast leader (128x256, its B multicast, stores staged whole).
+CONFIGS = (
+    GemmConfig(128, 128, 2, 1, swizzle=8),
+    GemmConfig(128, 192, 2, 1, swizzle=8),
+    GemmConfig(128, 256, 2, 1, swizzle=8, epi_n=64, epi_buffers=4),
+)
+
+
+def ways(m: int, n: int, k: int, mode: str, configs=CONFIGS) -> dict:
+    """name -> (KernelSpec or None for ``_scaled_mm``, promotion mode or use_fast_accum)."""
+    out: dict = {"scaled_mm": (None, False), "scaled_mm_fast": (None, True)}
+    for cfg in configs:
+        cfg = dataclasses.replace(cfg, raster_along_m=m >= n)
+        cfg = dataclasses.replace(cfg, swizzle=fitted_swizzle(cfg, m, n))
+        for p in PROMOTE_MODES:
+            if not p or cfg.promotion_reason(p) is None:
+                spec = KernelSpec(cfg, FP8, "bfloat16", "k", "k", E.scaled(mode, mode), promote=p)
+                out[f"{cfg.name()}:p{p}"] = (spec, p)
+    return out
+
+
+def k_tiles_per_sm(m: int, n: int, k: int, cfg: GemmConfig) -> float:
+    """K-tiles one SM runs: the tiles' k-tiles shared evenly over the SMs."""
+    tiles = math.ceil(m / cfg.tile_m) * math.ceil(n / cfg.tile_n)
+    return tiles * math.ceil(k / GemmConfig.tile_k(1)) / SMS
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shape", default="8192x8192x8192", help="MxNxK (default: %(default)s)")
+    ap.add_argument("--mode", choices=("tensor", "row"), default="row", help="scale mode (default: %(default)s)")
+    ap.add_argument("--ncu", action="store_true", help="run each way once inside cudaProfilerStart/Stop")
+    ap.add_argument("--json", metavar="PATH", default=None, help="where the timings are written")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("no CUDA GPU: nothing to measure")
+        return {}
+    m, n, k = (int(x) for x in args.shape.split("x"))
+    torch.manual_seed(0)
+    a, b, sa, sb = operands(m, n, k, args.mode)
+    ref = torch._scaled_mm(a, b, sa, sb, out_dtype=torch.float32).double()
+    out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    fns = {}
+    for name, (spec, how) in ways(m, n, k, args.mode).items():
+        if spec is None:
+            fns[name] = lambda fast=how: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast)
+            continue
+        kern = get_gemm(spec)
+        out.fill_(float("nan"))
+        kern(a, b, out, sa, sb)
+        torch.cuda.synchronize()
+        err = rel_err(out, ref)
+        if not err < 1e-2:
+            raise AssertionError(f"{name}: rel err {err:.3e} against _scaled_mm's fp32 result")
+        fns[name] = lambda kern=kern: kern(a, b, out, sa, sb)
+    if args.ncu:
+        for name, fn in fns.items():
+            bench(fn, rep=20)
+            torch.cuda.synchronize()
+            torch.cuda.profiler.start()
+            fn()
+            torch.cuda.synchronize()
+            torch.cuda.profiler.stop()
+            print(f"profiled {name}", flush=True)
+        return {}
+    bench(fns["scaled_mm"], rep=1000)  # the GPU at its steady clock
+    times = side_by_side(fns, rounds=5)
+    flops = 2 * m * n * k
+    rows = []
+    for name, ms in times.items():
+        row = {"way": name, "ms": round(ms, 4), "tflops": round(flops / ms / 1e9, 1)}
+        spec, how = ways(m, n, k, args.mode)[name]
+        if spec is not None and how:
+            fast = times[f"{spec.config.name()}:p0"]
+            per_sm = k_tiles_per_sm(m, n, k, spec.config)
+            row["k_tile_us"] = round((ms - fast) * 1e3 / per_sm, 4)
+            row["k_tile_mma_us"] = round(fast * 1e3 / per_sm, 4)
+        rows.append(row)
+        print(row, flush=True)
+    result = {"shape": [m, n, k], "mode": args.mode, "device": torch.cuda.get_device_name(), "rows": rows}
+    write_json(result, args.json)
+    return result
+
+
+if __name__ == "__main__":
+    main()
