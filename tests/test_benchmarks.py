@@ -42,8 +42,9 @@ def test_fp8_benchmark_plans_kernels_that_can_be_built():
                 # Promoting: each config in each promotion mode it has the registers
                 # for, side by side, the trial configs among them.
                 assert specs and len(specs) <= (3 * (6 + len(fp8.TRIAL)) if promote else 6)
-                trial = {(c.tile_m, c.tile_n, c.pingpong) for c in fp8.TRIAL}
-                assert not promote or trial <= {(s.config.tile_m, s.config.tile_n, s.config.pingpong) for s in specs}
+                trial = {(c.tile_m, c.tile_n, c.cluster_m, c.cluster_n) for c in fp8.TRIAL}
+                planned = {(s.config.tile_m, s.config.tile_n, s.config.cluster_m, s.config.cluster_n) for s in specs}
+                assert not promote or trial <= planned
                 assert {s.promote for s in specs} == ({1, 2, 3} if promote else {0})
                 for s in specs:  # the kernel's own checks, without compiling it
                     Sm90Gemm(s.config, s.ab_dtype, s.out_dtype, s.a_major, s.b_major, s.epilogue, s.dual, s.promote)
