@@ -723,8 +723,8 @@ SECTIONS = [
         [
             ("`_scaled_mm` / ours, geomean", "geomean_vs_scaled_mm"),
             ("`_scaled_mm` / ours, lowest", "min_vs_scaled_mm"),
-            ("fast accumulation, geomean", "fast_accum.geomean_vs_scaled_mm"),
-            ("fast accumulation, lowest", "fast_accum.min_vs_scaled_mm"),
+            ("fast accumulation, geomean", "fast_geomean_vs_scaled_mm"),
+            ("fast accumulation, lowest", "fast_min_vs_scaled_mm"),
             ("fused patterns, geomean", "fused_geomean_vs_max_autotune"),
             ("fused patterns, lowest", "fused_min_vs_max_autotune"),
             ("fused patterns' bound, geomean", "fused_geomean_free_epilogue_bound"),
