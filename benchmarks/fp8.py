@@ -24,10 +24,12 @@ of ``_scaled_mm`` and of our kernel, promoting and with fast accumulation
 ``transformers`` classes, comma-separated) with every Linear quantized row-wise
 (``Fp8Linear``: weights once, activations per call, their quantization timed), or with
 ``FAMILY:SIZE:static`` tensor-wise with the activations' scales calibrated ahead (their
-quantization a pointwise op, which ours can run in the epilogue writing them), compiled
-with stock max-autotune and with ours, checked against its eager run and timed side by
-side as CUDA graphs beside the bf16 block compiled by stock: ``model_speedup_vs_max_autotune``
-and ``model_speedup_vs_bf16`` (geomeans over the blocks).
+quantization a pointwise op, which ours can run in the epilogue writing them), their
+GEMMs with fast accumulation as float8 inference recipes run them (``:promote`` after the
+recipe: ``_scaled_mm``'s promoting default), compiled with stock max-autotune and with
+ours, checked against its eager run and timed side by side as CUDA graphs beside the
+bf16 block compiled by stock: ``model_speedup_vs_max_autotune`` and
+``model_speedup_vs_bf16`` (geomeans over the blocks).
 """
 
 from __future__ import annotations
@@ -295,10 +297,13 @@ class Fp8Linear(nn.Module):
     an fp32 scale calibrated ahead, ``calibrate``) the input is divided by it and
     saturated, and the weight is quantized tensor-wise (``_scaled_mm`` takes both
     scales in one mode): the quantization is then a pointwise op that can run in the
-    epilogue of the kernel writing the input."""
+    epilogue of the kernel writing the input. ``use_fast_accum``: as float8 inference
+    recipes set it (torchao's dynamic-activation config defaults it to True), or
+    ``_scaled_mm``'s own default (False: the fp8 partial sums promoted)."""
 
-    def __init__(self, linear: nn.Linear, input_scale: torch.Tensor | None = None) -> None:
+    def __init__(self, linear: nn.Linear, input_scale: torch.Tensor | None = None, use_fast_accum: bool = True) -> None:
         super().__init__()
+        self.use_fast_accum = use_fast_accum
         w = linear.weight.detach().float()
         if input_scale is None:
             scale = w.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / E4M3_MAX
@@ -318,7 +323,8 @@ class Fp8Linear(nn.Module):
         else:
             x_scale = self.input_scale
             xq = (x2.float() / x_scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
-        y = torch._scaled_mm(xq, self.wq.t(), x_scale, self.w_scale, bias=self.bias, out_dtype=x.dtype)
+        w, w_scale, fast = self.wq.t(), self.w_scale, self.use_fast_accum
+        y = torch._scaled_mm(xq, w, x_scale, w_scale, bias=self.bias, out_dtype=x.dtype, use_fast_accum=fast)
         return y.reshape(*x.shape[:-1], y.shape[-1])
 
 
@@ -353,31 +359,46 @@ def calibrate(module: nn.Module, *inputs: torch.Tensor) -> dict[str, torch.Tenso
     return seen
 
 
-def quantized(module: nn.Module, scales: dict[str, torch.Tensor] | None = None, prefix: str = "") -> nn.Module:
+def quantized(
+    module: nn.Module, scales: dict[str, torch.Tensor] | None = None, prefix: str = "", use_fast_accum: bool = True
+) -> nn.Module:
     """``module`` with every nn.Linear replaced by an ``Fp8Linear`` (in place): dynamic,
     or static with the input ``scales`` by module name (``calibrate``)."""
     for name, child in module.named_children():
         path = f"{prefix}{name}"
         if isinstance(child, nn.Linear):
-            setattr(module, name, Fp8Linear(child, None if scales is None else scales[path]))
+            setattr(module, name, Fp8Linear(child, None if scales is None else scales[path], use_fast_accum))
         else:
-            quantized(child, scales, f"{path}.")
+            quantized(child, scales, f"{path}.", use_fast_accum)
     return module
 
 
 #: fp8 recipes of the model rows: ``dynamic`` (row-wise, the input's scale from each
 #: call) and ``static`` (tensor-wise, the input's scale calibrated ahead).
 RECIPES = ("dynamic", "static")
+#: Accumulations of the model rows' GEMMs: ``fast`` (``use_fast_accum=True``, the
+#: default of float8 inference recipes) and ``promote`` (``_scaled_mm``'s own default).
+ACCUMULATIONS = ("fast", "promote")
 
 
-def block_row(family: str, size: str, recipe: str = "dynamic") -> dict:
+def block_name(family: str, size: str, recipe: str = "dynamic", accumulation: str = "fast") -> str:
+    """FAMILY:SIZE[:RECIPE[:ACCUMULATION]], the defaults left off from the right, as
+    ``--block`` takes it."""
+    parts = [family, size, recipe, accumulation]
+    while len(parts) > 2 and parts[-1] == ("dynamic", "fast")[len(parts) - 3]:
+        parts.pop()
+    return ":".join(parts)
+
+
+def block_row(family: str, size: str, recipe: str = "dynamic", accumulation: str = "fast") -> dict:
     """An fp8 model-suite block (a ``transformers`` class for ``hf-*``) quantized by
     ``recipe`` (``RECIPES``): stock max-autotune vs ours on the same quantized block,
     side by side as CUDA graphs, with the unquantized bf16 block compiled by stock
     max-autotune beside them (``bf16_ms``): what the recipe buys over the model it
-    replaces (``speedup_vs_bf16``, ours fp8 against it)."""
-    if recipe not in RECIPES:
-        raise ValueError(f"fp8 recipe {recipe!r} not in {RECIPES}")
+    replaces (``speedup_vs_bf16``, ours fp8 against it). ``accumulation``
+    (``ACCUMULATIONS``): the GEMMs' ``use_fast_accum``, the same on both sides."""
+    if recipe not in RECIPES or accumulation not in ACCUMULATIONS:
+        raise ValueError(f"fp8 recipe {recipe!r} or accumulation {accumulation!r} not in {RECIPES}, {ACCUMULATIONS}")
     import copy
 
     from inductor_cutedsl import disable
@@ -390,7 +411,7 @@ def block_row(family: str, size: str, recipe: str = "dynamic") -> dict:
     bf16, x = models.make_block(family, size)
     bf16 = bf16.eval()
     scales = calibrate(bf16, x) if recipe == "static" else None
-    block = quantized(copy.deepcopy(bf16), scales).eval()
+    block = quantized(copy.deepcopy(bf16), scales, use_fast_accum=accumulation == "fast").eval()
     torch.compiler.reset()
     with torch.no_grad():
         ref = block(x)
@@ -412,8 +433,9 @@ def block_row(family: str, size: str, recipe: str = "dynamic") -> dict:
         times = side_by_side({label: graphed(lambda fn=fn: fn(x)) for label, fn in compiled.items()})
         kernels = {label: kernel_times(lambda fn=fn: fn(x), top=8) for label, fn in compiled.items()}
     return {
-        "block": f"{family}:{size}" + ("" if recipe == "dynamic" else f":{recipe}"),
+        "block": block_name(family, size, recipe, accumulation),
         "recipe": recipe,
+        "accumulation": accumulation,
         "tokens": x.shape[0] * x.shape[1],
         "rel_err_vs_eager": errs,
         "stock_ms": round(times["stock"], 4),
@@ -476,9 +498,9 @@ def main(argv: list[str] | None = None) -> dict:
         nargs="?",
         const="llama:prefill",
         default=None,
-        metavar="FAMILY:SIZE[:RECIPE][,...]",
-        help="also fp8 model-suite blocks, hf-* for transformers classes, RECIPE dynamic (default) or static "
-        "(default when given alone: %(const)s)",
+        metavar="FAMILY:SIZE[:RECIPE[:ACCUMULATION]][,...]",
+        help=f"also fp8 model-suite blocks, hf-* for transformers classes, RECIPE one of {RECIPES}, ACCUMULATION "
+        f"one of {ACCUMULATIONS} (the firsts by default; default when given alone: %(const)s)",
     )
     args = ap.parse_args(argv)
     if args.configs < 1 or args.workers < 1:

@@ -1608,3 +1608,31 @@ def test_fp8_fused_residual_pattern_is_the_projection_plus_the_residual():
     assert (out.double() - ref).norm() / ref.norm() < 1e-2
     with pytest.raises(SystemExit):
         fp8.main(["--fused-only", "--cases", "scaled_residual,scaled_nope"])
+
+
+def test_fp8_block_names_and_accumulation_reach_every_linear(monkeypatch):
+    """A block's name leaves the default recipe and accumulation off from the right, as
+    ``--block`` takes it back; the accumulation asked for is every Linear's GEMM's, fast
+    by default (float8 inference recipes' default)."""
+    assert fp8.block_name("llama", "prefill") == "llama:prefill"
+    assert fp8.block_name("llama", "prefill", "static") == "llama:prefill:static"
+    assert fp8.block_name("llama", "prefill", "dynamic", "promote") == "llama:prefill:dynamic:promote"
+    assert fp8.block_name("llama", "prefill", "static", "promote") == "llama:prefill:static:promote"
+    block, _ = models.make_block("llama", "small", device="cpu", dtype=torch.float32, scale=8)
+    for fast in (True, False):
+        q = fp8.quantized(copy.deepcopy(block), use_fast_accum=fast)
+        layers = [m for m in q.modules() if isinstance(m, fp8.Fp8Linear)]
+        assert layers
+        seen: list = []
+
+        def spy(*args, use_fast_accum=False, seen=seen, scaled_mm=torch._scaled_mm, **kwargs):
+            seen.append(use_fast_accum)
+            return scaled_mm(*args, use_fast_accum=use_fast_accum, **kwargs)
+
+        monkeypatch.setattr(torch, "_scaled_mm", spy)
+        for layer in layers:
+            layer(torch.randn(2, 3, layer.wq.shape[1]))
+        monkeypatch.undo()
+        assert seen == [fast] * len(layers)
+    with pytest.raises(ValueError):
+        fp8.block_row("llama", "prefill", "dynamic", "fastest")
