@@ -9,14 +9,20 @@ states what promotion costs per k-tile: (promoting - fast) milliseconds over the
 k-tiles one SM runs (``k_tile_us``), against the time one k-tile's wgmmas take
 (``k_tile_mma_us``, the fast kernel's time per k-tile). With ``--ncu`` each way runs
 once between ``cudaProfilerStart``/``Stop`` after its warm-up, so Nsight Compute
-(``--profile-from-start off``) profiles exactly one launch of each, in ``WAYS`` order.
+(``--profile-from-start off``) profiles exactly one launch of each, in ``ways`` order;
+``--read-ncu CSV`` (no GPU needed) turns that profile's ``--csv --page details`` output
+into rows: each way's duration, its busiest pipeline and how busy (Nsight Compute's
+``HighPipeUtilization`` rule: the tensor pipe, or the shared pipe it dominates), and for
+a promoting way the promotion's cost per k-tile against the same tile's fast kernel.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import dataclasses
 import math
+import re
 
 import torch
 
@@ -60,13 +66,65 @@ def k_tiles_per_sm(m: int, n: int, k: int, cfg: GemmConfig) -> float:
     return tiles * math.ceil(k / GemmConfig.tile_k(1)) / SMS
 
 
+_PIPE = re.compile(r"^(\w+) is the highest-utilized pipeline \(([\d.]+)%\)")
+
+
+def read_ncu(path: str, m: int, n: int, k: int, mode: str) -> list[dict]:
+    """The rows of an ``--ncu`` profile's CSV (one launch per way, in ``ways`` order):
+    way, kernel, duration (us), busiest pipeline and its share of the elapsed cycles,
+    and for a way that promotes its cost per k-tile over the same tile's fast kernel
+    (``k_tile_ns``) with that kernel's time per k-tile (``k_tile_mma_ns``); for
+    ``scaled_mm`` the same against ``scaled_mm_fast`` (cuBLASLt's tiles read from its
+    kernel's name are 128x128 at the shapes profiled here: the caller checks)."""
+    with open(path, newline="") as f:
+        lines = [r for r in csv.reader(f) if r]
+    start = next(i for i, r in enumerate(lines) if r[0] == "ID")
+    header = lines[start]
+    names = list(ways(m, n, k, mode))
+    rows: dict[int, dict] = {}
+    for values in lines[start + 1 :]:
+        rec = dict(zip(header, values, strict=False))
+        i = int(rec["ID"])
+        row = rows.setdefault(i, {"way": names[i], "kernel": rec["Kernel Name"]})
+        # The profile's launches must be the ways in order: our kernels name their config.
+        ours = names[i].split(":")[0]
+        if names[i].startswith("scaled_mm") == (ours in rec["Kernel Name"]):
+            raise ValueError(f"launch {i} ran {rec['Kernel Name']!r}, not way {names[i]!r}: not an --ncu profile")
+        if rec.get("Metric Name") == "Duration":
+            unit = {"ns": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}[rec["Metric Unit"]]
+            row["us"] = round(float(rec["Metric Value"].replace(",", "")) * unit, 3)
+        hit = _PIPE.match(rec.get("Rule Description", "")) if rec.get("Rule Name") == "HighPipeUtilization" else None
+        if hit:
+            row["pipe"], row["pipe_pct"] = hit.group(1), float(hit.group(2))
+    out = [rows[i] for i in sorted(rows)]
+    by_way = {r["way"]: r for r in out}
+    for r in out:
+        spec, how = ways(m, n, k, mode)[r["way"]]
+        fast = by_way.get("scaled_mm_fast" if spec is None else f"{spec.config.name()}:p0")
+        promotes = how if spec is not None else not how
+        if promotes and fast and "us" in r and "us" in fast:
+            per_sm = k_tiles_per_sm(m, n, k, GemmConfig(128, 128) if spec is None else spec.config)
+            r["k_tile_ns"] = round((r["us"] - fast["us"]) * 1e3 / per_sm, 1)
+            r["k_tile_mma_ns"] = round(fast["us"] * 1e3 / per_sm, 1)
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", default="8192x8192x8192", help="MxNxK (default: %(default)s)")
     ap.add_argument("--mode", choices=("tensor", "row"), default="row", help="scale mode (default: %(default)s)")
     ap.add_argument("--ncu", action="store_true", help="run each way once inside cudaProfilerStart/Stop")
+    ap.add_argument("--read-ncu", metavar="CSV", default=None, help="read an --ncu profile's CSV into rows")
     ap.add_argument("--json", metavar="PATH", default=None, help="where the timings are written")
     args = ap.parse_args(argv)
+    if args.read_ncu:
+        m, n, k = (int(x) for x in args.shape.split("x"))
+        rows = read_ncu(args.read_ncu, m, n, k, args.mode)
+        for row in rows:
+            print(row)
+        result = {"shape": [m, n, k], "mode": args.mode, "rows": rows}
+        write_json(result, args.json)
+        return result
     if not torch.cuda.is_available():
         print("no CUDA GPU: nothing to measure")
         return {}

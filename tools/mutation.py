@@ -1279,6 +1279,14 @@ BUGS = [
         "the bound's kernels are named from the mode compiled first, not the profiled one",
     ),
     Bug(
+        "fp8-profile-costs-against-cublas",
+        "tools/fp8_profile.py",
+        'fast = by_way.get("scaled_mm_fast" if spec is None else f"{spec.config.name()}:p0")',
+        'fast = by_way.get("scaled_mm_fast")',
+        ("tests/test_fp8_profile.py",),
+        "our promotion's cost per k-tile is read against cuBLASLt's fast kernel, not the same tile's",
+    ),
+    Bug(
         "row-decisions-from-the-first-mode",
         "benchmarks/models.py",
         "if mode == profiled:  # (plain JSON",
