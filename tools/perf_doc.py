@@ -437,11 +437,12 @@ def _fp8(d: dict) -> list[str]:
     blocks = d.get("blocks") or ([d["block"]] if d.get("block") else [])
     if blocks:
         out += [
-            "Model-suite blocks with every Linear quantized row-wise (`blocks`), and the bf16 block "
-            "compiled by stock max-autotune:",
+            "Model-suite blocks with every Linear quantized (`blocks`; recipe `dynamic`: row-wise, `static`: "
+            "tensor-wise, the input's scale calibrated ahead), and the bf16 block compiled by stock max-autotune:",
             table(
                 [
                     "block",
+                    "GEMMs' accumulation",
                     "tokens",
                     "stock ms",
                     "ours ms",
@@ -453,6 +454,7 @@ def _fp8(d: dict) -> list[str]:
                 [
                     [
                         b["block"],
+                        b.get("accumulation", "promote"),
                         b["tokens"],
                         b["stock_ms"],
                         b["ours_ms"],
@@ -462,6 +464,31 @@ def _fp8(d: dict) -> list[str]:
                         pair(b["rel_err_vs_eager"]),
                     ]
                     for b in blocks
+                ],
+            ),
+        ]
+    prof = d.get("profile")
+    if prof:
+        m, n, k = prof["shape"]
+        out += [
+            f"One launch of each way under Nsight Compute at {m}×{n}×{k}, {prof['mode']}-wise scales, on an "
+            f"{prof['device']} (`profile`; its clocks locked, caches flushed: times are not the rows' above). "
+            "Busiest pipeline: Nsight Compute's, with its share of the elapsed cycles (the shared pipe is "
+            "dominated by the tensor pipe). Promotion per k-tile: the way's time over its own tile's fast "
+            "kernel, per k-tile one SM runs, beside that fast kernel's time per k-tile:",
+            table(
+                ["way", "kernel", "µs", "busiest pipeline", "busy %", "promotion ns per k-tile", "fast ns per k-tile"],
+                [
+                    [
+                        f"`{r['way']}`",
+                        f"`{r['kernel'][:48]}`",
+                        r.get("us"),
+                        r.get("pipe"),
+                        r.get("pipe_pct"),
+                        r.get("k_tile_ns"),
+                        r.get("k_tile_mma_ns"),
+                    ]
+                    for r in prof["rows"]
                 ],
             ),
         ]
