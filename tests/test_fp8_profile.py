@@ -30,7 +30,7 @@ def test_each_launch_is_read_as_its_way_with_the_promotions_cost_per_k_tile(tmp_
     launches = []
     for i, name in enumerate(names):
         ours = name.split(":")[0]
-        kernel = "nvjet_sm90_qqtst_128x128" if name.startswith("scaled_mm") else f"inductor_cutedsl_{ours}"
+        kernel = "nvjet_sm90_qqtst_128x128_128x6_1x1" if name.startswith("scaled_mm") else f"inductor_cutedsl_{ours}"
         # fast: cuBLASLt 700 us, ours 800; promoting: 100 us more per promotion mode number
         promote = int(name.split(":p")[1]) if ":p" in name else (0 if name.endswith("fast") else 1)
         launches.append((kernel, (700.0 if name.startswith("scaled_mm") else 800.0) + 100.0 * promote, 90.0 - i))
@@ -48,7 +48,7 @@ def test_each_launch_is_read_as_its_way_with_the_promotions_cost_per_k_tile(tmp_
     assert by_way["scaled_mm"]["k_tile_mma_ns"] == pytest.approx(700e3 / per_sm, abs=0.1)
     assert "k_tile_ns" not in by_way["128x128_c2x1_coop_rm8:p0"] and "k_tile_ns" not in by_way["scaled_mm_fast"]
     # a profile whose launches are not the ways in order is refused
-    launches[2], launches[3] = launches[3], ("nvjet_sm90_qqtst_128x128", 800.0, 50.0)
+    launches[2], launches[3] = launches[3], ("nvjet_sm90_qqtst_128x128_128x6_1x1", 800.0, 50.0)
     _write(path, launches)
     with pytest.raises(ValueError, match="not way"):
         fp8_profile.read_ncu(str(path), *SHAPE, "row")

@@ -5,9 +5,7 @@
 
 Times one config in every promotion mode it has registers for (fast accumulation
 included) side by side with ``_scaled_mm`` promoting and fast, on the same tensors, and
-states what promotion costs per k-tile: (promoting - fast) milliseconds over the
-k-tiles one SM runs (``k_tile_us``), against the time one k-tile's wgmmas take
-(``k_tile_mma_us``, the fast kernel's time per k-tile). With ``--ncu`` each way runs
+states what promotion costs per k-tile (``promotion_costs``). With ``--ncu`` each way runs
 once between ``cudaProfilerStart``/``Stop`` after its warm-up, so Nsight Compute
 (``--profile-from-start off``) profiles exactly one launch of each, in ``ways`` order;
 ``--read-ncu CSV`` (no GPU needed) turns that profile's ``--csv --page details`` output
@@ -67,15 +65,36 @@ def k_tiles_per_sm(m: int, n: int, k: int, cfg: GemmConfig) -> float:
 
 
 _PIPE = re.compile(r"^(\w+) is the highest-utilized pipeline \(([\d.]+)%\)")
+#: A cuBLASLt kernel's name gives its tile first: nvjet_sm90_qqtst_128x128_128x6_...
+_TILE = re.compile(r"_(\d+)x(\d+)_")
+
+
+def promotion_costs(rows: list[dict], m: int, n: int, k: int, mode: str) -> None:
+    """Gives each promoting row (way, ``us``) its promotion's cost per k-tile: its time
+    over the same tile's fast kernel (ours: the config's ``:p0``; ``scaled_mm``:
+    ``scaled_mm_fast``, its tile read from its kernel's name) per k-tile one SM runs
+    (``k_tile_ns``), beside that fast kernel's time per k-tile (``k_tile_mma_ns``)."""
+    by_way = {r["way"]: r for r in rows}
+    table = ways(m, n, k, mode)
+    for r in rows:
+        spec, how = table[r["way"]]
+        fast = by_way.get("scaled_mm_fast" if spec is None else f"{spec.config.name()}:p0")
+        if spec is None:
+            tile = _TILE.search(r.get("kernel", ""))
+            cfg = GemmConfig(int(tile.group(1)), int(tile.group(2))) if tile else None
+        else:
+            cfg = spec.config
+        promotes = how if spec is not None else not how
+        if promotes and fast and cfg and "us" in r and "us" in fast:
+            per_sm = k_tiles_per_sm(m, n, k, cfg)
+            r["k_tile_ns"] = round((r["us"] - fast["us"]) * 1e3 / per_sm, 1)
+            r["k_tile_mma_ns"] = round(fast["us"] * 1e3 / per_sm, 1)
 
 
 def read_ncu(path: str, m: int, n: int, k: int, mode: str) -> list[dict]:
     """The rows of an ``--ncu`` profile's CSV (one launch per way, in ``ways`` order):
     way, kernel, duration (us), busiest pipeline and its share of the elapsed cycles,
-    and for a way that promotes its cost per k-tile over the same tile's fast kernel
-    (``k_tile_ns``) with that kernel's time per k-tile (``k_tile_mma_ns``); for
-    ``scaled_mm`` the same against ``scaled_mm_fast`` (cuBLASLt's tiles read from its
-    kernel's name are 128x128 at the shapes profiled here: the caller checks)."""
+    and for a way that promotes its cost per k-tile (``promotion_costs``)."""
     with open(path, newline="") as f:
         lines = [r for r in csv.reader(f) if r]
     start = next(i for i, r in enumerate(lines) if r[0] == "ID")
@@ -97,15 +116,7 @@ def read_ncu(path: str, m: int, n: int, k: int, mode: str) -> list[dict]:
         if hit:
             row["pipe"], row["pipe_pct"] = hit.group(1), float(hit.group(2))
     out = [rows[i] for i in sorted(rows)]
-    by_way = {r["way"]: r for r in out}
-    for r in out:
-        spec, how = ways(m, n, k, mode)[r["way"]]
-        fast = by_way.get("scaled_mm_fast" if spec is None else f"{spec.config.name()}:p0")
-        promotes = how if spec is not None else not how
-        if promotes and fast and "us" in r and "us" in fast:
-            per_sm = k_tiles_per_sm(m, n, k, GemmConfig(128, 128) if spec is None else spec.config)
-            r["k_tile_ns"] = round((r["us"] - fast["us"]) * 1e3 / per_sm, 1)
-            r["k_tile_mma_ns"] = round(fast["us"] * 1e3 / per_sm, 1)
+    promotion_costs(out, m, n, k, mode)
     return out
 
 
@@ -157,18 +168,11 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"profiled {name}", flush=True)
         return {}
     bench(fns["scaled_mm"], rep=1000)  # the GPU at its steady clock
-    times = side_by_side(fns, rounds=5)
+    times = side_by_side(fns, rounds=3)
     flops = 2 * m * n * k
-    rows = []
-    for name, ms in times.items():
-        row = {"way": name, "ms": round(ms, 4), "tflops": round(flops / ms / 1e9, 1)}
-        spec, how = ways(m, n, k, args.mode)[name]
-        if spec is not None and how:
-            fast = times[f"{spec.config.name()}:p0"]
-            per_sm = k_tiles_per_sm(m, n, k, spec.config)
-            row["k_tile_us"] = round((ms - fast) * 1e3 / per_sm, 4)
-            row["k_tile_mma_us"] = round(fast * 1e3 / per_sm, 4)
-        rows.append(row)
+    rows = [{"way": name, "us": round(ms * 1e3, 2), "tflops": round(flops / ms / 1e9, 1)} for name, ms in times.items()]
+    promotion_costs(rows, m, n, k, args.mode)  # ours only: no kernel names here
+    for row in rows:
         print(row, flush=True)
     result = {"shape": [m, n, k], "mode": args.mode, "device": torch.cuda.get_device_name(), "rows": rows}
     write_json(result, args.json)
