@@ -384,9 +384,11 @@ ACCUMULATIONS = ("fast", "promote")
 def block_name(family: str, size: str, recipe: str = "dynamic", accumulation: str = "fast") -> str:
     """FAMILY:SIZE[:RECIPE[:ACCUMULATION]], the defaults left off from the right, as
     ``--block`` takes it."""
-    parts = [family, size, recipe, accumulation]
-    while len(parts) > 2 and parts[-1] == ("dynamic", "fast")[len(parts) - 3]:
-        parts.pop()
+    parts = [family, size]
+    if (recipe, accumulation) != ("dynamic", "fast"):
+        parts.append(recipe)
+    if accumulation != "fast":
+        parts.append(accumulation)
     return ":".join(parts)
 
 

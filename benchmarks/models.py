@@ -1059,11 +1059,11 @@ def measure_block(
     the row's ``fused`` epilogues and its ``decisions`` are the profiled mode's: each
     mode's compile autotunes and fuses apart and numbers its kernels in its own order,
     so another mode's kernel names can miss the profile's kernels or name others, and its
-    decisions need not be the ones the profile's kernels rest on. The first call compiles (a training step's backward
-    compiles at its first backward), so it runs in its backend's state. Outputs are
-    compared after two more calls, the first replay of a CUDA graph. With ``dump`` (a
-    directory) the wrapper code and the profiled mode's GPU timeline of each backend are
-    written there (``dump_block``)."""
+    decisions need not be the ones the profile's kernels rest on. The first call compiles
+    (a training step's backward compiles at its first backward), so it runs in its
+    backend's state. Outputs are compared after two more calls, the first replay of a
+    CUDA graph. With ``dump`` (a directory) the wrapper code and the profiled mode's GPU
+    timeline of each backend are written there (``dump_block``)."""
     from inductor_cutedsl.scheduler import scheduling
 
     block, x = make_block(bid.family, bid.size, device, dtype, scale)

@@ -69,13 +69,13 @@ _PIPE = re.compile(r"^(\w+) is the highest-utilized pipeline \(([\d.]+)%\)")
 _TILE = re.compile(r"_(\d+)x(\d+)_")
 
 
-def promotion_costs(rows: list[dict], m: int, n: int, k: int, mode: str) -> None:
+def promotion_costs(rows: list[dict], m: int, n: int, k: int, table: dict) -> None:
     """Gives each promoting row (way, ``us``) its promotion's cost per k-tile: its time
     over the same tile's fast kernel (ours: the config's ``:p0``; ``scaled_mm``:
     ``scaled_mm_fast``, its tile read from its kernel's name) per k-tile one SM runs
-    (``k_tile_ns``), beside that fast kernel's time per k-tile (``k_tile_mma_ns``)."""
+    (``k_tile_ns``), beside that fast kernel's time per k-tile (``k_tile_mma_ns``).
+    ``table``: the shape's ``ways``."""
     by_way = {r["way"]: r for r in rows}
-    table = ways(m, n, k, mode)
     for r in rows:
         spec, how = table[r["way"]]
         fast = by_way.get("scaled_mm_fast" if spec is None else f"{spec.config.name()}:p0")
@@ -99,7 +99,8 @@ def read_ncu(path: str, m: int, n: int, k: int, mode: str) -> list[dict]:
         lines = [r for r in csv.reader(f) if r]
     start = next(i for i, r in enumerate(lines) if r[0] == "ID")
     header = lines[start]
-    names = list(ways(m, n, k, mode))
+    table = ways(m, n, k, mode)
+    names = list(table)
     rows: dict[int, dict] = {}
     for values in lines[start + 1 :]:
         rec = dict(zip(header, values, strict=False))
@@ -116,7 +117,7 @@ def read_ncu(path: str, m: int, n: int, k: int, mode: str) -> list[dict]:
         if hit:
             row["pipe"], row["pipe_pct"] = hit.group(1), float(hit.group(2))
     out = [rows[i] for i in sorted(rows)]
-    promotion_costs(out, m, n, k, mode)
+    promotion_costs(out, m, n, k, table)
     return out
 
 
@@ -145,7 +146,8 @@ def main(argv: list[str] | None = None) -> dict:
     ref = torch._scaled_mm(a, b, sa, sb, out_dtype=torch.float32).double()
     out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
     fns = {}
-    for name, (spec, how) in ways(m, n, k, args.mode).items():
+    table = ways(m, n, k, args.mode)
+    for name, (spec, how) in table.items():
         if spec is None:
             fns[name] = lambda fast=how: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast)
             continue
@@ -171,7 +173,7 @@ def main(argv: list[str] | None = None) -> dict:
     times = side_by_side(fns, rounds=3)
     flops = 2 * m * n * k
     rows = [{"way": name, "us": round(ms * 1e3, 2), "tflops": round(flops / ms / 1e9, 1)} for name, ms in times.items()]
-    promotion_costs(rows, m, n, k, args.mode)  # ours only: no kernel names here
+    promotion_costs(rows, m, n, k, table)  # ours only: no kernel names here
     for row in rows:
         print(row, flush=True)
     result = {"shape": [m, n, k], "mode": args.mode, "device": torch.cuda.get_device_name(), "rows": rows}
