@@ -92,35 +92,59 @@ def test_loop_coordinates():
     assert isinstance(loop_coordinates([M, N], (M, N, 1))[0], sympy.Symbol)
 
 
+def gelu_bias_residual(x, b, r):
+    return F.gelu(x.view(2, M // 2, N) + b, approximate="tanh") + r
+
+
+def gelu_bias_residual_as_lowered(x, b, r):
+    """``gelu_bias_residual`` rounded where Inductor's loop body rounds it: the GELU goes
+    to bf16 (its decomposition's own downcast) before the residual is added, and the
+    translation follows. Near |GELU| = 5 that rounding is worth 0.016, more than the
+    comparison's tolerance wherever the residual cancels the GELU, so the float64
+    reference must round there too."""
+    g = F.gelu(x.view(2, M // 2, N) + b, approximate="tanh")
+    return g.to(torch.bfloat16).to(g.dtype) + r
+
+
 H = 4  # heads of the (B, T, H, D) views below
 VIEW_CASES = [
     # A model's (B, T, N) activations over a (B*T, N) GEMM: GELU(x + bias), then + residual.
     (
-        lambda x, b, r: F.gelu(x.view(2, M // 2, N) + b, approximate="tanh") + r,
+        gelu_bias_residual,
         (bf16(M, N), bf16(N), bf16(2, M // 2, N)),
         [((0, 1, 0), 0), ((N, 1, 0), 0)],
+        gelu_bias_residual_as_lowered,
     ),
     # A gate read in the (B, T, H, D) view of the output: a pure reshape.
-    (lambda x, g: F.silu(x.view(2, M // 2, H, N // H)) * g, (bf16(M, N), bf16(2, M // 2, H, N // H)), [((N, 1, 0), 0)]),
+    (
+        lambda x, g: F.silu(x.view(2, M // 2, H, N // H)) * g,
+        (bf16(M, N), bf16(2, M // 2, H, N // H)),
+        [((N, 1, 0), 0)],
+        None,
+    ),
     # A residual that is itself a strided view (every other row of a wider tensor).
     (
         lambda x, r: torch.relu(x.view(2, M // 2, N)) + r[:, ::2, :N],
         (bf16(M, N), bf16(2, M, N + 8)),
         [((2 * (N + 8), 1, 0), 0)],
+        None,
     ),
 ]
 
 
 @pytest.mark.parametrize(
-    "fn,args,operands", VIEW_CASES, ids=["btn_bias_gelu_residual", "bthd_silu_gate", "strided_residual"]
+    "fn,args,operands,reference",
+    VIEW_CASES,
+    ids=["btn_bias_gelu_residual", "bthd_silu_gate", "strided_residual"],
 )
-def test_consumers_through_views_translate(fn, args, operands):
+def test_consumers_through_views_translate(fn, args, operands, reference):
     res = translate_inductor(fn, *args)
     assert "t" in res, res.get("refused")
     t = res["t"]
     assert [(o.strides, o.offset) for o in t.operands] == operands
     assert t.out_view == ((N, 1, 0), 0)
-    assert_computes(t, fn, args, [(0, 0), (M // 2, 3), (M // 2 - 1, N - 1), (M - 1, 77)])
+    points = [(0, 0), (M // 2, 3), (M // 2 - 1, N - 1), (M - 1, 77)]
+    assert_computes(t, reference or fn, args, points)
 
 
 @pytest.mark.parametrize(
