@@ -2,6 +2,8 @@
 
     python -m tools.fp8_profile --shape 8192x8192x8192 --json OUT.json
     ncu --profile-from-start off --section SpeedOfLight ... python -m tools.fp8_profile --ncu
+    python -m tools.fp8_profile --sweep --shape 8192x8192x8192 --json OUT.json
+    python -m tools.fp8_profile --sweep --shape 8192x8192x8192 --specs SPECS.jsonl
 
 Times one config in every promotion mode it has registers for (fast accumulation
 included) side by side with ``_scaled_mm`` promoting and fast, on the same tensors, and
@@ -10,8 +12,16 @@ once between ``cudaProfilerStart``/``Stop`` after its warm-up, so Nsight Compute
 (``--profile-from-start off``) profiles exactly one launch of each, in ``ways`` order;
 ``--read-ncu CSV`` (no GPU needed) turns that profile's ``--csv --page details`` output
 into rows: each way's duration, its busiest pipeline and how busy (Nsight Compute's
-``HighPipeUtilization`` rule: the tensor pipe, or the shared pipe it dominates), and for
-a promoting way the promotion's cost per k-tile against the same tile's fast kernel.
+``HighPipeUtilization`` rule: the tensor pipe, or the shared pipe it dominates), its DRAM
+and L2 throughput and issue rate (``_METRICS``), and for a promoting way the
+promotion's cost per k-tile against the same tile's fast kernel.
+
+``--sweep`` times the leaders' rasterisations instead (``sweep_ways``: each raster order
+and swizzle the persistent scheduler offers, fast and promoting), a few plain calls per
+way in three interleaved rounds, so that some sixty ways fit one device call; a
+rasterisation decides how often the operands' tiles are read from DRAM rather than L2.
+``--specs PATH`` writes the ways' kernel specs (JSON lines, no GPU needed) for
+``tools.rebuild_kernels`` to build before the call.
 """
 
 from __future__ import annotations
@@ -28,9 +38,10 @@ from benchmarks.fp8 import FP8, operands
 from benchmarks.harness import rel_err, side_by_side, write_json
 from inductor_cutedsl.kernels import GemmConfig
 from inductor_cutedsl.kernels import epilogue as E
-from inductor_cutedsl.kernels.config import PROMOTE_MODES, SMS, fitted_swizzle
+from inductor_cutedsl.kernels.config import PROMOTE_MODES, PROMOTE_NONE, SMS, fitted_swizzle, promotion_mode
 from inductor_cutedsl.runtime import KernelSpec, get_gemm
 from inductor_cutedsl.timing import bench
+from inductor_cutedsl.timing import side_by_side as timed_side_by_side
 
 #: Our configs profiled: the promoting leaders at the large shapes (128x128 and 128x192,
 #: paired along M), the same in a 2x2 cluster (A and B both multicast: half the L2 reads
@@ -58,12 +69,46 @@ def ways(m: int, n: int, k: int, mode: str, configs=CONFIGS) -> dict:
     return out
 
 
+#: The leaders whose rasterisations ``--sweep`` times (each raster order and swizzle,
+#: ``SWIZZLES``), and the swizzles: the scheduler's groups of clusters along the
+#: dimension it does not raster along; the shortlist offers 1 and 8 only.
+SWEEP = (
+    GemmConfig(128, 128, 2, 1),
+    GemmConfig(128, 192, 2, 1),
+    GemmConfig(128, 256, 2, 1, epi_n=64, epi_buffers=4),
+)
+SWIZZLES = (1, 2, 4, 8, 16)
+
+
+def sweep_ways(m: int, n: int, k: int, mode: str, configs=SWEEP) -> dict:
+    """``ways`` over each leader's rasterisations: both raster orders, each swizzle the
+    scheduler would run unpadded (``fitted_swizzle`` keeps it), fast and in the config's
+    promotion mode (``promotion_mode``) where it has the registers."""
+    out: dict = {"scaled_mm": (None, False), "scaled_mm_fast": (None, True)}
+    for base in configs:
+        for raster_m in (True, False):
+            for swizzle in SWIZZLES:
+                cfg = dataclasses.replace(base, raster_along_m=raster_m, swizzle=swizzle)
+                if fitted_swizzle(cfg, m, n) != swizzle:
+                    continue
+                for p in (PROMOTE_NONE, promotion_mode(cfg)):
+                    if not p or cfg.promotion_reason(p) is None:
+                        spec = KernelSpec(cfg, FP8, "bfloat16", "k", "k", E.scaled(mode, mode), promote=p)
+                        out[f"{cfg.name()}:p{p}"] = (spec, p)
+    return out
+
+
 def k_tiles_per_sm(m: int, n: int, k: int, cfg: GemmConfig) -> float:
     """K-tiles one SM runs: the tiles' k-tiles shared evenly over the SMs."""
     tiles = math.ceil(m / cfg.tile_m) * math.ceil(n / cfg.tile_n)
     return tiles * math.ceil(k / GemmConfig.tile_k(1)) / SMS
 
 
+#: Nsight Compute metrics a profile row keeps, as its keys: how much of the DRAM's and the
+#: L2's peak throughput the launch used (the operands' tiles re-read from DRAM show as
+#: DRAM throughput above another kernel's at the same shape), and its instructions issued
+#: per active cycle (a consumer spinning on a pipeline barrier issues more of them).
+_METRICS = {"DRAM Throughput": "dram_pct", "L2 Cache Throughput": "l2_pct", "Issued Ipc Active": "ipc"}
 _PIPE = re.compile(r"^(\w+) is the highest-utilized pipeline \(([\d.]+)%\)")
 #: A cuBLASLt kernel's name gives its tile first: nvjet_sm90_qqtst_128x128_128x6_...
 _TILE = re.compile(r"_(\d+)x(\d+)_")
@@ -113,6 +158,8 @@ def read_ncu(path: str, m: int, n: int, k: int, mode: str) -> list[dict]:
         if rec.get("Metric Name") == "Duration":
             unit = {"ns": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}[rec["Metric Unit"]]
             row["us"] = round(float(rec["Metric Value"].replace(",", "")) * unit, 3)
+        elif rec.get("Metric Name") in _METRICS:
+            row[_METRICS[rec["Metric Name"]]] = float(rec["Metric Value"].replace(",", ""))
         hit = _PIPE.match(rec.get("Rule Description", "")) if rec.get("Rule Name") == "HighPipeUtilization" else None
         if hit:
             row["pipe"], row["pipe_pct"] = hit.group(1), float(hit.group(2))
@@ -128,9 +175,18 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--ncu", action="store_true", help="run each way once inside cudaProfilerStart/Stop")
     ap.add_argument("--read-ncu", metavar="CSV", default=None, help="read an --ncu profile's CSV into rows")
     ap.add_argument("--json", metavar="PATH", default=None, help="where the timings are written")
+    ap.add_argument("--sweep", action="store_true", help="time the leaders' rasterisations (sweep_ways)")
+    ap.add_argument("--specs", metavar="PATH", default=None, help="write the ways' kernel specs (JSON lines) and stop")
     args = ap.parse_args(argv)
+    m, n, k = (int(x) for x in args.shape.split("x"))
+    table = (sweep_ways if args.sweep else ways)(m, n, k, args.mode)
+    if args.specs:
+        with open(args.specs, "a") as f:
+            for spec, _ in table.values():
+                if spec is not None:
+                    f.write(spec.to_json() + "\n")
+        return {"specs": sum(spec is not None for spec, _ in table.values())}
     if args.read_ncu:
-        m, n, k = (int(x) for x in args.shape.split("x"))
         rows = read_ncu(args.read_ncu, m, n, k, args.mode)
         for row in rows:
             print(row)
@@ -140,13 +196,11 @@ def main(argv: list[str] | None = None) -> dict:
     if not torch.cuda.is_available():
         print("no CUDA GPU: nothing to measure")
         return {}
-    m, n, k = (int(x) for x in args.shape.split("x"))
     torch.manual_seed(0)
     a, b, sa, sb = operands(m, n, k, args.mode)
     ref = torch._scaled_mm(a, b, sa, sb, out_dtype=torch.float32).double()
     out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
     fns = {}
-    table = ways(m, n, k, args.mode)
     for name, (spec, how) in table.items():
         if spec is None:
             fns[name] = lambda fast=how: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast)
@@ -170,7 +224,10 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"profiled {name}", flush=True)
         return {}
     bench(fns["scaled_mm"], rep=1000)  # the GPU at its steady clock
-    times = side_by_side(fns, rounds=3)
+    if args.sweep:  # 50 ms of calls per way and round, in rounds that are not whole designs
+        times = timed_side_by_side({w: (lambda fn=fn: fn) for w, fn in fns.items()}, 3, graphs=False, rep=50)
+    else:
+        times = side_by_side(fns, rounds=3)
     flops = 2 * m * n * k
     rows = [{"way": name, "us": round(ms * 1e3, 2), "tflops": round(flops / ms / 1e9, 1)} for name, ms in times.items()]
     promotion_costs(rows, m, n, k, table)  # ours only: no kernel names here

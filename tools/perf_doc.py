@@ -474,10 +474,22 @@ def _fp8(d: dict) -> list[str]:
             f"One launch of each way under Nsight Compute at {m}×{n}×{k}, {prof['mode']}-wise scales, on an "
             f"{prof['device']} (`profile`; its clocks locked, caches flushed: times are not the rows' above). "
             "Busiest pipeline: Nsight Compute's, with its share of the elapsed cycles (the shared pipe is "
-            "dominated by the tensor pipe). Promotion per k-tile: the way's time over its own tile's fast "
-            "kernel, per k-tile one SM runs, beside that fast kernel's time per k-tile:",
+            "dominated by the tensor pipe). DRAM and L2: the share of their peak throughput the launch used; "
+            "IPC: instructions issued per active cycle. Promotion per k-tile: the way's time over its own "
+            "tile's fast kernel, per k-tile one SM runs, beside that fast kernel's time per k-tile:",
             table(
-                ["way", "kernel", "µs", "busiest pipeline", "busy %", "promotion ns per k-tile", "fast ns per k-tile"],
+                [
+                    "way",
+                    "kernel",
+                    "µs",
+                    "busiest pipeline",
+                    "busy %",
+                    "DRAM %",
+                    "L2 %",
+                    "IPC",
+                    "promotion ns per k-tile",
+                    "fast ns per k-tile",
+                ],
                 [
                     [
                         f"`{r['way']}`",
@@ -485,6 +497,9 @@ def _fp8(d: dict) -> list[str]:
                         r.get("us"),
                         r.get("pipe"),
                         r.get("pipe_pct"),
+                        r.get("dram_pct"),
+                        r.get("l2_pct"),
+                        r.get("ipc"),
                         r.get("k_tile_ns"),
                         r.get("k_tile_mma_ns"),
                     ]
