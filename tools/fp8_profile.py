@@ -18,10 +18,10 @@ promotion's cost per k-tile against the same tile's fast kernel.
 
 ``--sweep`` times the leaders' rasterisations instead (``sweep_ways``: each raster order
 and swizzle the persistent scheduler offers, fast and promoting), a few plain calls per
-way in three interleaved rounds, so that some sixty ways fit one device call; a
+way in three interleaved rounds, so that some fifty ways fit one device call; a
 rasterisation decides how often the operands' tiles are read from DRAM rather than L2.
-``--specs PATH`` writes the ways' kernel specs (JSON lines, no GPU needed) for
-``tools.rebuild_kernels`` to build before the call.
+``--specs PATH`` appends the ways' kernel specs to PATH (JSON lines, no GPU needed, one
+run per shape) for ``tools.rebuild_kernels`` to build before the call.
 """
 
 from __future__ import annotations
@@ -136,15 +136,16 @@ def promotion_costs(rows: list[dict], m: int, n: int, k: int, table: dict) -> No
             r["k_tile_mma_ns"] = round(fast["us"] * 1e3 / per_sm, 1)
 
 
-def read_ncu(path: str, m: int, n: int, k: int, mode: str) -> list[dict]:
-    """The rows of an ``--ncu`` profile's CSV (one launch per way, in ``ways`` order):
-    way, kernel, duration (us), busiest pipeline and its share of the elapsed cycles,
-    and for a way that promotes its cost per k-tile (``promotion_costs``)."""
+def read_ncu(path: str, m: int, n: int, k: int, mode: str, table: dict | None = None) -> list[dict]:
+    """The rows of an ``--ncu`` profile's CSV (one launch per way, in the order of
+    ``table``, the shape's ``ways`` by default): way, kernel, duration (us), busiest
+    pipeline and its share of the elapsed cycles, the ``_METRICS``, and for a way that
+    promotes its cost per k-tile (``promotion_costs``)."""
     with open(path, newline="") as f:
         lines = [r for r in csv.reader(f) if r]
     start = next(i for i, r in enumerate(lines) if r[0] == "ID")
     header = lines[start]
-    table = ways(m, n, k, mode)
+    table = table or ways(m, n, k, mode)
     names = list(table)
     rows: dict[int, dict] = {}
     for values in lines[start + 1 :]:
@@ -176,7 +177,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--read-ncu", metavar="CSV", default=None, help="read an --ncu profile's CSV into rows")
     ap.add_argument("--json", metavar="PATH", default=None, help="where the timings are written")
     ap.add_argument("--sweep", action="store_true", help="time the leaders' rasterisations (sweep_ways)")
-    ap.add_argument("--specs", metavar="PATH", default=None, help="write the ways' kernel specs (JSON lines) and stop")
+    ap.add_argument("--specs", metavar="PATH", default=None, help="append the ways' kernel specs (JSON lines) and stop")
     args = ap.parse_args(argv)
     m, n, k = (int(x) for x in args.shape.split("x"))
     table = (sweep_ways if args.sweep else ways)(m, n, k, args.mode)
@@ -187,7 +188,7 @@ def main(argv: list[str] | None = None) -> dict:
                     f.write(spec.to_json() + "\n")
         return {"specs": sum(spec is not None for spec, _ in table.values())}
     if args.read_ncu:
-        rows = read_ncu(args.read_ncu, m, n, k, args.mode)
+        rows = read_ncu(args.read_ncu, m, n, k, args.mode, table)
         for row in rows:
             print(row)
         result = {"shape": [m, n, k], "mode": args.mode, "rows": rows}
@@ -224,7 +225,9 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"profiled {name}", flush=True)
         return {}
     bench(fns["scaled_mm"], rep=1000)  # the GPU at its steady clock
-    if args.sweep:  # 50 ms of calls per way and round, in rounds that are not whole designs
+    # A whole balanced design over the sweep's ways is as many rounds as ways: too long for
+    # one call. Three rounds of 50 ms of calls per way.
+    if args.sweep:
         times = timed_side_by_side({w: (lambda fn=fn: fn) for w, fn in fns.items()}, 3, graphs=False, rep=50)
     else:
         times = side_by_side(fns, rounds=3)
