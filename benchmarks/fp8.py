@@ -79,24 +79,30 @@ FP8 = "float8_e4m3fn"
 TRIAL = (GemmConfig(128, 128, 2, 2), GemmConfig(128, 192, 2, 2))
 
 
+def scaled_specs(cfg: GemmConfig, mode: str, promote_modes) -> list[KernelSpec]:
+    """``cfg`` as scaled fp8 kernels (``mode`` scales on both operands, a bf16 output), one
+    per promotion mode of ``promote_modes`` the config has the registers for (fast
+    accumulation, ``PROMOTE_NONE``, always)."""
+    epi = E.scaled(mode, mode)
+    return [
+        KernelSpec(cfg, FP8, "bfloat16", "k", "k", epi, promote=p)
+        for p in promote_modes
+        if not p or cfg.promotion_reason(p) is None
+    ]
+
+
 def candidate_specs(m: int, n: int, k: int, mode: str, promote: bool, limit: int) -> list[KernelSpec]:
     """Our shortlist for the shape as scaled fp8 kernels (configs without registers for
     a second accumulator dropped when promoting), promoting in each mode the config
     has the registers for (``PROMOTE_TILE``, ``PROMOTE_HALVES``, ``PROMOTE_ALTERNATE``,
     timed side by side) when asked to."""
-    epi = E.scaled(mode, mode)
     modes = (PROMOTE_TILE, PROMOTE_HALVES, PROMOTE_ALTERNATE) if promote else (PROMOTE_NONE,)
     configs = shortlist(m, n, k, limit=limit, promote=promote)
     if promote:  # rastered and swizzled as the shortlist's own
         for c in TRIAL:
             c = dataclasses.replace(c, raster_along_m=m >= n, swizzle=8)
             configs.append(dataclasses.replace(c, swizzle=fitted_swizzle(c, m, n)))
-    return [
-        KernelSpec(c, FP8, "bfloat16", "k", "k", epi, promote=p)
-        for c in configs
-        for p in modes
-        if not p or c.promotion_reason(p) is None
-    ]
+    return [spec for c in configs for spec in scaled_specs(c, mode, modes)]
 
 
 def operands(m: int, n: int, k: int, mode: str):

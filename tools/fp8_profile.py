@@ -34,12 +34,11 @@ import re
 
 import torch
 
-from benchmarks.fp8 import FP8, operands
+from benchmarks.fp8 import operands, scaled_specs
 from benchmarks.harness import rel_err, side_by_side, write_json
 from inductor_cutedsl.kernels import GemmConfig
-from inductor_cutedsl.kernels import epilogue as E
 from inductor_cutedsl.kernels.config import PROMOTE_MODES, PROMOTE_NONE, SMS, fitted_swizzle, promotion_mode
-from inductor_cutedsl.runtime import KernelSpec, get_gemm
+from inductor_cutedsl.runtime import get_gemm
 from inductor_cutedsl.timing import bench
 from inductor_cutedsl.timing import side_by_side as timed_side_by_side
 
@@ -56,17 +55,25 @@ CONFIGS = (
 )
 
 
-def ways(m: int, n: int, k: int, mode: str, configs=CONFIGS) -> dict:
-    """name -> (KernelSpec or None for ``_scaled_mm``, promotion mode or use_fast_accum)."""
+def _table(candidates, mode: str) -> dict:
+    """name -> (KernelSpec or None for ``_scaled_mm``, promotion mode or use_fast_accum):
+    ``_scaled_mm`` promoting and fast, then each (config, promotion modes) of
+    ``candidates`` as ``scaled_specs`` builds it, named CONFIG:pMODE."""
     out: dict = {"scaled_mm": (None, False), "scaled_mm_fast": (None, True)}
+    for cfg, promote_modes in candidates:
+        for spec in scaled_specs(cfg, mode, promote_modes):
+            out[f"{cfg.name()}:p{spec.promote}"] = (spec, spec.promote)
+    return out
+
+
+def ways(m: int, n: int, k: int, mode: str, configs=CONFIGS) -> dict:
+    """``_table`` of ``configs`` rastered along M where M >= N, their swizzles fitted to
+    the shape (``fitted_swizzle``), in every promotion mode."""
+    fitted = []
     for cfg in configs:
         cfg = dataclasses.replace(cfg, raster_along_m=m >= n)
-        cfg = dataclasses.replace(cfg, swizzle=fitted_swizzle(cfg, m, n))
-        for p in PROMOTE_MODES:
-            if not p or cfg.promotion_reason(p) is None:
-                spec = KernelSpec(cfg, FP8, "bfloat16", "k", "k", E.scaled(mode, mode), promote=p)
-                out[f"{cfg.name()}:p{p}"] = (spec, p)
-    return out
+        fitted.append((dataclasses.replace(cfg, swizzle=fitted_swizzle(cfg, m, n)), PROMOTE_MODES))
+    return _table(fitted, mode)
 
 
 #: The leaders whose rasterisations ``--sweep`` times (each raster order and swizzle,
@@ -84,18 +91,14 @@ def sweep_ways(m: int, n: int, k: int, mode: str, configs=SWEEP) -> dict:
     """``ways`` over each leader's rasterisations: both raster orders, each swizzle the
     scheduler would run unpadded (``fitted_swizzle`` keeps it), fast and in the config's
     promotion mode (``promotion_mode``) where it has the registers."""
-    out: dict = {"scaled_mm": (None, False), "scaled_mm_fast": (None, True)}
-    for base in configs:
-        for raster_m in (True, False):
-            for swizzle in SWIZZLES:
-                cfg = dataclasses.replace(base, raster_along_m=raster_m, swizzle=swizzle)
-                if fitted_swizzle(cfg, m, n) != swizzle:
-                    continue
-                for p in (PROMOTE_NONE, promotion_mode(cfg)):
-                    if not p or cfg.promotion_reason(p) is None:
-                        spec = KernelSpec(cfg, FP8, "bfloat16", "k", "k", E.scaled(mode, mode), promote=p)
-                        out[f"{cfg.name()}:p{p}"] = (spec, p)
-    return out
+    rasterised = (
+        dataclasses.replace(base, raster_along_m=raster_m, swizzle=swizzle)
+        for base in configs
+        for raster_m in (True, False)
+        for swizzle in SWIZZLES
+    )
+    unpadded = (cfg for cfg in rasterised if fitted_swizzle(cfg, m, n) == cfg.swizzle)
+    return _table(((cfg, (PROMOTE_NONE, promotion_mode(cfg))) for cfg in unpadded), mode)
 
 
 def k_tiles_per_sm(m: int, n: int, k: int, cfg: GemmConfig) -> float:
